@@ -1,0 +1,3 @@
+from dflash_ckpt.cli import main
+
+main()

@@ -1,0 +1,22 @@
+"""Checks: pure functions from resolved specs to findings. Nothing here reads files."""
+
+from __future__ import annotations
+
+from dflash_ckpt.checks.config import check_config
+from dflash_ckpt.checks.pairing import check_pairing
+from dflash_ckpt.checks.weights import check_weights
+from dflash_ckpt.rules import Finding
+from dflash_ckpt.spec import DraftSpec, TargetSpec
+
+
+def run_checks(spec: DraftSpec, target: TargetSpec | None = None) -> list[Finding]:
+    """Every check that applies: config always, weights when read, pairing when a target is given."""
+    findings = check_config(spec)
+    if spec.weights is not None:
+        findings += check_weights(spec)
+    if target is not None:
+        findings += check_pairing(spec, target)
+    return findings
+
+
+__all__ = ["check_config", "check_pairing", "check_weights", "run_checks"]

@@ -1,0 +1,178 @@
+"""Config checks (DF1xx): keys present, resolvable, typed, consistent and in range."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from dflash_ckpt.jsonfile import json_type
+from dflash_ckpt.rules import Finding, finding
+from dflash_ckpt.spec import ABSENT, DFLASH_KEYS, NESTED, TOP_LEVEL, DraftSpec, as_int, as_int_list
+
+LAYER_KINDS = ("full_attention", "sliding_attention")
+
+
+def key_path(place: str, key: str) -> str:
+    return f"dflash_config.{key}" if place == NESTED else key
+
+
+def check_config(spec: DraftSpec) -> list[Finding]:
+    out: list[Finding] = []
+    w = spec.where
+    dc = spec.config.get("dflash_config", ABSENT)
+    if dc is not ABSENT and not isinstance(dc, dict):
+        out.append(finding("DF104", f"{w}: key 'dflash_config' must be an object, found {json_type(dc)}"))
+
+    for key in ("block_size", "mask_token_id", "target_layer_ids"):
+        if not spec.keys[key].present:
+            out.append(finding(
+                "DF101",
+                f"{w}: key '{key}' is in neither dflash_config nor the top level; supply it with "
+                f"`dflash-ckpt normalize --{key.replace('_', '-')} ...` (never guessed)",
+            ))
+    if not spec.keys["num_target_layers"].present:
+        out.append(finding(
+            "DF102",
+            f"{w}: key 'num_target_layers' is missing; add the target's num_hidden_layers "
+            "(`dflash-ckpt normalize --num-target-layers N`)",
+        ))
+    for key in DFLASH_KEYS:
+        rk = spec.keys[key]
+        if rk.conflict:
+            out.append(finding(
+                "DF103",
+                f"{w}: key '{key}' is {_show(rk.nested)} in dflash_config but {_show(rk.top)} at the "
+                "top level; engines disagree on which wins. Run `dflash-ckpt normalize --prefer "
+                "nested` or `--prefer top-level`",
+            ))
+
+    for key in ("block_size", "mask_token_id", "num_target_layers"):
+        for place in (NESTED, TOP_LEVEL):
+            raw = spec.keys[key].at(place)
+            if raw is not ABSENT and as_int(raw) is None:
+                out.append(finding(
+                    "DF104",
+                    f"{w}: key '{key_path(place, key)}' must be an integer, found {json_type(raw)} {_show(raw)}",
+                ))
+
+    out += _check_layer_ids(spec)
+    block = spec.block_size
+    if block is not None and block < 2:
+        out.append(finding("DF120", f"{w}: key 'block_size' is {block}; it must be at least 2 (anchor plus drafts)"))
+    mask = spec.mask_token_id
+    if mask is not None:
+        vocab = spec.dims.vocab_size
+        if mask < 0:
+            out.append(finding("DF121", f"{w}: key 'mask_token_id' is {mask}; it must be a non-negative token id"))
+        elif vocab is not None and mask >= vocab:
+            out.append(finding(
+                "DF122",
+                f"{w}: key 'mask_token_id' {mask} is not below vocab_size {vocab}; it must be a row "
+                "of the target's embedding table",
+            ))
+    out += _check_layer_types(spec)
+
+    for key in ("output_multiplier", "final_logit_softcapping"):
+        rk = spec.extra_keys[key]
+        if rk.top is not ABSENT and rk.top is not None and rk.nested is ABSENT:
+            out.append(finding(
+                "DF134",
+                f"{w}: key '{key}' ({_show(rk.top)}) is only at the top level; SGLang reads it only "
+                "from dflash_config and serves the draft without it (`dflash-ckpt normalize` copies it)",
+            ))
+    if spec.generation == "unknown":
+        archs = spec.architectures or "nothing"
+        out.append(finding(
+            "DF140",
+            f"{w}: key 'architectures' is {archs}, not DFlashDraftModel or DFlash2DraftModel; "
+            "checking the DFlash v1 layout",
+        ))
+    if "auto_map" in spec.config:
+        out.append(finding("DF141", f"{w}: key 'auto_map' names remote code; it was not run (and never is)"))
+    for key, raw in spec.dims.invalid.items():
+        shown = "missing" if raw is ABSENT else (raw if isinstance(raw, str) else f"{json_type(raw)} {_show(raw)}")
+        out.append(finding("DF142", f"{w}: key '{key}' must be a positive integer ({shown}); tensor shapes follow from it"))
+    for key in ("dtype", "torch_dtype"):
+        dtype = spec.config.get(key)
+        if isinstance(dtype, str) and dtype not in ("bfloat16", "auto"):
+            out.append(finding(
+                "DF143",
+                f"{w}: key '{key}' is {dtype!r}; DFlash drafts run in bfloat16 (fp16 collapses "
+                "acceptance on Qwen3 hidden-state outliers)",
+            ))
+            break
+    return out
+
+
+def _check_layer_ids(spec: DraftSpec) -> list[Finding]:
+    rk = spec.keys["target_layer_ids"]
+    if not rk.present:
+        return []
+    w = spec.where
+    path = key_path(rk.source, "target_layer_ids")
+    ids = as_int_list(rk.value)
+    if ids is None:
+        return [finding("DF110", f"{w}: key '{path}' must be a list of integers, found {json_type(rk.value)} {_show(rk.value)}")]
+    if not ids:
+        return [finding("DF111", f"{w}: key '{path}' is empty; restore the trained tap layers")]
+    out: list[Finding] = []
+    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    if dupes:
+        out.append(finding("DF113", f"{w}: key '{path}' repeats layer(s) {dupes}; each tap must be distinct"))
+    if any(b <= a for a, b in zip(ids, ids[1:])) and not (dupes and ids == sorted(ids)):
+        out.append(finding(
+            "DF112",
+            f"{w}: key '{path}' {ids} is not strictly increasing; features are concatenated in "
+            "this order, restore the trained order",
+        ))
+    depth = spec.num_target_layers
+    bad = [i for i in ids if i < 0 or (depth is not None and i >= depth)]
+    if bad:
+        hint = ""
+        if depth is not None and max(ids) == depth and min(ids) >= 1:
+            hint = (f"; {depth} is the target's depth, so these look like hidden_states indices "
+                    f"(i+1, vLLM/GGUF convention): subtract 1 to get {[i - 1 for i in ids]}")
+        rng = f"0..{depth - 1}" if depth is not None else "non-negative"
+        out.append(finding("DF114", f"{w}: key '{path}' has {bad} outside {rng} (num_target_layers {depth}){hint}"))
+    return out
+
+
+def _check_layer_types(spec: DraftSpec) -> list[Finding]:
+    w = spec.where
+    cfg = spec.config
+    lt = cfg.get("layer_types", ABSENT)
+    window = cfg.get("sliding_window")
+    has_window = as_int(window) is not None and window > 0
+    if lt is ABSENT or lt is None:
+        out = [finding(
+            "DF133",
+            f"{w}: key 'layer_types' is not given; lmdeploy 0.18 requires it "
+            "(`dflash-ckpt normalize` writes it when the config determines it)",
+        )]
+        if cfg.get("use_sliding_window") is True and not has_window:
+            out.append(finding("DF132", f"{w}: use_sliding_window is true but key 'sliding_window' is {_show(window)}; set the trained window"))
+        return out
+    if not isinstance(lt, list):
+        return [finding("DF131", f"{w}: key 'layer_types' must be a list, found {json_type(lt)}")]
+    out = []
+    n = spec.dims.num_hidden_layers
+    if n is not None and len(lt) != n:
+        out.append(finding("DF130", f"{w}: key 'layer_types' has {len(lt)} entries but num_hidden_layers is {n}; give one per draft layer"))
+    bad = sorted({repr(v) for v in lt if v not in LAYER_KINDS})
+    if bad:
+        out.append(finding("DF131", f"{w}: key 'layer_types' holds {', '.join(bad)}; each entry must be 'full_attention' or 'sliding_attention'"))
+    if "sliding_attention" in lt and not has_window:
+        out.append(finding(
+            "DF132",
+            f"{w}: layer_types has sliding_attention layers but key 'sliding_window' is "
+            f"{_show(window)}; set the trained window (a positive integer)",
+        ))
+    return out
+
+
+def _show(value: Any) -> str:
+    """A value as JSON, shortened for a one-line message."""
+    if value is ABSENT:
+        return "absent"
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."

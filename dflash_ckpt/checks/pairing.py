@@ -1,0 +1,68 @@
+"""Pairing checks (DF3xx): does this draft fit this target?"""
+
+from __future__ import annotations
+
+from dflash_ckpt.rules import Finding, finding
+from dflash_ckpt.spec import DraftSpec, TargetSpec, as_int
+
+
+def check_pairing(spec: DraftSpec, target: TargetSpec) -> list[Finding]:
+    tw = target.where + (" (text_config)" if target.text_config_used else "")
+    depth, hidden, vocab = (as_int(target.num_hidden_layers), as_int(target.hidden_size), as_int(target.vocab_size))
+    out: list[Finding] = []
+    for key, val in (("num_hidden_layers", depth), ("hidden_size", hidden), ("vocab_size", vocab)):
+        if val is None or val <= 0:
+            out.append(finding(
+                "DF308",
+                f"{tw}: key '{key}' is missing or not a positive integer; point --target at the "
+                "target model's folder",
+            ))
+    w = spec.where
+    ntl = spec.num_target_layers
+    if depth and ntl is not None and ntl != depth:
+        out.append(finding(
+            "DF301",
+            f"{w}: num_target_layers is {ntl} but the target {target.label} has {depth} layers; "
+            "this draft was trained for another target",
+        ))
+    if hidden and spec.dims.hidden_size is not None and spec.dims.hidden_size != hidden:
+        out.append(finding(
+            "DF302",
+            f"{w}: hidden_size is {spec.dims.hidden_size} but the target's is {hidden}; use the draft "
+            "trained for this target",
+        ))
+    if vocab and spec.dims.vocab_size is not None and spec.dims.vocab_size != vocab:
+        out.append(finding(
+            "DF303",
+            f"{w}: vocab_size is {spec.dims.vocab_size} but the target's is {vocab}; the draft uses "
+            "the target's lm_head, so they must match",
+        ))
+    mask = spec.mask_token_id
+    if mask is not None and vocab and mask >= vocab:
+        out.append(finding(
+            "DF304",
+            f"{w}: mask_token_id {mask} is not below the target's vocab_size {vocab}; it must be a "
+            "row of the target's embedding table",
+        ))
+    pad = as_int(target.pad_token_id)
+    if mask is not None and pad is not None and mask == pad:
+        out.append(finding(
+            "DF305",
+            f"{w}: mask_token_id {mask} is the target's pad_token_id; use the family's dedicated "
+            "mask token",
+        ))
+    ids = spec.target_layer_ids or []
+    if depth:
+        beyond = [i for i in ids if i >= depth]
+        if beyond:
+            out.append(finding(
+                "DF306",
+                f"{w}: target_layer_ids {beyond} are beyond the target's {depth} layers (0..{depth - 1})",
+            ))
+        if depth - 1 in ids:
+            out.append(finding(
+                "DF307",
+                f"{w}: target_layer_ids taps layer {depth - 1}, the target's last; Hugging Face's "
+                "last hidden state is taken after the final norm, engines differ on which they feed",
+            ))
+    return out

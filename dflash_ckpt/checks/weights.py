@@ -1,0 +1,160 @@
+"""Weight checks (DF2xx), from safetensors headers only: presence, shapes, names, dtypes."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+from dflash_ckpt.rules import Finding, finding
+from dflash_ckpt.spec import DraftSpec
+from dflash_ckpt.tensor_layout import DFLASH2_MARKERS, expected_tensors
+from dflash_ckpt.weights import WeightInventory
+
+#: How many names a grouped finding spells out before it says "and N more".
+SHOW = 4
+PREFIXES = ("model.", "draft_model.", "module.", "dflash.")
+LAYER_RE = re.compile(r"^layers\.(\d+)\.")
+
+
+def check_weights(spec: DraftSpec) -> list[Finding]:
+    inv = spec.weights
+    assert inv is not None
+    label = spec.label
+    out: list[Finding] = list(inv.problems)
+    if inv.pickle_files:
+        out.append(finding(
+            "DF202",
+            f"{label}: {', '.join(inv.pickle_files)} not opened (pickle can run code); only "
+            "safetensors are read",
+        ))
+    if not inv.safetensors_files and not inv.index_file:
+        out.append(finding(
+            "DF201",
+            f"{label}: no *.safetensors file; download the safetensors weights (pickle files are never loaded)",
+        ))
+        return out
+    if not inv.tensors:
+        return out
+
+    names, prefix = _strip_prefix(list(inv.tensors))
+    if prefix:
+        out.append(finding(
+            "DF216",
+            f"{label}: tensor names carry the prefix '{prefix}' (e.g. {prefix}fc.weight); "
+            "vLLM and lmdeploy expect unprefixed names, re-save without it",
+        ))
+    shapes = {name: inv.tensors[orig].shape for name, orig in names.items()}
+
+    borrowed = sorted(n for n in shapes if "embed_tokens" in n or "lm_head" in n)
+    if borrowed:
+        out.append(finding(
+            "DF215",
+            f"{label}: holds {_list(borrowed)}; a DFlash draft borrows embeddings and lm_head "
+            "from the target, drop them",
+        ))
+
+    has_v2 = any(n.startswith(DFLASH2_MARKERS) or ".attention_conv." in n or ".mlp_conv." in n for n in shapes)
+    v2_config = spec.generation == "DFlash2"
+    if has_v2 and not v2_config:
+        out.append(finding(
+            "DF222",
+            f"{label}: weights hold DFlash2 tensors (conv kernels / candidate selector) but "
+            f"architectures is {spec.architectures}; set it to [\"DFlash2DraftModel\"]",
+        ))
+    elif v2_config and not has_v2:
+        out.append(finding(
+            "DF222",
+            f"{label}: config declares DFlash2 but the weights have no DFlash2 tensors; they look "
+            "like DFlash v1, set architectures to [\"DFlashDraftModel\"]",
+        ))
+    expected = expected_tensors(spec, dflash2=v2_config and has_v2)
+
+    out += _check_fc(spec, shapes)
+    missing = [n for n in expected if n not in shapes and n != "fc.weight"]
+    if missing and inv.readable:
+        out.append(finding("DF212", f"{label}: missing {len(missing)} tensor(s): {_list(missing)}"))
+    wrong = [
+        f"{n} is {list(shapes[n])}, expected {list(s)}"
+        for n, s in expected.items()
+        if n != "fc.weight" and s is not None and n in shapes and tuple(shapes[n]) != s
+    ]
+    if wrong:
+        out.append(finding("DF213", f"{label}: {len(wrong)} tensor(s) do not match the config: {_list(wrong, sep='; ')}"))
+    tolerated = set(borrowed) | ({n for n in shapes if "_conv." in n or n.startswith("candidate_selector.")} if has_v2 else set())
+    unexpected = [n for n in shapes if n not in expected and n not in tolerated]
+    if unexpected:
+        layers = spec.dims.num_hidden_layers
+        beyond = sorted({int(m.group(1)) for n in unexpected if (m := LAYER_RE.match(n))
+                         and layers is not None and int(m.group(1)) >= layers})
+        hint = f" (layers {beyond} are beyond num_hidden_layers {layers})" if beyond else ""
+        out.append(finding("DF214", f"{label}: {len(unexpected)} unexpected tensor(s){hint}: {_list(unexpected)}"))
+    out += _check_dtypes(label, inv)
+    return out
+
+
+def _strip_prefix(names: list[str]) -> tuple[dict[str, str], str]:
+    """Map unprefixed name -> stored name; the prefix shared by every tensor, if any."""
+    for prefix in PREFIXES:
+        if names and all(n.startswith(prefix) for n in names):
+            return {n[len(prefix):]: n for n in names}, prefix
+    return {n: n for n in names}, ""
+
+
+def _check_fc(spec: DraftSpec, shapes: dict[str, tuple[int, ...]]) -> list[Finding]:
+    label = spec.label
+    fc = shapes.get("fc.weight")
+    if fc is None:
+        if spec.weights is not None and spec.weights.readable:
+            return [finding("DF210", f"{label}: no tensor fc.weight; every DFlash draft has one")]
+        return []
+    h = spec.dims.hidden_size
+    ids = spec.target_layer_ids
+    if h is None:
+        return []
+    implied = fc[1] // h if len(fc) == 2 and fc[0] == h and fc[1] % h == 0 else None
+    if ids and tuple(fc) == (h, len(ids) * h):
+        return []
+    if implied is not None:
+        k = len(ids) if ids else "unknown"
+        return [finding(
+            "DF211",
+            f"{label}: fc.weight is {list(fc)}, which implies {implied} tap layers, but "
+            f"target_layer_ids has {k}; restore the {implied} trained tap layers",
+        )]
+    return [finding("DF211", f"{label}: fc.weight is {list(fc)}; expected [{h}, k*{h}] (hidden_size {h})")]
+
+
+def _check_dtypes(label: str, inv: WeightInventory) -> list[Finding]:
+    params: Counter[str] = Counter()
+    counts: Counter[str] = Counter()
+    for t in inv.tensors.values():
+        params[t.dtype] += t.numel
+        counts[t.dtype] += 1
+    summary = ", ".join(f"{d} {_human(params[d])} params in {counts[d]} tensors" for d in sorted(params))
+    out = [finding("DF220", f"{label}: {summary}")]
+    floats = {d for d in params if d.startswith(("F", "BF")) and d != "BF16"}
+    if "F16" in floats:
+        out.append(finding(
+            "DF221",
+            f"{label}: {counts['F16']} tensor(s) stored in float16; Qwen3 hidden-state outliers "
+            "overflow fp16 in fc and acceptance collapses, keep the draft in bfloat16",
+        ))
+    elif floats:
+        out.append(finding(
+            "DF221",
+            f"{label}: tensors stored in {', '.join(sorted(floats))}; published drafts are bfloat16 "
+            "(engines cast anyway, at the cost of memory)",
+        ))
+    return out
+
+
+def _human(n: int) -> str:
+    for unit, div in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= div:
+            return f"{n / div:.2f}{unit}"
+    return str(n)
+
+
+def _list(items: list[str], sep: str = ", ") -> str:
+    shown = sep.join(items[:SHOW])
+    return shown + (f" and {len(items) - SHOW} more" if len(items) > SHOW else "")

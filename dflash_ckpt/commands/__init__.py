@@ -1,0 +1,1 @@
+"""One module per command beyond the core; each exposes ``register(app)``."""

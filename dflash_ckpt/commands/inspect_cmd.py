@@ -1,0 +1,58 @@
+"""The body of ``dflash-ckpt inspect``."""
+
+from __future__ import annotations
+
+from dflash_ckpt.errors import DFlashCkptError
+from dflash_ckpt.inspection import InspectResult, inspect_sources
+from dflash_ckpt.report import make_console, print_json, render_result, render_summary
+from dflash_ckpt.source import Source, open_source
+
+
+def run_inspect(
+    drafts: list[str],
+    *,
+    target: str | None,
+    revision: str | None,
+    token: str | None,
+    json_out: bool,
+    quiet: bool,
+    strict: bool,
+) -> int:
+    """Inspect every draft against the (optional) target; return the worst exit code."""
+    target_src: Source | None = None
+    if target is not None:
+        target_src = open_source(target, token=token, role="target")  # InputError -> exit 2 in main
+    results = [_inspect_one(arg, target_src, revision, token) for arg in drafts]
+    code = max(r.exit_code(strict) for r in results)
+    if json_out:
+        if len(results) == 1:
+            print_json(results[0].to_json(strict))
+        else:
+            print_json({
+                "ok": all(not r.failed(strict) for r in results),
+                "exit_code": code,
+                "results": [r.to_json(strict) for r in results],
+            })
+        return code
+    console = make_console()
+    if len(results) == 1:
+        res = results[0]
+        if res.fatal is not None:
+            make_console(stderr=True).print(f"error: {res.fatal}", markup=False)
+        else:
+            render_result(console, res, quiet=quiet, strict=strict)
+    else:
+        render_summary(console, results, quiet=quiet, strict=strict)
+    return code
+
+
+def _inspect_one(arg: str, target_src: Source | None, revision: str | None, token: str | None) -> InspectResult:
+    try:
+        src = open_source(arg, revision=revision, token=token, role="draft")
+    except DFlashCkptError as err:
+        from dflash_ckpt.rules import Finding, Severity
+
+        res = InspectResult(label=arg, fatal=err)
+        res.findings.append(Finding(err.code or "DF001", Severity.ERROR, err.message))
+        return res
+    return inspect_sources(src, target_src)

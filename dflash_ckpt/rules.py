@@ -1,0 +1,291 @@
+"""The rule registry: every finding the tool can report, with a stable code and one explanation.
+
+Codes never change meaning once published; a retired rule keeps its number. Ranges:
+DF0xx reading the input, DF1xx the config, DF2xx the weights, DF3xx pairing with a target,
+DF4xx running the pair (smoke-run).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Severity(str, Enum):
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+
+    @property
+    def rank(self) -> int:
+        return {"error": 2, "warning": 1, "info": 0}[self.value]
+
+
+@dataclass(frozen=True)
+class Rule:
+    code: str
+    name: str
+    severity: Severity
+    summary: str
+    explanation: str
+    fix: str
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem (or fact) found in a checkpoint: a rule's code, its severity and a message."""
+
+    code: str
+    severity: Severity
+    message: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"code": self.code, "severity": self.severity.value, "message": self.message}
+
+
+E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO
+
+_RULES: list[Rule] = [
+    # -- DF0xx: reading the input ---------------------------------------------------------------
+    Rule("DF001", "unreadable-input", E, "A file or folder cannot be read",
+         "The checkpoint folder, its config.json or another file could not be opened: it is "
+         "missing, not readable by this user, a link that loops or dangles, or a Hub repo that "
+         "is not cached and cannot be fetched. Nothing past it can be checked (exit 2).",
+         "Check the path or repo id; fix permissions (chmod) or re-download the file."),
+    Rule("DF002", "invalid-json", E, "A JSON file does not parse",
+         "config.json (or the shard index, or the target's config.json) is not valid JSON. The "
+         "message gives the line and column where the parser stopped.",
+         "Fix the syntax at the line and column named; a trailing comma or an unquoted key is "
+         "the usual cause. Re-download the file if it was cut short."),
+    Rule("DF003", "config-not-object", E, "config.json is not a JSON object",
+         "A config must be an object of keys ({...}); a list, string or number at the top level "
+         "cannot hold the model's settings.",
+         "Restore the published config.json; it is an object of keys."),
+    # -- DF1xx: the config ----------------------------------------------------------------------
+    Rule("DF101", "missing-dflash-key", E, "A required DFlash key is missing",
+         "block_size, mask_token_id and target_layer_ids are needed by every engine and cannot "
+         "be inferred from the weights. target_layer_ids in particular is a training-time choice: "
+         "an evenly spaced guess loads cleanly and collapses acceptance.",
+         "Take the value from the draft's model card or training config and run `dflash-ckpt "
+         "normalize DRAFT OUT --target-layer-ids ... --block-size N --mask-token-id N`."),
+    Rule("DF102", "missing-num-target-layers", W, "num_target_layers is missing",
+         "num_target_layers is the target's depth. The z-lab reference, SGLang and lmdeploy read "
+         "it, and without it the tap layers cannot be range-checked.",
+         "Run `dflash-ckpt normalize DRAFT OUT --num-target-layers N` with N the target's "
+         "num_hidden_layers."),
+    Rule("DF103", "nested-top-level-conflict", E, "A DFlash key has different values nested and at the top level",
+         "The key appears both in dflash_config and at the top level with different values. "
+         "Engines disagree on which one wins (see DESIGN: SGLang reads nested first, the older "
+         "z-lab reference reads block_size only at the top level), so the same file runs with "
+         "different settings in different engines.",
+         "Decide which value is right and run `dflash-ckpt normalize DRAFT OUT --prefer nested` "
+         "(or `--prefer top-level`)."),
+    Rule("DF104", "wrong-key-type", E, "A DFlash key has the wrong type",
+         "block_size, mask_token_id and num_target_layers must be integers and dflash_config an "
+         "object. Engines cast or crash on other types.",
+         "Write the value as a plain JSON integer (16, not \"16\" or 16.0)."),
+    Rule("DF110", "layer-ids-not-int-list", E, "target_layer_ids is not a list of integers",
+         "target_layer_ids must be a JSON list of integers: the 0-based target layers whose "
+         "outputs the draft reads.",
+         "Write it as a list such as [1, 9, 17, 25, 33]."),
+    Rule("DF111", "layer-ids-empty", E, "target_layer_ids is empty",
+         "A draft reads at least one tapped target layer; fc.weight is [H, k*H] with k >= 1.",
+         "Restore the trained tap layers from the model card."),
+    Rule("DF112", "layer-ids-not-increasing", E, "target_layer_ids is not strictly increasing",
+         "The order of target_layer_ids is the order in which features are concatenated before "
+         "fc. Published drafts and lmdeploy use increasing order; a shuffled list feeds fc the "
+         "features in the wrong slots and acceptance collapses.",
+         "Restore the trained order (increasing in every published draft)."),
+    Rule("DF113", "layer-ids-duplicate", E, "target_layer_ids repeats a layer",
+         "Each tap must be a distinct target layer.",
+         "Remove the duplicate; the list length must still match fc.weight (see DF211)."),
+    Rule("DF114", "layer-id-out-of-range", E, "A tap layer is outside the target",
+         "Every id must satisfy 0 <= id < num_target_layers. An id equal to num_target_layers "
+         "usually means the ids were written in the HF hidden_states convention (i+1), as vLLM "
+         "and llama.cpp store them, instead of the 'output of layer i' convention DFlash uses.",
+         "Subtract 1 from every id if they came from a vLLM/speculators/GGUF config; otherwise "
+         "check num_target_layers."),
+    Rule("DF120", "block-size-too-small", E, "block_size is below 2",
+         "block_size counts the anchor token plus the drafted positions; below 2 nothing is "
+         "drafted.",
+         "Use the block size the draft was trained with (16 for most published drafts)."),
+    Rule("DF121", "mask-token-negative", E, "mask_token_id is negative",
+         "mask_token_id indexes the target's embedding table.",
+         "Use the mask id of the model family (151669 for Qwen3)."),
+    Rule("DF122", "mask-token-out-of-vocab", E, "mask_token_id is not below vocab_size",
+         "The masked positions are filled with the target embedding of mask_token_id; it must be "
+         "a row of the table (< vocab_size). It may lie past the tokenizer's own vocabulary.",
+         "Use the family's mask id, or fix vocab_size to the target's."),
+    Rule("DF130", "layer-types-length", E, "layer_types does not have one entry per draft layer",
+         "layer_types lists the attention kind of each draft layer; its length must equal "
+         "num_hidden_layers. Engines index it per layer.",
+         "Make layer_types exactly num_hidden_layers entries long."),
+    Rule("DF131", "layer-types-value", E, "layer_types holds an unknown attention kind",
+         "Each entry must be 'full_attention' or 'sliding_attention'.",
+         "Replace the entry with one of the two known kinds."),
+    Rule("DF132", "sliding-without-window", E, "A sliding-attention layer has no window",
+         "A sliding_attention layer needs a positive sliding_window; without it engines either "
+         "crash or silently attend to everything.",
+         "Set sliding_window to the trained window (2048 or 4096 in published drafts)."),
+    Rule("DF133", "layer-types-missing", I, "layer_types is not given explicitly",
+         "Without an explicit layer_types list, engines derive the kind of each layer from "
+         "use_sliding_window / max_window_layers, and lmdeploy 0.18 requires the list.",
+         "Run `dflash-ckpt normalize`, which writes the list when the config determines it."),
+    Rule("DF134", "optional-key-top-level-only", W, "An output scaling key sits only at the top level",
+         "SGLang reads output_multiplier and final_logit_softcapping only from dflash_config, so a "
+         "draft that keeps them at the top level (gemma-4 drafts carry a softcap of 30) is served "
+         "without them there. The z-lab reference reads both places.",
+         "Run `dflash-ckpt normalize`, which copies them into dflash_config."),
+    Rule("DF140", "unknown-generation", W, "The architecture is not a known DFlash draft",
+         "architectures names neither DFlashDraftModel nor DFlash2DraftModel, and no DFlash2 key "
+         "is present, so the expected tensors are those of DFlash v1.",
+         "Set architectures to [\"DFlashDraftModel\"] (or DFlash2DraftModel) if this is a DFlash draft."),
+    Rule("DF141", "remote-code", I, "The config names remote code",
+         "auto_map points at Python code shipped with the checkpoint. This tool never runs it; "
+         "engines with native DFlash support do not need it either.",
+         "Nothing to fix; load with trust_remote_code only if you have read the code."),
+    Rule("DF142", "shape-key-invalid", E, "A key that fixes tensor shapes is missing or invalid",
+         "hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, "
+         "intermediate_size, vocab_size (and head_dim when given) must be positive integers; "
+         "the expected tensor shapes follow from them.",
+         "Restore the key from the published config."),
+    Rule("DF143", "config-dtype", W, "The config declares a dtype other than bfloat16",
+         "DFlash drafts are trained and published in bf16. Qwen3 hidden states hold outliers that "
+         "overflow float16 in fc; an fp16 draft is known to collapse acceptance (0.06 of 15 "
+         "accepted on Qwen3-4B).",
+         "Keep the draft in bfloat16; cast target tensors to bf16 where they enter the draft."),
+    # -- DF2xx: the weights -----------------------------------------------------------------------
+    Rule("DF201", "no-safetensors", E, "No safetensors weights",
+         "The folder holds no *.safetensors file. This tool reads only safetensors (never pickle "
+         "files), and DFlash drafts are published that way.",
+         "Download the .safetensors files, or convert a pickle checkpoint in an isolated "
+         "environment you trust."),
+    Rule("DF202", "pickle-weights", W, "Pickle weight files are present and were not opened",
+         "*.bin, *.pt, *.pth and *.ckpt files can execute code when unpickled; they are listed, "
+         "never opened, and engines loading safetensors ignore them.",
+         "Delete them if the safetensors files are complete."),
+    Rule("DF203", "bad-safetensors-header", E, "A safetensors header cannot be read",
+         "The file is shorter than 8 bytes, declares a header larger than 100 MB, or its header "
+         "is not the JSON the format prescribes (dtype, shape, data_offsets for every tensor).",
+         "Re-download the file; it is corrupt or not a safetensors file."),
+    Rule("DF204", "truncated-safetensors", E, "A safetensors file is shorter than its header says",
+         "The header places tensor data past the end of the file: the download was cut short.",
+         "Re-download the file (hf download REPO FILE --force-download)."),
+    Rule("DF205", "index-missing-file", E, "The shard index names a file that is missing",
+         "model.safetensors.index.json maps tensors to shard files; one of them is absent, so "
+         "every engine fails to load the draft.",
+         "Download the missing shard."),
+    Rule("DF206", "index-missing-tensor", E, "The shard index names a tensor its shard lacks",
+         "A tensor listed in weight_map is not in the header of the shard it points to.",
+         "Re-download the index and the shards together; they come from different revisions."),
+    Rule("DF207", "bad-index", E, "The shard index is malformed",
+         "model.safetensors.index.json must be a JSON object with a weight_map object of "
+         "tensor name -> file name.",
+         "Re-download the index file."),
+    Rule("DF210", "fc-missing", E, "fc.weight is missing",
+         "fc fuses the concatenated tapped features into one hidden vector; every DFlash draft "
+         "has it.",
+         "Check that every shard is present and that names are unprefixed."),
+    Rule("DF211", "fc-shape", E, "fc.weight does not match hidden_size and target_layer_ids",
+         "fc.weight is [H, k*H] with k = len(target_layer_ids). A mismatch means the config's "
+         "tap list does not belong to these weights; the message says which k the weights imply.",
+         "Restore the trained target_layer_ids (k entries) from the model card."),
+    Rule("DF212", "missing-tensor", E, "A tensor the config implies is missing",
+         "Each draft layer has its norms, attention projections, q_norm/k_norm and MLP (plus "
+         "biases when attention_bias, and DFlash2's conv and selector tensors); the model also "
+         "has hidden_norm and norm.",
+         "Check num_hidden_layers and attention_bias against the weights, and that every shard "
+         "is present."),
+    Rule("DF213", "tensor-shape", E, "A tensor's shape does not match the config",
+         "The shape follows from hidden_size, num_attention_heads, num_key_value_heads, head_dim "
+         "and intermediate_size. A mismatch means config and weights do not belong together.",
+         "Restore the config that was published with these weights."),
+    Rule("DF214", "unexpected-tensor", W, "The weights hold a tensor no DFlash draft has",
+         "Layers beyond num_hidden_layers, or tensors outside the DFlash layout. Engines either "
+         "fail on unknown names or ignore them.",
+         "Remove the tensor, or fix num_hidden_layers if whole layers are unexpected."),
+    Rule("DF215", "embedding-or-head", W, "The draft carries embed_tokens or lm_head",
+         "A DFlash draft borrows the target's embedding table and lm_head; a copy in the draft is "
+         "dead weight, and some loaders refuse it or let it shadow the target's.",
+         "Drop the tensors from the safetensors files."),
+    Rule("DF216", "prefixed-names", W, "Tensor names carry a prefix such as 'model.'",
+         "Published drafts use unprefixed names (fc.weight, layers.0...). Third-party dumps add "
+         "'model.'; vLLM and lmdeploy expect the unprefixed layout.",
+         "Re-save the tensors without the prefix."),
+    Rule("DF220", "dtype-summary", I, "Dtypes of the weights",
+         "How many parameters are stored in each dtype.",
+         "Nothing to fix."),
+    Rule("DF221", "non-bf16-weights", W, "Weights are not stored in bfloat16",
+         "Published drafts are bf16. float16 overflows on Qwen3's feature outliers in fc and "
+         "collapses acceptance; float32 doubles the memory and engines cast it anyway.",
+         "Keep or re-save the draft in bfloat16."),
+    Rule("DF222", "generation-mismatch", W, "DFlash2 tensors in a DFlash v1 config (or the reverse)",
+         "The weights hold tensors of the other generation (conv kernels, candidate selector), "
+         "so the architecture in config.json does not describe them.",
+         "Set architectures to the generation the weights belong to."),
+    # -- DF3xx: pairing with the target -----------------------------------------------------------
+    Rule("DF301", "target-depth", E, "num_target_layers differs from the target's depth",
+         "num_target_layers must equal the target's num_hidden_layers: the draft was trained on "
+         "a target of that depth. lmdeploy refuses the pair; others run it at low acceptance.",
+         "Use the draft trained for this target, or fix num_target_layers if it was mistyped."),
+    Rule("DF302", "target-hidden-size", E, "hidden_size differs from the target's",
+         "The draft consumes the target's hidden states and embeddings; their width must match.",
+         "Use the draft trained for this target."),
+    Rule("DF303", "target-vocab", E, "vocab_size differs from the target's",
+         "The draft uses the target's lm_head, so both must have the same vocabulary size (vLLM "
+         "checks it).",
+         "Set vocab_size to the target's if the draft was trained for it; otherwise use another draft."),
+    Rule("DF304", "mask-outside-target-vocab", E, "mask_token_id is not a row of the target's embeddings",
+         "The masked block positions take the target's embedding of mask_token_id, which must "
+         "be below the target's vocab_size.",
+         "Use the mask id of the target's family."),
+    Rule("DF305", "mask-is-pad", E, "mask_token_id is the target's pad token",
+         "The pad embedding is often zero or untrained; filling masked positions with it is not "
+         "what the draft was trained on.",
+         "Use the mask id of the target's family (a dedicated reserved token)."),
+    Rule("DF306", "tap-beyond-target", E, "A tap layer is beyond the target's depth",
+         "Every target_layer_id must be below the target's num_hidden_layers.",
+         "Use the draft trained for this target."),
+    Rule("DF307", "tap-on-last-layer", W, "A tap reads the target's last layer",
+         "In Hugging Face's hidden_states the last entry is taken after the final norm, not the "
+         "raw output of the last layer; engines differ on which they feed, so acceptance depends "
+         "on the engine.",
+         "Nothing to change in the file; prefer engines that tap the raw layer output."),
+    Rule("DF308", "target-unreadable-keys", E, "The target's config lacks a dimension",
+         "The target's config.json (or its text_config) must give num_hidden_layers, hidden_size "
+         "and vocab_size for the pair to be checked.",
+         "Point --target at the target model's folder or repo."),
+    # -- DF4xx: running the pair ------------------------------------------------------------------
+    Rule("DF401", "output-differs", E, "DFlash output differs from target-only output",
+         "With greedy decoding, speculative decoding must reproduce the target's own output "
+         "token for token; a divergence not explained by a near tie in the target's logits is a "
+         "bug in the runtime or a broken checkpoint.",
+         "Report it with the --json output attached."),
+    Rule("DF402", "output-tie", I, "Outputs diverge at a near tie",
+         "The first divergence sits where the target's top-2 logits are within the documented "
+         "tolerance: batched verification and one-token decoding round differently, and either "
+         "token is a correct greedy choice.",
+         "Nothing to fix."),
+    Rule("DF403", "low-acceptance", E, "Acceptance is below the threshold",
+         "The mean acceptance length tau is below --min-acceptance. A draft reading the wrong tap "
+         "layers, a wrong mask id, or an fp16 draft loads cleanly and lands here.",
+         "Check target_layer_ids against the model card, the mask id, and keep the draft in bf16."),
+    Rule("DF404", "feature-overflow", E, "Non-finite values where the target feeds the draft",
+         "The tapped features or the fused fc output hold inf/NaN: fp16 overflow on hidden-state "
+         "outliers.",
+         "Keep the draft in bfloat16 (--draft-dtype bfloat16) and let target tensors be cast to it."),
+]
+
+RULES: dict[str, Rule] = {rule.code: rule for rule in _RULES}
+
+
+def finding(code: str, message: str) -> Finding:
+    """A finding of rule ``code`` (its severity comes from the registry)."""
+    return Finding(code, RULES[code].severity, message)
+
+
+def worst(findings: list[Finding]) -> Severity | None:
+    """The most severe level among ``findings``; ``None`` when empty."""
+    if not findings:
+        return None
+    return max((f.severity for f in findings), key=lambda s: s.rank)

@@ -1,0 +1,328 @@
+"""Resolve a draft's DFlash keys, and a target's dimensions, keeping track of where each came from.
+
+Resolution order for every DFlash key is ``dflash_config`` first, then the top level (DESIGN
+section 2). Both values are kept so that a conflict is reported rather than silently resolved,
+and nothing is ever guessed: a key absent from both places resolves to ``missing``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from dflash_ckpt.jsonfile import decode_json_bytes, require_object
+from dflash_ckpt.source import Source
+from dflash_ckpt.weights import WeightInventory, load_inventory
+
+#: The keys every DFlash draft needs, in report order.
+DFLASH_KEYS = ("block_size", "mask_token_id", "target_layer_ids", "num_target_layers")
+#: Keys only DFlash2 drafts carry (inside dflash_config in the published files).
+DFLASH2_KEYS = ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
+#: Optional scaling keys that SGLang reads only from dflash_config.
+SCALING_KEYS = ("output_multiplier", "final_logit_softcapping", "input_embedding_scale")
+
+NESTED, TOP_LEVEL, MISSING = "dflash_config", "top_level", "missing"
+
+
+class _Absent:
+    """Marks a key that is not in a mapping (``None`` is a legal JSON value)."""
+
+    def __repr__(self) -> str:
+        return "<absent>"
+
+
+ABSENT: Any = _Absent()
+
+
+def same_json(a: Any, b: Any) -> bool:
+    """Equality as JSON sees it: 16 and 16.0 or 1 and true are different values."""
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+@dataclass(frozen=True)
+class ResolvedKey:
+    """One DFlash key: the value a nested-first reader sees, where it came from, both raw values."""
+
+    name: str
+    nested: Any = ABSENT
+    top: Any = ABSENT
+
+    @property
+    def source(self) -> str:
+        if self.nested is not ABSENT:
+            return NESTED
+        if self.top is not ABSENT:
+            return TOP_LEVEL
+        return MISSING
+
+    @property
+    def value(self) -> Any:
+        """The resolved value (nested first); ``None`` when missing."""
+        if self.nested is not ABSENT:
+            return self.nested
+        if self.top is not ABSENT:
+            return self.top
+        return None
+
+    @property
+    def present(self) -> bool:
+        return self.source != MISSING
+
+    @property
+    def conflict(self) -> bool:
+        return self.nested is not ABSENT and self.top is not ABSENT and not same_json(self.nested, self.top)
+
+    def at(self, place: str) -> Any:
+        """The raw value at ``NESTED`` or ``TOP_LEVEL`` (``ABSENT`` if not there)."""
+        return self.nested if place == NESTED else self.top
+
+
+def resolve_key(config: dict[str, Any], name: str) -> ResolvedKey:
+    nested_cfg = config.get("dflash_config")
+    nested = nested_cfg.get(name, ABSENT) if isinstance(nested_cfg, dict) else ABSENT
+    return ResolvedKey(name, nested=nested, top=config.get(name, ABSENT))
+
+
+def as_int(value: Any) -> int | None:
+    """``value`` if it is a JSON integer (not a bool, not a float), else ``None``."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def as_int_list(value: Any) -> list[int] | None:
+    if isinstance(value, list) and all(as_int(v) is not None for v in value):
+        return list(value)
+    return None
+
+
+@dataclass
+class DraftDims:
+    """The shape-bearing keys of a draft config (``None`` where missing or invalid)."""
+
+    hidden_size: int | None
+    num_hidden_layers: int | None
+    num_attention_heads: int | None
+    num_key_value_heads: int | None
+    head_dim: int | None
+    intermediate_size: int | None
+    vocab_size: int | None
+    attention_bias: bool
+    invalid: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> DraftDims:
+        invalid: dict[str, Any] = {}
+
+        def pos(key: str, default: Any = ABSENT) -> int | None:
+            """A positive int key; a required one (no default) that is absent is invalid."""
+            raw = config.get(key, ABSENT)
+            if raw is ABSENT or raw is None:
+                if default is ABSENT:
+                    invalid[key] = raw
+                    return None
+                return default
+            val = as_int(raw)
+            if val is None or val <= 0:
+                invalid[key] = raw
+                return None
+            return val
+
+        hidden = pos("hidden_size")
+        heads = pos("num_attention_heads")
+        kv = pos("num_key_value_heads", heads)
+        head_dim_default = hidden // heads if hidden and heads and hidden % heads == 0 else None
+        head_dim = pos("head_dim", head_dim_default)
+        if head_dim is None and "head_dim" not in invalid and hidden and heads:
+            invalid["head_dim"] = f"absent, and hidden_size {hidden} is not divisible by {heads} heads"
+        return cls(
+            hidden_size=hidden,
+            num_hidden_layers=pos("num_hidden_layers"),
+            num_attention_heads=heads,
+            num_key_value_heads=kv,
+            head_dim=head_dim,
+            intermediate_size=pos("intermediate_size"),
+            vocab_size=pos("vocab_size"),
+            attention_bias=config.get("attention_bias") is True,
+            invalid=invalid,
+        )
+
+
+@dataclass
+class DraftSpec:
+    """Everything known about a draft before any check runs."""
+
+    label: str
+    where: str
+    config: dict[str, Any]
+    keys: dict[str, ResolvedKey]
+    extra_keys: dict[str, ResolvedKey]
+    dims: DraftDims
+    weights: WeightInventory | None = None
+    raw: bytes | None = None
+
+    @property
+    def dflash_config(self) -> dict[str, Any] | None:
+        value = self.config.get("dflash_config")
+        return value if isinstance(value, dict) else None
+
+    @property
+    def block_size(self) -> int | None:
+        return as_int(self.keys["block_size"].value)
+
+    @property
+    def mask_token_id(self) -> int | None:
+        return as_int(self.keys["mask_token_id"].value)
+
+    @property
+    def target_layer_ids(self) -> list[int] | None:
+        return as_int_list(self.keys["target_layer_ids"].value)
+
+    @property
+    def num_target_layers(self) -> int | None:
+        return as_int(self.keys["num_target_layers"].value)
+
+    @property
+    def layout(self) -> str:
+        """``nested``, ``top-level`` (older drafts: block_size at the top), ``mixed`` or ``none``.
+
+        Only the three keys engines read from ``dflash_config`` decide it; ``num_target_layers``
+        sits at the top level in every published layout.
+        """
+        places = {k: self.keys[k].source for k in ("block_size", "mask_token_id", "target_layer_ids")}
+        present = {k: p for k, p in places.items() if p != MISSING}
+        if not present:
+            return "none"
+        if all(p == NESTED for p in present.values()):
+            return "nested"
+        others_nested = all(p == NESTED for k, p in present.items() if k != "block_size")
+        if present.get("block_size") == TOP_LEVEL and others_nested:
+            return "top-level"
+        return "mixed"
+
+    @property
+    def architectures(self) -> list[str]:
+        archs = self.config.get("architectures")
+        return [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
+
+    @property
+    def generation(self) -> str:
+        """``DFlash2``, ``DFlash`` or ``unknown`` (then DFlash v1 tensors are expected)."""
+        archs = self.architectures
+        if "DFlash2DraftModel" in archs:
+            return "DFlash2"
+        if "DFlashDraftModel" in archs:
+            return "DFlash"
+        if any(self.extra_keys[k].present for k in DFLASH2_KEYS):
+            return "DFlash2"
+        return "unknown"
+
+    @property
+    def layer_types(self) -> Any:
+        return self.config.get("layer_types", ABSENT)
+
+    def resolved_json(self) -> dict[str, Any]:
+        return {k: self.keys[k].value for k in DFLASH_KEYS}
+
+    def sources_json(self) -> dict[str, str]:
+        return {k: ("conflict" if self.keys[k].conflict else self.keys[k].source) for k in DFLASH_KEYS}
+
+
+def build_spec(
+    config: dict[str, Any],
+    *,
+    label: str,
+    where: str = "config.json",
+    weights: WeightInventory | None = None,
+    raw: bytes | None = None,
+) -> DraftSpec:
+    """Resolve a parsed config (from disk, or one ``normalize`` is about to write)."""
+    return DraftSpec(
+        label=label,
+        where=where,
+        config=config,
+        keys={k: resolve_key(config, k) for k in DFLASH_KEYS},
+        extra_keys={k: resolve_key(config, k) for k in (*DFLASH2_KEYS, *SCALING_KEYS)},
+        dims=DraftDims.from_config(config),
+        weights=weights,
+        raw=raw,
+    )
+
+
+def read_config(source: Source, name: str = "config.json") -> tuple[dict[str, Any], bytes]:
+    """The parsed config object and its raw bytes; ``InputError`` if it cannot be read."""
+    from dflash_ckpt.errors import InputError
+
+    if not source.exists(name):
+        raise InputError(
+            f"{source.where(name)}: missing; the folder is not a model checkpoint "
+            "(every draft and target has a config.json)",
+            code="DF001",
+        )
+    raw = source.read_json_bytes(name)
+    where = source.where(name)
+    return require_object(decode_json_bytes(raw, where), where), raw
+
+
+def load_draft(source: Source, *, with_weights: bool = True) -> DraftSpec:
+    """Read a draft's config and (unless told not to) its weight headers."""
+    config, raw = read_config(source)
+    weights = load_inventory(source) if with_weights else None
+    return build_spec(config, label=source.label, where=source.where("config.json"), weights=weights, raw=raw)
+
+
+@dataclass
+class TargetSpec:
+    """The dimensions of a target model that a draft must agree with."""
+
+    label: str
+    where: str
+    model_type: str | None
+    architectures: list[str]
+    num_hidden_layers: Any
+    hidden_size: Any
+    vocab_size: Any
+    pad_token_id: Any
+    text_config_used: bool
+    config: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "model_type": self.model_type,
+            "num_hidden_layers": self.num_hidden_layers,
+            "hidden_size": self.hidden_size,
+            "vocab_size": self.vocab_size,
+            "pad_token_id": self.pad_token_id,
+            "text_config": self.text_config_used,
+        }
+
+
+def target_from_config(config: dict[str, Any], *, label: str, where: str) -> TargetSpec:
+    """Dimensions from a target config; multimodal wrappers keep them in ``text_config``."""
+    text = config.get("text_config")
+    inner = text if isinstance(text, dict) else config
+
+    def pick(key: str) -> Any:
+        if key in inner:
+            return inner[key]
+        return config.get(key)
+
+    archs = config.get("architectures")
+    model_type = inner.get("model_type") or config.get("model_type")
+    return TargetSpec(
+        label=label,
+        where=where,
+        model_type=model_type if isinstance(model_type, str) else None,
+        architectures=[a for a in archs if isinstance(a, str)] if isinstance(archs, list) else [],
+        num_hidden_layers=pick("num_hidden_layers"),
+        hidden_size=pick("hidden_size"),
+        vocab_size=pick("vocab_size"),
+        pad_token_id=pick("pad_token_id"),
+        text_config_used=isinstance(text, dict),
+        config=config,
+    )
+
+
+def load_target(source: Source) -> TargetSpec:
+    config, _ = read_config(source)
+    return target_from_config(config, label=source.label, where=source.where("config.json"))

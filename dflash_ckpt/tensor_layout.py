@@ -1,0 +1,95 @@
+"""The tensor names and shapes a DFlash draft config implies (DESIGN section 1).
+
+Shared by the header checks and by the reference runtime's loader, so that both agree on what a
+draft is. A shape is ``None`` where the config key it depends on is missing or invalid.
+"""
+
+from __future__ import annotations
+
+from dflash_ckpt.spec import DraftSpec, as_int
+
+Shape = tuple[int, ...] | None
+
+#: Prefix of the DFlash2-only tensors, to tell the generations apart from names alone.
+DFLASH2_MARKERS = ("attention_conv.", "mlp_conv.", "candidate_selector.")
+
+
+def _shape(*dims: int | None) -> Shape:
+    return None if any(d is None for d in dims) else tuple(dims)  # type: ignore[arg-type]
+
+
+def _mul(a: int | None, b: int | None) -> int | None:
+    return None if a is None or b is None else a * b
+
+
+def layer_tensors(spec: DraftSpec, i: int) -> dict[str, Shape]:
+    """The DFlash v1 tensors of draft layer ``i`` (11, or 15 with attention biases)."""
+    d = spec.dims
+    h, hd, inter = d.hidden_size, d.head_dim, d.intermediate_size
+    q_out, kv_out = _mul(d.num_attention_heads, hd), _mul(d.num_key_value_heads, hd)
+    p = f"layers.{i}."
+    out: dict[str, Shape] = {
+        p + "input_layernorm.weight": _shape(h),
+        p + "post_attention_layernorm.weight": _shape(h),
+        p + "self_attn.q_proj.weight": _shape(q_out, h),
+        p + "self_attn.k_proj.weight": _shape(kv_out, h),
+        p + "self_attn.v_proj.weight": _shape(kv_out, h),
+        p + "self_attn.o_proj.weight": _shape(h, q_out),
+        p + "self_attn.q_norm.weight": _shape(hd),
+        p + "self_attn.k_norm.weight": _shape(hd),
+        p + "mlp.gate_proj.weight": _shape(inter, h),
+        p + "mlp.up_proj.weight": _shape(inter, h),
+        p + "mlp.down_proj.weight": _shape(h, inter),
+    }
+    if d.attention_bias:
+        out[p + "self_attn.q_proj.bias"] = _shape(q_out)
+        out[p + "self_attn.k_proj.bias"] = _shape(kv_out)
+        out[p + "self_attn.v_proj.bias"] = _shape(kv_out)
+        out[p + "self_attn.o_proj.bias"] = _shape(h)
+    return out
+
+
+def dflash2_layer_tensors(spec: DraftSpec, i: int) -> dict[str, Shape]:
+    """DFlash2's per-layer convolution tensors."""
+    h = spec.dims.hidden_size
+    ks = as_int(spec.extra_keys["conv_kernel_size"].value)
+    g = as_int(spec.extra_keys["conv_group_size"].value)
+    proj_out = 2 * ks * (h // g) if h and ks and g and h % g == 0 else None
+    p = f"layers.{i}."
+    return {
+        p + "attention_conv.base_kernel": _shape(2, ks, h),
+        p + "mlp_conv.base_kernel": _shape(2, ks, h),
+        p + "attention_conv.kernel_projection.weight": _shape(proj_out, h),
+        p + "mlp_conv.kernel_projection.weight": _shape(proj_out, h),
+    }
+
+
+def dflash2_model_tensors(spec: DraftSpec) -> dict[str, Shape]:
+    """DFlash2's candidate selector (the codebooks have no ``.weight`` suffix in the files)."""
+    h, vocab = spec.dims.hidden_size, spec.dims.vocab_size
+    r = as_int(spec.extra_keys["selector_rank"].value)
+    return {
+        "candidate_selector.hidden_projection.weight": _shape(r, h),
+        "candidate_selector.predecessor_codebook": _shape(vocab, r),
+        "candidate_selector.successor_codebook": _shape(vocab, r),
+    }
+
+
+def expected_tensors(spec: DraftSpec, *, dflash2: bool | None = None) -> dict[str, Shape]:
+    """Every tensor the config implies, ``fc.weight`` first."""
+    h = spec.dims.hidden_size
+    ids = spec.target_layer_ids
+    k = len(ids) if ids else None
+    out: dict[str, Shape] = {
+        "fc.weight": _shape(h, _mul(k, h)),
+        "hidden_norm.weight": _shape(h),
+        "norm.weight": _shape(h),
+    }
+    v2 = spec.generation == "DFlash2" if dflash2 is None else dflash2
+    for i in range(spec.dims.num_hidden_layers or 0):
+        out.update(layer_tensors(spec, i))
+        if v2:
+            out.update(dflash2_layer_tensors(spec, i))
+    if v2:
+        out.update(dflash2_model_tensors(spec))
+    return out

@@ -1,0 +1,104 @@
+"""The weight inventory of a checkpoint: which files, which tensors, with which dtypes and shapes.
+
+Built from safetensors headers alone. Reading problems (a corrupt header, a truncated shard, an
+index naming a missing file) become findings here, because they are discovered while reading;
+what the tensors *mean* is judged later in ``checks.weights``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dflash_ckpt.errors import InputError
+from dflash_ckpt.jsonfile import decode_json_bytes
+from dflash_ckpt.rules import Finding, finding
+from dflash_ckpt.safetensors_header import HeaderError, SafetensorsHeader, TensorInfo, read_header
+from dflash_ckpt.source import Source
+
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+INDEX_SUFFIX = ".safetensors.index.json"
+
+
+@dataclass
+class WeightInventory:
+    safetensors_files: list[str] = field(default_factory=list)
+    pickle_files: list[str] = field(default_factory=list)
+    index_file: str | None = None
+    headers: dict[str, SafetensorsHeader] = field(default_factory=dict)
+    tensors: dict[str, TensorInfo] = field(default_factory=dict)
+    problems: list[Finding] = field(default_factory=list)
+
+    @property
+    def readable(self) -> bool:
+        """Whether every header was read, so that absent tensors are really absent."""
+        return not any(p.code in {"DF203", "DF204", "DF205", "DF207"} for p in self.problems)
+
+
+def load_inventory(source: Source) -> WeightInventory:
+    """Read the index (if any) and every safetensors header of ``source``."""
+    inv = WeightInventory()
+    files = source.list_files()
+    inv.safetensors_files = [f for f in files if f.endswith(".safetensors")]
+    inv.pickle_files = [f for f in files if f.endswith(PICKLE_SUFFIXES)]
+    indexes = [f for f in files if f.endswith(INDEX_SUFFIX)]
+    weight_map: dict[str, str] | None = None
+    if indexes:
+        inv.index_file = "model.safetensors.index.json" if "model.safetensors.index.json" in indexes else indexes[0]
+        weight_map = _read_weight_map(source, inv.index_file, inv.problems)
+
+    if weight_map is not None:
+        shard_names = list(dict.fromkeys(weight_map.values()))
+        present = set(inv.safetensors_files)
+        missing = [s for s in shard_names if s not in present]
+        for shard in missing:
+            count = sum(1 for v in weight_map.values() if v == shard)
+            inv.problems.append(finding(
+                "DF205",
+                f"{source.where(inv.index_file)}: names shard {shard} ({count} tensors), which is "
+                "not in the checkpoint; download it",
+            ))
+        to_read = [s for s in shard_names if s in present]
+    else:
+        to_read = inv.safetensors_files
+
+    for name in to_read:
+        try:
+            header = read_header(source, name)
+        except HeaderError as err:
+            inv.problems.append(finding(err.code, err.message))
+            continue
+        except InputError as err:
+            inv.problems.append(finding("DF203", err.message))
+            continue
+        inv.headers[name] = header
+        for tname, info in header.tensors.items():
+            inv.tensors.setdefault(tname, info)
+
+    if weight_map is not None:
+        for tname, shard in weight_map.items():
+            header = inv.headers.get(shard)
+            if header is not None and tname not in header.tensors:
+                inv.problems.append(finding(
+                    "DF206",
+                    f"{source.where(inv.index_file)}: maps {tname} to {shard}, whose header has "
+                    "no such tensor; re-download index and shards together",
+                ))
+    return inv
+
+
+def _read_weight_map(source: Source, index_file: str, problems: list[Finding]) -> dict[str, str] | None:
+    where = source.where(index_file)
+    try:
+        data = decode_json_bytes(source.read_json_bytes(index_file), where)
+    except InputError as err:
+        problems.append(finding("DF207", err.message))
+        return None
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
+    ):
+        problems.append(finding(
+            "DF207", f"{where}: key 'weight_map' must be an object of tensor name -> shard file"
+        ))
+        return None
+    return weight_map
