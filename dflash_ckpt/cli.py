@@ -116,13 +116,26 @@ def _register_optional_commands() -> None:
 _register_optional_commands()
 
 
-def main() -> None:
-    """Console entry point: user errors become one line on stderr and their exit code."""
+def run(argv: list[str] | None = None) -> int:
+    """Run the CLI and return its exit code; user errors become one line on stderr.
+
+    Tests call this in-process; ``main`` is the console script. Usage errors are the parser's
+    (exit 2); a ``DFlashCkptError`` from any command is printed as one line, never a traceback.
+    """
     try:
-        app()
+        app(args=argv, prog_name="dflash-ckpt")
+    except SystemExit as exc:
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
     except DFlashCkptError as err:
         print(f"error: {err}", file=sys.stderr)
-        sys.exit(err.exit_code)
+        return err.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        sys.exit(130)
+        return 130
+    return 0
+
+
+def main() -> None:
+    """Console entry point."""
+    sys.exit(run())

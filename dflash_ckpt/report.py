@@ -19,8 +19,8 @@ SOURCE_TEXT = {"dflash_config": "dflash_config", "top_level": "top level", "miss
 
 
 def make_console(stderr: bool = False) -> Console:
-    """A console that does not wrap JSON or one-line errors into the terminal width."""
-    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+    """A console whose plain lines never wrap (one-line messages stay one line); tables fit the width."""
+    return Console(stderr=stderr, highlight=False, soft_wrap=True)
 
 
 def print_json(doc: Any) -> None:

@@ -263,3 +263,28 @@ def open_source(
     from dflash_ckpt.hub import open_hub_source  # noqa: PLC0415 - only Hub arguments pay for it
 
     return open_hub_source(ref, token=token, role=role)
+
+
+def local_folder(
+    arg: str,
+    *,
+    revision: str | None = None,
+    token: str | None = None,
+    role: str = "draft",
+    allow_patterns: list[str] | None = None,
+) -> tuple[Path, str]:
+    """A folder on this machine holding the checkpoint, and its label for messages.
+
+    For ``normalize`` and ``smoke-run``, which need real files: a local folder is returned as
+    is; a Hub repo id is downloaded (only ``allow_patterns``) into the Hugging Face cache, or
+    taken from it, and its snapshot folder returned.
+    """
+    src = open_source(arg, revision=revision, token=token, role=role) if looks_like_path(arg) or Path(arg).expanduser().exists() else None
+    if src is not None:
+        return src.local_dir, src.label  # type: ignore[return-value]
+    ref = parse_repo_ref(arg, revision)
+    if ref is None:
+        raise InputError(f"{arg}: no such folder; give a local {role} folder or a Hub repo id (org/name)", code="DF001")
+    from dflash_ckpt.hub import download_snapshot  # noqa: PLC0415
+
+    return download_snapshot(ref, token=token, role=role, allow_patterns=allow_patterns), ref.label

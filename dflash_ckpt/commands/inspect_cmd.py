@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from dflash_ckpt.errors import DFlashCkptError
 from dflash_ckpt.inspection import InspectResult, inspect_sources
 from dflash_ckpt.report import make_console, print_json, render_result, render_summary
@@ -38,7 +40,7 @@ def run_inspect(
     if len(results) == 1:
         res = results[0]
         if res.fatal is not None:
-            make_console(stderr=True).print(f"error: {res.fatal}", markup=False)
+            print(f"error: {res.fatal}", file=sys.stderr)
         else:
             render_result(console, res, quiet=quiet, strict=strict)
     else:

@@ -1,0 +1,71 @@
+"""Shared test helpers: the fixture tree (built once per session) and two ways to run the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "fixtures"))
+
+import make_fixtures  # noqa: E402
+
+
+@dataclass
+class CliResult:
+    code: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+
+@pytest.fixture(scope="session")
+def fixtures_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every fixture of fixtures/make_fixtures.py, built into a temporary folder."""
+    return make_fixtures.build_all(tmp_path_factory.mktemp("fixtures") / "build")
+
+
+@pytest.fixture(scope="session")
+def published() -> dict[str, Any]:
+    """fixtures/published/index.json: published draft name -> its target and dimensions."""
+    return make_fixtures.published_index()
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 600) -> CliResult:
+    """Run ``python -m dflash_ckpt ARGS`` in a fresh process, as a user would."""
+    full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
+    proc = subprocess.run(
+        [sys.executable, "-m", "dflash_ckpt", *args],
+        capture_output=True, text=True, env=full_env, cwd=cwd, timeout=timeout,
+    )
+    return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
+    """Run the CLI in this process (fast; lets a test monkeypatch the file system)."""
+    from dflash_ckpt.cli import run
+
+    monkeypatch.setenv("COLUMNS", "200")
+
+    def invoke(*args: str) -> CliResult:
+        capsys.readouterr()
+        code = run(list(args))
+        out = capsys.readouterr()
+        return CliResult(code, out.out, out.err)
+
+    return invoke
+
+
+def no_traceback(res: CliResult) -> None:
+    """Errors are one line, never a Python traceback."""
+    assert "Traceback" not in res.stderr and "Traceback" not in res.stdout, res.stderr
