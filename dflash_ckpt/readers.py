@@ -31,10 +31,6 @@ TOP_THEN_NESTED: Order = (TOP_LEVEL, NESTED)
 _PLACE = {NESTED: "dflash_config", TOP_LEVEL: "the top level"}
 
 
-def _where(order: Order) -> str:
-    return " then ".join(_PLACE[p] for p in order) if len(order) > 1 else _PLACE[order[0]] + " only"
-
-
 class _Reading:
     """Collects what one reader sees, its blocking problems and its caveats."""
 
@@ -58,8 +54,12 @@ class _Reading:
                 self.notes.append(f"reads {key}={raw} from {_PLACE[place]}, ignoring the conflicting {other}")
             return raw
         if required:
-            missing_from = "dflash_config" if order == NESTED_ONLY else "the top level" if order == TOP_ONLY else "either place"
-            self.problems.append(f"needs {key} in {_where(order)}, and it is missing from {missing_from}")
+            if len(order) > 1:
+                self.problems.append(f"{key} is in neither dflash_config nor the top level")
+            else:
+                elsewhere = rk.at(TOP_LEVEL if order[0] == NESTED else NESTED)
+                there = f" (it is only in {_PLACE[TOP_LEVEL if order[0] == NESTED else NESTED]})" if elsewhere is not ABSENT else ""
+                self.problems.append(f"reads {key} only from {_PLACE[order[0]]}, where it is absent{there}")
         return None
 
     def verdict(self, ok_text: str = "loads as is") -> Verdict:
@@ -160,12 +160,12 @@ class Reader:
 
 
 READERS: tuple[Reader, ...] = (
-    Reader("zlab-legacy", "z-lab reference (older transformers snapshot)", _zlab_legacy),
-    Reader("zlab", "z-lab reference (newer main)", _zlab),
+    Reader("zlab-legacy", "z-lab (older)", _zlab_legacy),
+    Reader("zlab", "z-lab (main)", _zlab),
     Reader("sglang", "SGLang", _sglang),
     Reader("vllm", "vLLM", _vllm),
     Reader("lmdeploy", "lmdeploy 0.18", _lmdeploy),
-    Reader("speculators", "speculators convert", _speculators),
+    Reader("speculators", "speculators", _speculators),
 )
 
 

@@ -89,11 +89,11 @@ def _summary_line(res: InspectResult, strict: bool) -> str:
 
 
 def render_errors(console: Console, results: Iterable[InspectResult], *, strict: bool = False) -> None:
-    """One line per error (and, with ``strict``, per warning): ``label: CODE message``."""
+    """One line per error (and, with ``strict``, per warning); every message names its file."""
     for res in results:
         for f in res.findings:
             if f.severity == Severity.ERROR or strict and f.severity == Severity.WARNING:
-                console.print(f"{escape(res.label)}: {f.code} {f.severity.value}: {escape(f.message)}")
+                console.print(f"{f.code} {f.severity.value}: {escape(f.message)}")
 
 
 def render_summary(console: Console, results: list[InspectResult], *, quiet: bool = False, strict: bool = False) -> None:
@@ -101,7 +101,7 @@ def render_summary(console: Console, results: list[InspectResult], *, quiet: boo
     if not quiet:
         table = Table(title="DFlash drafts", title_justify="left", show_edge=False)
         for col in ("draft", "layout", "generation", "block", "taps", "errors", "warnings", "readers", "status"):
-            table.add_column(col, no_wrap=col not in ("draft",))
+            table.add_column(col, no_wrap=col != "draft", overflow="fold")
         for res in results:
             d = res.draft
             loads = sum(1 for v in res.readers.values() if v.loads)

@@ -27,6 +27,13 @@ class WeightInventory:
     headers: dict[str, SafetensorsHeader] = field(default_factory=dict)
     tensors: dict[str, TensorInfo] = field(default_factory=dict)
     problems: list[Finding] = field(default_factory=list)
+    #: file name -> how to name it in a message (its path, or ``repo:file``)
+    where: dict[str, str] = field(default_factory=dict)
+
+    def where_of(self, tensor: str) -> str | None:
+        """The file holding ``tensor``, as messages name it."""
+        info = self.tensors.get(tensor)
+        return self.where.get(info.file) if info else None
 
     @property
     def readable(self) -> bool:
@@ -40,6 +47,7 @@ def load_inventory(source: Source) -> WeightInventory:
     files = source.list_files()
     inv.safetensors_files = [f for f in files if f.endswith(".safetensors")]
     inv.pickle_files = [f for f in files if f.endswith(PICKLE_SUFFIXES)]
+    inv.where = {f: source.where(f) for f in inv.safetensors_files}
     indexes = [f for f in files if f.endswith(INDEX_SUFFIX)]
     weight_map: dict[str, str] | None = None
     if indexes:

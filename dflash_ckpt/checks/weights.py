@@ -37,6 +37,7 @@ def check_weights(spec: DraftSpec) -> list[Finding]:
         return out
 
     names, prefix = _strip_prefix(list(inv.tensors))
+    fc_file = inv.where_of(names.get("fc.weight", "fc.weight"))
     if prefix:
         out.append(finding(
             "DF216",
@@ -69,7 +70,7 @@ def check_weights(spec: DraftSpec) -> list[Finding]:
         ))
     expected = expected_tensors(spec, dflash2=v2_config and has_v2)
 
-    out += _check_fc(spec, shapes)
+    out += _check_fc(spec, shapes, fc_file or label)
     missing = [n for n in expected if n not in shapes and n != "fc.weight"]
     if missing and inv.readable:
         out.append(finding("DF212", f"{label}: missing {len(missing)} tensor(s): {_list(missing)}"))
@@ -100,7 +101,7 @@ def _strip_prefix(names: list[str]) -> tuple[dict[str, str], str]:
     return {n: n for n in names}, ""
 
 
-def _check_fc(spec: DraftSpec, shapes: dict[str, tuple[int, ...]]) -> list[Finding]:
+def _check_fc(spec: DraftSpec, shapes: dict[str, tuple[int, ...]], where: str) -> list[Finding]:
     label = spec.label
     fc = shapes.get("fc.weight")
     if fc is None:
@@ -109,19 +110,18 @@ def _check_fc(spec: DraftSpec, shapes: dict[str, tuple[int, ...]]) -> list[Findi
         return []
     h = spec.dims.hidden_size
     ids = spec.target_layer_ids
-    if h is None:
-        return []
+    if h is None or not ids:
+        return []  # DF101/DF110/DF111 already say what is wrong with target_layer_ids
     implied = fc[1] // h if len(fc) == 2 and fc[0] == h and fc[1] % h == 0 else None
-    if ids and tuple(fc) == (h, len(ids) * h):
+    if tuple(fc) == (h, len(ids) * h):
         return []
     if implied is not None:
-        k = len(ids) if ids else "unknown"
         return [finding(
             "DF211",
-            f"{label}: fc.weight is {list(fc)}, which implies {implied} tap layers, but "
-            f"target_layer_ids has {k}; restore the {implied} trained tap layers",
+            f"{where}: fc.weight is {list(fc)}, which implies {implied} tap layers, but "
+            f"target_layer_ids has {len(ids)}; restore the {implied} trained tap layers",
         )]
-    return [finding("DF211", f"{label}: fc.weight is {list(fc)}; expected [{h}, k*{h}] (hidden_size {h})")]
+    return [finding("DF211", f"{where}: fc.weight is {list(fc)}; expected [{h}, k*{h}] (hidden_size {h})")]
 
 
 def _check_dtypes(label: str, inv: WeightInventory) -> list[Finding]:
