@@ -72,20 +72,19 @@ def rules(
     json_out: bool = JsonOpt,
 ) -> None:
     """List the checks with their codes, or explain one with its fix."""
-    from dflash_ckpt.report import make_console, print_json, render_rule, render_rules, rule_json
+    from dflash_ckpt.inspection import print_json
     from dflash_ckpt.rules import RULES
 
-    if code is None:
-        if json_out:
-            print_json([rule_json(r) for r in RULES.values()])
-        else:
-            render_rules(make_console(), RULES.values())
-        return
-    rule = RULES.get(code.upper())
-    if rule is None:
+    rule = None if code is None else RULES.get(code.upper())
+    if code is not None and rule is None:
         raise typer.BadParameter(f"unknown rule {code!r}; `dflash-ckpt rules` lists them", param_hint="CODE")
     if json_out:
-        print_json(rule_json(rule))
+        print_json([r.to_json() for r in RULES.values()] if rule is None else rule.to_json())
+        return
+    from dflash_ckpt.report import make_console, render_rule, render_rules
+
+    if rule is None:
+        render_rules(make_console(), RULES.values())
     else:
         render_rule(make_console(), rule)
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+import sys
 from typing import Any
 
 from dflash_ckpt.checks import run_checks
@@ -16,15 +17,17 @@ from dflash_ckpt.spec import DraftSpec, TargetSpec, load_draft, load_target
 JSON_SCHEMA_VERSION = 1
 
 
-@dataclass
 class InspectResult:
-    label: str
-    draft: DraftSpec | None = None
-    target: TargetSpec | None = None
-    findings: list[Finding] = field(default_factory=list)
-    readers: dict[str, Verdict] = field(default_factory=dict)
-    fatal: DFlashCkptError | None = None
-    bytes_read: int = 0
+    """The outcome of inspecting one draft: what was read, what was found, what engines will do."""
+
+    def __init__(self, label: str, fatal: DFlashCkptError | None = None) -> None:
+        self.label = label
+        self.draft: DraftSpec | None = None
+        self.target: TargetSpec | None = None
+        self.findings: list[Finding] = []
+        self.readers: dict[str, Verdict] = {}
+        self.fatal = fatal
+        self.bytes_read = 0
 
     def count(self, severity: Severity) -> int:
         return sum(1 for f in self.findings if f.severity == severity)
@@ -56,6 +59,11 @@ class InspectResult:
             "counts": {s.value: self.count(s) for s in Severity},
             "bytes_read": self.bytes_read,
         }
+
+
+def print_json(doc: Any) -> None:
+    """One JSON document on stdout (rich is not imported on the machine-readable path)."""
+    sys.stdout.write(json.dumps(doc, indent=2) + "\n")
 
 
 def inspect_sources(draft_src: Source, target_src: Source | None = None) -> InspectResult:

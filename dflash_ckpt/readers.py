@@ -7,14 +7,12 @@ models are deliberately small: they encode the lookup order the engines document
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from dflash_ckpt.spec import ABSENT, NESTED, TOP_LEVEL, DraftSpec, TargetSpec, as_int, as_int_list, same_json
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(NamedTuple):
     loads: bool
     reason: str
 
@@ -152,8 +150,7 @@ def _speculators(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
     return r.verdict()
 
 
-@dataclass(frozen=True)
-class Reader:
+class Reader(NamedTuple):
     key: str
     title: str
     judge: Callable[[DraftSpec, TargetSpec | None], Verdict]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from typing import Any, Iterable
 
 from rich.console import Console
@@ -21,10 +20,6 @@ SOURCE_TEXT = {"dflash_config": "dflash_config", "top_level": "top level", "miss
 def make_console(stderr: bool = False) -> Console:
     """A console whose plain lines never wrap (one-line messages stay one line); tables fit the width."""
     return Console(stderr=stderr, highlight=False, soft_wrap=True)
-
-
-def print_json(doc: Any) -> None:
-    sys.stdout.write(json.dumps(doc, indent=2) + "\n")
 
 
 def _fmt(value: Any) -> str:
@@ -140,15 +135,4 @@ def render_rule(console: Console, rule: Rule) -> None:
     console.print(f"[bold]Fix:[/] {escape(rule.fix)}")
 
 
-def rule_json(rule: Rule) -> dict[str, str]:
-    return {
-        "code": rule.code,
-        "name": rule.name,
-        "severity": rule.severity.value,
-        "summary": rule.summary,
-        "explanation": rule.explanation,
-        "fix": rule.fix,
-    }
-
-
-__all__ = ["RULES", "make_console", "print_json", "render_result", "render_rule", "render_rules", "render_summary"]
+__all__ = ["RULES", "make_console", "render_result", "render_rule", "render_rules", "render_summary"]

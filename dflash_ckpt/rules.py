@@ -7,8 +7,8 @@ DF4xx running the pair (smoke-run).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
+from typing import NamedTuple
 
 
 class Severity(str, Enum):
@@ -21,8 +21,7 @@ class Severity(str, Enum):
         return {"error": 2, "warning": 1, "info": 0}[self.value]
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(NamedTuple):
     code: str
     name: str
     severity: Severity
@@ -30,9 +29,18 @@ class Rule:
     explanation: str
     fix: str
 
+    def to_json(self) -> dict[str, str]:
+        return {
+            "code": self.code,
+            "name": self.name,
+            "severity": self.severity.value,
+            "summary": self.summary,
+            "explanation": self.explanation,
+            "fix": self.fix,
+        }
 
-@dataclass(frozen=True)
-class Finding:
+
+class Finding(NamedTuple):
     """One problem (or fact) found in a checkpoint: a rule's code, its severity and a message."""
 
     code: str

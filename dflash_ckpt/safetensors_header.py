@@ -11,8 +11,7 @@ from __future__ import annotations
 import json
 import math
 import struct
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from dflash_ckpt.errors import InputError
 from dflash_ckpt.source import Source
@@ -39,8 +38,7 @@ class HeaderError(Exception):
         self.message = message
 
 
-@dataclass(frozen=True)
-class TensorInfo:
+class TensorInfo(NamedTuple):
     name: str
     dtype: str
     shape: tuple[int, ...]
@@ -53,13 +51,15 @@ class TensorInfo:
         return math.prod(self.shape)
 
 
-@dataclass
 class SafetensorsHeader:
-    file: str
-    file_size: int
-    header_len: int
-    tensors: dict[str, TensorInfo] = field(default_factory=dict)
-    metadata: dict[str, Any] | None = None
+    """The parsed header of one file: its tensors and the sizes the truncation check needs."""
+
+    def __init__(self, file: str, file_size: int, header_len: int) -> None:
+        self.file = file
+        self.file_size = file_size
+        self.header_len = header_len
+        self.tensors: dict[str, TensorInfo] = {}
+        self.metadata: dict[str, Any] | None = None
 
     @property
     def data_len(self) -> int:

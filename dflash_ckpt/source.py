@@ -12,8 +12,8 @@ import os
 import re
 import stat
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from dflash_ckpt.errors import InputError
 
@@ -186,8 +186,7 @@ def cached_snapshot(repo_id: str, revision: str | None) -> Path | None:
     return snap if snap.is_dir() else None
 
 
-@dataclass(frozen=True)
-class RepoRef:
+class RepoRef(NamedTuple):
     """A Hub repo id with an optional revision, parsed from ``org/name[@rev]``."""
 
     repo_id: str

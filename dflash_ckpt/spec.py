@@ -8,8 +8,7 @@ and nothing is ever guessed: a key absent from both places resolves to ``missing
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from dflash_ckpt.jsonfile import decode_json_bytes, require_object
 from dflash_ckpt.source import Source
@@ -40,8 +39,7 @@ def same_json(a: Any, b: Any) -> bool:
     return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
-@dataclass(frozen=True)
-class ResolvedKey:
+class ResolvedKey(NamedTuple):
     """One DFlash key: the value a nested-first reader sees, where it came from, both raw values."""
 
     name: str
@@ -95,8 +93,7 @@ def as_int_list(value: Any) -> list[int] | None:
     return None
 
 
-@dataclass
-class DraftDims:
+class DraftDims(NamedTuple):
     """The shape-bearing keys of a draft config (``None`` where missing or invalid)."""
 
     hidden_size: int | None
@@ -107,7 +104,8 @@ class DraftDims:
     intermediate_size: int | None
     vocab_size: int | None
     attention_bias: bool
-    invalid: dict[str, Any] = field(default_factory=dict)
+    #: key -> the offending raw value (``ABSENT`` when missing)
+    invalid: dict[str, Any]
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> DraftDims:
@@ -147,18 +145,29 @@ class DraftDims:
         )
 
 
-@dataclass
 class DraftSpec:
     """Everything known about a draft before any check runs."""
 
-    label: str
-    where: str
-    config: dict[str, Any]
-    keys: dict[str, ResolvedKey]
-    extra_keys: dict[str, ResolvedKey]
-    dims: DraftDims
-    weights: WeightInventory | None = None
-    raw: bytes | None = None
+    def __init__(
+        self,
+        *,
+        label: str,
+        where: str,
+        config: dict[str, Any],
+        keys: dict[str, ResolvedKey],
+        extra_keys: dict[str, ResolvedKey],
+        dims: DraftDims,
+        weights: WeightInventory | None = None,
+        raw: bytes | None = None,
+    ) -> None:
+        self.label = label
+        self.where = where
+        self.config = config
+        self.keys = keys
+        self.extra_keys = extra_keys
+        self.dims = dims
+        self.weights = weights
+        self.raw = raw
 
     @property
     def dflash_config(self) -> dict[str, Any] | None:
@@ -270,9 +279,8 @@ def load_draft(source: Source, *, with_weights: bool = True) -> DraftSpec:
     return build_spec(config, label=source.label, where=source.where("config.json"), weights=weights, raw=raw)
 
 
-@dataclass
-class TargetSpec:
-    """The dimensions of a target model that a draft must agree with."""
+class TargetSpec(NamedTuple):
+    """The dimensions of a target model that a draft must agree with (raw values, checked later)."""
 
     label: str
     where: str

@@ -7,8 +7,6 @@ what the tensors *mean* is judged later in ``checks.weights``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from dflash_ckpt.errors import InputError
 from dflash_ckpt.jsonfile import decode_json_bytes
 from dflash_ckpt.rules import Finding, finding
@@ -19,16 +17,18 @@ PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 INDEX_SUFFIX = ".safetensors.index.json"
 
 
-@dataclass
 class WeightInventory:
-    safetensors_files: list[str] = field(default_factory=list)
-    pickle_files: list[str] = field(default_factory=list)
-    index_file: str | None = None
-    headers: dict[str, SafetensorsHeader] = field(default_factory=dict)
-    tensors: dict[str, TensorInfo] = field(default_factory=dict)
-    problems: list[Finding] = field(default_factory=list)
-    #: file name -> how to name it in a message (its path, or ``repo:file``)
-    where: dict[str, str] = field(default_factory=dict)
+    """What the safetensors headers say, and what went wrong reading them."""
+
+    def __init__(self) -> None:
+        self.safetensors_files: list[str] = []
+        self.pickle_files: list[str] = []
+        self.index_file: str | None = None
+        self.headers: dict[str, SafetensorsHeader] = {}
+        self.tensors: dict[str, TensorInfo] = {}
+        self.problems: list[Finding] = []
+        #: file name -> how to name it in a message (its path, or ``repo:file``)
+        self.where: dict[str, str] = {}
 
     def where_of(self, tensor: str) -> str | None:
         """The file holding ``tensor``, as messages name it."""

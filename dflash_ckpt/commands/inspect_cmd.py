@@ -5,8 +5,7 @@ from __future__ import annotations
 import sys
 
 from dflash_ckpt.errors import DFlashCkptError
-from dflash_ckpt.inspection import InspectResult, inspect_sources
-from dflash_ckpt.report import make_console, print_json, render_result, render_summary
+from dflash_ckpt.inspection import InspectResult, inspect_sources, print_json
 from dflash_ckpt.source import Source, open_source
 
 
@@ -36,6 +35,8 @@ def run_inspect(
                 "results": [r.to_json(strict) for r in results],
             })
         return code
+    from dflash_ckpt.report import make_console, render_result, render_summary  # rich: people only
+
     console = make_console()
     if len(results) == 1:
         res = results[0]

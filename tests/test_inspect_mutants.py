@@ -1,0 +1,87 @@
+"""Every mutated fixture fails (or warns) with exactly the rule code it was built to trigger."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import no_traceback, run_cli
+from dflash_ckpt.rules import RULES, Severity
+
+MANIFEST_ROOT = None
+
+
+def _manifest(root: Path) -> dict[str, dict[str, str]]:
+    return json.loads((root / "mutants/manifest.json").read_text())
+
+
+def _names() -> list[str]:
+    import make_fixtures
+
+    names = [f"{code}" for code in make_fixtures.MUTANTS] + list(make_fixtures.PAIR_TARGETS) + ["DF307-tap-last-layer"]
+    return names
+
+
+@pytest.mark.parametrize("name", _names())
+def test_mutant_triggers_its_code(fixtures_root: Path, name: str) -> None:
+    entry = _manifest(fixtures_root)[name]
+    root = fixtures_root / "mutants"
+    draft = root / entry.get("draft", name)
+    code = entry["code"]
+    res = run_cli("inspect", str(draft), "--target", str(root / entry["target"]), "--json")
+    no_traceback(res)
+    doc = res.json()
+    codes = [f["code"] for f in doc["findings"]]
+    assert code in codes, (code, doc["findings"])
+    rule = RULES[code]
+    if code.startswith("DF0"):
+        assert res.code == 2 and doc["error"]["code"] == code
+    elif rule.severity == Severity.ERROR:
+        assert res.code == 1 and doc["ok"] is False
+    else:
+        assert res.code == 0 and doc["ok"] is True
+        strict = run_cli("inspect", str(draft), "--target", str(root / entry["target"]), "--strict", "--json")
+        assert strict.code == (1 if rule.severity == Severity.WARNING else 0)
+    # a mutant carries one defect: no unrelated error rides along
+    unrelated_errors = {f["code"] for f in doc["findings"] if f["severity"] == "error"} - {code}
+    allowed = {"DF114": {"DF306"}, "DF122": {"DF304"}, "DF304": {"DF303"}, "DF306": {"DF301"}}
+    assert unrelated_errors <= allowed.get(code, set()), unrelated_errors
+
+
+def test_base_mutant_is_clean(fixtures_root: Path) -> None:
+    root = fixtures_root / "mutants"
+    res = run_cli("inspect", str(root / "base"), "--target", str(root / "targets/small"), "--json", "--strict")
+    assert res.code == 0, res.stdout
+    assert {f["code"] for f in res.json()["findings"]} == {"DF220"}
+
+
+def test_every_rule_below_df400_has_a_fixture() -> None:
+    """Each inspect rule can fire: a fixture exists for it (DF220 fires on every draft)."""
+    covered = {n[:5] for n in _names()} | {"DF220"}
+    inspect_rules = {c for c in RULES if c < "DF400"}
+    assert inspect_rules - covered == set()
+
+
+def test_fc_mismatch_names_the_implied_k(fixtures_root: Path) -> None:
+    res = run_cli("inspect", str(fixtures_root / "mutants/DF211-fc-four-taps"), "-q")
+    assert res.code == 1
+    line = res.stdout.strip()
+    assert "\n" not in line
+    assert "implies 4 tap layers" in line and "has 3" in line and "model.safetensors" in line
+
+
+def test_plus_one_ids_get_the_convention_hint(fixtures_root: Path) -> None:
+    res = run_cli("inspect", str(fixtures_root / "mutants/DF114-layer-ids-plus-one"), "--json")
+    msg = next(f["message"] for f in res.json()["findings"] if f["code"] == "DF114")
+    assert "subtract 1" in msg and "[1, 3, 7]" in msg
+
+
+def test_conflict_names_both_values(fixtures_root: Path) -> None:
+    res = run_cli("inspect", str(fixtures_root / "mutants/DF103-block-size-conflict"), "--json")
+    doc = res.json()
+    msg = next(f["message"] for f in doc["findings"] if f["code"] == "DF103")
+    assert "16 in dflash_config" in msg and "8 at the top level" in msg
+    assert doc["sources"]["block_size"] == "conflict"
+    assert doc["resolved"]["block_size"] == 16
