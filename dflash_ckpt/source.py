@@ -136,10 +136,18 @@ class LocalSource(Source):
 
     def read(self, name: str, offset: int = 0, length: int | None = None) -> bytes:
         try:
-            with open(self.path(name), "rb") as fh:
-                if offset:
-                    fh.seek(offset)
-                data = fh.read() if length is None else fh.read(length)
+            # Unbuffered: a buffered reader would pull a whole block to return an 8-byte length.
+            with open(self.path(name), "rb", buffering=0) as fh:
+                if length is None:
+                    length = os.fstat(fh.fileno()).st_size - offset
+                chunks, got = [], 0
+                while got < length:
+                    chunk = os.pread(fh.fileno(), length - got, offset + got)
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+                    got += len(chunk)
+                data = b"".join(chunks)
         except OSError as err:
             raise InputError(describe_os_error(err, self.where(name)), code="DF001") from None
         self.bytes_read += len(data)

@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""How much `dflash-ckpt inspect` costs on a published-size draft: time, memory, bytes read.
+
+    python benchmarks/bench_inspect.py [--repeat 21]
+
+It builds the fixtures (sparse safetensors with real headers: a Qwen3.6-27B draft is 3.5 GB on
+paper and a few KB on disk) into a temporary folder, then measures, interleaving the commands so
+that machine noise hits all of them alike:
+
+- wall time of `python -c "import typer, rich"` (the floor any typer+rich CLI pays) against
+  `python -m dflash_ckpt inspect DRAFT --target TARGET`, human and --json output; the claim is
+  inspect <= 2x the floor;
+- peak RSS of inspect (claim: under 80 MB) and that torch was never imported;
+- bytes read from the checkpoint, for the same draft in 1 file and in 16 shards: the counter of
+  the tool's own reads, and the process's `rchar` from /proc (every byte it read, Python's own
+  modules included) so the figure does not rest on the tool's word alone.
+
+The package is byte-compiled first, as `pip install` does: this machine sets
+PYTHONDONTWRITEBYTECODE, and without .pyc files every run would also time the compiler.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "fixtures"))
+
+import make_fixtures  # noqa: E402
+
+DRAFT = "Qwen3.6-27B-DFlash"
+TARGET = "Qwen3.6-27B"
+
+MEASURE_READS = """
+import contextlib, io, json, sys
+from dflash_ckpt.cli import run
+buf = io.StringIO()
+with contextlib.redirect_stdout(buf):
+    code = run(sys.argv[1:])
+io_stats = dict(line.split(": ") for line in open("/proc/self/io").read().splitlines())
+print(json.dumps({"code": code, "rchar": int(io_stats["rchar"]),
+                  "bytes_read": json.loads(buf.getvalue())["bytes_read"],
+                  "torch": "torch" in sys.modules}))
+"""
+
+
+def timed(cmd: list[str]) -> tuple[float, int]:
+    """Wall seconds and peak RSS (KiB) of one run of ``cmd``."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    elapsed = time.perf_counter() - start
+    if os.waitstatus_to_exitcode(status) not in (0, 1):
+        raise SystemExit(f"{' '.join(cmd)} failed")
+    return elapsed, usage.ru_maxrss
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=21)
+    args = parser.parse_args()
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "dflash_ckpt")], check=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = make_fixtures.build_all(Path(tmp) / "build")
+        single = out / "drafts" / DRAFT
+        sharded = out / "drafts" / f"{DRAFT}-sharded"
+        target = out / "targets" / TARGET
+        py = sys.executable
+        cmds = {
+            "import typer, rich": [py, "-c", "import typer, rich"],
+            "inspect (report)": [py, "-m", "dflash_ckpt", "inspect", str(sharded), "--target", str(target)],
+            "inspect --json": [py, "-m", "dflash_ckpt", "inspect", str(sharded), "--target", str(target), "--json"],
+        }
+        times: dict[str, list[float]] = {k: [] for k in cmds}
+        rss: dict[str, int] = {k: 0 for k in cmds}
+        for _ in range(args.repeat):
+            for name, cmd in cmds.items():
+                t, r = timed(cmd)
+                times[name].append(t)
+                rss[name] = max(rss[name], r)
+        floor = statistics.median(times["import typer, rich"])
+        print(f"draft: {DRAFT}, 16 shards, {sum(p.stat().st_size for p in sharded.glob('*.safetensors')) / 2**30:.2f} GiB apparent")
+        print(f"{'command':<22}{'median ms':>10}{'min ms':>9}{'x floor':>9}{'peak RSS MB':>13}")
+        for name in cmds:
+            med = statistics.median(times[name])
+            print(f"{name:<22}{med * 1e3:>10.1f}{min(times[name]) * 1e3:>9.1f}{med / floor:>9.2f}{rss[name] / 1024:>13.1f}")
+
+        print()
+        print(f"{'layout':<10}{'apparent bytes':>16}{'headers+jsons':>14}{'tool read':>11}{'rchar':>11}")
+        rchars = {}
+        for name, folder in (("1 file", single), ("16 shards", sharded)):
+            res = subprocess.run([py, "-c", MEASURE_READS, "inspect", str(folder), "--target", str(target), "--json"],
+                                 capture_output=True, text=True, check=True)
+            doc = json.loads(res.stdout)
+            assert not doc["torch"], "inspect imported torch"
+            shards = list(folder.glob("*.safetensors"))
+            headers = sum(8 + int.from_bytes(p.open("rb").read(8), "little") for p in shards)
+            small = sum(p.stat().st_size for p in [*folder.glob("*.json"), target / "config.json"])
+            apparent = sum(p.stat().st_size for p in shards)
+            rchars[name] = doc["rchar"]
+            print(f"{name:<10}{apparent:>16,}{headers + small:>14,}{doc['bytes_read']:>11,}{doc['rchar']:>11,}")
+        print(f"rchar difference 16 shards - 1 file: {rchars['16 shards'] - rchars['1 file']:,} bytes "
+              "(15 more headers and the index; the weights are never read)")
+        print("torch imported by inspect: no")
+
+
+if __name__ == "__main__":
+    main()
