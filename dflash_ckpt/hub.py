@@ -1,24 +1,58 @@
-"""Hub repo ids: the local Hugging Face cache first, then (unless offline) the network."""
+"""Hub repo ids (``org/name[@rev]``): the local Hugging Face cache first, then the network.
+
+``open_hub_source`` is what ``inspect`` reads through: config and index through huggingface_hub,
+safetensors headers with range requests, never tensor data. ``download_snapshot`` is what
+``normalize`` and ``smoke-run`` use, which need real files: ``snapshot_download`` of the files
+they name, with progress bars.
+
+What reaches the network:
+- with ``HF_HUB_OFFLINE=1``: nothing, ever; the cache answers or the command fails in one line;
+- with a commit id as revision and the repo's listing cached: nothing, files are immutable;
+- otherwise one repo-info request pins the branch or tag to a commit (and records it in
+  ``refs/`` like huggingface_hub does), then only what the cache lacks is fetched. When the Hub
+  cannot be reached (after retries) and the cache knows the revision, the cache is used, with a
+  warning on stderr.
+"""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
-from dflash_ckpt.errors import InputError
-from dflash_ckpt.source import LocalSource, RepoRef, Source, cached_snapshot, hf_hub_cache, hf_offline
+from dflash_ckpt.hub_cache import RepoCache, RepoListing, is_commit
+from dflash_ckpt.hub_errors import HubContext, HubError
+from dflash_ckpt.source import LocalSource, RepoRef, Source
 
 
 def open_hub_source(ref: RepoRef, *, token: str | None = None, role: str = "draft") -> Source:
-    """A source for ``ref``: its cached snapshot when that holds a ``config.json``."""
-    snap = cached_snapshot(ref.repo_id, ref.revision)
-    if snap is not None and (snap / "config.json").exists():
-        return LocalSource(snap, label=ref.label, kind="cache")
-    hint = " (HF_HUB_OFFLINE is set)" if hf_offline() else ""
-    raise InputError(
-        f"{ref.label}: {role} repo is not in the local Hugging Face cache at {hf_hub_cache()}"
-        f"{hint}; download it first (hf download {ref.repo_id} config.json) or give a local folder",
-        code="DF001",
-    )
+    """A source for ``ref`` that reads configs and safetensors headers, from the cache or the Hub."""
+    from dflash_ckpt.hub_net import HubClient, HubSettings, fetch_listing, resolve_token  # noqa: PLC0415
+    from dflash_ckpt.hub_source import HubSource  # noqa: PLC0415
+
+    settings = HubSettings.from_env()
+    cache = RepoCache(settings.cache_dir, ref.repo_id)
+    if settings.offline:
+        return _open_cached(ref, cache, role, why="HF_HUB_OFFLINE is set")
+
+    send, source = resolve_token(token)
+    ctx = HubContext(ref, role, settings.endpoint, source)
+    if is_commit(ref.revision):
+        pinned = cache.read_listing(str(ref.revision))
+        if pinned is not None:
+            return HubSource(ref, pinned, cache, HubClient(ctx, settings, send, pinned.commit))
+    try:
+        listing = fetch_listing(ctx, settings, send)
+    except HubError as err:
+        if not err.unreachable:
+            raise
+        try:
+            cached = _open_cached(ref, cache, role, why="the Hub cannot be reached")
+        except HubError:
+            raise err from None
+        _warn_fallback(err, cache, ref)
+        return cached
+    _remember(cache, ref, listing)
+    return HubSource(ref, listing, cache, HubClient(ctx, settings, send, listing.commit))
 
 
 def download_snapshot(
@@ -28,12 +62,89 @@ def download_snapshot(
     role: str = "draft",
     allow_patterns: list[str] | None = None,
 ) -> Path:
-    """The local snapshot folder of ``ref`` holding (at least) the files ``allow_patterns`` match."""
-    snap = cached_snapshot(ref.repo_id, ref.revision)
-    if snap is not None and (snap / "config.json").exists():
-        return snap
-    raise InputError(
-        f"{ref.label}: {role} repo is not in the local Hugging Face cache at {hf_hub_cache()}; "
-        f"download it first (hf download {ref.repo_id}) or give a local folder",
-        code="DF001",
+    """The local snapshot folder of ``ref`` holding the files ``allow_patterns`` match (all when ``None``)."""
+    from dflash_ckpt.hub_net import HubSettings, fetch_listing, resolve_token, snapshot  # noqa: PLC0415
+
+    settings = HubSettings.from_env()
+    cache = RepoCache(settings.cache_dir, ref.repo_id)
+    if settings.offline:
+        commit = cache.read_ref(ref.revision or "main")
+        if commit is None:
+            raise _not_cached(ref, cache, role, "HF_HUB_OFFLINE is set")
+        ctx = HubContext(ref, role, settings.endpoint, None)
+        _complete(ref, cache, commit, allow_patterns, "HF_HUB_OFFLINE is set")
+        return snapshot(ctx, settings, False, commit, allow_patterns, offline_reason="HF_HUB_OFFLINE is set")
+
+    send, source = resolve_token(token)
+    ctx = HubContext(ref, role, settings.endpoint, source)
+    if is_commit(ref.revision):
+        commit = str(ref.revision)
+    else:
+        try:
+            listing = fetch_listing(ctx, settings, send)
+        except HubError as err:
+            cached_commit = cache.read_ref(ref.revision or "main") if err.unreachable else None
+            if cached_commit is None:
+                raise
+            why = "the Hub cannot be reached"
+            _complete(ref, cache, cached_commit, allow_patterns, why)
+            path = snapshot(ctx, settings, False, cached_commit, allow_patterns, offline_reason=why)
+            _warn_fallback(err, cache, ref)
+            return path
+        _remember(cache, ref, listing)
+        commit = listing.commit
+    return snapshot(ctx, settings, send, commit, allow_patterns)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _remember(cache: RepoCache, ref: RepoRef, listing: RepoListing) -> None:
+    cache.write_ref(ref.revision or "main", listing.commit)
+    cache.write_listing(listing)
+
+
+def _complete(ref: RepoRef, cache: RepoCache, commit: str, allow_patterns: list[str] | None, why: str) -> None:
+    """Without the Hub, refuse a cached snapshot that lacks a listed file the patterns match, naming
+    it (huggingface_hub checks this only against a listing it wrote; an ``inspect`` leaves ours)."""
+    from huggingface_hub.utils import filter_repo_objects  # noqa: PLC0415
+
+    listing = cache.read_listing(commit)
+    if listing is None:
+        return
+    path = cache.snapshot_dir(commit)
+    missing = [n for n in filter_repo_objects(list(listing.files), allow_patterns=allow_patterns) if not (path / n).is_file()]
+    if missing:
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        raise HubError(
+            f"{ref.label}: {shown} not in the local Hugging Face cache at {cache.cache_dir} and {why}; "
+            "run once with the Hub reachable, or give a local folder"
+        )
+
+
+def _warn_fallback(err: HubError, cache: RepoCache, ref: RepoRef) -> None:
+    commit = cache.read_ref(ref.revision or "main") or "?"
+    print(f"warning: {err.message}; using the cached commit {commit[:12]}", file=sys.stderr)
+
+
+def _open_cached(ref: RepoRef, cache: RepoCache, role: str, *, why: str) -> Source:
+    """``ref`` from the cache alone: our listing (or huggingface_hub's), else a complete snapshot folder."""
+    commit = cache.read_ref(ref.revision or "main")
+    if commit is None:
+        raise _not_cached(ref, cache, role, why)
+    listing = cache.read_listing(commit)
+    if listing is not None:
+        from dflash_ckpt.hub_source import HubSource  # noqa: PLC0415
+
+        return HubSource(ref, listing, cache, None)
+    snap = cache.snapshot_dir(commit)
+    if (snap / "config.json").is_file():
+        return LocalSource(snap, label=ref.label, kind="cache")
+    raise _not_cached(ref, cache, role, why)
+
+
+def _not_cached(ref: RepoRef, cache: RepoCache, role: str, why: str) -> HubError:
+    return HubError(
+        f"{ref.label}: {role} repo is not in the local Hugging Face cache at {cache.cache_dir} and {why}; "
+        f"run once without it (or `hf download {ref.repo_id}`), or give a local folder"
     )

@@ -8,6 +8,10 @@ from dflash_ckpt.errors import DFlashCkptError
 from dflash_ckpt.inspection import InspectResult, inspect_sources, print_json
 from dflash_ckpt.source import Source, open_source
 
+#: Drafts checked at once. Each check is a handful of small requests (or local reads), so a few
+#: threads hide network latency; more would only queue on the Hub's rate limits.
+MAX_PARALLEL = 8
+
 
 def run_inspect(
     drafts: list[str],
@@ -23,7 +27,7 @@ def run_inspect(
     target_src: Source | None = None
     if target is not None:
         target_src = open_source(target, token=token, role="target")  # InputError -> exit 2 in main
-    results = [_inspect_one(arg, target_src, revision, token) for arg in drafts]
+    results = _inspect_all(drafts, target_src, revision, token)
     code = max(r.exit_code(strict) for r in results)
     if json_out:
         if len(results) == 1:
@@ -47,6 +51,16 @@ def run_inspect(
     else:
         render_summary(console, results, quiet=quiet, strict=strict)
     return code
+
+
+def _inspect_all(drafts: list[str], target_src: Source | None, revision: str | None, token: str | None) -> list[InspectResult]:
+    """Every draft, several at a time when there are several; results in argument order."""
+    if len(drafts) == 1:
+        return [_inspect_one(drafts[0], target_src, revision, token)]
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415 - only for several drafts
+
+    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(drafts)), thread_name_prefix="inspect") as pool:
+        return list(pool.map(lambda arg: _inspect_one(arg, target_src, revision, token), drafts))
 
 
 def _inspect_one(arg: str, target_src: Source | None, revision: str | None, token: str | None) -> InspectResult:

@@ -1,0 +1,191 @@
+"""What this tool keeps in the Hugging Face cache, and how it finds things there without the network.
+
+The layout is huggingface_hub's (``models--org--name/{refs,snapshots,blobs}``), so files that
+``hf download`` or ``snapshot_download`` fetched are used as they are, and files we fetch
+through huggingface_hub land where every other tool finds them. Beside it, in the repo's own
+folder (which ``hf cache rm`` deletes with the repo), ``dflash-ckpt/<commit>/`` holds what
+huggingface_hub has no place for:
+
+- ``files.json``: the repo's file list with sizes at that commit, so that a later run, offline
+  or with the commit pinned, knows the files without asking the Hub;
+- ``<file>.head``: the first bytes of a weights file, as far as they were read (its safetensors
+  header). A commit is immutable, so neither ever goes stale.
+
+Only the standard library is used here: the cache is read before huggingface_hub is imported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+#: A full commit id; anything else given as a revision is a branch or tag name.
+COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+#: Our folder inside a cached repo's folder.
+OWN_DIR = "dflash-ckpt"
+LISTING_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    """One file of a repo at a commit, as the Hub lists it."""
+
+    name: str
+    size: int
+    lfs_sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class RepoListing:
+    """The files of a repo at one commit."""
+
+    repo_id: str
+    commit: str
+    files: dict[str, RemoteFile]
+
+    def top_level(self) -> list[str]:
+        """Names of the files at the top of the repo (every checkpoint layout keeps weights there)."""
+        return sorted(n for n in self.files if "/" not in n)
+
+
+def is_commit(revision: str | None) -> bool:
+    return revision is not None and COMMIT_RE.fullmatch(revision) is not None
+
+
+def _safe_part(name: str) -> bool:
+    """A file or ref name that stays inside the folder it is joined to."""
+    parts = name.split("/")
+    return bool(name) and all(p not in ("", ".", "..") for p in parts) and "\\" not in name and "\0" not in name
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file and a rename, so readers see all or nothing."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+class RepoCache:
+    """The cache folder of one model repo."""
+
+    def __init__(self, cache_dir: Path, repo_id: str) -> None:
+        self.cache_dir = cache_dir
+        self.repo_id = repo_id
+        self.folder = cache_dir / ("models--" + repo_id.replace("/", "--"))
+
+    # -- refs and snapshots (huggingface_hub's layout) -----------------------------------------
+
+    def read_ref(self, revision: str) -> str | None:
+        """The commit a branch or tag pointed to when it was last resolved, if recorded."""
+        if is_commit(revision):
+            return revision
+        if not _safe_part(revision):
+            return None
+        try:
+            commit = (self.folder / "refs" / revision).read_text().strip()
+        except (OSError, UnicodeDecodeError):
+            return None
+        return commit if is_commit(commit) else None
+
+    def write_ref(self, revision: str, commit: str) -> None:
+        """Record ``revision -> commit`` as huggingface_hub does (best effort: the cache may be read-only)."""
+        if is_commit(revision) or not _safe_part(revision) or self.read_ref(revision) == commit:
+            return
+        try:
+            write_atomic(self.folder / "refs" / revision, commit.encode())
+        except OSError:
+            pass
+
+    def snapshot_dir(self, commit: str) -> Path:
+        return self.folder / "snapshots" / commit
+
+    def snapshot_file(self, commit: str, name: str) -> Path | None:
+        """The cached copy of ``name`` at ``commit``, when huggingface_hub has downloaded it."""
+        if not _safe_part(name):
+            return None
+        path = self.snapshot_dir(commit) / name
+        try:
+            return path if path.is_file() else None
+        except OSError:
+            return None
+
+    # -- our own records -----------------------------------------------------------------------
+
+    def _own(self, commit: str) -> Path:
+        return self.folder / OWN_DIR / commit
+
+    def write_listing(self, listing: RepoListing) -> None:
+        doc = {
+            "format": LISTING_FORMAT,
+            "repo_id": listing.repo_id,
+            "commit": listing.commit,
+            "files": {
+                f.name: {"size": f.size, **({"lfs_sha256": f.lfs_sha256} if f.lfs_sha256 else {})}
+                for f in listing.files.values()
+            },
+        }
+        try:
+            write_atomic(self._own(listing.commit) / "files.json", json.dumps(doc, indent=1).encode())
+        except OSError:
+            pass
+
+    def read_listing(self, commit: str) -> RepoListing | None:
+        """Our file list for ``commit``, else huggingface_hub's own tree listing for it, else ``None``."""
+        return self._read_own_listing(commit) or self._read_hf_tree(commit)
+
+    def _read_own_listing(self, commit: str) -> RepoListing | None:
+        try:
+            doc = json.loads((self._own(commit) / "files.json").read_text())
+            if doc.get("format") != LISTING_FORMAT or doc.get("commit") != commit:
+                return None
+            files = {
+                name: RemoteFile(name, int(info["size"]), info.get("lfs_sha256"))
+                for name, info in doc["files"].items()
+            }
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
+        return RepoListing(self.repo_id, commit, files)
+
+    def _read_hf_tree(self, commit: str) -> RepoListing | None:
+        """``trees/<commit>.json``, which ``snapshot_download`` writes (huggingface_hub >= 2)."""
+        try:
+            doc = json.loads((self.folder / "trees" / f"{commit}.json").read_text())
+            if doc.get("format_version") != 1:
+                return None
+            files = {
+                name: RemoteFile(name, int(info.get("lfs_size") or info["size"]), info.get("lfs_sha256"))
+                for name, info in doc["files"].items()
+            }
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
+        return RepoListing(self.repo_id, commit, files)
+
+    def read_prefix(self, commit: str, name: str) -> bytes:
+        """The first bytes of ``name`` read on an earlier run (empty when none)."""
+        if not _safe_part(name) or "/" in name:
+            return b""
+        try:
+            return (self._own(commit) / f"{name}.head").read_bytes()
+        except OSError:
+            return b""
+
+    def write_prefix(self, commit: str, name: str, data: bytes) -> None:
+        if not _safe_part(name) or "/" in name:
+            return
+        try:
+            write_atomic(self._own(commit) / f"{name}.head", data)
+        except OSError:
+            pass
