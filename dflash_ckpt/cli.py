@@ -46,7 +46,7 @@ def _root(
 
 @app.command()
 def inspect(
-    drafts: List[str] = typer.Argument(None, metavar="DRAFT...", help="Draft folders or Hub repo ids (org/name[@rev]).", show_default=False),
+    drafts: List[str] = typer.Argument(None, metavar="DRAFT...", help="Draft folders or Hub repo ids (org/name, or org/name@rev).", show_default=False),
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model folder or Hub repo id, to check the pairing."),
     from_file: Optional[str] = typer.Option(None, "--from-file", help="Read more DRAFT arguments from a file, one per line (# comments)."),
     revision: Optional[str] = RevisionOpt,

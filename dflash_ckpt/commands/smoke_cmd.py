@@ -1,9 +1,95 @@
-"""``dflash-ckpt smoke-run`` (being built)."""
+"""``dflash-ckpt smoke-run``: run a draft against its target with the reference runtime.
+
+Only typer is imported here; torch and the runtime are imported inside the command body, so
+``import dflash_ckpt.cli`` (and ``inspect``) never load torch.
+"""
 
 from __future__ import annotations
 
+from typing import List, Optional
+
 import typer
+
+#: Mirrors ``dflash_ckpt.runtime.smoke`` (which imports torch, so it cannot be read here).
+DEFAULT_MIN_ACCEPTANCE = 2.0
+DEFAULT_MAX_NEW_TOKENS = 128
 
 
 def register(app: typer.Typer) -> None:
-    """Nothing yet."""
+    """Add the ``smoke-run`` command to ``app``."""
+
+    @app.command("smoke-run")
+    def smoke_run(
+        draft: str = typer.Argument(..., metavar="DRAFT", help="Draft folder or Hub repo id (org/name, or org/name@rev)."),
+        target: str = typer.Option(..., "--target", "-t", help="Target model folder or Hub repo id (org/name, or org/name@rev)."),
+        prompt: Optional[List[str]] = typer.Option(None, "--prompt", "-p", help="A prompt (repeatable). Default: built-in math, code and chat prompts."),
+        prompts_file: Optional[str] = typer.Option(None, "--prompts", help="JSONL file: {\"prompt\": ...} or {\"messages\": [...]} per line, optional \"name\"."),
+        max_new_tokens: int = typer.Option(DEFAULT_MAX_NEW_TOKENS, "--max-new-tokens", "-n", help="New tokens per prompt and decoder."),
+        min_acceptance: float = typer.Option(
+            DEFAULT_MIN_ACCEPTANCE, "--min-acceptance",
+            help="Fail when the mean acceptance length tau (tokens per step, bonus included) is below this. "
+                 "A draft reading the wrong tap layers stays near 1; working drafts reach 4 and more."),
+        draft_dtype: str = typer.Option("bfloat16", "--draft-dtype", help="bfloat16 (keep it: fp16 overflows on Qwen3 outliers), float16 or float32."),
+        target_dtype: Optional[str] = typer.Option(None, "--target-dtype", help="Default: the target config's dtype, else its weights' dtype."),
+        device: str = typer.Option("auto", "--device", help="auto (CUDA when present, else CPU), cpu, cuda or cuda:N."),
+        block_size: Optional[int] = typer.Option(None, "--block-size", help="Override the draft's block_size (anchor plus drafts)."),
+        thinking: bool = typer.Option(False, "--thinking", help="Render the chat template with enable_thinking true (default false)."),
+        no_chat_template: bool = typer.Option(False, "--no-chat-template", help="Feed prompt text as is, with the tokenizer's special tokens."),
+        tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="Folder with tokenizer.json (default: the target's)."),
+        ignore_eos: bool = typer.Option(False, "--ignore-eos", help="Do not stop at end-of-sequence tokens (always generate --max-new-tokens)."),
+        tie_tolerance: Optional[float] = typer.Option(
+            None, "--tie-tolerance",
+            help="Top-2 logit margin under which a divergence counts as a tie (default by target dtype: "
+                 "fp32 1e-3, fp16 0.0625, bf16 0.5)."),
+        revision: Optional[str] = typer.Option(None, "--revision", help="Hub revision of DRAFT (or write org/name@rev)."),
+        token: Optional[str] = typer.Option(None, "--token", help="Hugging Face token for gated or private repos.", show_default=False),
+        json_out: bool = typer.Option(False, "--json", help="Print one JSON document with every figure, ids and acceptance lengths."),
+        quiet: bool = typer.Option(False, "-q", "--quiet", help="Print errors only."),
+    ) -> None:
+        """Decode with the target alone and with DFlash; check the outputs match and measure acceptance and speed.
+
+        Exit 0 pass; 1 refused by inspect's checks, output differs beyond a tie, tau below
+        --min-acceptance, or overflow; 2 usage error or a pair the reference runtime does not support.
+        """
+        code = _run(
+            draft=draft, target=target, prompts=list(prompt or []), prompts_file=prompts_file,
+            max_new_tokens=max_new_tokens, min_acceptance=min_acceptance, draft_dtype=draft_dtype,
+            target_dtype=target_dtype, device=device, block_size=block_size, thinking=thinking,
+            chat_template=not no_chat_template, tokenizer=tokenizer, ignore_eos=ignore_eos,
+            tie_tolerance=tie_tolerance, revision=revision, token=token, json_out=json_out, quiet=quiet,
+        )
+        raise typer.Exit(code)
+
+
+def _run(*, json_out: bool, quiet: bool, **kwargs: object) -> int:
+    """Import the runtime (and torch) now, run, print."""
+    import importlib.util
+
+    missing = [m for m in ("torch", "tokenizers", "jinja2") if importlib.util.find_spec(m) is None]
+    if missing:
+        from dflash_ckpt.errors import UsageError
+
+        raise UsageError(f"smoke-run needs {', '.join(missing)}: pip install 'dflash-ckpt[run]'")
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from dflash_ckpt.inspection import print_json
+    from dflash_ckpt.report import make_console
+    from dflash_ckpt.runtime.report import render_smoke
+    from dflash_ckpt.runtime.smoke import SmokeOptions, run_smoke
+
+    opts = SmokeOptions(**kwargs)  # type: ignore[arg-type]
+    console = make_console()
+    err_console = make_console(stderr=True)
+    show_progress = not json_out and not quiet and err_console.is_terminal
+    log = None if json_out or quiet else (lambda msg: err_console.print(f"[dim]{msg}[/]"))
+    if show_progress:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("tokens"),
+                      TimeElapsedColumn(), console=err_console, transient=True) as progress:
+            result = run_smoke(opts, progress=progress, log=log)
+    else:
+        result = run_smoke(opts, log=log)
+    if json_out:
+        print_json(result.to_json())
+    else:
+        render_smoke(console, result, quiet=quiet)
+    return result.exit_code

@@ -1,0 +1,264 @@
+"""The DFlash v1 draft, as published (z-lab ``DFlashDraftModel``), written from its semantics.
+
+Per call (DESIGN section 6, checked against the z-lab reference):
+- context: the target's tapped features of the tokens accepted since the last call, concatenated
+  in ``target_layer_ids`` order, go through ``fc`` and then ``hidden_norm``. The same fused context
+  enters every layer as extra keys/values; it is not normalised again by ``input_layernorm`` and
+  is not updated from layer to layer;
+- block: the target's embeddings of ``[anchor, mask, ..., mask]`` (times ``input_embedding_scale``)
+  are the draft's hidden states; each layer normalises them (``input_layernorm``) and takes its
+  queries from them only;
+- keys and values of a layer come from ``[fused context ; normalised block]`` through the same
+  ``k_proj``/``v_proj``; ``k_norm`` applies to both parts, ``q_norm`` to the queries; RoPE uses
+  absolute positions (context tokens at theirs, the block at ``start..start+B-1``);
+- full-attention layers see every key (bidirectional within the block); sliding layers are
+  causal with their window; ``is_causal`` in the config overrides both;
+- the final ``norm`` output at block position ``i`` predicts the token at position ``i`` itself
+  (mask filling), through the target's ``lm_head``, times ``output_multiplier``, soft-capped by
+  ``final_logit_softcapping``.
+
+The draft's cache keeps context keys/values only: each call writes the block's too (into the
+preallocated buffer) and leaves the cache's length at the end of the context, which is the crop
+the reference makes after every call.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dflash_ckpt.runtime.args import DraftArgs
+from dflash_ckpt.runtime.layers import MLP, KVCache, RMSNorm, attention, head
+from dflash_ckpt.runtime.rope import RotaryTable, apply_rope
+
+
+class DraftAttention(nn.Module):
+    def __init__(self, args: DraftArgs, index: int) -> None:
+        super().__init__()
+        d = args.dims
+        self.heads, self.kv_heads, self.head_dim = d.num_heads, d.num_kv_heads, d.head_dim
+        self.scale = d.head_dim ** -0.5
+        bias = d.attention_bias
+        self.q_proj = nn.Linear(d.hidden_size, d.num_heads * d.head_dim, bias=bias)
+        self.k_proj = nn.Linear(d.hidden_size, d.num_kv_heads * d.head_dim, bias=bias)
+        self.v_proj = nn.Linear(d.hidden_size, d.num_kv_heads * d.head_dim, bias=bias)
+        self.o_proj = nn.Linear(d.num_heads * d.head_dim, d.hidden_size, bias=bias)
+        self.q_norm = RMSNorm(d.head_dim, d.rms_norm_eps)
+        self.k_norm = RMSNorm(d.head_dim, d.rms_norm_eps)
+        self.causal = args.layer_causal(index)
+        self.window = args.layer_window(index)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        context: torch.Tensor,
+        rope_q: tuple[torch.Tensor, torch.Tensor],
+        rope_k: tuple[torch.Tensor, torch.Tensor],
+        kv: tuple[torch.Tensor, torch.Tensor] | None,
+        cache_start: int,
+        mask: torch.Tensor | None,
+    ) -> torch.Tensor:
+        b, n, _ = x.shape
+        both = torch.cat([context, x], dim=1)
+        m = both.shape[1]
+        q = self.q_norm(self.q_proj(x).view(b, n, self.heads, self.head_dim)).transpose(1, 2)
+        k = self.k_norm(self.k_proj(both).view(b, m, self.kv_heads, self.head_dim)).transpose(1, 2)
+        v = self.v_proj(both).view(b, m, self.kv_heads, self.head_dim).transpose(1, 2)
+        q = apply_rope(q, *rope_q)
+        k = apply_rope(k, *rope_k)
+        if kv is not None:
+            k_buf, v_buf = kv
+            end = cache_start + m
+            k_buf[:, :, cache_start:end] = k
+            v_buf[:, :, cache_start:end] = v
+            k, v = k_buf[:, :, :end], v_buf[:, :, :end]
+        out = attention(q, k, v, mask=mask, scale=self.scale)
+        return self.o_proj(out.transpose(1, 2).reshape(b, n, self.heads * self.head_dim))
+
+
+class DraftLayer(nn.Module):
+    def __init__(self, args: DraftArgs, index: int) -> None:
+        super().__init__()
+        d = args.dims
+        self.input_layernorm = RMSNorm(d.hidden_size, d.rms_norm_eps)
+        self.self_attn = DraftAttention(args, index)
+        self.post_attention_layernorm = RMSNorm(d.hidden_size, d.rms_norm_eps)
+        self.mlp = MLP(d.hidden_size, d.intermediate_size)
+
+    def forward(self, x: torch.Tensor, context: torch.Tensor, rope_q: tuple[torch.Tensor, torch.Tensor],
+                rope_k: tuple[torch.Tensor, torch.Tensor], kv: tuple[torch.Tensor, torch.Tensor] | None,
+                cache_start: int, mask: torch.Tensor | None) -> torch.Tensor:
+        h = x + self.self_attn(self.input_layernorm(x), context, rope_q, rope_k, kv, cache_start, mask)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+def layer_mask(
+    q_pos: torch.Tensor,
+    k_pos: torch.Tensor,
+    *,
+    causal: bool,
+    window: int | None,
+    extra: torch.Tensor | None = None,
+) -> torch.Tensor | None:
+    """Which keys each query sees (True = attend), or ``None`` when it sees all of them.
+
+    ``q_pos [..., n]`` and ``k_pos [..., m]`` are absolute positions. Causal: key <= query.
+    Window ``w``: query - key < w, and, when not causal, key - query < w as well (the rule of the
+    z-lab reference). ``extra`` (``[n, m]`` or broadcastable ``[b, 1, n, m]``) is and-ed in.
+    """
+    if not causal and window is None:
+        return extra
+    q = q_pos[..., :, None]
+    k = k_pos[..., None, :]
+    vis = torch.ones(q.shape[:-1] + k.shape[-1:], dtype=torch.bool, device=q_pos.device)
+    if causal:
+        vis &= k <= q
+    if window is not None:
+        vis &= (q - k) < window
+        if not causal:
+            vis &= (k - q) < window
+    if vis.dim() == 3:
+        vis = vis[:, None]  # per-batch positions: [b, 1, n, m]
+    return vis if extra is None else vis & extra
+
+
+class DFlashDraft(nn.Module):
+    """A DFlash v1 draft. ``forward`` is differentiable and needs no cache (training);
+    ``forward_fused`` with a ``KVCache`` is the decoding path."""
+
+    def __init__(self, args: DraftArgs) -> None:
+        super().__init__()
+        d = args.dims
+        self.args = args
+        k = len(args.target_layer_ids)
+        self.fc = nn.Linear(k * d.hidden_size, d.hidden_size, bias=False)
+        self.hidden_norm = RMSNorm(d.hidden_size, d.rms_norm_eps)
+        self.layers = nn.ModuleList(DraftLayer(args, i) for i in range(d.num_layers))
+        self.norm = RMSNorm(d.hidden_size, d.rms_norm_eps)
+        tables: dict[object, RotaryTable] = {}
+        self.rotary: list[RotaryTable] = []
+        for layer_type in args.layer_types:
+            spec = args.ropes[layer_type]
+            if spec not in tables:
+                tables[spec] = RotaryTable(spec, d.head_dim)
+            self.rotary.append(tables[spec])
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.fc.weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.fc.weight.device
+
+    def new_cache(self, capacity: int) -> KVCache:
+        d = self.args.dims
+        for table in self.rotary:
+            table.to(self.device).grow(capacity)
+        return KVCache(d.num_layers, d.num_kv_heads, capacity, d.head_dim, dtype=self.dtype, device=self.device)
+
+    # -- the pieces -------------------------------------------------------------------------
+
+    def fuse(self, features: torch.Tensor) -> torch.Tensor:
+        """``hidden_norm(fc(features))``; target features are cast to the draft dtype first."""
+        return self.hidden_norm(self.fc(features.to(self.dtype)))
+
+    def embed(self, ids: torch.Tensor, embed_weight: torch.Tensor) -> torch.Tensor:
+        """The block's input: the target's embeddings of ``ids``, scaled, in the draft dtype."""
+        emb = F.embedding(ids, embed_weight)
+        if self.args.input_embedding_scale != 1.0:
+            emb = emb * self.args.input_embedding_scale
+        return emb.to(self.dtype)
+
+    def logits(self, hidden: torch.Tensor, lm_head_weight: torch.Tensor) -> torch.Tensor:
+        """Draft logits through the target's ``lm_head`` (in the head's dtype)."""
+        out = head(hidden.to(lm_head_weight.dtype), lm_head_weight)
+        if self.args.output_multiplier != 1.0:
+            out = out * self.args.output_multiplier
+        cap = self.args.final_logit_softcapping
+        if cap:
+            out = torch.tanh(out / cap) * cap
+        return out
+
+    # -- forward ----------------------------------------------------------------------------
+
+    def forward(
+        self,
+        features: torch.Tensor,
+        block: torch.Tensor,
+        *,
+        context_positions: torch.Tensor | None = None,
+        block_positions: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+    ) -> torch.Tensor:
+        """Final-norm hidden states ``[b, n, H]`` of the block from raw tapped features.
+
+        ``features [b, c, k*H]`` are the context's tapped target features; ``block [b, n, H]``
+        the block's input embeddings (see ``embed``). See ``forward_fused`` for the rest.
+        """
+        return self.forward_fused(
+            self.fuse(features), block, context_positions=context_positions,
+            block_positions=block_positions, attention_mask=attention_mask, cache=cache,
+        )
+
+    def forward_fused(
+        self,
+        context: torch.Tensor,
+        block: torch.Tensor,
+        *,
+        context_positions: torch.Tensor | None = None,
+        block_positions: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+    ) -> torch.Tensor:
+        """Hidden states of the block given the fused context ``[b, c, H]``.
+
+        Without a cache, positions default to ``0..c-1`` for the context and ``c..c+n-1`` for
+        the block, and may be given (``[c]``/``[n]`` or per batch ``[b, c]``/``[b, n]``) for
+        training layouts with several anchors; ``attention_mask`` (True = attend, ``[n, c+n]``
+        or ``[b, 1, n, c+n]``) is and-ed with each layer's own causal/window rule.
+        With a cache, the context continues the cached one: it sits at ``L..L+c-1`` and the
+        block at ``L+c..L+c+n-1`` (``L`` = cache length), and the cache ends at ``L+c``.
+        """
+        b, c, _ = context.shape
+        n = block.shape[1]
+        dev = block.device
+        start = 0
+        if cache is not None:
+            if context_positions is not None or block_positions is not None:
+                raise ValueError("positions are implied by the cache; pass neither")
+            cache.reserve(c + n)
+            start = cache.length
+            k_pos = torch.arange(start + c + n, device=dev)
+            new_pos = k_pos[start:]
+            q_pos = k_pos[start + c:]
+        else:
+            ctx_pos = torch.arange(c, device=dev) if context_positions is None else context_positions.to(dev)
+            q_pos = torch.arange(c, c + n, device=dev) if block_positions is None else block_positions.to(dev)
+            if ctx_pos.dim() == 1 and q_pos.dim() == 2:
+                ctx_pos = ctx_pos.expand(q_pos.shape[0], -1)
+            elif ctx_pos.dim() == 2 and q_pos.dim() == 1:
+                q_pos = q_pos.expand(ctx_pos.shape[0], -1)
+            new_pos = torch.cat([ctx_pos, q_pos], dim=-1)
+            k_pos = new_pos
+        ropes: dict[int, tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]] = {}
+        masks: dict[tuple[bool, int | None], torch.Tensor | None] = {}
+        h = block
+        for i, layer in enumerate(self.layers):
+            table = self.rotary[i]
+            if id(table) not in ropes:
+                if table.inv_freq.device != dev:
+                    table.to(dev)
+                ropes[id(table)] = (table.lookup(q_pos, h.dtype), table.lookup(new_pos, h.dtype))
+            rope_q, rope_k = ropes[id(table)]
+            attn = layer.self_attn
+            key = (attn.causal, attn.window)
+            if key not in masks:
+                masks[key] = layer_mask(q_pos, k_pos, causal=attn.causal, window=attn.window, extra=attention_mask)
+            kv = (cache.k[i], cache.v[i]) if cache is not None else None
+            h = layer(h, context, rope_q, rope_k, kv, start, masks[key])
+        if cache is not None:
+            cache.length = start + c
+        return self.norm(h)

@@ -1,0 +1,123 @@
+"""Building blocks shared by the target and the draft: RMSNorm, the SwiGLU MLP, attention."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+#: ``enable_gqa`` lets SDPA read grouped K/V without copying them per query head (torch >= 2.5).
+_SDPA_GQA = torch.__version__ >= "2.5"
+
+
+def head(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``x @ weight.T`` over the last dim, as a 2-D matmul.
+
+    Used for the vocabulary projections, whose inputs are slices (``out[:, -1:]``, block
+    positions ``1..``). torch's CPU bf16 ``linear`` takes a path about 30x slower for a 3-D view
+    with a storage offset than for the same data flattened to 2-D.
+    """
+    return F.linear(x.reshape(-1, x.shape[-1]), weight).view(*x.shape[:-1], weight.shape[0])
+
+
+class RMSNorm(nn.Module):
+    """Qwen3/Llama RMSNorm: normalise in float32, cast back, then scale (HF's order of casts)."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        h = x.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(dtype)
+
+
+class MLP(nn.Module):
+    """``down(silu(gate(x)) * up(x))``."""
+
+    def __init__(self, hidden: int, intermediate: int, bias: bool = False) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, intermediate, bias=bias)
+        self.up_proj = nn.Linear(hidden, intermediate, bias=bias)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    mask: torch.Tensor | None = None,
+    causal: bool = False,
+    scale: float,
+) -> torch.Tensor:
+    """SDPA over ``q [b, h, n, d]`` and grouped ``k, v [b, kv, m, d]``; ``mask`` True = attend."""
+    groups = q.shape[1] // k.shape[1]
+    if groups > 1 and _SDPA_GQA:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale, enable_gqa=True)
+    if groups > 1:
+        k = k.repeat_interleave(groups, dim=1)
+        v = v.repeat_interleave(groups, dim=1)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale)
+
+
+def init_random_(module: nn.Module, seed: int, std: float | None = None) -> nn.Module:
+    """Fill every parameter with random values (benchmarks and tests; real runs load weights).
+
+    Linear weights get ``std`` (default ``1/sqrt(fan_in)``, which keeps activations of order
+    one), embeddings and lm_head ``std`` or 1, norms 1 + a little noise.
+    """
+    gens: dict[torch.device, torch.Generator] = {}
+    for name, p in module.named_parameters():
+        if p.device not in gens:
+            gens[p.device] = torch.Generator(device=p.device).manual_seed(seed)
+
+        def randn(scale: float, shift: float = 0.0) -> torch.Tensor:
+            return torch.randn(p.shape, generator=gens[p.device], device=p.device) * scale + shift
+
+        with torch.no_grad():
+            if "norm" in name and p.dim() == 1:
+                vals = randn(0.05, 1.0)
+            elif p.dim() == 1:
+                vals = randn(0.02)
+            elif "embed" in name or "lm_head" in name:
+                vals = randn(std or 1.0)
+            else:
+                vals = randn(std or p.shape[1] ** -0.5)
+            p.copy_(vals.to(p.dtype))
+    return module
+
+
+class KVCache:
+    """Keys and values of every layer, preallocated once; ``length`` positions are valid.
+
+    Cropping only moves ``length``: entries past it are overwritten by the next write, so a
+    decoding loop never allocates cache memory after setup.
+    """
+
+    def __init__(self, num_layers: int, kv_heads: int, capacity: int, head_dim: int, *,
+                 dtype: torch.dtype, device: torch.device | str, batch: int = 1) -> None:
+        shape = (num_layers, batch, kv_heads, capacity, head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.capacity = capacity
+        self.length = 0
+
+    def reset(self) -> None:
+        self.length = 0
+
+    def crop(self, length: int) -> None:
+        """Keep the first ``length`` positions (``length`` may not exceed what was written)."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot crop a cache of length {self.length} to {length}")
+        self.length = length
+
+    def reserve(self, n: int) -> None:
+        if self.length + n > self.capacity:
+            raise ValueError(f"KV cache full: {self.length} + {n} positions exceed its capacity {self.capacity}")

@@ -1,0 +1,112 @@
+"""The rich report of ``smoke-run``: settings, a table per prompt, the histogram, findings, verdict."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from dflash_ckpt.report import STYLE, render_result
+from dflash_ckpt.rules import Severity
+from dflash_ckpt.runtime.smoke import SmokeResult
+
+LOSSLESS_TEXT = {"identical": "[green]same[/]", "tie": "[yellow]tie[/]", "differs": "[bold red]DIFFERS[/]",
+                 "skipped": "[bold red]overflow[/]"}
+#: Column headers: ``fwd T/D`` is target forward passes, target-only / DFlash; ``acc`` is mean
+#: accepted drafts per step; ``T``/``D tok/s`` decode speed of target-only / DFlash.
+COLUMNS = ("prompt", "new", "fwd T/D", "tau/acc", "T tok/s", "D tok/s", "speedup", "output")
+
+
+def _num(value: float | None, fmt: str = "{:.2f}") -> str:
+    return "—" if value is None else fmt.format(value)
+
+
+def render_smoke(console: Console, res: SmokeResult, *, quiet: bool = False) -> None:
+    if quiet:
+        render_error_lines(console, res)
+        return
+    if res.refused:
+        assert res.precheck is not None
+        render_result(console, res.precheck)
+        console.print("[bold red]REFUSED[/]  the pair fails inspect's checks; fix the errors above before running it")
+        return
+    console.print(
+        f"[bold]{escape(res.draft_label)}[/] on [bold]{escape(res.target_label)}[/]  device {res.device}  "
+        f"draft {res.draft_dtype}  target {res.target_dtype}  block {res.block_size}  "
+        f"chat template {'on' if res.chat_template else 'off'}"
+    )
+    if res.precheck is not None:
+        for f in res.precheck.findings:
+            if f.severity == Severity.WARNING:
+                console.print(f"[yellow]pre-check {f.code} warning:[/] {escape(f.message)}")
+    table = Table(title="smoke-run", title_justify="left", show_edge=False,
+                  caption="T = target only, D = DFlash; tau = tokens per step (bonus included), acc = drafts accepted per step",
+                  caption_justify="left")
+    for col in COLUMNS:
+        left = col in ("prompt", "output")
+        table.add_column(col, justify="left" if left else "right", no_wrap=col != "prompt", overflow="fold",
+                         min_width=8 if col == "prompt" else None)
+    block = res.block_size or 1
+    for run in res.runs:
+        fig = run.figures(block)
+        table.add_row(escape(run.prompt.name), *_cells(fig), LOSSLESS_TEXT[run.lossless.status])
+    if len(res.runs) > 1:
+        fig = res.overall()
+        same = sum(1 for r in res.runs if r.lossless.status == "identical")
+        table.add_row("[bold]overall[/]", *_cells(fig), f"{same}/{len(res.runs)} same", end_section=True)
+    console.print(table)
+    stats = res.overall()
+    if stats["steps"]:
+        console.print(_histogram(stats["histogram"], stats["steps"]))
+    if res.findings:
+        ft = Table(title="Findings", title_justify="left", show_edge=False)
+        ft.add_column("code", no_wrap=True)
+        ft.add_column("severity", no_wrap=True)
+        ft.add_column("message")
+        for f in sorted(res.findings, key=lambda f: (-f.severity.rank, f.code)):
+            ft.add_row(f.code, f"[{STYLE[f.severity]}]{f.severity.value}[/]", escape(f.message))
+        console.print(ft)
+    console.print(verdict_line(res))
+
+
+def _cells(fig: dict[str, Any]) -> list[str]:
+    fwd = fig["target_forwards"]
+    return [
+        str(fig["new_tokens"]),
+        f"{fwd['target_only']}/{fwd['dflash']}",
+        f"{_num(fig['tau'])}/{_num(fig['accepted_per_step'])}",
+        _num(fig["target_tok_s"], "{:.1f}"),
+        _num(fig["dflash_tok_s"], "{:.1f}"),
+        _num(fig["speedup"], "{:.2f}x"),
+    ]
+
+
+def _histogram(hist: dict[str, int], steps: int) -> str:
+    """One line: acceptance length -> steps, as a compact bar per length."""
+    width = 20
+    parts = []
+    top = max(hist.values()) or 1
+    for length, count in hist.items():
+        bar = "█" * max(1 if count else 0, round(width * count / top))
+        parts.append(f"{length:>2} {bar:<{width}} {count}")
+    return "acceptance lengths (tokens per step, bonus included) over {} steps:\n  ".format(steps) + "\n  ".join(parts)
+
+
+def verdict_line(res: SmokeResult) -> str:
+    stats = res.overall() if res.runs else None
+    tau = _num(stats["tau"]) if stats else "—"
+    speed = _num(stats["speedup"], "{:.2f}x") if stats else "—"
+    same = sum(1 for r in res.runs if r.lossless.status in ("identical", "tie"))
+    status = "[bold green]PASS[/]" if res.exit_code == 0 else "[bold red]FAIL[/]"
+    return (f"{status}  tau {tau} (min {res.options.min_acceptance:g}), outputs match on {same}/{len(res.runs)} "
+            f"prompt(s), speedup {speed}")
+
+
+def render_error_lines(console: Console, res: SmokeResult) -> None:
+    findings = list(res.precheck.findings) if res.refused and res.precheck else []
+    findings += res.findings
+    for f in findings:
+        if f.severity == Severity.ERROR:
+            console.print(f"{escape(res.draft_label)}: {f.code} {f.severity.value}: {escape(f.message)}")

@@ -1,0 +1,436 @@
+"""``smoke-run``: prove that a draft/target pair works, and measure it.
+
+Steps: resolve both folders; run ``inspect``'s checks on the pair and refuse it on errors;
+refuse what the reference runtime does not implement (exit 2); load both models; for each
+prompt decode greedily with the target alone and with DFlash, in the same process, one after
+the other; compare the outputs token for token; gather acceptance and speed figures; judge.
+
+Verdict (exit code): 0 pass; 1 when the pair was refused by the checks, DFlash's output differs
+from the target's beyond a tie (DF401), the mean acceptance length is below ``--min-acceptance``
+(DF403), or non-finite values reached the draft (DF404); 2 for usage errors and unsupported pairs.
+
+Two thresholds are decisions of this tool:
+- ``DEFAULT_MIN_ACCEPTANCE`` = 2.0 tokens per step. Every step yields at least one token (the
+  bonus), so tau 1.0 means no draft was ever accepted. A draft reading the wrong tap layers gets
+  features it was never trained on; what it still gets right comes from the anchor's embedding
+  alone (mostly the first draft position), which keeps tau close to 1 (a random draft measures
+  1.0 here). Working drafts reach 4 to 8 at block 16 (paper, DESIGN section 7), and this
+  project's tiny trained pair must reach 4 at block 8 while the same weights with every tap
+  moved by one must fall under 2. 2.0 sits between the two with margin on both sides, and below
+  it DFlash barely pays for its extra draft and verify passes, so such a pair is not worth
+  deploying anyway.
+- ``TIE_TOLERANCE``: a first divergence is a tie when the target's top-2 logits there differ by
+  at most this much (and DFlash picked the runner-up). Batched verification and one-token decoding
+  add in different orders, so near-equal logits may swap. The values are about 4 units in the
+  last place of a logit between 16 and 32 in bf16 (0.5) and fp16 (0.0625); fp32 gets 1e-3,
+  far above its rounding but far below any real disagreement.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from dflash_ckpt.errors import InputError, UsageError
+from dflash_ckpt.inspection import InspectResult, inspect_sources
+from dflash_ckpt.rules import Finding, Severity, finding
+from dflash_ckpt.runtime.args import DraftArgs, TargetArgs, ensure_supported
+from dflash_ckpt.runtime.generate import Generation, decode, dflash_decode
+from dflash_ckpt.runtime.loading import dtype_name, inventory, load_draft, load_target, parse_dtype, stored_dtype
+from dflash_ckpt.runtime.prompts import BUILTIN_PROMPTS, Prompt, PromptEncoder, read_prompts_file, stop_token_ids
+from dflash_ckpt.source import LocalSource, local_folder
+
+JSON_SCHEMA_VERSION = 1
+DEFAULT_MIN_ACCEPTANCE = 2.0
+DEFAULT_MAX_NEW_TOKENS = 128
+TIE_TOLERANCE: dict[torch.dtype, float] = {torch.float32: 1e-3, torch.float16: 0.0625, torch.bfloat16: 0.5}
+WEIGHT_FILES = ["config.json", "*.safetensors", "*.safetensors.index.json"]
+TARGET_FILES = [*WEIGHT_FILES, "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+                "special_tokens_map.json", "chat_template.jinja", "chat_template.json"]
+WARMUP_TOKENS = 4
+
+
+@dataclass
+class SmokeOptions:
+    draft: str
+    target: str
+    prompts: list[str] = field(default_factory=list)
+    prompts_file: str | None = None
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    min_acceptance: float = DEFAULT_MIN_ACCEPTANCE
+    draft_dtype: str = "bfloat16"
+    target_dtype: str | None = None
+    device: str = "auto"
+    thinking: bool = False
+    chat_template: bool = True
+    tokenizer: str | None = None
+    block_size: int | None = None
+    tie_tolerance: float | None = None
+    ignore_eos: bool = False
+    revision: str | None = None
+    token: str | None = None
+    warmup: bool = True
+
+
+# -- the lossless check ------------------------------------------------------------------------
+
+
+@dataclass
+class Lossless:
+    """How DFlash's tokens compare with the target's: ``identical``, ``tie``, ``differs``, or
+    ``skipped`` (a run stopped on non-finite values)."""
+
+    status: str
+    compared: int
+    position: int | None = None
+    target_token: int | None = None
+    dflash_token: int | None = None
+    margin: float | None = None
+    runner_up: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": self.status, "compared": self.compared, "position": self.position,
+            "target_token": self.target_token, "dflash_token": self.dflash_token,
+            "margin": self.margin, "runner_up": self.runner_up,
+        }
+
+
+def compare_outputs(
+    target_tokens: list[int],
+    dflash_tokens: list[int],
+    top2_values: list[list[float]],
+    top2_ids: list[list[int]],
+    tolerance: float,
+) -> Lossless:
+    """Compare two greedy outputs; judge the first divergence by the target's top-2 margin there.
+
+    ``top2_*[j]`` are the target-only run's two best logits (and ids) when it chose token ``j``.
+    The divergence is a tie when the margin is within ``tolerance`` and DFlash chose the
+    target's runner-up; anything else (or outputs of different length with equal prefixes)
+    differs.
+    """
+    n = min(len(target_tokens), len(dflash_tokens))
+    for j in range(n):
+        if target_tokens[j] != dflash_tokens[j]:
+            values, ids = top2_values[j], top2_ids[j]
+            margin = float(values[0] - values[1])
+            runner_up = ids[1] if ids[0] == target_tokens[j] else ids[0]
+            tie = margin <= tolerance and dflash_tokens[j] == runner_up
+            return Lossless("tie" if tie else "differs", j, j, target_tokens[j], dflash_tokens[j], margin, runner_up)
+    if len(target_tokens) != len(dflash_tokens):
+        return Lossless("differs", n, n,
+                        target_tokens[n] if n < len(target_tokens) else None,
+                        dflash_tokens[n] if n < len(dflash_tokens) else None)
+    return Lossless("identical", n)
+
+
+# -- figures -----------------------------------------------------------------------------------
+
+
+def acceptance_stats(lengths: list[int], block_size: int) -> dict[str, Any]:
+    """tau (mean new tokens per step, bonus included), mean accepted drafts, histogram 1..B."""
+    hist = {str(k): 0 for k in range(1, block_size + 1)}
+    for n in lengths:
+        hist[str(n)] = hist.get(str(n), 0) + 1
+    steps = len(lengths)
+    tau = sum(lengths) / steps if steps else None
+    return {
+        "steps": steps,
+        "tau": tau,
+        "accepted_per_step": tau - 1 if tau is not None else None,
+        "histogram": hist,
+    }
+
+
+def _rate(tokens: int, seconds: float) -> float | None:
+    return tokens / seconds if seconds > 0 and tokens > 0 else None
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a and b else None
+
+
+@dataclass
+class PromptRun:
+    prompt: Prompt
+    input_ids: list[int]
+    target: Generation
+    dflash: Generation
+    lossless: Lossless
+    target_text: str = ""
+    dflash_text: str = ""
+
+    def figures(self, block_size: int) -> dict[str, Any]:
+        target_tok_s = _rate(self.target.decode_tokens, self.target.decode_s)
+        dflash_tok_s = _rate(self.dflash.decode_tokens, self.dflash.decode_s)
+        return {
+            "new_tokens": len(self.dflash.tokens),
+            "target_forwards": {"target_only": self.target.target_forwards, "dflash": self.dflash.target_forwards},
+            "draft_forwards": self.dflash.draft_forwards,
+            **acceptance_stats(self.dflash.acceptance_lengths, block_size),
+            "prefill_s": {"target_only": self.target.prefill_s, "dflash": self.dflash.prefill_s},
+            "decode_s": {"target_only": self.target.decode_s, "dflash": self.dflash.decode_s},
+            "target_tok_s": target_tok_s,
+            "dflash_tok_s": dflash_tok_s,
+            "speedup": _ratio(dflash_tok_s, target_tok_s),
+        }
+
+    def to_json(self, block_size: int) -> dict[str, Any]:
+        return {
+            **self.prompt.to_json(),
+            "input_ids": self.input_ids,
+            "output_ids": self.dflash.tokens,
+            "target_output_ids": self.target.tokens,
+            "acceptance_lengths": self.dflash.acceptance_lengths,
+            "output_text": self.dflash_text,
+            "target_output_text": self.target_text,
+            "overflow": self.dflash.overflow or self.target.overflow,
+            "lossless": self.lossless.to_json(),
+            **self.figures(block_size),
+        }
+
+
+@dataclass
+class SmokeResult:
+    draft_label: str
+    target_label: str
+    options: SmokeOptions
+    precheck: InspectResult | None = None
+    findings: list[Finding] = field(default_factory=list)
+    runs: list[PromptRun] = field(default_factory=list)
+    device: str | None = None
+    draft_dtype: str | None = None
+    target_dtype: str | None = None
+    block_size: int | None = None
+    tie_tolerance: float | None = None
+    chat_template: bool | None = None
+    stop_token_ids: list[int] = field(default_factory=list)
+    refused: bool = False
+
+    @property
+    def exit_code(self) -> int:
+        errors = any(f.severity == Severity.ERROR for f in self.findings)
+        return 1 if self.refused or errors else 0
+
+    def overall(self) -> dict[str, Any]:
+        block = self.block_size or 1
+        lengths = [n for r in self.runs for n in r.dflash.acceptance_lengths]
+        t_tok = sum(r.target.decode_tokens for r in self.runs)
+        t_s = sum(r.target.decode_s for r in self.runs)
+        d_tok = sum(r.dflash.decode_tokens for r in self.runs)
+        d_s = sum(r.dflash.decode_s for r in self.runs)
+        target_tok_s, dflash_tok_s = _rate(t_tok, t_s), _rate(d_tok, d_s)
+        return {
+            "prompts": len(self.runs),
+            "new_tokens": sum(len(r.dflash.tokens) for r in self.runs),
+            "target_forwards": {
+                "target_only": sum(r.target.target_forwards for r in self.runs),
+                "dflash": sum(r.dflash.target_forwards for r in self.runs),
+            },
+            **acceptance_stats(lengths, block),
+            "target_tok_s": target_tok_s,
+            "dflash_tok_s": dflash_tok_s,
+            "speedup": _ratio(dflash_tok_s, target_tok_s),
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        o = self.options
+        return {
+            "schema_version": JSON_SCHEMA_VERSION,
+            "ok": self.exit_code == 0,
+            "exit_code": self.exit_code,
+            "draft": self.draft_label,
+            "target": self.target_label,
+            "refused": self.refused,
+            "precheck": [f.to_json() for f in self.precheck.findings] if self.precheck else [],
+            "findings": [f.to_json() for f in self.findings],
+            "settings": {
+                "device": self.device,
+                "draft_dtype": self.draft_dtype,
+                "target_dtype": self.target_dtype,
+                "block_size": self.block_size,
+                "max_new_tokens": o.max_new_tokens,
+                "min_acceptance": o.min_acceptance,
+                "tie_tolerance": self.tie_tolerance,
+                "chat_template": self.chat_template,
+                "thinking": o.thinking,
+                "stop_token_ids": self.stop_token_ids,
+            },
+            "overall": self.overall() if self.runs else None,
+            "prompts": [r.to_json(self.block_size or 1) for r in self.runs],
+        }
+
+
+# -- orchestration -----------------------------------------------------------------------------
+
+
+def pick_device(name: str) -> torch.device:
+    """``auto``: CUDA when present, else CPU; an explicit CUDA device must exist."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(name)
+    except RuntimeError:
+        raise UsageError(f"--device {name!r}: use auto, cpu, cuda or cuda:N") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UsageError(f"--device {name}: CUDA is not available here (torch {torch.__version__}); use --device cpu")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise UsageError(f"--device {name}: only {torch.cuda.device_count()} CUDA device(s)")
+    elif dev.type != "cpu":
+        raise UsageError(f"--device {name!r}: the reference runtime runs on cpu or cuda")
+    return dev
+
+
+def gather_prompts(opts: SmokeOptions) -> list[Prompt]:
+    prompts = [Prompt(f"prompt-{i}", text) for i, text in enumerate(opts.prompts, 1)]
+    if opts.prompts_file:
+        prompts += read_prompts_file(opts.prompts_file)
+    return prompts or list(BUILTIN_PROMPTS)
+
+
+def validate(opts: SmokeOptions) -> None:
+    if opts.max_new_tokens < 1:
+        raise UsageError(f"--max-new-tokens {opts.max_new_tokens}: must be at least 1")
+    if opts.block_size is not None and opts.block_size < 2:
+        raise UsageError(f"--block-size {opts.block_size}: must be at least 2 (anchor plus one draft)")
+    if not math.isfinite(opts.min_acceptance) or opts.min_acceptance < 0:
+        raise UsageError(f"--min-acceptance {opts.min_acceptance}: must be a number >= 0")
+    if opts.tie_tolerance is not None and (not math.isfinite(opts.tie_tolerance) or opts.tie_tolerance < 0):
+        raise UsageError(f"--tie-tolerance {opts.tie_tolerance}: must be a number >= 0")
+    parse_dtype(opts.draft_dtype, "--draft-dtype")
+    if opts.target_dtype is not None:
+        parse_dtype(opts.target_dtype, "--target-dtype")
+
+
+def run_smoke(opts: SmokeOptions, progress: Any = None, log: Callable[[str], None] | None = None) -> SmokeResult:
+    """Everything ``smoke-run`` does short of printing. ``progress`` is a rich ``Progress`` (or None)."""
+    validate(opts)
+    say = log or (lambda _msg: None)
+    draft_dir, draft_label = local_folder(opts.draft, revision=opts.revision, token=opts.token, role="draft", allow_patterns=WEIGHT_FILES)
+    target_dir, target_label = local_folder(opts.target, token=opts.token, role="target", allow_patterns=TARGET_FILES)
+    result = SmokeResult(draft_label, target_label, opts)
+
+    pre = inspect_sources(LocalSource(Path(draft_dir), label=draft_label), LocalSource(Path(target_dir), label=target_label))
+    result.precheck = pre
+    if pre.fatal is not None:
+        raise pre.fatal
+    assert pre.draft is not None and pre.target is not None
+    ensure_supported(pre.draft, pre.target.config, pre.target.where)
+    if pre.failed():
+        result.refused = True
+        return result
+    target_args = TargetArgs.from_config(pre.target.config, pre.target.where)
+    draft_args = DraftArgs.from_spec(pre.draft)
+
+    prompts = gather_prompts(opts)
+    tok_dir = Path(opts.tokenizer).expanduser() if opts.tokenizer else Path(target_dir)
+    if opts.tokenizer and not tok_dir.is_dir():
+        raise InputError(f"--tokenizer {opts.tokenizer}: no such folder", code="DF001")
+    encoder = PromptEncoder(tok_dir, chat_template=opts.chat_template, thinking=opts.thinking)
+    encoded = [encoder.encode(p) for p in prompts]
+    for p, ids in zip(prompts, encoded):
+        if not ids:
+            raise UsageError(f"prompt {p.name!r} encodes to no tokens; give some text")
+    stops = [] if opts.ignore_eos else stop_token_ids(Path(target_dir), pre.target.config, encoder.eos_token_id)
+
+    device = pick_device(opts.device)
+    draft_dtype = parse_dtype(opts.draft_dtype, "--draft-dtype")
+    target_inv = inventory(Path(target_dir), target_label)
+    target_dtype = parse_dtype(opts.target_dtype or target_args.dtype or stored_dtype(target_inv) or "float32", "--target-dtype")
+    block = opts.block_size or draft_args.block_size
+    result.device = str(device)
+    result.draft_dtype, result.target_dtype = dtype_name(draft_dtype), dtype_name(target_dtype)
+    result.block_size = block
+    result.tie_tolerance = opts.tie_tolerance if opts.tie_tolerance is not None else TIE_TOLERANCE[target_dtype]
+    result.chat_template = encoder.uses_template
+    result.stop_token_ids = stops
+
+    say(f"loading target {target_label} ({target_args.model_type}, {result.target_dtype}) and draft "
+        f"{draft_label} ({result.draft_dtype}) on {device}")
+    target = load_target(Path(target_dir), target_args, dtype=target_dtype, device=device, label=target_label, inv=target_inv)
+    draft = load_draft(Path(draft_dir), draft_args, dtype=draft_dtype, device=device, label=draft_label)
+    capacity = max(len(ids) for ids in encoded) + opts.max_new_tokens + block + 1
+    tcache, dcache = target.new_cache(capacity), draft.new_cache(capacity)
+
+    def run_pair(ids: list[int], budget: int, on_tokens: Callable[[int], None] | None = None) -> tuple[Generation, Generation]:
+        ref = decode(target, ids, max_new_tokens=budget, stop_ids=stops, cache=tcache, on_tokens=on_tokens)
+        spec = dflash_decode(target, draft, ids, max_new_tokens=budget, stop_ids=stops, target_cache=tcache,
+                             draft_cache=dcache, block_size=block, on_tokens=on_tokens)
+        return ref, spec
+
+    if opts.warmup:
+        run_pair(encoded[0], min(WARMUP_TOKENS, opts.max_new_tokens))
+    task = progress.add_task("generating", total=2 * opts.max_new_tokens * len(prompts)) if progress else None
+    for prompt, ids in zip(prompts, encoded):
+        advance = (lambda n: progress.advance(task, n)) if progress else None
+        if progress:
+            progress.update(task, description=f"{prompt.name}")
+        ref, spec = run_pair(ids, opts.max_new_tokens, advance)
+        if progress:
+            # Early stops leave part of the budget unused; count it so the bar ends full.
+            progress.advance(task, 2 * opts.max_new_tokens - len(ref.tokens) - len(spec.tokens))
+        if ref.overflow or spec.overflow:
+            lossless = Lossless("skipped", 0)
+        else:
+            lossless = compare_outputs(ref.tokens, spec.tokens, ref.top2_values, ref.top2_ids, result.tie_tolerance)
+        result.runs.append(PromptRun(prompt, ids, ref, spec, lossless, encoder.decode(ref.tokens), encoder.decode(spec.tokens)))
+    result.findings = judge(result, draft_args)
+    return result
+
+
+def judge(result: SmokeResult, draft_args: DraftArgs) -> list[Finding]:
+    """Findings DF401-DF404 from the runs."""
+    out: list[Finding] = []
+    opts = result.options
+    for run in result.runs:
+        name = run.prompt.name
+        for gen, who in ((run.target, "target-only"), (run.dflash, "DFlash")):
+            if gen.overflow:
+                out.append(finding("DF404", overflow_message(name, who, gen.overflow, result)))
+        lo = run.lossless
+        if lo.status in ("differs", "tie"):
+            where = (f"prompt {name!r}: DFlash output differs from target-only output at new token {lo.position} "
+                     f"(target {lo.target_token}, DFlash {lo.dflash_token})")
+            if lo.margin is None:
+                out.append(finding("DF401", f"{where}; one output is a prefix of the other"))
+            elif lo.status == "tie":
+                out.append(finding("DF402", f"{where}, a near tie: the target's top-2 logits differ by "
+                                            f"{lo.margin:.4g} <= tolerance {result.tie_tolerance:g}"))
+            else:
+                out.append(finding("DF401", f"{where}; the target's top-2 margin there is {lo.margin:.4g} "
+                                            f"(tolerance {result.tie_tolerance:g}), not a tie; rerun with --json and "
+                                            "report it"))
+    stats = result.overall() if result.runs else None
+    tau = stats["tau"] if stats else None
+    if tau is not None and tau < opts.min_acceptance:
+        ids = list(draft_args.target_layer_ids)
+        out.append(finding(
+            "DF403",
+            f"mean acceptance length tau {tau:.2f} is below --min-acceptance {opts.min_acceptance:g}: a draft "
+            f"reading the wrong tap layers loads cleanly and lands here; check target_layer_ids {ids} against "
+            f"the draft's model card (they are the 0-based outputs of target layers, not HF hidden_states "
+            f"indices), mask_token_id {draft_args.mask_token_id}, and keep the draft in bfloat16",
+        ))
+    return out
+
+
+def overflow_message(name: str, who: str, where: str, result: SmokeResult) -> str:
+    if where == "fused features":
+        return (f"prompt {name!r}: the fused features (fc output) hold inf/NaN in the draft's "
+                f"{result.draft_dtype}; target hidden-state outliers overflow there; keep the draft in bfloat16 "
+                "(--draft-dtype bfloat16), target tensors are cast to it")
+    return (f"prompt {name!r} ({who}): the target's {where} hold inf/NaN in {result.target_dtype}; its hidden "
+            "states overflow that dtype; run the target in bfloat16 (--target-dtype bfloat16) and keep the "
+            "draft in bfloat16")
+
+
+__all__ = [
+    "DEFAULT_MIN_ACCEPTANCE", "TIE_TOLERANCE", "Lossless", "SmokeOptions", "SmokeResult",
+    "compare_outputs", "acceptance_stats", "run_smoke", "pick_device",
+]

@@ -1,0 +1,175 @@
+"""The target: a dense Qwen3 or Llama 3.x decoder with a preallocated KV cache and tapped features.
+
+Parameter names are those of Hugging Face checkpoints without the ``model.`` prefix
+(``embed_tokens``, ``layers.N.self_attn.q_proj``, ``norm``, ``lm_head``), so loading is a rename.
+
+Tapped features follow the z-lab reference exactly: the feature of tap layer ``i`` is HF's
+``hidden_states[i + 1]``, the residual stream after decoder layer ``i``. For every layer but the
+last this is the raw layer output. For the last layer it is *not*: HF replaces the last entry of
+``hidden_states`` by the output of the final ``norm``, so a draft tapping layer ``L - 1`` reads the
+normalised stream (inspect warns about such drafts, DF307, because engines differ there).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+from torch import nn
+
+from dflash_ckpt.runtime.args import TargetArgs
+from dflash_ckpt.runtime.layers import MLP, KVCache, RMSNorm, attention, head
+from dflash_ckpt.runtime.rope import RotaryTable, apply_rope
+
+
+@dataclass
+class TargetOutput:
+    #: ``[batch, n, vocab]`` (``n`` = 1 with ``logits="last"``), ``None`` with ``logits="none"``.
+    logits: torch.Tensor | None
+    #: ``[batch, n, len(taps) * hidden]``, the tapped features concatenated in tap order.
+    features: torch.Tensor | None
+
+
+class TargetAttention(nn.Module):
+    def __init__(self, args: TargetArgs) -> None:
+        super().__init__()
+        d = args.dims
+        self.heads, self.kv_heads, self.head_dim = d.num_heads, d.num_kv_heads, d.head_dim
+        self.scale = d.head_dim ** -0.5
+        bias = d.attention_bias
+        self.q_proj = nn.Linear(d.hidden_size, d.num_heads * d.head_dim, bias=bias)
+        self.k_proj = nn.Linear(d.hidden_size, d.num_kv_heads * d.head_dim, bias=bias)
+        self.v_proj = nn.Linear(d.hidden_size, d.num_kv_heads * d.head_dim, bias=bias)
+        self.o_proj = nn.Linear(d.num_heads * d.head_dim, d.hidden_size, bias=bias)
+        if args.qk_norm:
+            self.q_norm = RMSNorm(d.head_dim, d.rms_norm_eps)
+            self.k_norm = RMSNorm(d.head_dim, d.rms_norm_eps)
+        else:
+            self.q_norm = self.k_norm = None
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        kv: tuple[torch.Tensor, torch.Tensor] | None,
+        start: int,
+        mask: torch.Tensor | None,
+        causal: bool,
+    ) -> torch.Tensor:
+        b, n, _ = x.shape
+        q = self.q_proj(x).view(b, n, self.heads, self.head_dim)
+        k = self.k_proj(x).view(b, n, self.kv_heads, self.head_dim)
+        v = self.v_proj(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = apply_rope(q.transpose(1, 2), cos, sin)
+        k = apply_rope(k.transpose(1, 2), cos, sin)
+        if kv is not None:
+            k_buf, v_buf = kv
+            k_buf[:, :, start:start + n] = k
+            v_buf[:, :, start:start + n] = v
+            k, v = k_buf[:, :, :start + n], v_buf[:, :, :start + n]
+        out = attention(q, k, v, mask=mask, causal=causal, scale=self.scale)
+        return self.o_proj(out.transpose(1, 2).reshape(b, n, self.heads * self.head_dim))
+
+
+class TargetLayer(nn.Module):
+    def __init__(self, args: TargetArgs) -> None:
+        super().__init__()
+        d = args.dims
+        self.input_layernorm = RMSNorm(d.hidden_size, d.rms_norm_eps)
+        self.self_attn = TargetAttention(args)
+        self.post_attention_layernorm = RMSNorm(d.hidden_size, d.rms_norm_eps)
+        self.mlp = MLP(d.hidden_size, d.intermediate_size, bias=args.mlp_bias)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                kv: tuple[torch.Tensor, torch.Tensor] | None, start: int,
+                mask: torch.Tensor | None, causal: bool) -> torch.Tensor:
+        h = x + self.self_attn(self.input_layernorm(x), cos, sin, kv, start, mask, causal)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class TargetModel(nn.Module):
+    """Qwen3 (with ``q_norm``/``k_norm``) or Llama 3.x; batch 1 with a cache, any batch without."""
+
+    def __init__(self, args: TargetArgs) -> None:
+        super().__init__()
+        d = args.dims
+        self.args = args
+        self.embed_tokens = nn.Embedding(d.vocab_size, d.hidden_size)
+        self.layers = nn.ModuleList(TargetLayer(args) for _ in range(d.num_layers))
+        self.norm = RMSNorm(d.hidden_size, d.rms_norm_eps)
+        self.lm_head = nn.Linear(d.hidden_size, d.vocab_size, bias=False)
+        self.rotary = RotaryTable(args.rope, d.head_dim)
+        if args.tie_word_embeddings:
+            self.tie_weights()
+
+    def tie_weights(self) -> None:
+        """Share the embedding table with ``lm_head`` (``tie_word_embeddings``)."""
+        self.lm_head.weight = self.embed_tokens.weight
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.embed_tokens.weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed_tokens.weight.device
+
+    def new_cache(self, capacity: int) -> KVCache:
+        """A batch-1 cache of ``capacity`` positions in the model's dtype and device."""
+        d = self.args.dims
+        self.rotary.to(self.device).grow(capacity)
+        return KVCache(d.num_layers, d.num_kv_heads, capacity, d.head_dim, dtype=self.dtype, device=self.device)
+
+    def forward(
+        self,
+        ids: torch.Tensor,
+        *,
+        cache: KVCache | None = None,
+        start: int = 0,
+        taps: Sequence[int] = (),
+        logits: str = "all",
+    ) -> TargetOutput:
+        """Run ``ids [batch, n]`` at positions ``start..start+n-1``.
+
+        With ``cache``, ``start`` is the cache's length and the new keys/values are appended (the
+        caller crops the cache after verification). Without, this is a plain causal forward of a
+        whole sequence, differentiable, as training a draft needs. ``logits`` is ``all``,
+        ``last`` or ``none``.
+        """
+        b, n = ids.shape
+        if cache is not None:
+            cache.reserve(n)
+            start = cache.length
+        if self.rotary.inv_freq.device != ids.device:
+            self.rotary.to(ids.device)
+        h = self.embed_tokens(ids)
+        cos, sin = self.rotary.span(start, n, h.dtype)
+        mask, causal = None, False
+        if n > 1 and start == 0:
+            causal = True
+        elif n > 1:
+            # Query i sits at position start+i and sees keys 0..start+i.
+            keys = torch.arange(start + n, device=ids.device)
+            mask = keys[None, :] <= (start + torch.arange(n, device=ids.device))[:, None]
+        last = len(self.layers) - 1
+        wanted = set(taps)
+        feats: dict[int, torch.Tensor] = {}
+        for i, layer in enumerate(self.layers):
+            kv = (cache.k[i], cache.v[i]) if cache is not None else None
+            h = layer(h, cos, sin, kv, start, mask, causal)
+            if i in wanted and i != last:
+                feats[i] = h
+        out = self.norm(h)
+        if last in wanted:
+            feats[last] = out  # HF's hidden_states[-1] is taken after the final norm
+        if cache is not None:
+            cache.length = start + n
+        features = torch.cat([feats[i] for i in taps], dim=-1) if taps else None
+        if logits == "none":
+            return TargetOutput(None, features)
+        head_in = out[:, -1:] if logits == "last" else out
+        return TargetOutput(head(head_in, self.lm_head.weight), features)
