@@ -8,6 +8,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -64,6 +65,42 @@ def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
         return CliResult(code, out.out, out.err)
 
     return invoke
+
+
+@pytest.fixture(scope="module")
+def one_thread() -> Iterator[None]:
+    """Tiny matrices run fastest single-threaded (and the CI machine has two shared cores)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def hub_server(fixtures_root: Path) -> Iterator[Any]:
+    """A loopback Hub serving the fixture repos (tests/hub_server.py), for one test module."""
+    from hub_server import HubServer, populate
+
+    srv = HubServer()
+    populate(srv, fixtures_root)
+    yield srv
+    srv.close()
+
+
+@pytest.fixture
+def hub(hub_server: Any) -> Iterator[Any]:
+    """The loopback Hub with its request log and scripted failures cleared around each test."""
+    hub_server.reset()
+    yield hub_server
+    hub_server.reset()
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    """A private HF_HOME for one test."""
+    return tmp_path / "hf"
 
 
 def no_traceback(res: CliResult) -> None:

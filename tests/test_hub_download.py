@@ -9,14 +9,13 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from conftest import no_traceback, run_cli
-from hub_server import HubServer, hub_env, populate
+from hub_server import HubServer, hub_env
 
 SCRIPT = """
 import json, sys
@@ -36,24 +35,6 @@ except DFlashCkptError as err:
 """
 
 
-@pytest.fixture(scope="module")
-def server(fixtures_root: Path) -> Iterator[HubServer]:
-    srv = HubServer()
-    populate(srv, fixtures_root)
-    yield srv
-    srv.close()
-
-
-@pytest.fixture
-def hub(server: HubServer) -> Iterator[HubServer]:
-    server.reset()
-    yield server
-    server.reset()
-
-
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    return tmp_path / "hf"
 
 
 def fetch(hub: HubServer, home: Path, arg: str, *, via: str = "download_snapshot", **kw: Any) -> dict[str, Any]:

@@ -14,34 +14,15 @@ import shutil
 import struct
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from conftest import CliResult, no_traceback, run_cli
-from hub_server import HubServer, hub_env, populate
+from hub_server import HubServer, hub_env
 
 
-@pytest.fixture(scope="module")
-def server(fixtures_root: Path) -> Iterator[HubServer]:
-    srv = HubServer()
-    populate(srv, fixtures_root)
-    yield srv
-    srv.close()
-
-
-@pytest.fixture
-def hub(server: HubServer) -> Iterator[HubServer]:
-    server.reset()
-    yield server
-    server.reset()
-
-
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    return tmp_path / "hf"
 
 
 def cli(hub: HubServer, home: Path, *args: str, **env: str) -> CliResult:

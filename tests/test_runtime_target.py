@@ -16,13 +16,7 @@ from dflash_ckpt.errors import InputError
 from dflash_ckpt.runtime.args import TargetArgs, Unsupported
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny matrices run fastest single-threaded (and the CI machine has two shared cores)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 # -- an independent reference: the HF forward written out in float64 ----------------------------

@@ -17,12 +17,7 @@ from dflash_ckpt.runtime.smoke import compare_outputs
 FAST = ["--max-new-tokens", "24", "--draft-dtype", "float32"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
