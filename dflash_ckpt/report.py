@@ -95,7 +95,7 @@ def render_summary(console: Console, results: list[InspectResult], *, quiet: boo
     """Several drafts: one table, then the lines of their errors."""
     if not quiet:
         table = Table(title="DFlash drafts", title_justify="left", show_edge=False)
-        for col in ("draft", "layout", "generation", "block", "taps", "errors", "warnings", "readers", "status"):
+        for col in ("draft", "layout", "gen", "block", "taps", "err", "warn", "readers", "status"):
             table.add_column(col, no_wrap=col != "draft", overflow="fold")
         for res in results:
             d = res.draft
