@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+import make_fixtures
 from conftest import CliResult, no_traceback, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,25 +46,6 @@ def header(path: Path) -> dict[str, Any]:
         head = json.loads(fh.read(n))
     head.pop("__metadata__", None)
     return head
-
-
-def dflash_v1_shapes(cfg: dict[str, Any]) -> dict[str, list[int]]:
-    """Every tensor of a DFlash v1 draft (DESIGN section 1) and its shape, from the config."""
-    h, inter, hd = cfg["hidden_size"], cfg["intermediate_size"], cfg["head_dim"]
-    q, kv = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
-    taps = len(cfg["dflash_config"]["target_layer_ids"])
-    out = {"fc.weight": [h, taps * h], "hidden_norm.weight": [h], "norm.weight": [h]}
-    for i in range(cfg["num_hidden_layers"]):
-        p = f"layers.{i}."
-        out |= {
-            p + "input_layernorm.weight": [h], p + "post_attention_layernorm.weight": [h],
-            p + "self_attn.q_proj.weight": [q, h], p + "self_attn.k_proj.weight": [kv, h],
-            p + "self_attn.v_proj.weight": [kv, h], p + "self_attn.o_proj.weight": [h, q],
-            p + "self_attn.q_norm.weight": [hd], p + "self_attn.k_norm.weight": [hd],
-            p + "mlp.gate_proj.weight": [inter, h], p + "mlp.up_proj.weight": [inter, h],
-            p + "mlp.down_proj.weight": [h, inter],
-        }
-    return out
 
 
 def sha256(path: Path) -> str:
@@ -116,7 +98,8 @@ def test_each_folder_is_a_published_dflash_v1_draft():
         for key in ("hidden_size", "vocab_size", "num_attention_heads", "num_key_value_heads", "head_dim"):
             assert cfg[key] == target[key], key
         head = header(folder / "model.safetensors")
-        assert {k: v["shape"] for k, v in head.items()} == dflash_v1_shapes(cfg), "unprefixed v1 keys, no embed/head"
+        expected = {name: shape for name, (_, shape) in make_fixtures.draft_tensors(cfg).items()}
+        assert {k: v["shape"] for k, v in head.items()} == expected, "unprefixed v1 keys, no embed/head"
         want = "F16" if folder == FP16 else "BF16"
         assert {v["dtype"] for v in head.values()} == {want}
         assert cfg["dtype"] == ("float16" if folder == FP16 else "bfloat16")
