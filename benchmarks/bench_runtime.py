@@ -35,7 +35,7 @@ from dflash_ckpt.runtime.draft import DFlashDraft  # noqa: E402
 from dflash_ckpt.runtime.generate import decode, dflash_decode  # noqa: E402
 from dflash_ckpt.runtime.layers import init_random_  # noqa: E402
 from dflash_ckpt.runtime.target import TargetModel  # noqa: E402
-from dflash_ckpt.spec import build_spec  # noqa: E402
+from dflash_ckpt.spec.resolve import build_spec  # noqa: E402
 
 #: Qwen/Qwen3-4B and z-lab/Qwen3-4B-DFlash-b16 (fixtures/published), the dimensions that matter.
 QWEN3_4B = {

@@ -72,7 +72,7 @@ def rules(
     json_out: bool = JsonOpt,
 ) -> None:
     """List the checks with their codes, or explain one with its fix."""
-    from dflash_ckpt.inspection import print_json
+    from dflash_ckpt.checks.inspection import print_json
     from dflash_ckpt.rules import RULES
 
     rule = None if code is None else RULES.get(code.upper())
@@ -81,7 +81,7 @@ def rules(
     if json_out:
         print_json([r.to_json() for r in RULES.values()] if rule is None else rule.to_json())
         return
-    from dflash_ckpt.report import make_console, render_rule, render_rules
+    from dflash_ckpt.commands.output import make_console, render_rule, render_rules
 
     if rule is None:
         render_rules(make_console(), RULES.values())
@@ -92,7 +92,7 @@ def rules(
 def read_arg_file(path: str) -> list[str]:
     """Arguments from a text file: one per line, blank lines and ``#`` comments ignored."""
     from dflash_ckpt.errors import InputError
-    from dflash_ckpt.source import describe_os_error
+    from dflash_ckpt.sources.base import describe_os_error
 
     try:
         with open(path, encoding="utf-8") as fh:

@@ -20,8 +20,9 @@ from hub_server import HubServer, hub_env
 SCRIPT = """
 import json, sys
 from dflash_ckpt.errors import DFlashCkptError
-from dflash_ckpt.hub import download_snapshot
-from dflash_ckpt.source import RepoRef, local_folder
+from dflash_ckpt.sources.hub.repo import download_snapshot
+from dflash_ckpt.sources.repo_ref import RepoRef
+from dflash_ckpt.sources.resolve import local_folder
 args = json.loads(sys.argv[1])
 try:
     if args["via"] == "local_folder":

@@ -164,7 +164,7 @@ def test_offline_after_an_online_run(hub: HubServer, home: Path) -> None:
 @pytest.mark.parametrize("keep", ["ours", "hf-tree", "snapshot-only"])
 def test_offline_with_a_downloaded_snapshot(hub: HubServer, home: Path, fixtures_root: Path, keep: str) -> None:
     """A cache filled by a download (ours, or another tool's) serves an offline inspect."""
-    code = "from dflash_ckpt.hub import download_snapshot; from dflash_ckpt.source import RepoRef; print(download_snapshot(RepoRef('tiny/draft', None)))"
+    code = "from dflash_ckpt.sources.hub.repo import download_snapshot; from dflash_ckpt.sources.repo_ref import RepoRef; print(download_snapshot(RepoRef('tiny/draft', None)))"
     proc = subprocess.run([sys.executable, "-c", code], env={**os.environ, **hub_env(hub, home)}, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     repo_dir = home / "hub/models--tiny--draft"
@@ -326,7 +326,7 @@ def test_local_inspect_does_not_import_the_hub_client(fixtures_root: Path) -> No
     code = (
         "import sys; from dflash_ckpt.cli import run; "
         f"rc = run(['inspect', {str(fixtures_root / 'drafts/Qwen3-4B-DFlash-b16')!r}, '-q']); "
-        "bad = [m for m in ('huggingface_hub', 'httpx2', 'httpx', 'dflash_ckpt.hub') if m in sys.modules]; "
+        "bad = [m for m in ('huggingface_hub', 'httpx2', 'httpx', 'dflash_ckpt.sources.hub.repo') if m in sys.modules]; "
         "print('RC', rc, 'IMPORTED', bad)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

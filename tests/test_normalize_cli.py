@@ -23,7 +23,7 @@ import make_fixtures
 from conftest import CliResult, no_traceback, run_cli
 from normalize_support import files_under, leftovers, read_json, resolved, tree_state
 
-from dflash_ckpt.spec import DFLASH_KEYS
+from dflash_ckpt.spec.resolve import DFLASH_KEYS
 
 
 def mutant(root: Path, name: str) -> Path:
@@ -395,7 +395,7 @@ def test_read_only_out_parent(world_dir: Path) -> None:
 
 
 def test_not_enough_disk_for_a_copy(cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    import dflash_ckpt.fsops as fsops
+    import dflash_ckpt.normalize.fsops as fsops
 
     draft = small_draft(tmp_path / "d")
     real = shutil.disk_usage
@@ -449,7 +449,7 @@ def test_copy_flag_and_link_fallback(cli, monkeypatch: pytest.MonkeyPatch, tmp_p
 
 @pytest.mark.parametrize("exc", [KeyboardInterrupt, OSError])
 def test_interrupted_run_leaves_no_out(cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, exc: type[BaseException]) -> None:
-    import dflash_ckpt.fsops as fsops
+    import dflash_ckpt.normalize.fsops as fsops
 
     draft = small_draft(tmp_path / "d", shards=3)
     state = tree_state(draft)
@@ -567,7 +567,7 @@ def test_progress_bar_follows_a_large_copy(cli, monkeypatch: pytest.MonkeyPatch,
     import contextlib
 
     import dflash_ckpt.commands.normalize_run as cmd
-    import dflash_ckpt.fsops as fsops
+    import dflash_ckpt.normalize.fsops as fsops
 
     draft = small_draft(tmp_path / "d", shards=2)
     weights = sum((draft / f).stat().st_size for f in files_under(draft) if f.endswith(".safetensors"))

@@ -7,8 +7,8 @@ import copy
 import pytest
 
 from dflash_ckpt.checks import check_config
-from dflash_ckpt.readers import judge_readers
-from dflash_ckpt.spec import build_spec, target_from_config
+from dflash_ckpt.checks.engines import judge_readers
+from dflash_ckpt.spec.resolve import build_spec, target_from_config
 
 OLDER = {
     "architectures": ["DFlashDraftModel"], "block_size": 16, "num_target_layers": 36,

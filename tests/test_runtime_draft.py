@@ -13,8 +13,8 @@ from safetensors.torch import load_file
 
 import tiny_models as tm
 from dflash_ckpt.runtime.args import DraftArgs, Unsupported
-from dflash_ckpt.source import LocalSource
-from dflash_ckpt.spec import load_draft as read_draft
+from dflash_ckpt.sources.local import LocalSource
+from dflash_ckpt.spec.resolve import load_draft as read_draft
 
 H = 64
 

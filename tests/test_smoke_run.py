@@ -12,7 +12,7 @@ import torch
 
 import tiny_models as tm
 from conftest import no_traceback, run_cli
-from dflash_ckpt.runtime.smoke import compare_outputs
+from dflash_ckpt.commands.smoke_run import compare_outputs
 
 FAST = ["--max-new-tokens", "24", "--draft-dtype", "float32"]
 
@@ -194,7 +194,7 @@ def test_llama_target_and_sliding_window_draft(cli, tmp_path: Path) -> None:
 def test_divergence_beyond_a_tie_fails_and_a_tie_passes(cli, pair, monkeypatch: pytest.MonkeyPatch) -> None:
     """Corrupt DFlash's output after the fact: a token that is not the target's choice is DF401;
     the target's runner-up within the tie tolerance is DF402 (info, exit 0)."""
-    import dflash_ckpt.runtime.smoke as smoke_mod
+    import dflash_ckpt.commands.smoke_run as smoke_mod
 
     real_decode, real_dflash = smoke_mod.decode, smoke_mod.dflash_decode
     seen = {}

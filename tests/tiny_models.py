@@ -311,8 +311,8 @@ def load_runtime_pair(draft_dir: Path, target_dir: Path, *, draft_dtype: str = "
     """``(target, draft)`` runtime modules loaded from the folders (for in-process tests)."""
     from dflash_ckpt.runtime.args import DraftArgs, TargetArgs
     from dflash_ckpt.runtime.loading import load_draft, load_target
-    from dflash_ckpt.source import LocalSource
-    from dflash_ckpt.spec import load_draft as read_draft, load_target as read_target
+    from dflash_ckpt.sources.local import LocalSource
+    from dflash_ckpt.spec.resolve import load_draft as read_draft, load_target as read_target
 
     spec = read_draft(LocalSource(draft_dir))
     tspec = read_target(LocalSource(target_dir))
@@ -325,8 +325,8 @@ def load_runtime_pair(draft_dir: Path, target_dir: Path, *, draft_dtype: str = "
 def load_target_only(target_dir: Path, *, dtype: str = "float32") -> Any:
     from dflash_ckpt.runtime.args import TargetArgs
     from dflash_ckpt.runtime.loading import load_target
-    from dflash_ckpt.source import LocalSource
-    from dflash_ckpt.spec import load_target as read_target
+    from dflash_ckpt.sources.local import LocalSource
+    from dflash_ckpt.spec.resolve import load_target as read_target
 
     tspec = read_target(LocalSource(target_dir))
     return load_target(target_dir, TargetArgs.from_config(tspec.config, tspec.where), dtype=_DTYPES[dtype], device=torch.device("cpu"))

@@ -6,7 +6,7 @@ from dflash_ckpt.checks.config import check_config
 from dflash_ckpt.checks.pairing import check_pairing
 from dflash_ckpt.checks.weights import check_weights
 from dflash_ckpt.rules import Finding
-from dflash_ckpt.spec import DraftSpec, TargetSpec
+from dflash_ckpt.spec.resolve import DraftSpec, TargetSpec
 
 
 def run_checks(spec: DraftSpec, target: TargetSpec | None = None) -> list[Finding]:

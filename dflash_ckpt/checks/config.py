@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dflash_ckpt.jsonfile import json_type
+from dflash_ckpt.sources.jsonfile import json_type
 from dflash_ckpt.rules import Finding, finding
-from dflash_ckpt.spec import ABSENT, DFLASH_KEYS, NESTED, TOP_LEVEL, DraftSpec, as_int, as_int_list
+from dflash_ckpt.spec.resolve import ABSENT, DFLASH_KEYS, NESTED, TOP_LEVEL, DraftSpec, as_int, as_int_list
 
 LAYER_KINDS = ("full_attention", "sliding_attention")
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dflash_ckpt.rules import Finding, finding
-from dflash_ckpt.spec import DraftSpec, TargetSpec, as_int
+from dflash_ckpt.spec.resolve import DraftSpec, TargetSpec, as_int
 
 
 def check_pairing(spec: DraftSpec, target: TargetSpec) -> list[Finding]:

@@ -6,9 +6,9 @@ import re
 from collections import Counter
 
 from dflash_ckpt.rules import Finding, finding
-from dflash_ckpt.spec import DraftSpec
-from dflash_ckpt.tensor_layout import DFLASH2_MARKERS, expected_tensors
-from dflash_ckpt.weights import WeightInventory
+from dflash_ckpt.spec.resolve import DraftSpec
+from dflash_ckpt.spec.tensor_layout import DFLASH2_MARKERS, expected_tensors
+from dflash_ckpt.sources.weights import WeightInventory
 
 #: How many names a grouped finding spells out before it says "and N more".
 SHOW = 4

@@ -5,8 +5,9 @@ from __future__ import annotations
 import sys
 
 from dflash_ckpt.errors import DFlashCkptError
-from dflash_ckpt.inspection import InspectResult, inspect_sources, print_json
-from dflash_ckpt.source import Source, open_source
+from dflash_ckpt.checks.inspection import InspectResult, inspect_sources, print_json
+from dflash_ckpt.sources.base import Source
+from dflash_ckpt.sources.resolve import open_source
 
 #: Drafts checked at once. Each check is a handful of small requests (or local reads), so a few
 #: threads hide network latency; more would only queue on the Hub's rate limits.
@@ -39,7 +40,7 @@ def run_inspect(
                 "results": [r.to_json(strict) for r in results],
             })
         return code
-    from dflash_ckpt.report import make_console, render_result, render_summary  # rich: people only
+    from dflash_ckpt.commands.output import make_console, render_result, render_summary  # rich: people only
 
     console = make_console()
     if len(results) == 1:

@@ -51,7 +51,7 @@ def register(app: typer.Typer) -> None:
         """
         from dflash_ckpt.commands.normalize_run import Request, parse_layer_ids, run_normalize
         from dflash_ckpt.errors import UsageError
-        from dflash_ckpt.normalize import Overrides, parse_layer_types
+        from dflash_ckpt.normalize.plan import Overrides, parse_layer_types
 
         if out is not None and in_place:
             raise UsageError("give OUT or --in-place, not both")

@@ -1,8 +1,8 @@
 """``dflash-ckpt normalize``: the run behind the command (options are in ``normalize_cmd``).
 
 Reads the draft (config.json and safetensors headers, never tensor data), plans the edits
-(``dflash_ckpt.normalize``), applies them to the text (``dflash_ckpt.config_text``), checks the
-result with inspect's checks, and only then writes: a new OUT folder (``dflash_ckpt.fsops``),
+(``dflash_ckpt.normalize.plan``), applies them to the text (``dflash_ckpt.normalize.config_text``), checks the
+result with inspect's checks, and only then writes: a new OUT folder (``dflash_ckpt.normalize.fsops``),
 the draft's config.json in place, or nothing (``--check``, ``--dry-run``).
 
 Imported only when the command runs.
@@ -23,13 +23,13 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from dflash_ckpt.errors import DFlashCkptError
-    from dflash_ckpt.fsops import BuildReport
-    from dflash_ckpt.normalize import Known, Overrides, Plan
-    from dflash_ckpt.readers import Verdict
+    from dflash_ckpt.normalize.fsops import BuildReport
+    from dflash_ckpt.normalize.plan import Known, Overrides, Plan
+    from dflash_ckpt.checks.engines import Verdict
     from dflash_ckpt.rules import Finding
-    from dflash_ckpt.source import Source
-    from dflash_ckpt.spec import DraftSpec, TargetSpec
-    from dflash_ckpt.weights import WeightInventory
+    from dflash_ckpt.sources.base import Source
+    from dflash_ckpt.spec.resolve import DraftSpec, TargetSpec
+    from dflash_ckpt.sources.weights import WeightInventory
 
 #: Bumped when a field of the JSON document changes meaning or is removed.
 JSON_SCHEMA_VERSION = 1
@@ -152,20 +152,20 @@ def run_normalize(req: Request) -> int:
 
 def _run(req: Request, oc: Outcome) -> None:
     from dflash_ckpt.checks import run_checks
-    from dflash_ckpt.config_text import ConfigText
+    from dflash_ckpt.normalize.config_text import ConfigText
     from dflash_ckpt.errors import CheckFailed
-    from dflash_ckpt.normalize import plan_normalize
-    from dflash_ckpt.readers import judge_readers
+    from dflash_ckpt.normalize.plan import plan_normalize
+    from dflash_ckpt.checks.engines import judge_readers
     from dflash_ckpt.rules import Severity
-    from dflash_ckpt.source import open_source
-    from dflash_ckpt.spec import build_spec, load_target, read_config
-    from dflash_ckpt.weights import load_inventory
+    from dflash_ckpt.sources.resolve import open_source
+    from dflash_ckpt.spec.resolve import build_spec, load_target, read_config
+    from dflash_ckpt.sources.weights import load_inventory
 
     config_src, weights_src = _open_draft(req)
     draft_dir, label = config_src.local_dir, config_src.label
     oc.draft_dir, oc.label = draft_dir, label
     if req.out is not None:
-        from dflash_ckpt.fsops import check_out_path
+        from dflash_ckpt.normalize.fsops import check_out_path
 
         assert draft_dir is not None
         check_out_path(draft_dir, req.out, force=req.force)
@@ -209,14 +209,14 @@ def _run(req: Request, oc: Outcome) -> None:
         return
     if req.in_place:
         if plan.changed:
-            from dflash_ckpt.fsops import write_in_place
+            from dflash_ckpt.normalize.fsops import write_in_place
 
             assert draft_dir is not None
             oc.backup = write_in_place(draft_dir, new, raw, backup=req.backup, force=req.force)
             oc.written = True
         return
     assert req.out is not None and draft_dir is not None
-    from dflash_ckpt.fsops import build_out
+    from dflash_ckpt.normalize.fsops import build_out
 
     actions = _plan_out(req, draft_dir)
     mode = stat.S_IMODE((draft_dir / "config.json").stat().st_mode)
@@ -232,7 +232,8 @@ def _open_draft(req: Request) -> tuple[Source, Source]:
     id: its cache snapshot, fetching only that file); ``--check`` and ``--dry-run`` read the
     config and the headers wherever they are, downloading no weights.
     """
-    from dflash_ckpt.source import LocalSource, local_folder, looks_like_path, open_source
+    from dflash_ckpt.sources.local import LocalSource
+    from dflash_ckpt.sources.resolve import local_folder, looks_like_path, open_source
 
     local = looks_like_path(req.draft) or Path(req.draft).expanduser().exists()
     if req.out is not None or (req.in_place and local):
@@ -247,7 +248,7 @@ def _open_draft(req: Request) -> tuple[Source, Source]:
 
 
 def _plan_out(req: Request, draft_dir: Path) -> list[Any]:
-    from dflash_ckpt.fsops import check_free_space, plan_files
+    from dflash_ckpt.normalize.fsops import check_free_space, plan_files
 
     assert req.out is not None
     actions = plan_files(draft_dir, req.out, copy_weights=req.copy)
@@ -256,8 +257,8 @@ def _plan_out(req: Request, draft_dir: Path) -> list[Any]:
 
 
 def _known(inventory: WeightInventory, spec: DraftSpec, target: TargetSpec | None) -> Known:
-    from dflash_ckpt.normalize import Known
-    from dflash_ckpt.spec import as_int
+    from dflash_ckpt.normalize.plan import Known
+    from dflash_ckpt.spec.resolve import as_int
 
     return Known(
         fc_taps=fc_taps(inventory, spec.dims.hidden_size),
@@ -317,9 +318,9 @@ def _print_report(oc: Outcome) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from dflash_ckpt.fsops import human_bytes
-    from dflash_ckpt.readers import READERS
-    from dflash_ckpt.report import make_console
+    from dflash_ckpt.normalize.fsops import human_bytes
+    from dflash_ckpt.checks.engines import READERS
+    from dflash_ckpt.commands.output import make_console
     from dflash_ckpt.rules import Severity
 
     req = oc.req

@@ -10,7 +10,7 @@ from typing import List, Optional
 
 import typer
 
-#: Mirrors ``dflash_ckpt.runtime.smoke`` (which imports torch, so it cannot be read here).
+#: Mirrors ``dflash_ckpt.commands.smoke_run`` (which imports torch, so it cannot be read here).
 DEFAULT_MIN_ACCEPTANCE = 2.0
 DEFAULT_MAX_NEW_TOKENS = 128
 
@@ -72,10 +72,10 @@ def _run(*, json_out: bool, quiet: bool, **kwargs: object) -> int:
         raise UsageError(f"smoke-run needs {', '.join(missing)}: pip install 'dflash-ckpt[run]'")
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from dflash_ckpt.inspection import print_json
-    from dflash_ckpt.report import make_console
-    from dflash_ckpt.runtime.report import render_smoke
-    from dflash_ckpt.runtime.smoke import SmokeOptions, run_smoke
+    from dflash_ckpt.checks.inspection import print_json
+    from dflash_ckpt.commands.output import make_console
+    from dflash_ckpt.commands.smoke_report import render_smoke
+    from dflash_ckpt.commands.smoke_run import SmokeOptions, run_smoke
 
     opts = SmokeOptions(**kwargs)  # type: ignore[arg-type]
     console = make_console()

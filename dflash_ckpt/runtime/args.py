@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dflash_ckpt.errors import InputError, UsageError
-from dflash_ckpt.spec import DraftSpec, as_int
+from dflash_ckpt.spec.resolve import DraftSpec, as_int
 
 #: Target ``model_type`` values the runtime implements, and the architecture each one means.
 SUPPORTED_TARGETS = {"qwen3": "dense Qwen3", "llama": "Llama 3.x"}

@@ -25,8 +25,8 @@ from dflash_ckpt.errors import InputError, UsageError
 from dflash_ckpt.runtime.args import DraftArgs, TargetArgs
 from dflash_ckpt.runtime.draft import DFlashDraft
 from dflash_ckpt.runtime.target import TargetModel
-from dflash_ckpt.source import LocalSource
-from dflash_ckpt.weights import WeightInventory, load_inventory
+from dflash_ckpt.sources.local import LocalSource
+from dflash_ckpt.sources.weights import WeightInventory, load_inventory
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 
 from dflash_ckpt.errors import DFlashCkptError
-from dflash_ckpt.source import RepoRef
+from dflash_ckpt.sources.repo_ref import RepoRef
 
 #: HTTP statuses worth asking again (the Hub's own client retries the same ones).
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})

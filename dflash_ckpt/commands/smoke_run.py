@@ -36,13 +36,14 @@ from typing import Any, Callable
 import torch
 
 from dflash_ckpt.errors import InputError, UsageError
-from dflash_ckpt.inspection import InspectResult, inspect_sources
+from dflash_ckpt.checks.inspection import InspectResult, inspect_sources
 from dflash_ckpt.rules import Finding, Severity, finding
 from dflash_ckpt.runtime.args import DraftArgs, TargetArgs, ensure_supported
 from dflash_ckpt.runtime.generate import Generation, decode, dflash_decode
 from dflash_ckpt.runtime.loading import dtype_name, inventory, load_draft, load_target, parse_dtype, stored_dtype
-from dflash_ckpt.runtime.prompts import BUILTIN_PROMPTS, Prompt, PromptEncoder, read_prompts_file, stop_token_ids
-from dflash_ckpt.source import LocalSource, local_folder
+from dflash_ckpt.sources.prompts import BUILTIN_PROMPTS, Prompt, PromptEncoder, read_prompts_file, stop_token_ids
+from dflash_ckpt.sources.local import LocalSource
+from dflash_ckpt.sources.resolve import local_folder
 
 JSON_SCHEMA_VERSION = 1
 DEFAULT_MIN_ACCEPTANCE = 2.0

@@ -8,10 +8,11 @@ from typing import Any
 
 from dflash_ckpt.checks import run_checks
 from dflash_ckpt.errors import DFlashCkptError
-from dflash_ckpt.readers import Verdict, judge_readers
+from dflash_ckpt.checks.engines import Verdict, judge_readers
 from dflash_ckpt.rules import Finding, Severity
-from dflash_ckpt.source import Source, open_source
-from dflash_ckpt.spec import DraftSpec, TargetSpec, load_draft, load_target
+from dflash_ckpt.sources.base import Source
+from dflash_ckpt.sources.resolve import open_source
+from dflash_ckpt.spec.resolve import DraftSpec, TargetSpec, load_draft, load_target
 
 #: Bumped when a field of the JSON document changes meaning or is removed.
 JSON_SCHEMA_VERSION = 1

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from dflash_ckpt.errors import InputError, UsageError
-from dflash_ckpt.jsonfile import decode_json_bytes
+from dflash_ckpt.sources.jsonfile import decode_json_bytes
 
 SPECIAL_TOKEN_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 
@@ -60,7 +60,7 @@ def read_prompts_file(path: str) -> list[Prompt]:
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except OSError as err:
-        from dflash_ckpt.source import describe_os_error
+        from dflash_ckpt.sources.base import describe_os_error
 
         raise InputError(describe_os_error(err, path), code="DF001") from None
     except UnicodeDecodeError:

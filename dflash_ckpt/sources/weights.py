@@ -8,10 +8,10 @@ what the tensors *mean* is judged later in ``checks.weights``.
 from __future__ import annotations
 
 from dflash_ckpt.errors import InputError
-from dflash_ckpt.jsonfile import decode_json_bytes
+from dflash_ckpt.sources.jsonfile import decode_json_bytes
 from dflash_ckpt.rules import Finding, finding
-from dflash_ckpt.safetensors_header import HeaderError, SafetensorsHeader, TensorInfo, read_header
-from dflash_ckpt.source import Source
+from dflash_ckpt.sources.safetensors_header import HeaderError, SafetensorsHeader, TensorInfo, read_header
+from dflash_ckpt.sources.base import Source
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 INDEX_SUFFIX = ".safetensors.index.json"

@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from dflash_ckpt import __version__
-from dflash_ckpt.hub_cache import RemoteFile, RepoListing, is_commit
-from dflash_ckpt.hub_errors import HubContext, HubError, ProtocolError, describe, is_retryable
-from dflash_ckpt.source import hf_hub_cache, hf_offline
+from dflash_ckpt.sources.hub.cache import RemoteFile, RepoListing, is_commit
+from dflash_ckpt.sources.hub.errors import HubContext, HubError, ProtocolError, describe, is_retryable
+from dflash_ckpt.sources.hub.cache import hf_hub_cache, hf_offline
 
 T = TypeVar("T")
 DEFAULT_ENDPOINT = "https://huggingface.co"

@@ -20,10 +20,11 @@ import threading
 from pathlib import Path
 
 from dflash_ckpt.errors import InputError
-from dflash_ckpt.hub_cache import RepoCache, RepoListing
-from dflash_ckpt.hub_errors import HubError
-from dflash_ckpt.hub_net import HubClient
-from dflash_ckpt.source import RepoRef, Source, describe_os_error
+from dflash_ckpt.sources.hub.cache import RepoCache, RepoListing
+from dflash_ckpt.sources.hub.errors import HubError
+from dflash_ckpt.sources.hub.net import HubClient
+from dflash_ckpt.sources.base import Source, describe_os_error
+from dflash_ckpt.sources.repo_ref import RepoRef
 
 #: First request of a run: enough for the header of every published single-file draft (13 kB at
 #: most); shared among the shards when there are several (each shard holds part of the tensors).

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from dflash_ckpt.errors import InputError, UsageError
-from dflash_ckpt.source import describe_os_error
+from dflash_ckpt.sources.base import describe_os_error
 
 #: Files that are linked rather than copied: big, and never edited by hand. Small files (JSON,
 #: tokenizer, model card) are copied, so that editing one in OUT cannot change DRAFT through a

@@ -8,9 +8,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from dflash_ckpt.report import STYLE, render_result
+from dflash_ckpt.commands.output import STYLE, render_result
 from dflash_ckpt.rules import Severity
-from dflash_ckpt.runtime.smoke import SmokeResult
+from dflash_ckpt.commands.smoke_run import SmokeResult
 
 LOSSLESS_TEXT = {"identical": "[green]same[/]", "tie": "[yellow]tie[/]", "differs": "[bold red]DIFFERS[/]",
                  "skipped": "[bold red]overflow[/]"}

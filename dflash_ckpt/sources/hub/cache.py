@@ -23,6 +23,30 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+# The Hugging Face cache is located without importing huggingface_hub (its constants are fixed
+# at import time; reading the environment at call time lets one process honour a changed HF_HOME).
+
+
+def hf_hub_cache() -> Path:
+    """The hub cache folder, by the same precedence huggingface_hub uses."""
+    env = os.environ
+    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if env.get(var):
+            return Path(env[var]).expanduser()
+    if env.get("HF_HOME"):
+        return Path(env["HF_HOME"]).expanduser() / "hub"
+    xdg = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg).expanduser() / "huggingface" / "hub"
+
+
+def hf_offline() -> bool:
+    """``HF_HUB_OFFLINE`` (or the older ``TRANSFORMERS_OFFLINE``) set to a true value."""
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        if os.environ.get(var, "").strip().upper() in {"1", "ON", "YES", "TRUE"}:
+            return True
+    return False
+
+
 #: A full commit id; anything else given as a revision is a branch or tag name.
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 #: Our folder inside a cached repo's folder.

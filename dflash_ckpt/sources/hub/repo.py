@@ -19,15 +19,17 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from dflash_ckpt.hub_cache import RepoCache, RepoListing, is_commit
-from dflash_ckpt.hub_errors import HubContext, HubError
-from dflash_ckpt.source import LocalSource, RepoRef, Source
+from dflash_ckpt.sources.hub.cache import RepoCache, RepoListing, is_commit
+from dflash_ckpt.sources.hub.errors import HubContext, HubError
+from dflash_ckpt.sources.base import Source
+from dflash_ckpt.sources.local import LocalSource
+from dflash_ckpt.sources.repo_ref import RepoRef
 
 
 def open_hub_source(ref: RepoRef, *, token: str | None = None, role: str = "draft") -> Source:
     """A source for ``ref`` that reads configs and safetensors headers, from the cache or the Hub."""
-    from dflash_ckpt.hub_net import HubClient, HubSettings, fetch_listing, resolve_token  # noqa: PLC0415
-    from dflash_ckpt.hub_source import HubSource  # noqa: PLC0415
+    from dflash_ckpt.sources.hub.net import HubClient, HubSettings, fetch_listing, resolve_token  # noqa: PLC0415
+    from dflash_ckpt.sources.hub.source import HubSource  # noqa: PLC0415
 
     settings = HubSettings.from_env()
     cache = RepoCache(settings.cache_dir, ref.repo_id)
@@ -63,7 +65,7 @@ def download_snapshot(
     allow_patterns: list[str] | None = None,
 ) -> Path:
     """The local snapshot folder of ``ref`` holding the files ``allow_patterns`` match (all when ``None``)."""
-    from dflash_ckpt.hub_net import HubSettings, fetch_listing, resolve_token, snapshot  # noqa: PLC0415
+    from dflash_ckpt.sources.hub.net import HubSettings, fetch_listing, resolve_token, snapshot  # noqa: PLC0415
 
     settings = HubSettings.from_env()
     cache = RepoCache(settings.cache_dir, ref.repo_id)
@@ -134,7 +136,7 @@ def _open_cached(ref: RepoRef, cache: RepoCache, role: str, *, why: str) -> Sour
         raise _not_cached(ref, cache, role, why)
     listing = cache.read_listing(commit)
     if listing is not None:
-        from dflash_ckpt.hub_source import HubSource  # noqa: PLC0415
+        from dflash_ckpt.sources.hub.source import HubSource  # noqa: PLC0415
 
         return HubSource(ref, listing, cache, None)
     snap = cache.snapshot_dir(commit)

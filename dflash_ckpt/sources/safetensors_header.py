@@ -14,7 +14,7 @@ import struct
 from typing import Any, NamedTuple
 
 from dflash_ckpt.errors import InputError
-from dflash_ckpt.source import Source
+from dflash_ckpt.sources.base import Source
 
 #: A header larger than this is corruption, not a model (real headers are tens of kilobytes).
 MAX_HEADER_BYTES = 100 * 1024 * 1024

@@ -24,10 +24,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from dflash_ckpt.config_text import ADD, REMOVE, SET, Edit, apply_edit
+from dflash_ckpt.normalize.config_text import ADD, REMOVE, SET, Edit, apply_edit
 from dflash_ckpt.errors import CheckFailed, UsageError
-from dflash_ckpt.jsonfile import json_type
-from dflash_ckpt.spec import ABSENT, DFLASH_KEYS, SCALING_KEYS, as_int, as_int_list, resolve_key, same_json
+from dflash_ckpt.sources.jsonfile import json_type
+from dflash_ckpt.spec.resolve import ABSENT, DFLASH_KEYS, SCALING_KEYS, as_int, as_int_list, resolve_key, same_json
 
 PREFER_NESTED, PREFER_TOP = "nested", "top-level"
 #: Keys the canonical ``dflash_config`` holds, in the order a new ``dflash_config`` lists them.

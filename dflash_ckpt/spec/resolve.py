@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 from typing import Any, NamedTuple
 
-from dflash_ckpt.jsonfile import decode_json_bytes, require_object
-from dflash_ckpt.source import Source
-from dflash_ckpt.weights import WeightInventory, load_inventory
+from dflash_ckpt.sources.jsonfile import decode_json_bytes, require_object
+from dflash_ckpt.sources.base import Source
+from dflash_ckpt.sources.weights import WeightInventory, load_inventory
 
 #: The keys every DFlash draft needs, in report order.
 DFLASH_KEYS = ("block_size", "mask_token_id", "target_layer_ids", "num_target_layers")

@@ -9,8 +9,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from dflash_ckpt.inspection import InspectResult
-from dflash_ckpt.readers import READERS
+from dflash_ckpt.checks.inspection import InspectResult
+from dflash_ckpt.checks.engines import READERS
 from dflash_ckpt.rules import RULES, Rule, Severity
 
 STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "dim"}

@@ -1,0 +1,79 @@
+"""What every checkpoint source offers: read-only access to named files, and OS errors in one line.
+
+Everything downstream reads through a ``Source`` so that the checks never care whether bytes come
+from disk or over HTTP range requests. A source reads only what it is asked for: a whole small
+JSON file, or a byte range of a safetensors file (its header), never tensor data.
+"""
+
+from __future__ import annotations
+
+import errno
+from abc import ABC, abstractmethod
+from pathlib import Path
+
+from dflash_ckpt.errors import InputError
+
+#: JSON files larger than this are not configs; refusing them keeps a bad argument cheap.
+MAX_JSON_BYTES = 64 * 1024 * 1024
+
+
+class Source(ABC):
+    """Read-only access to the files of one checkpoint."""
+
+    #: What the user typed, used to name the checkpoint in reports.
+    label: str
+    #: ``local``, ``cache`` or ``hub``.
+    kind: str
+
+    def __init__(self) -> None:
+        self.bytes_read = 0
+
+    @abstractmethod
+    def where(self, name: str) -> str:
+        """How to name file ``name`` of this checkpoint in a message (a path or ``repo:file``)."""
+
+    @abstractmethod
+    def list_files(self) -> list[str]:
+        """Relative names of the top-level files (weights live at the top level in every layout)."""
+
+    @abstractmethod
+    def size(self, name: str) -> int:
+        """Size in bytes of file ``name``; ``InputError`` if it cannot be read."""
+
+    @abstractmethod
+    def read(self, name: str, offset: int = 0, length: int | None = None) -> bytes:
+        """``length`` bytes of ``name`` from ``offset`` (to the end when ``None``)."""
+
+    def exists(self, name: str) -> bool:
+        return name in self.list_files()
+
+    def read_json_bytes(self, name: str) -> bytes:
+        """The bytes of a small JSON file, refusing files too large to be a config."""
+        size = self.size(name)
+        if size > MAX_JSON_BYTES:
+            raise InputError(
+                f"{self.where(name)}: {size} bytes is too large for a JSON config "
+                f"(limit {MAX_JSON_BYTES})",
+                code="DF001",
+            )
+        return self.read(name)
+
+    @property
+    def local_dir(self) -> Path | None:
+        """The folder holding the files, when there is one on this machine."""
+        return None
+
+
+def describe_os_error(err: OSError, path: str) -> str:
+    """One line for an OS error, naming the path and what to do."""
+    if err.errno == errno.ENOENT:
+        return f"{path}: no such file or folder"
+    if err.errno in (errno.EACCES, errno.EPERM):
+        return f"{path}: permission denied; make it readable (chmod) or run as its owner"
+    if err.errno == errno.ELOOP:
+        return f"{path}: symbolic link loop; point the link at a real file"
+    if err.errno == errno.EISDIR:
+        return f"{path}: is a folder, expected a file"
+    if err.errno == errno.ENOTDIR:
+        return f"{path}: a part of the path is not a folder"
+    return f"{path}: {err.strerror or err}"
