@@ -239,7 +239,7 @@ def test_cli_properties(cli: Any, d: dict[str, Any]) -> None:
     (True, 4096, None), (True, None, None), ("absent", 4096, None), (None, 4096, None),
 ])
 def test_layer_types_derivation_cases(use: Any, window: Any, expected: str | None) -> None:
-    from dflash_ckpt.normalize.plan import derive_layer_types
+    from dflash_ckpt.spec.layer_kinds import derive_layer_kinds as derive_layer_types
 
     cfg: dict[str, Any] = {"num_hidden_layers": 3}
     if use != "absent":

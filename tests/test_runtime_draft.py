@@ -12,6 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 import tiny_models as tm
+from dflash_ckpt.errors import InputError
 from dflash_ckpt.runtime.args import DraftArgs, Unsupported
 from dflash_ckpt.sources.local import LocalSource
 from dflash_ckpt.spec.resolve import load_draft as read_draft
@@ -196,10 +197,16 @@ def test_dflash2_is_not_supported(tmp_path: Path) -> None:
         DraftArgs.from_spec(read_draft(LocalSource(folder)))
 
 
-def test_layer_types_derived_like_qwen3(tmp_path: Path) -> None:
+def test_layer_types_not_derived_from_max_window_layers(tmp_path: Path) -> None:
+    """Without ``layer_types`` a sliding draft is refused, as ``normalize`` refuses to write one:
+    the runtime never guesses which layers slide (spec/layer_kinds.py)."""
     folder = tm.make_draft(tmp_path / "lt", layers=3, sliding_window=16,
                            extra_config={"layer_types": None, "use_sliding_window": True, "max_window_layers": 1})
-    args = DraftArgs.from_spec(read_draft(LocalSource(folder)))
+    with pytest.raises(InputError, match=r"layer_types is missing and cannot be derived .*normalize .*--layer-types"):
+        DraftArgs.from_spec(read_draft(LocalSource(folder)))
+    explicit = tm.make_draft(tmp_path / "ex", layers=3, sliding_window=16, extra_config={
+        "layer_types": ["full_attention", "sliding_attention", "sliding_attention"], "use_sliding_window": True})
+    args = DraftArgs.from_spec(read_draft(LocalSource(explicit)))
     assert args.layer_types == ("full_attention", "sliding_attention", "sliding_attention")
     assert [args.layer_causal(i) for i in range(3)] == [False, True, True]
     assert args.layer_window(0) is None and args.layer_window(2) == 16

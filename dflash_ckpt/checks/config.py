@@ -7,9 +7,8 @@ from typing import Any
 
 from dflash_ckpt.sources.jsonfile import json_type
 from dflash_ckpt.rules import Finding, finding
+from dflash_ckpt.spec.layer_kinds import LAYER_KINDS, SLIDING, explicit_layer_kinds
 from dflash_ckpt.spec.resolve import ABSENT, DFLASH_KEYS, NESTED, TOP_LEVEL, DraftSpec, as_int, as_int_list
-
-LAYER_KINDS = ("full_attention", "sliding_attention")
 
 
 def key_path(place: str, key: str) -> str:
@@ -140,10 +139,10 @@ def _check_layer_ids(spec: DraftSpec) -> list[Finding]:
 def _check_layer_types(spec: DraftSpec) -> list[Finding]:
     w = spec.where
     cfg = spec.config
-    lt = cfg.get("layer_types", ABSENT)
+    lt = explicit_layer_kinds(cfg)
     window = cfg.get("sliding_window")
     has_window = as_int(window) is not None and window > 0
-    if lt is ABSENT or lt is None:
+    if lt is ABSENT:
         out = [finding(
             "DF133",
             f"{w}: key 'layer_types' is not given; lmdeploy 0.18 requires it "
@@ -161,7 +160,7 @@ def _check_layer_types(spec: DraftSpec) -> list[Finding]:
     bad = sorted({repr(v) for v in lt if v not in LAYER_KINDS})
     if bad:
         out.append(finding("DF131", f"{w}: key 'layer_types' holds {', '.join(bad)}; each entry must be 'full_attention' or 'sliding_attention'"))
-    if "sliding_attention" in lt and not has_window:
+    if SLIDING in lt and not has_window:
         out.append(finding(
             "DF132",
             f"{w}: layer_types has sliding_attention layers but key 'sliding_window' is "

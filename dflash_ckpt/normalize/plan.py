@@ -11,7 +11,8 @@ The canonical form written here:
   top-level ``mask_token_id`` / ``target_layer_ids`` that was already there stays, equal;
 - ``output_multiplier``, ``final_logit_softcapping``, ``input_embedding_scale`` set at the top
   level are copied into ``dflash_config`` (the top-level copy stays);
-- an explicit ``layer_types`` list, derived only where the config leaves no doubt.
+- an explicit ``layer_types`` list, derived only where the config leaves no doubt
+  (``spec.layer_kinds``, the rule the runtime runs too).
 
 Nothing is guessed: a missing key must come from an override (or, for ``num_target_layers``, the
 target's own config), and a key whose two copies disagree needs ``prefer``.
@@ -27,6 +28,7 @@ from typing import Any
 from dflash_ckpt.normalize.config_text import ADD, REMOVE, SET, Edit, apply_edit
 from dflash_ckpt.errors import CheckFailed, UsageError
 from dflash_ckpt.sources.jsonfile import json_type
+from dflash_ckpt.spec.layer_kinds import LAYER_KINDS, SHORT_NAMES, derive_layer_kinds, explicit_layer_kinds
 from dflash_ckpt.spec.resolve import ABSENT, DFLASH_KEYS, SCALING_KEYS, as_int, as_int_list, resolve_key, same_json
 
 PREFER_NESTED, PREFER_TOP = "nested", "top-level"
@@ -34,7 +36,6 @@ PREFER_NESTED, PREFER_TOP = "nested", "top-level"
 NESTED_KEYS = ("block_size", "mask_token_id", "num_target_layers", "target_layer_ids")
 #: Keys mirrored at the top level for readers that look only there (DESIGN section 3).
 MIRRORED = ("block_size", "num_target_layers")
-LAYER_KINDS = ("full_attention", "sliding_attention")
 FLAG = {k: "--" + k.replace("_", "-") for k in (*DFLASH_KEYS, "layer_types")}
 
 
@@ -355,7 +356,7 @@ def parse_layer_types(text: str) -> list[str]:
             continue
         name, _, count = part.partition("*")
         name = name.strip().strip("'\"")
-        kind = {"full": "full_attention", "sliding": "sliding_attention"}.get(name, name)
+        kind = SHORT_NAMES.get(name, name)
         if kind not in LAYER_KINDS:
             raise UsageError(f"--layer-types: {name!r} is not full_attention or sliding_attention (or full / sliding)")
         try:
@@ -370,38 +371,12 @@ def parse_layer_types(text: str) -> list[str]:
     return out
 
 
-def derive_layer_types(config: dict[str, Any]) -> tuple[list[str] | None, str]:
-    """``layer_types`` where the config leaves no doubt, else ``None`` and why not.
-
-    transformers' Qwen3Config drops ``sliding_window`` unless ``use_sliding_window`` is true and
-    then marks layers ``i >= max_window_layers`` (default 28) as sliding. DFlash drafts do not
-    follow that rule: Qwen3.6-27B-DFlash slides its first four of five layers with no
-    ``max_window_layers``, DFlash2 slides all five with ``max_window_layers`` 5. So only the
-    no-sliding case is determined: ``use_sliding_window`` false (or absent with no window).
-    """
-    n = as_int(config.get("num_hidden_layers"))
-    if n is None or n <= 0:
-        return None, "num_hidden_layers is not a positive integer"
-    use = config.get("use_sliding_window", ABSENT)
-    window = config.get("sliding_window", ABSENT)
-    if use is False:
-        return ["full_attention"] * n, "use_sliding_window is false: every draft layer is full attention"
-    if use is ABSENT and window in (ABSENT, None):
-        return ["full_attention"] * n, "no sliding window is configured: every draft layer is full attention"
-    if use is True:
-        return None, (
-            "use_sliding_window is true and which draft layers slide is a training-time choice "
-            "(published drafts contradict the max_window_layers rule)"
-        )
-    return None, f"use_sliding_window is {_show(use) if use is not ABSENT else 'absent'} with sliding_window {_show(window)}"
-
-
 def _layer_types(config: dict[str, Any], where: str, o: Overrides) -> tuple[list[str] | None, str]:
     """The list to write (``None``: keep what is there) and the reason."""
-    present = config.get("layer_types", ABSENT)
+    present = explicit_layer_kinds(config)
     n = as_int(config.get("num_hidden_layers"))
     if o.layer_types is not None:
-        if present not in (ABSENT, None):
+        if present is not ABSENT:
             if same_json(present, o.layer_types):
                 return None, ""
             raise UsageError(
@@ -418,9 +393,9 @@ def _layer_types(config: dict[str, Any], where: str, o: Overrides) -> tuple[list
                 "set the trained window first"
             )
         return list(o.layer_types), "supplied by --layer-types"
-    if present not in (ABSENT, None):
+    if present is not ABSENT:
         return None, ""
-    derived, why = derive_layer_types(config)
+    derived, why = derive_layer_kinds(config)
     if derived is None:
         raise CheckFailed(
             f"{where}: layer_types is missing and cannot be derived ({why}); pass --layer-types "

@@ -4,12 +4,13 @@ Importing this package imports torch, so only ``smoke-run`` (inside its command 
 benchmarks and the tests import it. ``inspect`` and ``normalize`` never do.
 
 Modules, one job each:
+- ``families``: the target families implemented and what differs between them (one table);
 - ``args``: model settings from config dicts (what is supported, and a clear error otherwise);
 - ``rope``: rotary tables for the ``default``, ``linear``, ``llama3`` and ``yarn`` rope types;
 - ``loading``: safetensors (single or sharded) into the modules, never pickle;
 - ``target``: dense Qwen3 / Llama 3.x with a preallocated KV cache and tapped features;
 - ``draft``: the DFlash v1 draft;
-- ``generate``: prefill, target-only greedy decoding, greedy DFlash decoding;
-- ``prompts``: tokenizer and chat template;
-- ``smoke``: the ``smoke-run`` orchestration, verdict and JSON; ``report``: its tables.
+- ``generate``: prefill, target-only greedy decoding, greedy DFlash decoding.
+
+The ``smoke-run`` command around it (prompts, verdict, report) lives in ``dflash_ckpt.commands``.
 """

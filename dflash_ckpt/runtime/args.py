@@ -13,17 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dflash_ckpt.errors import InputError, UsageError
-from dflash_ckpt.spec.resolve import DraftSpec, as_int
+from dflash_ckpt.runtime.families import SUPPORTED_TEXT, family_of, target_model_type, text_config
+from dflash_ckpt.spec.layer_kinds import FULL, LAYER_KINDS, SLIDING, derive_layer_kinds, explicit_layer_kinds
+from dflash_ckpt.spec.resolve import ABSENT, DraftSpec, as_int, lookup
 
-#: Target ``model_type`` values the runtime implements, and the architecture each one means.
-SUPPORTED_TARGETS = {"qwen3": "dense Qwen3", "llama": "Llama 3.x"}
-SUPPORTED_TEXT = (
-    "the reference runtime supports dense Qwen3 (model_type 'qwen3') and Llama 3.x "
-    "(model_type 'llama') targets with DFlash v1 drafts (DFlashDraftModel)"
-)
 #: Rope types implemented in ``rope.py`` (``default`` also covers a null ``rope_scaling``).
 ROPE_TYPES = ("default", "linear", "llama3", "yarn")
-LAYER_TYPES = ("full_attention", "sliding_attention")
 
 
 class Unsupported(UsageError):
@@ -146,7 +141,7 @@ def rope_specs(cfg: dict[str, Any], where: str) -> dict[str, RopeSpec]:
     """
     max_pos = get_int(cfg, "max_position_embeddings", where, default=32768)
     params = cfg.get("rope_parameters")
-    if isinstance(params, dict) and params and all(k in LAYER_TYPES for k in params):
+    if isinstance(params, dict) and params and all(k in LAYER_KINDS for k in params):
         out = {}
         for layer_type, sub in params.items():
             if not isinstance(sub, dict):
@@ -154,7 +149,7 @@ def rope_specs(cfg: dict[str, Any], where: str) -> dict[str, RopeSpec]:
             theta = get_float(sub, "rope_theta", where, default=get_float(cfg, "rope_theta", where, default=10000.0),
                               path=f"rope_parameters.{layer_type}.rope_theta")
             out[layer_type] = _rope_from_params(sub, theta, max_pos, where, f"rope_parameters.{layer_type}")
-        for layer_type in LAYER_TYPES:
+        for layer_type in LAYER_KINDS:
             out.setdefault(layer_type, next(iter(out.values())))
         return out
     if isinstance(params, dict):
@@ -175,7 +170,7 @@ def rope_specs(cfg: dict[str, Any], where: str) -> dict[str, RopeSpec]:
     prf = cfg.get("partial_rotary_factor")
     if prf is not None and prf != 1 and prf != 1.0:
         raise Unsupported(f"{where}: partial_rotary_factor {prf!r} (only full-width rotary embeddings)")
-    return {t: spec for t in LAYER_TYPES}
+    return {t: spec for t in LAYER_KINDS}
 
 
 # -- shared transformer dimensions -------------------------------------------------------------
@@ -239,14 +234,12 @@ def ensure_supported(spec: DraftSpec, target_config: dict[str, Any], target_wher
     """
     if spec.generation == "DFlash2":
         raise Unsupported(f"a DFlash2 draft ({spec.where}: architectures {spec.architectures})")
-    text = target_config.get("text_config")
-    inner = text if isinstance(text, dict) else target_config
-    model_type = inner.get("model_type") or target_config.get("model_type")
+    inner = text_config(target_config)
     raw_archs = target_config.get("architectures")
     archs = [a for a in raw_archs if isinstance(a, str)] if isinstance(raw_archs, list) else []
-    if model_type not in SUPPORTED_TARGETS:
+    if family_of(target_config) is None:
         arch = f" ({', '.join(archs)})" if archs else ""
-        raise Unsupported(f"target model_type {model_type!r}{arch} in {target_where}")
+        raise Unsupported(f"target model_type {target_model_type(target_config)!r}{arch} in {target_where}")
     if any("Moe" in a for a in archs) or inner.get("num_experts"):
         raise Unsupported(f"a mixture-of-experts target in {target_where}")
 
@@ -270,26 +263,24 @@ class TargetArgs:
     @classmethod
     def from_config(cls, config: dict[str, Any], where: str) -> TargetArgs:
         """Settings of a target config; multimodal wrappers keep them in ``text_config``."""
-        text = config.get("text_config")
-        inner = text if isinstance(text, dict) else config
+        inner = text_config(config)
         label = f"{where} (text_config)" if inner is not config else where
-        model_type = inner.get("model_type") or config.get("model_type")
-        if model_type not in SUPPORTED_TARGETS:
-            raise Unsupported(f"target model_type {model_type!r} in {where}")
-        if model_type == "qwen3" and inner.get("use_sliding_window") is True:
-            raise Unsupported(f"{label}: a Qwen3 target with use_sliding_window true (full attention only)")
+        family = family_of(config)
+        if family is None:
+            raise Unsupported(f"target model_type {target_model_type(config)!r} in {where}")
+        if family.sliding_flag and inner.get(family.sliding_flag) is True:
+            raise Unsupported(f"{label}: a {family.name} target with {family.sliding_flag} true (full attention only)")
         layer_types = inner.get("layer_types")
-        if isinstance(layer_types, list) and any(t != "full_attention" for t in layer_types):
+        if isinstance(layer_types, list) and any(t != FULL for t in layer_types):
             raise Unsupported(f"{label}: target layer_types other than full_attention")
         dims = read_dims(inner, label)
-        # Both config classes default to untied; a missing lm_head with untied embeddings is
-        # reported at load time, naming the file.
-        tie = inner.get("tie_word_embeddings", config.get("tie_word_embeddings", False))
+        # A missing lm_head with untied embeddings is reported at load time, naming the file.
+        tie = inner.get("tie_word_embeddings", config.get("tie_word_embeddings", family.tie_default))
         return cls(
-            model_type=model_type,
+            model_type=family.model_type,
             dims=dims,
-            rope=rope_specs(inner, label)["full_attention"],
-            qk_norm=model_type == "qwen3",
+            rope=rope_specs(inner, label)[FULL],
+            qk_norm=family.qk_norm,
             mlp_bias=get_bool(inner, "mlp_bias", label, False),
             tie_word_embeddings=tie is True,
             dtype=config_dtype(inner) or config_dtype(config),
@@ -326,10 +317,10 @@ class DraftArgs:
         """Sliding layers are causal, full layers bidirectional, unless ``is_causal`` says otherwise."""
         if self.is_causal is not None:
             return self.is_causal
-        return self.layer_types[i] == "sliding_attention"
+        return self.layer_types[i] == SLIDING
 
     def layer_window(self, i: int) -> int | None:
-        return self.sliding_window if self.layer_types[i] == "sliding_attention" else None
+        return self.sliding_window if self.layer_types[i] == SLIDING else None
 
     @classmethod
     def from_spec(cls, spec: DraftSpec) -> DraftArgs:
@@ -344,9 +335,9 @@ class DraftArgs:
         mask = spec.mask_token_id
         if ids is None or block is None or mask is None:
             raise InputError(f"{where}: block_size, mask_token_id and target_layer_ids must be set", code="DF101")
-        layer_types = _draft_layer_types(cfg, dims.num_layers, where)
+        layer_types = draft_layer_types(cfg, dims.num_layers, where)
         window = as_int(cfg.get("sliding_window"))
-        if "sliding_attention" in layer_types and (window is None or window <= 0):
+        if SLIDING in layer_types and (window is None or window <= 0):
             raise InputError(f"{where}: a sliding_attention layer needs a positive 'sliding_window'", code="DF132")
 
         def scaling(name: str, default: float | None) -> float | None:
@@ -358,7 +349,7 @@ class DraftArgs:
                 raise _bad(where, name, val, "a number")
             return float(val)
 
-        is_causal = _nested_or_top(cfg, "is_causal")
+        is_causal = lookup(cfg, "is_causal")
         if is_causal is not None and not isinstance(is_causal, bool):
             raise _bad(where, "is_causal", is_causal, "true, false or null")
         softcap = scaling("final_logit_softcapping", None)
@@ -369,7 +360,7 @@ class DraftArgs:
             target_layer_ids=tuple(ids),
             num_target_layers=spec.num_target_layers,
             layer_types=layer_types,
-            sliding_window=window if "sliding_attention" in layer_types else None,
+            sliding_window=window if SLIDING in layer_types else None,
             is_causal=is_causal,
             input_embedding_scale=scaling("input_embedding_scale", 1.0) or 1.0,
             output_multiplier=scaling("output_multiplier", 1.0) or 1.0,
@@ -379,23 +370,20 @@ class DraftArgs:
         )
 
 
-def _nested_or_top(cfg: dict[str, Any], key: str) -> Any:
-    nested = cfg.get("dflash_config")
-    if isinstance(nested, dict) and key in nested:
-        return nested[key]
-    return cfg.get(key)
-
-
-def _draft_layer_types(cfg: dict[str, Any], n: int, where: str) -> tuple[str, ...]:
-    """Explicit ``layer_types``, else Qwen3's rule: sliding from ``max_window_layers`` on when
-    ``use_sliding_window`` is set (the rule transformers' Qwen3Config applies)."""
-    lt = cfg.get("layer_types")
-    if lt is not None:
-        if not isinstance(lt, list) or len(lt) != n or any(t not in LAYER_TYPES for t in lt):
-            raise InputError(f"{where}: key 'layer_types' must list {n} entries of {LAYER_TYPES}", code="DF130")
+def draft_layer_types(cfg: dict[str, Any], n: int, where: str) -> tuple[str, ...]:
+    """The kind of each draft layer: the explicit ``layer_types``, else what
+    ``spec.layer_kinds`` derives (the rule ``normalize`` writes); anything it leaves open is
+    refused (exit 2) rather than guessed."""
+    lt = explicit_layer_kinds(cfg)
+    if lt is not ABSENT:
+        if not isinstance(lt, list) or len(lt) != n or any(t not in LAYER_KINDS for t in lt):
+            raise InputError(f"{where}: key 'layer_types' must list {n} entries of {LAYER_KINDS}", code="DF130")
         return tuple(lt)
-    if cfg.get("use_sliding_window") is True and cfg.get("sliding_window"):
-        first = as_int(cfg.get("max_window_layers"))
-        first = n if first is None else first
-        return tuple("sliding_attention" if i >= first else "full_attention" for i in range(n))
-    return ("full_attention",) * n
+    derived, why = derive_layer_kinds(cfg)
+    if derived is None:
+        raise InputError(
+            f"{where}: layer_types is missing and cannot be derived ({why}); write the trained list "
+            f"with `dflash-ckpt normalize DRAFT OUT --layer-types ...` (one kind per draft layer)",
+            code="DF133",
+        )
+    return tuple(derived)

@@ -82,6 +82,12 @@ def resolve_key(config: dict[str, Any], name: str) -> ResolvedKey:
     return ResolvedKey(name, nested=nested, top=config.get(name, ABSENT))
 
 
+def lookup(config: dict[str, Any], name: str) -> Any:
+    """The value a nested-first reader sees for ``name`` (``None`` when in neither place), for keys
+    whose two copies need no conflict report (``resolve_key`` keeps both for the ones that do)."""
+    return resolve_key(config, name).value
+
+
 def as_int(value: Any) -> int | None:
     """``value`` if it is a JSON integer (not a bool, not a float), else ``None``."""
     return value if isinstance(value, int) and not isinstance(value, bool) else None
