@@ -276,12 +276,20 @@ _RULES: list[Rule] = [
          "Nothing to fix."),
     Rule("DF403", "low-acceptance", E, "Acceptance is below the threshold",
          "The mean acceptance length tau is below --min-acceptance. A draft reading the wrong tap "
-         "layers, a wrong mask id, or an fp16 draft loads cleanly and lands here.",
-         "Check target_layer_ids against the model card, the mask id, and keep the draft in bf16."),
+         "layers, a wrong mask id, or an fp16 draft loads cleanly and lands here; so do prompts "
+         "that are not in the chat format the draft was trained on (--no-chat-template, "
+         "--thinking, prompts of your own).",
+         "Check target_layer_ids against the model card, the mask id, and keep the draft in bf16; "
+         "rerun with the built-in prompts and the chat template to rule out the prompt format."),
     Rule("DF404", "feature-overflow", E, "Non-finite values where the target feeds the draft",
          "The tapped features or the fused fc output hold inf/NaN: fp16 overflow on hidden-state "
          "outliers.",
          "Keep the draft in bfloat16 (--draft-dtype bfloat16) and let target tensors be cast to it."),
+    Rule("DF405", "block-size-above-trained", W, "--block-size is above the draft's trained block",
+         "Positions past the trained block_size were never trained: their drafts are rarely "
+         "accepted, so tau measured this way understates the draft, and engines run the trained "
+         "size anyway.",
+         "Leave --block-size out, or give at most the draft's block_size."),
 ]
 
 RULES: dict[str, Rule] = {rule.code: rule for rule in _RULES}

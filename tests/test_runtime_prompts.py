@@ -67,7 +67,7 @@ def test_prompts_file(tmp_path: Path) -> None:
     path = tmp_path / "p.jsonl"
     path.write_text('{"prompt": "a", "name": "first"}\n\n"bare"\n{"messages": [{"role": "user", "content": "m"}]}\n')
     got = read_prompts_file(str(path))
-    assert [p.name for p in got] == ["first", "p-2", "p-3"]
+    assert [p.name for p in got] == ["first", "prompt-2", "prompt-3"]
     assert got[1].text == "bare" and got[2].conversation() == [{"role": "user", "content": "m"}]
     for body, msg in (
         ('{"prompt": 3}\n', r"p.jsonl:1: give 'prompt'"),

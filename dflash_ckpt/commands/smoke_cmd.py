@@ -23,8 +23,11 @@ def register(app: typer.Typer) -> None:
         draft: str = typer.Argument(..., metavar="DRAFT", help="Draft folder or Hub repo id (org/name, or org/name@rev)."),
         target: str = typer.Option(..., "--target", "-t", help="Target model folder or Hub repo id (org/name, or org/name@rev)."),
         prompt: Optional[List[str]] = typer.Option(None, "--prompt", "-p", help="A prompt (repeatable). Default: built-in math, code and chat prompts."),
-        prompts_file: Optional[str] = typer.Option(None, "--prompts", help="JSONL file: {\"prompt\": ...} or {\"messages\": [...]} per line, optional \"name\"."),
-        max_new_tokens: int = typer.Option(DEFAULT_MAX_NEW_TOKENS, "--max-new-tokens", "-n", help="New tokens per prompt and decoder."),
+        prompts_file: Optional[str] = typer.Option(
+            None, "--prompts",
+            help="JSONL file: per line {\"prompt\": ...}, {\"messages\": [...]} or ShareGPT {\"conversations\": [...]}, "
+                 "optional \"name\"; unnamed prompts are named prompt-N by position."),
+        max_new_tokens: int = typer.Option(DEFAULT_MAX_NEW_TOKENS, "--max-new-tokens", "-n", help="New tokens per prompt and decoder (the longest prompt, these and one block must fit the target's max_position_embeddings)."),
         min_acceptance: float = typer.Option(
             DEFAULT_MIN_ACCEPTANCE, "--min-acceptance",
             help="Fail when the mean acceptance length tau (tokens per step, bonus included) is below this. "
@@ -32,7 +35,7 @@ def register(app: typer.Typer) -> None:
         draft_dtype: str = typer.Option("bfloat16", "--draft-dtype", help="bfloat16 (keep it: fp16 overflows on Qwen3 outliers), float16 or float32."),
         target_dtype: Optional[str] = typer.Option(None, "--target-dtype", help="Default: the target config's dtype, else its weights' dtype."),
         device: str = typer.Option("auto", "--device", help="auto (CUDA when present, else CPU), cpu, cuda or cuda:N."),
-        block_size: Optional[int] = typer.Option(None, "--block-size", help="Override the draft's block_size (anchor plus drafts)."),
+        block_size: Optional[int] = typer.Option(None, "--block-size", help="Override the draft's block_size (anchor plus drafts); above the trained size warns (DF405)."),
         thinking: bool = typer.Option(False, "--thinking", help="Render the chat template with enable_thinking true (default false)."),
         no_chat_template: bool = typer.Option(False, "--no-chat-template", help="Feed prompt text as is, with the tokenizer's special tokens."),
         tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="Folder with tokenizer.json (default: the target's)."),
@@ -43,7 +46,8 @@ def register(app: typer.Typer) -> None:
                  "fp32 1e-3, fp16 0.0625, bf16 0.5)."),
         revision: Optional[str] = typer.Option(None, "--revision", help="Hub revision of DRAFT (or write org/name@rev)."),
         token: Optional[str] = typer.Option(None, "--token", help="Hugging Face token for gated or private repos.", show_default=False),
-        json_out: bool = typer.Option(False, "--json", help="Print one JSON document with every figure, ids and acceptance lengths."),
+        show_text: bool = typer.Option(False, "--show-text", help="Print each prompt's generated text under the table (the JSON always has it)."),
+        json_out: bool = typer.Option(False, "--json", help="Print one JSON document with every figure, ids, texts and acceptance lengths."),
         quiet: bool = typer.Option(False, "-q", "--quiet", help="Print errors only."),
     ) -> None:
         """Decode with the target alone and with DFlash; check the outputs match and measure acceptance and speed.
@@ -57,11 +61,12 @@ def register(app: typer.Typer) -> None:
             target_dtype=target_dtype, device=device, block_size=block_size, thinking=thinking,
             chat_template=not no_chat_template, tokenizer=tokenizer, ignore_eos=ignore_eos,
             tie_tolerance=tie_tolerance, revision=revision, token=token, json_out=json_out, quiet=quiet,
+            show_text=show_text,
         )
         raise typer.Exit(code)
 
 
-def _run(*, json_out: bool, quiet: bool, **kwargs: object) -> int:
+def _run(*, json_out: bool, quiet: bool, show_text: bool = False, **kwargs: object) -> int:
     """Import the runtime (and torch) now, run, print."""
     import importlib.util
 
@@ -91,5 +96,5 @@ def _run(*, json_out: bool, quiet: bool, **kwargs: object) -> int:
     if json_out:
         print_json(result.to_json())
     else:
-        render_smoke(console, result, quiet=quiet)
+        render_smoke(console, result, quiet=quiet, show_text=show_text)
     return result.exit_code

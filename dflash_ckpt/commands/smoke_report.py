@@ -14,16 +14,26 @@ from dflash_ckpt.commands.smoke_run import SmokeResult
 
 LOSSLESS_TEXT = {"identical": "[green]same[/]", "tie": "[yellow]tie[/]", "differs": "[bold red]DIFFERS[/]",
                  "skipped": "[bold red]overflow[/]"}
-#: Column headers: ``fwd T/D`` is target forward passes, target-only / DFlash; ``acc`` is mean
-#: accepted drafts per step; ``T``/``D tok/s`` decode speed of target-only / DFlash.
-COLUMNS = ("prompt", "new", "fwd T/D", "tau/acc", "T tok/s", "D tok/s", "speedup", "output")
+#: Every column of the table, with the line of the legend printed under it (T = target only,
+#: D = DFlash).
+COLUMN_LEGEND = {
+    "prompt": "the prompt's name",
+    "new": "new tokens generated (the same count for T and D when the outputs match)",
+    "fwd T/D": "target forward passes, T / D (D verifies a whole block per pass)",
+    "tau/acc": "tau = mean tokens per D step (bonus included); acc = mean drafts accepted per step (tau - 1)",
+    "T tok/s": "T's decode speed, new tokens per second after the prefill",
+    "D tok/s": "D's decode speed, new tokens per second after the prefill",
+    "speedup": "D tok/s / T tok/s",
+    "output": "D's tokens against T's: same, tie (first difference at a near tie), DIFFERS, or overflow",
+}
+COLUMNS = tuple(COLUMN_LEGEND)
 
 
 def _num(value: float | None, fmt: str = "{:.2f}") -> str:
     return "—" if value is None else fmt.format(value)
 
 
-def render_smoke(console: Console, res: SmokeResult, *, quiet: bool = False) -> None:
+def render_smoke(console: Console, res: SmokeResult, *, quiet: bool = False, show_text: bool = False) -> None:
     if quiet:
         render_error_lines(console, res)
         return
@@ -41,9 +51,7 @@ def render_smoke(console: Console, res: SmokeResult, *, quiet: bool = False) -> 
         for f in res.precheck.findings:
             if f.severity == Severity.WARNING:
                 console.print(f"[yellow]pre-check {f.code} warning:[/] {escape(f.message)}")
-    table = Table(title="smoke-run", title_justify="left", show_edge=False,
-                  caption="T = target only, D = DFlash; tau = tokens per step (bonus included), acc = drafts accepted per step",
-                  caption_justify="left")
+    table = Table(title="smoke-run", title_justify="left", show_edge=False, caption=legend(), caption_justify="left")
     for col in COLUMNS:
         left = col in ("prompt", "output")
         table.add_column(col, justify="left" if left else "right", no_wrap=col != "prompt", overflow="fold",
@@ -57,6 +65,8 @@ def render_smoke(console: Console, res: SmokeResult, *, quiet: bool = False) -> 
         same = sum(1 for r in res.runs if r.lossless.status == "identical")
         table.add_row("[bold]overall[/]", *_cells(fig), f"{same}/{len(res.runs)} same", end_section=True)
     console.print(table)
+    if show_text:
+        render_texts(console, res)
     stats = res.overall()
     if stats["steps"]:
         console.print(_histogram(stats["histogram"], stats["steps"]))
@@ -69,6 +79,28 @@ def render_smoke(console: Console, res: SmokeResult, *, quiet: bool = False) -> 
             ft.add_row(f.code, f"[{STYLE[f.severity]}]{f.severity.value}[/]", escape(f.message))
         console.print(ft)
     console.print(verdict_line(res))
+
+
+def legend() -> str:
+    """The legend under the table: T and D, then one line per column."""
+    width = max(map(len, COLUMN_LEGEND))
+    lines = ["T = target only, D = DFlash"]
+    lines += [f"{escape(col):<{width}}  {escape(text)}" for col, text in COLUMN_LEGEND.items() if col != "prompt"]
+    return "\n".join(lines)
+
+
+def render_texts(console: Console, res: SmokeResult) -> None:
+    """``--show-text``: each prompt's DFlash output as text, and the target's where it differs."""
+    for run in res.runs:
+        console.print(f"[bold]{escape(run.prompt.name)}[/] DFlash output ({len(run.dflash.tokens)} tokens):")
+        console.print(_indent(run.dflash_text), markup=False, highlight=False)
+        if run.target_text != run.dflash_text:
+            console.print(f"[bold]{escape(run.prompt.name)}[/] target-only output ({len(run.target.tokens)} tokens):")
+            console.print(_indent(run.target_text), markup=False, highlight=False)
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + line for line in (text.splitlines() or [""]))
 
 
 def _cells(fig: dict[str, Any]) -> list[str]:

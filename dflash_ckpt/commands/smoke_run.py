@@ -41,7 +41,10 @@ from dflash_ckpt.rules import Finding, Severity, finding
 from dflash_ckpt.runtime.args import DraftArgs, TargetArgs, ensure_supported
 from dflash_ckpt.runtime.generate import Generation, decode, dflash_decode
 from dflash_ckpt.runtime.loading import dtype_name, inventory, load_draft, load_target, parse_dtype, stored_dtype
-from dflash_ckpt.sources.prompts import BUILTIN_PROMPTS, Prompt, PromptEncoder, read_prompts_file, stop_token_ids
+from dflash_ckpt.sources.prompts import Prompt, PromptEncoder, stop_token_ids
+from dflash_ckpt.sources.prompts import gather_prompts as read_prompts
+from dflash_ckpt.commands.smoke_advice import (block_size_findings, check_positions, prompt_format_causes,
+                                               prompt_format_note, special_token_texts)
 from dflash_ckpt.sources.local import LocalSource
 from dflash_ckpt.sources.resolve import local_folder
 
@@ -165,6 +168,7 @@ class PromptRun:
     lossless: Lossless
     target_text: str = ""
     dflash_text: str = ""
+    input_text: str = ""
 
     def figures(self, block_size: int) -> dict[str, Any]:
         target_tok_s = _rate(self.target.decode_tokens, self.target.decode_s)
@@ -190,6 +194,7 @@ class PromptRun:
             "acceptance_lengths": self.dflash.acceptance_lengths,
             "output_text": self.dflash_text,
             "target_output_text": self.target_text,
+            "input_text": self.input_text,
             "overflow": self.dflash.overflow or self.target.overflow,
             "lossless": self.lossless.to_json(),
             **self.figures(block_size),
@@ -212,6 +217,8 @@ class SmokeResult:
     chat_template: bool | None = None
     stop_token_ids: list[int] = field(default_factory=list)
     refused: bool = False
+    trained_block_size: int | None = None
+    prompt_format: list[str] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -260,6 +267,8 @@ class SmokeResult:
                 "tie_tolerance": self.tie_tolerance,
                 "chat_template": self.chat_template,
                 "thinking": o.thinking,
+                "trained_block_size": self.trained_block_size,
+                "custom_prompts": bool(o.prompts or o.prompts_file),
                 "stop_token_ids": self.stop_token_ids,
             },
             "overall": self.overall() if self.runs else None,
@@ -289,10 +298,7 @@ def pick_device(name: str) -> torch.device:
 
 
 def gather_prompts(opts: SmokeOptions) -> list[Prompt]:
-    prompts = [Prompt(f"prompt-{i}", text) for i, text in enumerate(opts.prompts, 1)]
-    if opts.prompts_file:
-        prompts += read_prompts_file(opts.prompts_file)
-    return prompts or list(BUILTIN_PROMPTS)
+    return read_prompts(opts.prompts, opts.prompts_file)
 
 
 def validate(opts: SmokeOptions) -> None:
@@ -338,6 +344,11 @@ def run_smoke(opts: SmokeOptions, progress: Any = None, log: Callable[[str], Non
     for p, ids in zip(prompts, encoded):
         if not ids:
             raise UsageError(f"prompt {p.name!r} encodes to no tokens; give some text")
+    check_positions(prompts, encoded, opts.max_new_tokens, opts.block_size or draft_args.block_size,
+                    target_args.rope.max_position_embeddings, pre.target.where)
+    result.prompt_format = prompt_format_causes(
+        prompts, chat_template=encoder.uses_template, thinking=opts.thinking,
+        custom=bool(opts.prompts or opts.prompts_file), special_tokens=special_token_texts(encoder.special_tokens))
     stops = [] if opts.ignore_eos else stop_token_ids(Path(target_dir), pre.target.config, encoder.eos_token_id)
 
     device = pick_device(opts.device)
@@ -345,6 +356,7 @@ def run_smoke(opts: SmokeOptions, progress: Any = None, log: Callable[[str], Non
     target_inv = inventory(Path(target_dir), target_label)
     target_dtype = parse_dtype(opts.target_dtype or target_args.dtype or stored_dtype(target_inv) or "float32", "--target-dtype")
     block = opts.block_size or draft_args.block_size
+    result.trained_block_size = draft_args.block_size
     result.device = str(device)
     result.draft_dtype, result.target_dtype = dtype_name(draft_dtype), dtype_name(target_dtype)
     result.block_size = block
@@ -381,13 +393,15 @@ def run_smoke(opts: SmokeOptions, progress: Any = None, log: Callable[[str], Non
         else:
             lossless = compare_outputs(ref.tokens, spec.tokens, ref.top2_values, ref.top2_ids, result.tie_tolerance)
         result.runs.append(PromptRun(prompt, ids, ref, spec, lossless, encoder.decode(ref.tokens), encoder.decode(spec.tokens)))
+    for run in result.runs:
+        run.input_text = encoder.render(run.prompt)
     result.findings = judge(result, draft_args)
     return result
 
 
 def judge(result: SmokeResult, draft_args: DraftArgs) -> list[Finding]:
-    """Findings DF401-DF404 from the runs."""
-    out: list[Finding] = []
+    """Findings DF401-DF405 from the settings and the runs."""
+    out: list[Finding] = block_size_findings(result.block_size or draft_args.block_size, draft_args.block_size)
     opts = result.options
     for run in result.runs:
         name = run.prompt.name
@@ -416,7 +430,8 @@ def judge(result: SmokeResult, draft_args: DraftArgs) -> list[Finding]:
             f"mean acceptance length tau {tau:.2f} is below --min-acceptance {opts.min_acceptance:g}: a draft "
             f"reading the wrong tap layers loads cleanly and lands here; check target_layer_ids {ids} against "
             f"the draft's model card (they are the 0-based outputs of target layers, not HF hidden_states "
-            f"indices), mask_token_id {draft_args.mask_token_id}, and keep the draft in bfloat16",
+            f"indices), mask_token_id {draft_args.mask_token_id}, and keep the draft in bfloat16"
+            + prompt_format_note(result.prompt_format),
         ))
     return out
 

@@ -54,9 +54,62 @@ BUILTIN_PROMPTS: tuple[Prompt, ...] = (
 )
 
 
-def read_prompts_file(path: str) -> list[Prompt]:
-    """JSONL: per line an object with ``prompt`` (or ``text``) or ``messages``, and optionally
-    ``name``; a bare JSON string is a prompt too. Blank lines are skipped."""
+#: Speaker names of ShareGPT (``from``) and chat (``role``) turns, mapped to chat-template roles.
+ROLE_ALIASES = {
+    "human": "user", "user": "user",
+    "gpt": "assistant", "assistant": "assistant", "chatgpt": "assistant", "bard": "assistant",
+    "bing": "assistant", "model": "assistant",
+    "system": "system",
+}
+CONVERSATION_SHAPE = (
+    'a non-empty list of {"from": "human"|"gpt"|"system", "value": str} (ShareGPT) or '
+    '{"role": "user"|"assistant"|"system", "content": str} turns'
+)
+
+
+def default_prompt_name(position: int) -> str:
+    """The name of an unnamed prompt: its 1-based position among all prompts of the run, so that
+    ``-p`` prompts and file lines are named alike (``prompt-1``, ``prompt-2``, ...)."""
+    return f"prompt-{position}"
+
+
+def parse_conversation(turns: Any, where: str, key: str) -> tuple[dict[str, str], ...]:
+    """Chat turns from ``messages`` or ShareGPT ``conversations``, up to the last user turn.
+
+    Either spelling of a turn is accepted (``from``/``value`` or ``role``/``content``). Trailing
+    assistant turns are dropped: ShareGPT records carry the recorded reply, and the model is to
+    write its own after the generation prompt.
+    """
+    shape = f"{where}: '{key}' must be {CONVERSATION_SHAPE}"
+    if not isinstance(turns, list) or not turns:
+        raise InputError(shape, code="DF002")
+    out: list[dict[str, str]] = []
+    for number, turn in enumerate(turns, 1):
+        if not isinstance(turn, dict):
+            raise InputError(f"{shape}; turn {number} is {type(turn).__name__}", code="DF002")
+        speaker = turn.get("role", turn.get("from"))
+        text = turn.get("content", turn.get("value"))
+        if not isinstance(speaker, str) or not isinstance(text, str):
+            raise InputError(f"{shape}; turn {number} has no speaker or no text", code="DF002")
+        role = ROLE_ALIASES.get(speaker.lower())
+        if role is None:
+            raise InputError(
+                f"{where}: '{key}' turn {number} is from {speaker!r}; use one of {', '.join(sorted(ROLE_ALIASES))}",
+                code="DF002",
+            )
+        out.append({"role": role, "content": text})
+    while out and out[-1]["role"] == "assistant":
+        out.pop()
+    if not any(t["role"] == "user" for t in out):
+        raise InputError(f"{where}: '{key}' has no user (human) turn to answer", code="DF002")
+    return tuple(out)
+
+
+def read_prompts_file(path: str, first_position: int = 1) -> list[Prompt]:
+    """JSONL: per line an object with ``prompt`` (or ``text``), ``messages`` or ShareGPT
+    ``conversations``, and optionally ``name`` (or ``id``); a bare JSON string is a prompt too.
+    Blank lines are skipped. Unnamed prompts are named by position, counting from
+    ``first_position`` (the prompts given before this file come first)."""
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except OSError as err:
@@ -71,28 +124,43 @@ def read_prompts_file(path: str) -> list[Prompt]:
             continue
         where = f"{path}:{number}"
         item = decode_json_bytes(line.encode(), where)
-        default_name = f"{Path(path).stem}-{len(prompts) + 1}"
+        default_name = default_prompt_name(first_position + len(prompts))
         if isinstance(item, str):
             prompts.append(Prompt(default_name, item))
             continue
         if not isinstance(item, dict):
             raise InputError(f"{where}: each line must be a JSON object or string, found {type(item).__name__}", code="DF002")
-        name = item.get("name", item.get("id", default_name))
-        name = str(name)
+        name = item.get("name", item.get("id"))
+        name = default_name if name is None else str(name)
         text = item.get("prompt", item.get("text"))
-        messages = item.get("messages")
-        if messages is not None:
-            if (not isinstance(messages, list) or not messages
-                    or not all(isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in messages)):
-                raise InputError(f"{where}: 'messages' must be a non-empty list of {{\"role\": str, \"content\": str}}", code="DF002")
-            prompts.append(Prompt(name, None, tuple({"role": m["role"], "content": m["content"]} for m in messages)))
+        conv_key = "messages" if "messages" in item else "conversations" if "conversations" in item else None
+        if conv_key is not None:
+            prompts.append(Prompt(name, None, parse_conversation(item[conv_key], where, conv_key)))
         elif isinstance(text, str):
             prompts.append(Prompt(name, text))
         else:
-            raise InputError(f"{where}: give 'prompt' (a string) or 'messages' (a list)", code="DF002")
+            raise InputError(f"{where}: give 'prompt' (a string), 'messages' or 'conversations' (a list)", code="DF002")
     if not prompts:
         raise InputError(f"{path}: no prompts (one JSON object per line)", code="DF002")
     return prompts
+
+
+def gather_prompts(texts: list[str], prompts_file: str | None) -> list[Prompt]:
+    """``-p`` texts, then the file's prompts, named by position where unnamed; else the built-in set."""
+    prompts = [Prompt(default_prompt_name(i), text) for i, text in enumerate(texts, 1)]
+    if prompts_file:
+        prompts += read_prompts_file(prompts_file, first_position=len(prompts) + 1)
+    check_unique_names(prompts)
+    return prompts or list(BUILTIN_PROMPTS)
+
+
+def check_unique_names(prompts: list[Prompt]) -> None:
+    """Names identify prompts in the report and the JSON, so each must be used once."""
+    seen: set[str] = set()
+    for p in prompts:
+        if p.name in seen:
+            raise UsageError(f"prompt name {p.name!r} is used twice; give each prompt its own \"name\"")
+        seen.add(p.name)
 
 
 def _read_json(path: Path) -> dict[str, Any]:
