@@ -83,7 +83,7 @@ _RULES: list[Rule] = [
          "num_hidden_layers."),
     Rule("DF103", "nested-top-level-conflict", E, "A DFlash key has different values nested and at the top level",
          "The key appears both in dflash_config and at the top level with different values. "
-         "Engines disagree on which one wins (see DESIGN: SGLang reads nested first, the older "
+         "Engines disagree on which one wins (see docs/DESIGN.md section 3: SGLang reads nested first, the older "
          "z-lab reference reads block_size only at the top level), so the same file runs with "
          "different settings in different engines.",
          "Decide which value is right and run `dflash-ckpt normalize DRAFT OUT --prefer nested` "

@@ -1,4 +1,4 @@
-"""Resolution rules of DESIGN section 2 and the reader models of section 3, on in-memory configs."""
+"""Resolution rules of docs/DESIGN.md section 2 and the reader models of section 3, on in-memory configs."""
 
 from __future__ import annotations
 

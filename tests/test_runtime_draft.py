@@ -35,7 +35,7 @@ def _rot(x: torch.Tensor, pos: torch.Tensor, freq: torch.Tensor) -> torch.Tensor
 
 
 def naive_draft(folder: Path, feats: torch.Tensor, block: torch.Tensor, ctx_pos: torch.Tensor, blk_pos: torch.Tensor) -> torch.Tensor:
-    """DESIGN section 6, literally: fused context as extra K/V of every layer, k_norm on both,
+    """docs/DESIGN.md section 6, literally: fused context as extra K/V of every layer, k_norm on both,
     RoPE at absolute positions, per-layer causal/window rule, final norm. Float64, loops."""
     cfg = json.loads((folder / "config.json").read_text())
     w = {k: v.double() for k, v in load_file(str(folder / "model.safetensors")).items()}

@@ -246,7 +246,7 @@ def test_fp16_draft_runs_with_the_dtype_warnings_and_its_acceptance():
     runs the draft in bf16, where the fp16 values are the bf16 ones again (only subnormals
     rounded, see test_fp16_weights_are_the_draft_weights_converted), so acceptance is the
     draft's. Run in fp16 it also works here: fp16 collapses Qwen3-4B drafts through hidden-state
-    outliers past fp16's range (DESIGN section 6); this tiny target's tapped features stay under
+    outliers past fp16's range (docs/DESIGN.md section 6); this tiny target's tapped features stay under
     about 25 in magnitude, far inside fp16's range (65504), so fp16 only rounds differently."""
     _, base = smoke(DRAFT)
     code, doc = smoke(FP16)

@@ -1,4 +1,4 @@
-"""Reader verdicts: would each engine load this config as is, and if not, why (DESIGN section 3).
+"""Reader verdicts: would each engine load this config as is, and if not, why (docs/DESIGN.md section 3).
 
 Each reader is modelled by where it looks for every DFlash key and what else it demands. The
 models are deliberately small: they encode the lookup order the engines document or implement

@@ -14,7 +14,7 @@ Two thresholds are decisions of this tool:
   bonus), so tau 1.0 means no draft was ever accepted. A draft reading the wrong tap layers gets
   features it was never trained on; what it still gets right comes from the anchor's embedding
   alone (mostly the first draft position), which keeps tau close to 1 (a random draft measures
-  1.0 here). Working drafts reach 4 to 8 at block 16 (paper, DESIGN section 7), and this
+  1.0 here). Working drafts reach 4 to 8 at block 16 (paper, docs/DESIGN.md section 7), and this
   project's tiny trained pair must reach 4 at block 8 while the same weights with every tap
   moved by one must fall under 2. 2.0 sits between the two with margin on both sides, and below
   it DFlash barely pays for its extra draft and verify passes, so such a pair is not worth

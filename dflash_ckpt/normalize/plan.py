@@ -1,4 +1,4 @@
-"""Plan the canonical form of a draft config (DESIGN section 4): parsed config in, edits out.
+"""Plan the canonical form of a draft config (docs/DESIGN.md section 4): parsed config in, edits out.
 
 Pure: no files, no printing. The plan is a list of ``Edit``s (applied to the text by
 ``config_text``, so that nothing else in the file moves) and the config they produce.
@@ -34,7 +34,7 @@ from dflash_ckpt.spec.resolve import ABSENT, DFLASH_KEYS, SCALING_KEYS, as_int, 
 PREFER_NESTED, PREFER_TOP = "nested", "top-level"
 #: Keys the canonical ``dflash_config`` holds, in the order a new ``dflash_config`` lists them.
 NESTED_KEYS = ("block_size", "mask_token_id", "num_target_layers", "target_layer_ids")
-#: Keys mirrored at the top level for readers that look only there (DESIGN section 3).
+#: Keys mirrored at the top level for readers that look only there (docs/DESIGN.md section 3).
 MIRRORED = ("block_size", "num_target_layers")
 FLAG = {k: "--" + k.replace("_", "-") for k in (*DFLASH_KEYS, "layer_types")}
 

@@ -295,7 +295,7 @@ class TargetArgs:
 class DraftArgs:
     """A DFlash v1 draft: the keys of ``config.json`` the forward pass needs, resolved.
 
-    DFlash keys resolve ``dflash_config`` first, then the top level (DESIGN section 2), through
+    DFlash keys resolve ``dflash_config`` first, then the top level (docs/DESIGN.md section 2), through
     ``DraftSpec``; the optional output scalings do the same, as the z-lab reference reads them.
     """
 

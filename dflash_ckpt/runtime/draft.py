@@ -1,6 +1,6 @@
 """The DFlash v1 draft, as published (z-lab ``DFlashDraftModel``), written from its semantics.
 
-Per call (DESIGN section 6, checked against the z-lab reference):
+Per call (docs/DESIGN.md section 6, checked against the z-lab reference):
 - context: the target's tapped features of the tokens accepted since the last call, concatenated
   in ``target_layer_ids`` order, go through ``fc`` and then ``hidden_norm``. The same fused context
   enters every layer as extra keys/values; it is not normalised again by ``input_layernorm`` and

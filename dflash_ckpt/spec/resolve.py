@@ -1,8 +1,9 @@
 """Resolve a draft's DFlash keys, and a target's dimensions, keeping track of where each came from.
 
-Resolution order for every DFlash key is ``dflash_config`` first, then the top level (DESIGN
-section 2). Both values are kept so that a conflict is reported rather than silently resolved,
-and nothing is ever guessed: a key absent from both places resolves to ``missing``.
+Resolution order for every DFlash key is ``dflash_config`` first, then the top level
+(docs/DESIGN.md section 2). Both values are kept so that a conflict is reported rather than
+silently resolved, and nothing is ever guessed: a key absent from both places resolves to
+``missing``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The tensor names and shapes a DFlash draft config implies (DESIGN section 1).
+"""The tensor names and shapes a DFlash draft config implies (docs/DESIGN.md section 1).
 
 Shared by the header checks and by the reference runtime's loader, so that both agree on what a
 draft is. A shape is ``None`` where the config key it depends on is missing or invalid.
