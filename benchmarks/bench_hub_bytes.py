@@ -10,7 +10,7 @@ user runs it (``python -m dflash_ckpt inspect org/name --json``, fresh cache); t
 fetched with huggingface_hub's ``snapshot_download`` into another fresh cache (the weights are
 written to disk for real, then deleted). The claim: inspect costs the config, the index, the
 safetensors headers and a small constant, whatever the size of the weights; ``--all`` shows it
-for every published sharded draft, from 0.9 GB to 3.8 GB of weights.
+for every published sharded draft, from 0.88 GiB to 3.58 GiB of weights.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def main() -> None:
         seen, t_inspect = inspect(server, work / "home-inspect", repo)
         wire = sum(s.wire_bytes for s in seen)
         body = sum(s.body_bytes for s in seen)
-        print(f"draft {args.draft}: {len(shards)} shards, {weights / 1e9:.2f} GB of weights; "
+        print(f"draft {args.draft}: {len(shards)} shards, {weights / 2**30:.2f} GiB of weights; "
               f"config + index {mib(small)}, safetensors headers {mib(headers)}")
         print(f"\ninspect {repo} ({len(seen)} requests, {t_inspect:.2f} s)")
         for k in sorted({kind(s) for s in seen}):
@@ -127,7 +127,7 @@ def main() -> None:
                 sm = sum((f / n).stat().st_size for n in ("config.json", "model.safetensors.index.json") if (f / n).exists())
                 s_seen, _ = inspect(server, work / f"home-{name}", f"{REPO_ORG}/{name}")
                 w = sum(s.wire_bytes for s in s_seen)
-                print(f"  {name:<36} {sum(p.stat().st_size for p in sh) / 1e9:>7.2f}GB {len(sh):>6} {mib(hdr):>11} "
+                print(f"  {name:<36} {sum(p.stat().st_size for p in sh) / 2**30:>6.2f}GiB {len(sh):>6} {mib(hdr):>11} "
                       f"{mib(w):>13} {mib(w - hdr - sm):>11}")
     finally:
         server.close()

@@ -3,14 +3,14 @@
 
     python benchmarks/bench_inspect.py [--repeat 21]
 
-It builds the fixtures (sparse safetensors with real headers: a Qwen3.6-27B draft is 3.5 GB on
-paper and a few KB on disk) into a temporary folder, then measures, interleaving the commands so
+It builds the fixtures (sparse safetensors with real headers: a Qwen3.6-27B draft is 3.2 GiB on
+paper and a few KiB on disk) into a temporary folder, then measures, interleaving the commands so
 that machine noise hits all of them alike:
 
 - wall time of `python -c "import typer, rich"` (the floor any typer+rich CLI pays) against
   `python -m dflash_ckpt inspect DRAFT --target TARGET`, human and --json output; the claim is
   inspect <= 2x the floor;
-- peak RSS of inspect (claim: under 80 MB) and that torch was never imported;
+- peak RSS of inspect (claim: under 80 MiB) and that torch was never imported;
 - bytes read from the checkpoint, for the same draft in 1 file and in 16 shards: the counter of
   the tool's own reads, and the process's `rchar` from /proc (every byte it read, Python's own
   modules included) so the figure does not rest on the tool's word alone.
@@ -88,7 +88,7 @@ def main() -> None:
                 rss[name] = max(rss[name], r)
         floor = statistics.median(times["import typer, rich"])
         print(f"draft: {DRAFT}, 16 shards, {sum(p.stat().st_size for p in sharded.glob('*.safetensors')) / 2**30:.2f} GiB apparent")
-        print(f"{'command':<22}{'median ms':>10}{'min ms':>9}{'x floor':>9}{'peak RSS MB':>13}")
+        print(f"{'command':<22}{'median ms':>10}{'min ms':>9}{'x floor':>9}{'peak RSS MiB':>13}")
         for name in cmds:
             med = statistics.median(times[name])
             print(f"{name:<22}{med * 1e3:>10.1f}{min(times[name]) * 1e3:>9.1f}{med / floor:>9.2f}{rss[name] / 1024:>13.1f}")

@@ -4,7 +4,7 @@
     python benchmarks/bench_normalize.py [--draft Qwen3.6-27B-DFlash] [--shards 1] [--repeat 7] [--copy-repeat 1]
 
 It builds the draft (its published config, safetensors with real headers and sparse data: several
-GB on paper, a few KB on disk) in a temporary folder on the filesystem of --where, then measures,
+GiB on paper, a few KiB on disk) in a temporary folder on the filesystem of --where, then measures,
 interleaving runs so that machine noise hits them alike:
 
 - `python -c "import typer, rich"`: the floor any typer+rich CLI pays to start;
@@ -15,7 +15,7 @@ interleaving runs so that machine noise hits them alike:
 - `python -m dflash_ckpt normalize DRAFT OUT --copy`: a full copy of the weights (every byte
   written and fsynced, as a copy of real weights would be), time and disk added.
 
-Claims checked at the end: the hard-link run completes in under a second and adds under 1 MB.
+Claims checked at the end: the hard-link run completes in under a second and adds under 1 MiB.
 The package is byte-compiled first, as `pip install` does.
 """
 
@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT / "fixtures"))
 
 import make_fixtures  # noqa: E402
 
-MB = 1_000_000
+MiB = 1 << 20
 
 
 def build_draft(folder: Path, name: str, shards: int) -> int:
@@ -112,10 +112,10 @@ def main() -> int:
         draft = work / args.draft
         apparent = build_draft(draft, args.draft, args.shards)
         on_disk = sum(p.stat().st_blocks * 512 for p in draft.iterdir())
-        need = apparent * 1.05 + 64 * MB
+        need = apparent * 1.05 + 64 * MiB
         if args.copy_repeat and shutil.disk_usage(work).free < need:
-            raise SystemExit(f"a full copy needs {need / 1e9:.1f} GB free in {work}; pass --copy-repeat 0 or --where")
-        print(f"draft {args.draft} ({args.shards} weight file(s)): {apparent / 1e9:.2f} GB apparent, {on_disk / 1e3:.0f} kB on disk")
+            raise SystemExit(f"a full copy needs {need / 2**30:.1f} GiB free in {work}; pass --copy-repeat 0 or --where")
+        print(f"draft {args.draft} ({args.shards} weight file(s)): {apparent / 2**30:.2f} GiB apparent, {on_disk / 1024:.0f} KiB on disk")
 
         floor, link_cli, link_inproc, copy_cli = [], [], [], []
         link_disk, link_free, copy_disk, copy_free = [], [], [], []
@@ -150,20 +150,20 @@ def main() -> int:
         if copy_cli:
             print(f"{'normalize --copy, full copy (CLI process)':44} {fmt_s(copy_cli)}")
         print()
-        print(f"{'disk added, hard links':44} {max(link_disk) / 1e3:10.1f} kB   (free-space counter: {statistics.median(link_free) / 1e3:.1f} kB)")
+        print(f"{'disk added, hard links':44} {max(link_disk) / 1024:9.1f} KiB   (free-space counter: {statistics.median(link_free) / 1024:.1f} KiB)")
         if copy_disk:
-            print(f"{'disk added, full copy':44} {max(copy_disk) / 1e6:10.1f} MB   (free-space counter: {statistics.median(copy_free) / 1e6:.1f} MB)")
+            print(f"{'disk added, full copy':44} {max(copy_disk) / MiB:9.1f} MiB   (free-space counter: {statistics.median(copy_free) / MiB:.1f} MiB)")
             print()
             t_link, t_copy = statistics.median(link_cli), statistics.median(copy_cli)
             print(f"full copy / hard links: time x{t_copy / t_link:.1f}, disk x{max(copy_disk) / max(max(link_disk), 1):.0f}")
-            gbps = apparent / statistics.median(copy_cli) / 1e9
-            print(f"full copy throughput: {gbps:.2f} GB/s")
+            gibps = apparent / statistics.median(copy_cli) / 2**30
+            print(f"full copy throughput: {gibps:.2f} GiB/s")
 
         ok_time = statistics.median(link_cli) < 1.0
-        ok_disk = max(link_disk) < 1 * MB
+        ok_disk = max(link_disk) < 1 * MiB
         print()
         print(f"claim: hard-link normalize under 1 s  -> {'PASS' if ok_time else 'FAIL'} ({statistics.median(link_cli):.3f} s median)")
-        print(f"claim: hard-link normalize adds < 1 MB -> {'PASS' if ok_disk else 'FAIL'} ({max(link_disk) / 1e3:.1f} kB worst)")
+        print(f"claim: hard-link normalize adds < 1 MiB -> {'PASS' if ok_disk else 'FAIL'} ({max(link_disk) / 1024:.1f} KiB worst)")
         return 0 if ok_time and ok_disk else 1
     finally:
         shutil.rmtree(work, ignore_errors=True)

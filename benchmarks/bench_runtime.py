@@ -211,7 +211,7 @@ def main() -> None:
 
     t = step_times(target, draft, context, reps)
     weight_bytes = n_target * target.embed_tokens.weight.element_size()
-    print(f"target decode step  {t['decode'] * 1e3:8.2f} ms   ({weight_bytes / t['decode'] / 1e9:.0f} GB/s of weights)")
+    print(f"target decode step  {t['decode'] * 1e3:8.2f} ms   ({weight_bytes / t['decode'] / 2**30:.0f} GiB/s of weights)")
     print(f"draft call (B={block:<2})    {t['draft'] * 1e3:8.2f} ms")
     print(f"verify block (B={block:<2})  {t['verify'] * 1e3:8.2f} ms")
     for tau in (float(x) for x in args.tau.split(",")):

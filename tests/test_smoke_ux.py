@@ -144,3 +144,17 @@ def test_position_check_boundary() -> None:
         check_positions(prompts, encoded, 63, 8, 100, "t/config.json")
     with pytest.raises(UsageError, match="shorten the prompt"):
         check_positions(prompts, encoded, 1, 8, 35, "t/config.json")
+
+
+def test_missing_run_extra_names_the_clone_install(cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "jinja2" else real(name, *a))
+    res = cli("smoke-run", "somewhere", "--target", "elsewhere")
+    no_traceback(res)
+    assert res.code == 2 and res.stderr.count("\n") == 1
+    assert "smoke-run needs jinja2" in res.stderr and 'pip install -e ".[run]"' in res.stderr
+    assert "--index-url https://download.pytorch.org/whl/cpu" in res.stderr
+    readme = (ROOT / "README.md").read_text()
+    assert 'pip install -e ".[run]"' in readme and "--index-url https://download.pytorch.org/whl/cpu" in readme

@@ -13,6 +13,9 @@ import typer
 #: Mirrors ``dflash_ckpt.commands.smoke_run`` (which imports torch, so it cannot be read here).
 DEFAULT_MIN_ACCEPTANCE = 2.0
 DEFAULT_MAX_NEW_TOKENS = 128
+#: How to add the ``run`` extra, as README's set-up line installs it (from a clone, CPU torch first).
+RUN_EXTRA_HINT = ('in the clone\'s root, pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu '
+                  '(or the CUDA build), then pip install -e ".[run]"')
 
 
 def register(app: typer.Typer) -> None:
@@ -74,7 +77,7 @@ def _run(*, json_out: bool, quiet: bool, show_text: bool = False, **kwargs: obje
     if missing:
         from dflash_ckpt.errors import UsageError
 
-        raise UsageError(f"smoke-run needs {', '.join(missing)}: pip install 'dflash-ckpt[run]'")
+        raise UsageError(f"smoke-run needs {', '.join(missing)}: {RUN_EXTRA_HINT}")
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from dflash_ckpt.checks.inspection import print_json
