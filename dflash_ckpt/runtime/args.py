@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dflash_ckpt.errors import InputError, UsageError
-from dflash_ckpt.runtime.families import SUPPORTED_TEXT, family_of, target_model_type, text_config
+from dflash_ckpt.runtime.families import SUPPORTED_TEXT, family_of
 from dflash_ckpt.spec.layer_kinds import FULL, LAYER_KINDS, SLIDING, derive_layer_kinds, explicit_layer_kinds
-from dflash_ckpt.spec.resolve import ABSENT, DraftSpec, as_int, lookup
+from dflash_ckpt.spec.resolve import ABSENT, DraftSpec, as_int, decoder_config, lookup, target_model_type
 
 #: Rope types implemented in ``rope.py`` (``default`` also covers a null ``rope_scaling``).
 ROPE_TYPES = ("default", "linear", "llama3", "yarn")
@@ -234,7 +234,7 @@ def ensure_supported(spec: DraftSpec, target_config: dict[str, Any], target_wher
     """
     if spec.generation == "DFlash2":
         raise Unsupported(f"a DFlash2 draft ({spec.where}: architectures {spec.architectures})")
-    inner = text_config(target_config)
+    inner = decoder_config(target_config)
     raw_archs = target_config.get("architectures")
     archs = [a for a in raw_archs if isinstance(a, str)] if isinstance(raw_archs, list) else []
     if family_of(target_config) is None:
@@ -263,7 +263,7 @@ class TargetArgs:
     @classmethod
     def from_config(cls, config: dict[str, Any], where: str) -> TargetArgs:
         """Settings of a target config; multimodal wrappers keep them in ``text_config``."""
-        inner = text_config(config)
+        inner = decoder_config(config)
         label = f"{where} (text_config)" if inner is not config else where
         family = family_of(config)
         if family is None:

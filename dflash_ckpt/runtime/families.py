@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from dflash_ckpt.spec.resolve import target_model_type
+
 
 @dataclass(frozen=True)
 class Family:
@@ -44,17 +46,6 @@ SUPPORTED_TEXT = (
     + " and ".join(f"{f.name} (model_type '{f.model_type}')" for f in FAMILIES.values())
     + " targets with DFlash v1 drafts (DFlashDraftModel)"
 )
-
-
-def text_config(config: dict[str, Any]) -> dict[str, Any]:
-    """The decoder's settings: ``text_config`` of a multimodal wrapper, else the config itself."""
-    text = config.get("text_config")
-    return text if isinstance(text, dict) else config
-
-
-def target_model_type(config: dict[str, Any]) -> Any:
-    """The decoder's ``model_type`` (``text_config`` first, then the wrapper's)."""
-    return text_config(config).get("model_type") or config.get("model_type")
 
 
 def family_of(config: dict[str, Any]) -> Family | None:

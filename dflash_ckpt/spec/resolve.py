@@ -312,10 +312,20 @@ class TargetSpec(NamedTuple):
         }
 
 
+def decoder_config(config: dict[str, Any]) -> dict[str, Any]:
+    """A target's decoder settings: ``text_config`` of a multimodal wrapper, else the config itself."""
+    text = config.get("text_config")
+    return text if isinstance(text, dict) else config
+
+
+def target_model_type(config: dict[str, Any]) -> Any:
+    """The decoder's ``model_type`` (``text_config`` first, then the wrapper's)."""
+    return decoder_config(config).get("model_type") or config.get("model_type")
+
+
 def target_from_config(config: dict[str, Any], *, label: str, where: str) -> TargetSpec:
     """Dimensions from a target config; multimodal wrappers keep them in ``text_config``."""
-    text = config.get("text_config")
-    inner = text if isinstance(text, dict) else config
+    inner = decoder_config(config)
 
     def pick(key: str) -> Any:
         if key in inner:
@@ -323,7 +333,7 @@ def target_from_config(config: dict[str, Any], *, label: str, where: str) -> Tar
         return config.get(key)
 
     archs = config.get("architectures")
-    model_type = inner.get("model_type") or config.get("model_type")
+    model_type = target_model_type(config)
     return TargetSpec(
         label=label,
         where=where,
@@ -333,7 +343,7 @@ def target_from_config(config: dict[str, Any], *, label: str, where: str) -> Tar
         hidden_size=pick("hidden_size"),
         vocab_size=pick("vocab_size"),
         pad_token_id=pick("pad_token_id"),
-        text_config_used=isinstance(text, dict),
+        text_config_used=inner is not config,
         config=config,
     )
 
