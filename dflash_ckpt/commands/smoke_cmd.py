@@ -38,6 +38,11 @@ def register(app: typer.Typer) -> None:
         draft_dtype: str = typer.Option("bfloat16", "--draft-dtype", help="bfloat16 (keep it: fp16 overflows on Qwen3 outliers), float16 or float32."),
         target_dtype: Optional[str] = typer.Option(None, "--target-dtype", help="Default: the target config's dtype, else its weights' dtype."),
         device: str = typer.Option("auto", "--device", help="auto (CUDA when present, else CPU), cpu, cuda or cuda:N."),
+        backend: str = typer.Option(
+            "auto", "--backend",
+            help="What runs the target: native (the built-in runtime: dense Qwen3, Llama 3.x), transformers "
+                 "(every other published family; needs the hf extra), or auto (native where it implements the "
+                 "target, transformers otherwise)."),
         block_size: Optional[int] = typer.Option(None, "--block-size", help="Override the draft's block_size (anchor plus drafts); above the trained size warns (DF405)."),
         thinking: bool = typer.Option(False, "--thinking", help="Render the chat template with enable_thinking true (default false)."),
         no_chat_template: bool = typer.Option(False, "--no-chat-template", help="Feed prompt text as is, with the tokenizer's special tokens."),
@@ -61,7 +66,7 @@ def register(app: typer.Typer) -> None:
         code = _run(
             draft=draft, target=target, prompts=list(prompt or []), prompts_file=prompts_file,
             max_new_tokens=max_new_tokens, min_acceptance=min_acceptance, draft_dtype=draft_dtype,
-            target_dtype=target_dtype, device=device, block_size=block_size, thinking=thinking,
+            target_dtype=target_dtype, device=device, backend=backend, block_size=block_size, thinking=thinking,
             chat_template=not no_chat_template, tokenizer=tokenizer, ignore_eos=ignore_eos,
             tie_tolerance=tie_tolerance, revision=revision, token=token, json_out=json_out, quiet=quiet,
             show_text=show_text,

@@ -44,6 +44,7 @@ def render_smoke(console: Console, res: SmokeResult, *, quiet: bool = False, sho
         return
     console.print(
         f"[bold]{escape(res.draft_label)}[/] on [bold]{escape(res.target_label)}[/]  device {res.device}  "
+        f"backend {res.backend}  "
         f"draft {res.draft_dtype}  target {res.target_dtype}  block {res.block_size}  "
         f"chat template {'on' if res.chat_template else 'off'}"
     )
@@ -51,7 +52,7 @@ def render_smoke(console: Console, res: SmokeResult, *, quiet: bool = False, sho
         for f in res.precheck.findings:
             if f.severity == Severity.WARNING:
                 console.print(f"[yellow]pre-check {f.code} warning:[/] {escape(f.message)}")
-    table = Table(title="smoke-run", title_justify="left", show_edge=False, caption=legend(), caption_justify="left")
+    table = Table(title=f"smoke-run, {res.backend} backend", title_justify="left", show_edge=False, caption=legend(), caption_justify="left")
     for col in COLUMNS:
         left = col in ("prompt", "output")
         table.add_column(col, justify="left" if left else "right", no_wrap=col != "prompt", overflow="fold",

@@ -38,11 +38,13 @@ import torch
 from dflash_ckpt.errors import InputError, UsageError
 from dflash_ckpt.checks.inspection import InspectResult, inspect_sources
 from dflash_ckpt.rules import Finding, Severity, finding
-from dflash_ckpt.runtime.args import DraftArgs, TargetArgs, ensure_supported
+from dflash_ckpt.runtime.args import DraftArgs
 from dflash_ckpt.runtime.generate import Generation, decode, dflash_decode
-from dflash_ckpt.runtime.loading import dtype_name, inventory, load_draft, load_target, parse_dtype, stored_dtype
+from dflash_ckpt.runtime.loading import dtype_name, inventory, load_draft, parse_dtype, stored_dtype
+from dflash_ckpt.runtime.memory import check_fits, needed_bytes
 from dflash_ckpt.sources.prompts import Prompt, PromptEncoder, stop_token_ids
 from dflash_ckpt.sources.prompts import gather_prompts as read_prompts
+from dflash_ckpt.commands.smoke_backend import plan_target, select_backend
 from dflash_ckpt.commands.smoke_advice import (block_size_findings, check_positions, prompt_format_causes,
                                                prompt_format_note, special_token_texts)
 from dflash_ckpt.sources.local import LocalSource
@@ -78,6 +80,8 @@ class SmokeOptions:
     revision: str | None = None
     token: str | None = None
     warmup: bool = True
+    #: ``auto``, ``native`` or ``transformers`` (commands/smoke_backend.py).
+    backend: str = "auto"
 
 
 # -- the lossless check ------------------------------------------------------------------------
@@ -219,6 +223,8 @@ class SmokeResult:
     refused: bool = False
     trained_block_size: int | None = None
     prompt_format: list[str] = field(default_factory=list)
+    #: The runtime that ran the target: ``native`` or ``transformers``.
+    backend: str | None = None
 
     @property
     def exit_code(self) -> int:
@@ -259,6 +265,7 @@ class SmokeResult:
             "findings": [f.to_json() for f in self.findings],
             "settings": {
                 "device": self.device,
+                "backend": self.backend,
                 "draft_dtype": self.draft_dtype,
                 "target_dtype": self.target_dtype,
                 "block_size": self.block_size,
@@ -328,11 +335,12 @@ def run_smoke(opts: SmokeOptions, progress: Any = None, log: Callable[[str], Non
     if pre.fatal is not None:
         raise pre.fatal
     assert pre.draft is not None and pre.target is not None
-    ensure_supported(pre.draft, pre.target.config, pre.target.where)
+    backend = select_backend(opts.backend, pre.draft, pre.target.config, pre.target.where)
     if pre.failed():
         result.refused = True
         return result
-    target_args = TargetArgs.from_config(pre.target.config, pre.target.where)
+    plan = plan_target(backend, pre.target.config, pre.target.where)
+    result.backend = plan.backend
     draft_args = DraftArgs.from_spec(pre.draft)
 
     prompts = gather_prompts(opts)
@@ -344,8 +352,9 @@ def run_smoke(opts: SmokeOptions, progress: Any = None, log: Callable[[str], Non
     for p, ids in zip(prompts, encoded):
         if not ids:
             raise UsageError(f"prompt {p.name!r} encodes to no tokens; give some text")
-    check_positions(prompts, encoded, opts.max_new_tokens, opts.block_size or draft_args.block_size,
-                    target_args.rope.max_position_embeddings, pre.target.where)
+    if plan.max_position_embeddings:
+        check_positions(prompts, encoded, opts.max_new_tokens, opts.block_size or draft_args.block_size,
+                        plan.max_position_embeddings, pre.target.where)
     result.prompt_format = prompt_format_causes(
         prompts, chat_template=encoder.uses_template, thinking=opts.thinking,
         custom=bool(opts.prompts or opts.prompts_file), special_tokens=special_token_texts(encoder.special_tokens))
@@ -354,7 +363,7 @@ def run_smoke(opts: SmokeOptions, progress: Any = None, log: Callable[[str], Non
     device = pick_device(opts.device)
     draft_dtype = parse_dtype(opts.draft_dtype, "--draft-dtype")
     target_inv = inventory(Path(target_dir), target_label)
-    target_dtype = parse_dtype(opts.target_dtype or target_args.dtype or stored_dtype(target_inv) or "float32", "--target-dtype")
+    target_dtype = parse_dtype(opts.target_dtype or plan.dtype or stored_dtype(target_inv) or "float32", "--target-dtype")
     block = opts.block_size or draft_args.block_size
     result.trained_block_size = draft_args.block_size
     result.device = str(device)
@@ -364,10 +373,13 @@ def run_smoke(opts: SmokeOptions, progress: Any = None, log: Callable[[str], Non
     result.chat_template = encoder.uses_template
     result.stop_token_ids = stops
 
-    say(f"loading target {target_label} ({target_args.model_type}, {result.target_dtype}) and draft "
+    draft_inv = inventory(Path(draft_dir), draft_label)
+    check_fits(needed_bytes(target_inv.tensors, target_dtype) + needed_bytes(draft_inv.tensors, draft_dtype),
+               device, target_label)
+    say(f"loading target {target_label} ({plan.model_type}, {result.target_dtype}, {plan.backend} backend) and draft "
         f"{draft_label} ({result.draft_dtype}) on {device}")
-    target = load_target(Path(target_dir), target_args, dtype=target_dtype, device=device, label=target_label, inv=target_inv)
-    draft = load_draft(Path(draft_dir), draft_args, dtype=draft_dtype, device=device, label=draft_label)
+    target = plan.load(Path(target_dir), target_dtype, device, target_label, target_inv)
+    draft = load_draft(Path(draft_dir), draft_args, dtype=draft_dtype, device=device, label=draft_label, inv=draft_inv)
     capacity = max(len(ids) for ids in encoded) + opts.max_new_tokens + block + 1
     tcache, dcache = target.new_cache(capacity), draft.new_cache(capacity)
 

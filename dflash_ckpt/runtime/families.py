@@ -52,3 +52,50 @@ def family_of(config: dict[str, Any]) -> Family | None:
     """The family of a target config, ``None`` when the runtime does not implement it."""
     model_type = target_model_type(config)
     return FAMILIES.get(model_type) if isinstance(model_type, str) else None
+
+
+# -- the transformers backend ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HFFamily:
+    """A decoder ``model_type`` the transformers backend (``runtime/hf_target.py``) runs, and how
+    it was verified. Keyed by the decoder's type: a wrapper's ``text_config`` decides."""
+
+    model_type: str
+    name: str
+    #: The wrapper model types whose ``text_config`` holds this decoder (run text-only).
+    wrappers: tuple[str, ...] = ()
+    #: Cache layers needing more than ``crop``: ``sliding`` (past recording) or ``linear``
+    #: (snapshot, restore and replay; see ``hf_target``).
+    rollback: str = "crop"
+    #: How the family is verified (README's table).
+    verified: str = ""
+
+
+_TINY = "tiny random-init target (tests/test_hf_target.py): rollback == clean prefill, DFlash == greedy"
+HF_FAMILIES: dict[str, HFFamily] = {f.model_type: f for f in (
+    HFFamily("llama", "Llama 3.x", verified=_TINY),
+    HFFamily("qwen3", "dense Qwen3", verified=_TINY + "; parity with native on fixtures/tiny-pair"),
+    HFFamily("qwen3_moe", "Qwen3 MoE (Qwen3-Coder-30B-A3B)", verified=_TINY),
+    HFFamily("qwen3_next", "Qwen3-Next (Qwen3-Coder-Next)", rollback="linear", verified=_TINY),
+    HFFamily("qwen3_5_text", "Qwen3.5/3.6 dense", wrappers=("qwen3_5",), rollback="linear", verified=_TINY),
+    HFFamily("qwen3_5_moe_text", "Qwen3.5/3.6 MoE", wrappers=("qwen3_5_moe",), rollback="linear", verified=_TINY),
+    HFFamily("gpt_oss", "gpt-oss", rollback="sliding", verified=_TINY),
+    HFFamily("gemma4_text", "gemma-4", wrappers=("gemma4",), rollback="sliding", verified=_TINY),
+    HFFamily("deepseek_v3", "DeepSeek-V3 / Kimi-K2.5 (MLA + MoE)", wrappers=("kimi_k25",), verified=_TINY),
+)}
+
+HF_SUPPORTED_TEXT = (
+    "the transformers backend supports targets of model_type "
+    + ", ".join(f"'{m}'" + (f" (in {'/'.join(f.wrappers)})" if f.wrappers else "") for m, f in HF_FAMILIES.items())
+    + " with DFlash v1 drafts"
+)
+
+
+def hf_family_of(config: dict[str, Any]) -> HFFamily | None:
+    """The transformers-backend family of a target config, ``None`` when not verified there."""
+    model_type = target_model_type(config)
+    if model_type == "kimi_k2":  # Kimi's text_config: transformers reads it as deepseek_v3
+        model_type = "deepseek_v3"
+    return HF_FAMILIES.get(model_type) if isinstance(model_type, str) else None

@@ -1,0 +1,110 @@
+"""Which runtime runs a ``smoke-run`` target: the native one, or transformers (``--backend``).
+
+``native`` is the project's own pure-PyTorch target (dense Qwen3 and Llama 3.x,
+``runtime/target.py``); ``transformers`` wraps transformers' model classes
+(``runtime/hf_target.py``, the optional ``hf`` extra) for every other published family;
+``auto`` takes native where it implements the target and transformers otherwise. Both sit
+behind the same target protocol, so the DFlash loop, the lossless check and the figures are the
+same code whichever runs.
+
+The choice is made from the config alone, before any weight is read, and refusals are one line
+(exit 2) naming what each backend supports.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from dflash_ckpt.errors import InputError, UsageError
+from dflash_ckpt.runtime.args import TargetArgs, Unsupported, ensure_supported
+from dflash_ckpt.sources.weights import WeightInventory
+from dflash_ckpt.spec.resolve import target_model_type
+
+BACKENDS = ("auto", "native", "transformers")
+#: How to add the ``hf`` extra, as README's set-up line installs it.
+HF_EXTRA_HINT = 'in the clone\'s root, pip install -e ".[run,hf]" (transformers>=5.18,<6)'
+
+
+def hf_available() -> bool:
+    return importlib.util.find_spec("transformers") is not None
+
+
+def _need_transformers(why: str) -> None:
+    if not hf_available():
+        raise UsageError(f"{why} needs transformers, which is not installed: {HF_EXTRA_HINT}")
+
+
+def select_backend(name: str, draft_spec: Any, config: dict[str, Any], where: str) -> str:
+    """``native`` or ``transformers`` for ``--backend name``; refuses (exit 2) what neither runs.
+
+    Only the kind of target is judged here (as ``ensure_supported`` does), so that a supported
+    pair with bad values still reaches inspect's checks (exit 1).
+    """
+    if name not in BACKENDS:
+        raise UsageError(f"--backend {name!r}: use auto, native or transformers")
+    if name == "native":
+        ensure_supported(draft_spec, config, where)
+        return "native"
+    if name == "transformers":
+        _need_transformers("--backend transformers")
+        from dflash_ckpt.runtime.hf_target import describe
+
+        describe(config, where)
+        return "transformers"
+    try:
+        ensure_supported(draft_spec, config, where)
+        try:
+            TargetArgs.from_config(config, where)
+        except InputError:
+            pass  # a value problem, reported after inspect's checks on the native path
+        return "native"
+    except Unsupported as refusal:
+        if getattr(draft_spec, "generation", None) == "DFlash2":
+            raise  # a draft the loop does not run, whatever runs the target
+        if not hf_available():
+            raise UsageError(f"{refusal}; other target families run on the transformers backend: "
+                             f"{HF_EXTRA_HINT}") from None
+        from dflash_ckpt.runtime.hf_target import describe
+
+        describe(config, where)
+        return "transformers"
+
+
+@dataclass
+class TargetPlan:
+    """What ``smoke-run`` needs from a target before and while loading it, per backend."""
+
+    backend: str
+    model_type: str
+    max_position_embeddings: int | None
+    #: The dtype the config declares, if any.
+    dtype: str | None
+    #: ``load(folder, dtype, device, label, inv)`` -> a protocol target with ``new_cache``.
+    load: Callable[[Path, torch.dtype, torch.device, str, WeightInventory], Any]
+
+
+def plan_target(backend: str, config: dict[str, Any], where: str) -> TargetPlan:
+    """Read the target's settings for ``backend`` (after inspect's checks passed)."""
+    if backend == "native":
+        from dflash_ckpt.runtime.loading import load_target
+
+        args = TargetArgs.from_config(config, where)
+
+        def load_native(folder: Path, dtype: torch.dtype, device: torch.device, label: str, inv: WeightInventory) -> Any:
+            return load_target(folder, args, dtype=dtype, device=device, label=label, inv=inv)
+
+        return TargetPlan("native", args.model_type, args.rope.max_position_embeddings, args.dtype, load_native)
+    from dflash_ckpt.runtime.hf_target import describe, load_hf_target
+
+    info = describe(config, where)
+
+    def load_hf(folder: Path, dtype: torch.dtype, device: torch.device, label: str, inv: WeightInventory) -> Any:
+        return load_hf_target(folder, info, dtype=dtype, device=device, tensor_names=list(inv.tensors))
+
+    model_type = str(target_model_type(config))
+    return TargetPlan("transformers", model_type, info.max_position_embeddings, info.dtype, load_hf)
