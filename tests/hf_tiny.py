@@ -38,7 +38,7 @@ def _llama() -> Any:
 def _qwen3() -> Any:
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    return Qwen3ForCausalLM(Qwen3Config(**_common(tie_word_embeddings=True)))
+    return Qwen3ForCausalLM(Qwen3Config(**_common()))
 
 
 def _qwen3_moe() -> Any:
@@ -148,7 +148,8 @@ def build(family: str, *, seed: int = 0) -> Any:
     with torch.no_grad():
         for name, p in model.named_parameters():
             if p.dim() >= 2 and p.is_floating_point():
-                fan_in = p.shape[-1] if "embed" not in name else 1
+                # gemma multiplies its embeddings by sqrt(hidden): keep its residual stream at std 1
+                fan_in = p.shape[-1] if "embed" not in name or family.startswith("gemma") else 1
                 p.copy_(torch.randn(p.shape, generator=gen) / fan_in ** 0.5)
     return model
 
