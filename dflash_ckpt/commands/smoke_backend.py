@@ -22,6 +22,7 @@ import torch
 
 from dflash_ckpt.errors import InputError, UsageError
 from dflash_ckpt.runtime.args import TargetArgs, Unsupported, ensure_supported
+from dflash_ckpt.runtime.families import hf_family_of
 from dflash_ckpt.sources.weights import WeightInventory
 from dflash_ckpt.spec.resolve import target_model_type
 
@@ -48,7 +49,12 @@ def select_backend(name: str, draft_spec: Any, config: dict[str, Any], where: st
     if name not in BACKENDS:
         raise UsageError(f"--backend {name!r}: use auto, native or transformers")
     if name == "native":
-        ensure_supported(draft_spec, config, where)
+        try:
+            ensure_supported(draft_spec, config, where)
+        except Unsupported as refusal:
+            if getattr(draft_spec, "generation", None) != "DFlash2" and hf_family_of(config) is not None:
+                raise UsageError(f"{refusal}; --backend transformers (or auto) runs this target") from None
+            raise
         return "native"
     if name == "transformers":
         _need_transformers("--backend transformers")

@@ -44,7 +44,7 @@ from dflash_ckpt.runtime.loading import dtype_name, inventory, load_draft, parse
 from dflash_ckpt.runtime.memory import check_fits, needed_bytes
 from dflash_ckpt.sources.prompts import Prompt, PromptEncoder, stop_token_ids
 from dflash_ckpt.sources.prompts import gather_prompts as read_prompts
-from dflash_ckpt.commands.smoke_backend import plan_target, select_backend
+from dflash_ckpt.commands.smoke_backend import BACKENDS, plan_target, select_backend
 from dflash_ckpt.commands.smoke_advice import (block_size_findings, check_positions, prompt_format_causes,
                                                prompt_format_note, special_token_texts)
 from dflash_ckpt.sources.local import LocalSource
@@ -317,6 +317,8 @@ def validate(opts: SmokeOptions) -> None:
         raise UsageError(f"--min-acceptance {opts.min_acceptance}: must be a number >= 0")
     if opts.tie_tolerance is not None and (not math.isfinite(opts.tie_tolerance) or opts.tie_tolerance < 0):
         raise UsageError(f"--tie-tolerance {opts.tie_tolerance}: must be a number >= 0")
+    if opts.backend not in BACKENDS:
+        raise UsageError(f"--backend {opts.backend!r}: use auto, native or transformers")
     parse_dtype(opts.draft_dtype, "--draft-dtype")
     if opts.target_dtype is not None:
         parse_dtype(opts.target_dtype, "--target-dtype")

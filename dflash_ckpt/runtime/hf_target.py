@@ -56,6 +56,7 @@ from torch import nn
 import transformers
 from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache
 from transformers.cache_utils import LinearAttentionCacheLayerMixin
+from transformers.utils import logging as _hf_logging
 
 from dflash_ckpt.errors import InputError, UsageError
 from dflash_ckpt.runtime.families import HF_FAMILIES, HF_SUPPORTED_TEXT, hf_family_of
@@ -260,10 +261,13 @@ class HFTarget:
         cache.before_forward(ids)
         n = ids.shape[1]
         positions = torch.arange(cache.length, cache.length + n, device=ids.device)[None]
+        verbosity = _hf_logging.get_verbosity()
+        _hf_logging.set_verbosity_error()  # kernel fall-back notes; README says which kernels speed up what
         try:
             out = self.model(input_ids=ids, **{self._cache_kw: cache.inner}, use_cache=True, position_ids=positions,
                              logits_to_keep=1 if logits in ("last", "none") else 0)
         finally:
+            _hf_logging.set_verbosity(verbosity)
             for h in handles:
                 h.remove()
         cache.length += n
@@ -291,8 +295,7 @@ def _text_prefix_mapping(names: Sequence[str]) -> dict[str, str] | None:
 def load_hf_target(folder: Path, info: HFTargetInfo, *, dtype: torch.dtype, device: torch.device,
                    tensor_names: Sequence[str]) -> HFTarget:
     """Load the text decoder of ``folder`` with transformers, safetensors only, onto ``device``."""
-    from transformers.utils import logging as hf_logging
-
+    hf_logging = _hf_logging
     verbosity = hf_logging.get_verbosity()
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()  # unused vision weights and tied-head notes are expected
