@@ -190,3 +190,17 @@ def test_mxfp4_checkpoint_dequantizes_to_the_same_model(tmp_path: Path) -> None:
     assert any(k.endswith("_blocks") for k in inv_q.tensors)
     assert needed_bytes(inv_q.tensors, torch.bfloat16) == needed_bytes(inv_p.tensors, torch.bfloat16)
     assert describe(json.loads((quant / "config.json").read_text()), "q").mxfp4
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_taps_are_the_reference_hidden_states(targets, family: str) -> None:
+    """The hooks give what the z-lab reference reads, ``hidden_states[i + 1]`` of transformers'
+    own forward: decoder layer outputs, the final norm's output for the last layer."""
+    _, target, _ = targets[family]
+    x = ids(7, 10)
+    feats = target(x, cache=target.new_cache(), taps=[0, 1, 2, 3], logits="none").features.view(1, 10, 4, 64)
+    with torch.no_grad():
+        hs = target.model(input_ids=x, output_hidden_states=True).hidden_states
+    assert len(hs) == 5
+    for i in range(4):
+        assert torch.allclose(feats[0, :, i], hs[i + 1][0], atol=1e-6, rtol=0), (family, i)
