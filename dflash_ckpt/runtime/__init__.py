@@ -1,6 +1,7 @@
-"""The reference runtime behind ``smoke-run``: plain PyTorch, no transformers.
+"""The reference runtime behind ``smoke-run``: plain PyTorch, plus an optional transformers target.
 
-Importing this package imports torch, so only ``smoke-run`` (inside its command body), the
+The native modules never import transformers; ``hf_target`` does (the ``hf`` extra), and only
+``smoke-run`` with the transformers backend imports it. Importing this package imports torch, so only ``smoke-run`` (inside its command body), the
 benchmarks and the tests import it. ``inspect`` and ``normalize`` never do.
 
 Modules, one job each:
@@ -10,7 +11,10 @@ Modules, one job each:
 - ``loading``: safetensors (single or sharded) into the modules, never pickle;
 - ``target``: dense Qwen3 / Llama 3.x with a preallocated KV cache and tapped features;
 - ``draft``: the DFlash v1 draft;
-- ``generate``: prefill, target-only greedy decoding, greedy DFlash decoding.
+- ``generate``: prefill, target-only greedy decoding, greedy DFlash decoding;
+- ``hf_target``: any target family transformers implements, behind the same target protocol,
+  with exact cache rollback for sliding-window and Gated DeltaNet layers;
+- ``memory``: the bytes a checkpoint takes once loaded, against the device's free memory.
 
 The ``smoke-run`` command around it (prompts, verdict, report) lives in ``dflash_ckpt.commands``.
 """

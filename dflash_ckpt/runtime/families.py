@@ -1,4 +1,8 @@
-"""Target families the reference runtime implements, and what differs between them: one table.
+"""Target families each backend runs, and what differs between them: two tables.
+
+``FAMILIES``: the native runtime (``runtime/target.py``); ``HF_FAMILIES``: the transformers
+backend (``runtime/hf_target.py``), with how each family rolls its cache back and how it was
+verified (README's table is this one).
 
 Every other runtime module asks this table instead of testing ``model_type`` itself, so adding a
 family (or seeing what one needs) means reading and editing one place. No torch here: ``smoke-run``
