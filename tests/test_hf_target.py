@@ -204,3 +204,38 @@ def test_taps_are_the_reference_hidden_states(targets, family: str) -> None:
     assert len(hs) == 5
     for i in range(4):
         assert torch.allclose(feats[0, :, i], hs[i + 1][0], atol=1e-6, rtol=0), (family, i)
+
+
+def test_each_family_rolls_back_as_the_families_table_says(targets) -> None:
+    """runtime/families.py (and README's table) names the rollback method; the cache agrees."""
+    from transformers.cache_utils import DynamicSlidingWindowLayer, LinearAttentionCacheLayerMixin
+
+    from dflash_ckpt.runtime.families import hf_family_of
+
+    for fam, (folder, target, _) in targets.items():
+        family = hf_family_of(json.loads((folder / "config.json").read_text()))
+        assert family is not None, fam
+        layers = target.new_cache().inner.layers
+        linear = any(isinstance(layer, LinearAttentionCacheLayerMixin) for layer in layers)
+        sliding = any(isinstance(layer, DynamicSlidingWindowLayer) for layer in layers)
+        assert family.rollback == ("linear" if linear else "sliding" if sliding else "crop"), fam
+
+
+def test_gemma_embeddings_are_the_raw_table(targets) -> None:
+    """gemma scales its embeddings by sqrt(hidden) inside the module; the draft gets the raw table
+    (and applies its own input_embedding_scale), as the z-lab reference does."""
+    _, target, _ = targets["gemma4"]
+    x = ids(8, 5)
+    raw = torch.nn.functional.embedding(x, target.embed_tokens.weight)
+    assert torch.allclose(target.embed_tokens(x), raw * 64 ** 0.5, rtol=1e-5, atol=1e-5)
+
+
+def test_readme_table_lists_every_family() -> None:
+    from dflash_ckpt.runtime.families import HF_FAMILIES
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    rows = [line for line in readme.splitlines() if line.startswith("| ") and "| transformers |" in line
+            or line.startswith("| ") and "| native |" in line]
+    for model_type, fam in HF_FAMILIES.items():
+        names = {model_type, *fam.wrappers}
+        assert any(any(f"`{n}`" in row for n in names) for row in rows), model_type

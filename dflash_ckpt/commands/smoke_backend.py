@@ -23,6 +23,7 @@ import torch
 from dflash_ckpt.errors import InputError, UsageError
 from dflash_ckpt.runtime.args import TargetArgs, Unsupported, ensure_supported
 from dflash_ckpt.runtime.families import hf_family_of
+from dflash_ckpt.runtime.memory import check_fits, needed_bytes
 from dflash_ckpt.sources.weights import WeightInventory
 from dflash_ckpt.spec.resolve import target_model_type
 
@@ -110,6 +111,8 @@ def plan_target(backend: str, config: dict[str, Any], where: str) -> TargetPlan:
     info = describe(config, where)
 
     def load_hf(folder: Path, dtype: torch.dtype, device: torch.device, label: str, inv: WeightInventory) -> Any:
+        if device.type != "cpu":  # transformers loads (and dequantizes) in host memory, then moves
+            check_fits(needed_bytes(inv.tensors, dtype), torch.device("cpu"), f"{label} (loaded in host memory first)")
         return load_hf_target(folder, info, dtype=dtype, device=device, tensor_names=list(inv.tensors))
 
     model_type = str(target_model_type(config))

@@ -63,31 +63,28 @@ def family_of(config: dict[str, Any]) -> Family | None:
 
 @dataclass(frozen=True)
 class HFFamily:
-    """A decoder ``model_type`` the transformers backend (``runtime/hf_target.py``) runs, and how
-    it was verified. Keyed by the decoder's type: a wrapper's ``text_config`` decides."""
+    """A decoder ``model_type`` the transformers backend (``runtime/hf_target.py``) runs. Keyed by
+    the decoder's type: a wrapper's ``text_config`` decides. README's family table mirrors this."""
 
     model_type: str
     name: str
     #: The wrapper model types whose ``text_config`` holds this decoder (run text-only).
     wrappers: tuple[str, ...] = ()
-    #: Cache layers needing more than ``crop``: ``sliding`` (past recording) or ``linear``
-    #: (snapshot, restore and replay; see ``hf_target``).
+    #: What rolls its cache back: ``crop`` (attention only), ``sliding`` (sliding-window layers,
+    #: past recording) or ``linear`` (Gated DeltaNet layers: snapshot, restore and replay).
     rollback: str = "crop"
-    #: How the family is verified (README's table).
-    verified: str = ""
 
 
-_TINY = "tiny random-init target (tests/test_hf_target.py): rollback == clean prefill, DFlash == greedy"
 HF_FAMILIES: dict[str, HFFamily] = {f.model_type: f for f in (
-    HFFamily("llama", "Llama 3.x", verified=_TINY),
-    HFFamily("qwen3", "dense Qwen3", verified=_TINY + "; parity with native on fixtures/tiny-pair"),
-    HFFamily("qwen3_moe", "Qwen3 MoE (Qwen3-Coder-30B-A3B)", verified=_TINY),
-    HFFamily("qwen3_next", "Qwen3-Next (Qwen3-Coder-Next)", rollback="linear", verified=_TINY),
-    HFFamily("qwen3_5_text", "Qwen3.5/3.6 dense", wrappers=("qwen3_5",), rollback="linear", verified=_TINY),
-    HFFamily("qwen3_5_moe_text", "Qwen3.5/3.6 MoE", wrappers=("qwen3_5_moe",), rollback="linear", verified=_TINY),
-    HFFamily("gpt_oss", "gpt-oss", rollback="sliding", verified=_TINY),
-    HFFamily("gemma4_text", "gemma-4", wrappers=("gemma4",), rollback="sliding", verified=_TINY),
-    HFFamily("deepseek_v3", "DeepSeek-V3 / Kimi-K2.5 (MLA + MoE)", wrappers=("kimi_k25",), verified=_TINY),
+    HFFamily("llama", "Llama 3.x"),
+    HFFamily("qwen3", "dense Qwen3"),
+    HFFamily("qwen3_moe", "Qwen3 MoE (Qwen3-Coder-30B-A3B)"),
+    HFFamily("qwen3_next", "Qwen3-Next (Qwen3-Coder-Next)", rollback="linear"),
+    HFFamily("qwen3_5_text", "Qwen3.5/3.6 dense", wrappers=("qwen3_5",), rollback="linear"),
+    HFFamily("qwen3_5_moe_text", "Qwen3.5/3.6 MoE", wrappers=("qwen3_5_moe",), rollback="linear"),
+    HFFamily("gpt_oss", "gpt-oss", rollback="sliding"),
+    HFFamily("gemma4_text", "gemma-4", wrappers=("gemma4",), rollback="sliding"),
+    HFFamily("deepseek_v3", "DeepSeek-V3 / Kimi-K2.5 (MLA + MoE)", wrappers=("kimi_k25",)),
 )}
 
 HF_SUPPORTED_TEXT = (
