@@ -44,7 +44,6 @@ Cache rollback after a rejected draft (``crop(length)`` keeps the first ``length
 from __future__ import annotations
 
 import inspect
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,17 +74,6 @@ class HFTargetInfo:
     dtype: str | None
     text_config: bool
     mxfp4: bool
-
-
-def _read_config(folder: Path) -> dict[str, Any]:
-    path = folder / "config.json"
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{path}: cannot read it as JSON ({exc})", code="DF001") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: not a JSON object", code="DF001")
-    return data
 
 
 def describe(config: dict[str, Any], where: str) -> HFTargetInfo:
