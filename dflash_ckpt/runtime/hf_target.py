@@ -321,6 +321,13 @@ def load_hf_target(folder: Path, info: HFTargetInfo, *, dtype: torch.dtype, devi
         raise InputError(f"{folder}: the safetensors files lack {len(missing)} tensor(s) of the "
                          f"{type(model).__name__} text model, first '{missing[0]}'; a shard is absent or the "
                          "checkpoint's names do not match its config", code="DF212")
+    if info.mxfp4:
+        # Some transformers releases (5.18) dequantize into bf16 whatever dtype was asked for. FP4
+        # values times a power of two are exact in bf16, so casting to the run dtype loses nothing.
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if ".experts." in name and param.is_floating_point() and param.dtype != dtype:
+                    param.data = param.data.to(dtype)
     model = model.to(device)
     return HFTarget(model)
 
