@@ -27,7 +27,7 @@ FP32 = ["--draft-dtype", "float32", "--target-dtype", "float32"]
 def hf_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("hfsmoke")
     tm.make_draft(root / "draft", hidden=64, taps=(0, 2, 3), num_target_layers=4)
-    for fam in ("qwen3_moe", "qwen3_5", "gpt_oss"):
+    for fam in ("qwen3_moe", "qwen3_5", "gpt_oss", "llama"):
         hf_tiny.make_hf_target(root / fam, fam)
     hf_tiny.make_kimi_target(root / "kimi_k25")
     return root
@@ -137,3 +137,17 @@ def test_without_transformers_the_refusal_says_how_to_install_it(cli, hf_root: P
     assert "needs transformers, which is not installed" in err
     res = smoke(cli, TINY / "draft", TINY / "target", *FP32, "-n", "4", "--json")  # native needs none
     assert res.code == 0 and res.json()["settings"]["backend"] == "native"
+
+
+def test_auto_hands_a_native_family_with_an_unimplemented_setting_to_transformers(cli, hf_root: Path,
+                                                                                  tmp_path: Path) -> None:
+    """A Llama with dynamic rope scaling: native refuses it (naming the way out), auto runs it."""
+    dyn = _edited(hf_root / "llama", tmp_path / "dyn",
+                  rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0})
+    err = _one_line_refusal(smoke(cli, hf_root / "draft", dyn, "--backend", "native", *FP32))
+    assert "rope_type 'dynamic'" in err and "--backend transformers (or auto) runs this target" in err
+    res = smoke(cli, hf_root / "draft", dyn, *FP32, "-n", "16", "--min-acceptance", "0", "--json")
+    assert res.code == 0, res.stdout
+    doc = res.json()
+    assert doc["settings"]["backend"] == "transformers"
+    assert all(p["lossless"]["status"] == "identical" for p in doc["prompts"])

@@ -41,6 +41,12 @@ def _need_transformers(why: str) -> None:
         raise UsageError(f"{why} needs transformers, which is not installed: {HF_EXTRA_HINT}")
 
 
+def _point_to_transformers(refusal: Unsupported, config: dict[str, Any]) -> None:
+    """Re-raise a native refusal with the way out, when the transformers backend runs the target."""
+    if hf_family_of(config) is not None:
+        raise UsageError(f"{refusal}; --backend transformers (or auto) runs this target") from None
+
+
 def select_backend(name: str, draft_spec: Any, config: dict[str, Any], where: str) -> str:
     """``native`` or ``transformers`` for ``--backend name``; refuses (exit 2) what neither runs.
 
@@ -53,8 +59,8 @@ def select_backend(name: str, draft_spec: Any, config: dict[str, Any], where: st
         try:
             ensure_supported(draft_spec, config, where)
         except Unsupported as refusal:
-            if getattr(draft_spec, "generation", None) != "DFlash2" and hf_family_of(config) is not None:
-                raise UsageError(f"{refusal}; --backend transformers (or auto) runs this target") from None
+            if getattr(draft_spec, "generation", None) != "DFlash2":
+                _point_to_transformers(refusal, config)
             raise
         return "native"
     if name == "transformers":
@@ -100,7 +106,11 @@ def plan_target(backend: str, config: dict[str, Any], where: str) -> TargetPlan:
     if backend == "native":
         from dflash_ckpt.runtime.loading import load_target
 
-        args = TargetArgs.from_config(config, where)
+        try:
+            args = TargetArgs.from_config(config, where)
+        except Unsupported as refusal:  # a setting native lacks (rope type, sliding window, ...)
+            _point_to_transformers(refusal, config)
+            raise
 
         def load_native(folder: Path, dtype: torch.dtype, device: torch.device, label: str, inv: WeightInventory) -> Any:
             return load_target(folder, args, dtype=dtype, device=device, label=label, inv=inv)
