@@ -109,7 +109,7 @@ def test_unsupported_pairs_exit_2_naming_what_is_supported(cli, tmp_path: Path) 
     res = cli("smoke-run", str(v2), "--target", str(target))
     no_traceback(res)
     assert res.code == 2 and res.stdout == ""
-    assert res.stderr.startswith("error: not supported by the reference runtime: a DFlash2 draft")
+    assert res.stderr.startswith("dflash-ckpt smoke-run: DF004 error: not supported by the reference runtime: a DFlash2 draft")
     assert "dense Qwen3" in res.stderr and "Llama 3.x" in res.stderr and res.stderr.count("\n") == 1
     moe = tmp_path / "moe"
     moe.mkdir()

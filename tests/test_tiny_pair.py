@@ -70,7 +70,7 @@ def smoke(draft: Path, *extra: str) -> tuple[int, dict[str, Any]]:
 
 def inspect_json(draft: Path) -> tuple[int, dict[str, Any]]:
     res = cli("inspect", str(draft), "--target", str(TARGET), "--json")
-    return res.code, res.json()
+    return res.code, res.result()
 
 
 def severities(doc: dict[str, Any], *levels: str) -> list[str]:

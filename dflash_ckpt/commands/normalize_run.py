@@ -90,6 +90,7 @@ class Outcome:
         plan, req = self.plan, self.req
         return {
             "schema_version": JSON_SCHEMA_VERSION,
+            "command": "normalize",
             "draft": self.label,
             "draft_path": str(self.draft_dir) if self.draft_dir else None,
             "out": str(req.out) if req.out else None,
@@ -161,14 +162,19 @@ def _run(req: Request, oc: Outcome) -> None:
     from dflash_ckpt.spec.resolve import build_spec, load_target, read_config
     from dflash_ckpt.sources.weights import load_inventory
 
+    _refuse_cache_in_place(req, None)
     config_src, weights_src = _open_draft(req)
     draft_dir, label = config_src.local_dir, config_src.label
     oc.draft_dir, oc.label = draft_dir, label
+    _refuse_cache_in_place(req, draft_dir)
     if req.out is not None:
         from dflash_ckpt.normalize.fsops import check_out_path
 
         assert draft_dir is not None
-        check_out_path(draft_dir, req.out, force=req.force)
+        if missing_parents(req.out):
+            check_new_parents(draft_dir, req.out)
+        else:
+            check_out_path(draft_dir, req.out, force=req.force)
     if req.target is not None:
         oc.target = load_target(open_source(req.target, token=req.token, role="target"))
 
@@ -203,7 +209,7 @@ def _run(req: Request, oc: Outcome) -> None:
         oc.exit_code = 1 if plan.changed else 0
         return
     if req.dry_run:
-        if req.out is not None:
+        if req.out is not None and not missing_parents(req.out):
             assert draft_dir is not None
             _plan_out(req, draft_dir)
         return
@@ -216,13 +222,114 @@ def _run(req: Request, oc: Outcome) -> None:
             oc.written = True
         return
     assert req.out is not None and draft_dir is not None
-    from dflash_ckpt.normalize.fsops import build_out
+    from dflash_ckpt.normalize.fsops import build_out, check_out_path
 
-    actions = _plan_out(req, draft_dir)
-    mode = stat.S_IMODE((draft_dir / "config.json").stat().st_mode)
-    progress = None if req.quiet or req.json_out else _progress_bar
-    oc.files = build_out(draft_dir, req.out, new, mode, actions, progress=progress)
+    created = make_parents(req.out)
+    try:
+        if created:
+            check_out_path(draft_dir, req.out, force=req.force)
+        actions = _plan_out(req, draft_dir)
+        mode = stat.S_IMODE((draft_dir / "config.json").stat().st_mode)
+        progress = None if req.quiet or req.json_out else _progress_bar
+        oc.files = build_out(draft_dir, req.out, new, mode, actions, progress=progress)
+    except BaseException:
+        remove_empty(created)
+        raise
     oc.written = True
+
+
+def missing_parents(out: Path) -> list[Path]:
+    """OUT's ancestors that do not exist yet, outermost first (normalize creates them)."""
+    missing: list[Path] = []
+    parent = out.absolute().parent
+    while not parent.exists() and not parent.is_symlink() and parent != parent.parent:
+        missing.append(parent)
+        parent = parent.parent
+    return missing[::-1]
+
+
+def check_new_parents(draft_dir: Path, out: Path) -> None:
+    """Before anything is created: the folders normalize would make for OUT can be made, outside DRAFT."""
+    import os
+
+    from dflash_ckpt.errors import InputError, UsageError
+
+    missing = missing_parents(out)
+    base = missing[0].parent
+    if not base.is_dir():
+        raise UsageError(f"OUT {out}: {base} is not a folder, so OUT's parent folders cannot be created there")
+    real_out = Path(os.path.realpath(base)) / out.absolute().relative_to(base)
+    real_draft = Path(os.path.realpath(draft_dir))
+    if real_draft == real_out or real_draft in real_out.parents:
+        raise UsageError(f"OUT {out} is inside DRAFT {draft_dir}; give a folder outside it")
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise InputError(f"{base}: not writable by this user; OUT's parent folders cannot be created there (choose another folder or fix its permissions)")
+
+
+def make_parents(out: Path) -> list[Path]:
+    """Create OUT's missing parent folders; the ones created, outermost first."""
+    from dflash_ckpt.errors import InputError
+    from dflash_ckpt.sources.base import describe_os_error
+
+    created: list[Path] = []
+    for folder in missing_parents(out):
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            continue
+        except OSError as err:
+            remove_empty(created)
+            raise InputError(describe_os_error(err, str(folder))) from None
+        created.append(folder)
+    return created
+
+
+def remove_empty(created: list[Path]) -> None:
+    """Undo ``make_parents`` after a failure: remove the folders it made, innermost first, if empty."""
+    for folder in reversed(created):
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+
+
+def hub_cache_snapshot(folder: Path) -> str | None:
+    """The repo id when ``folder`` is a snapshot in a Hugging Face cache
+    (``.../models--org--name/snapshots/<commit>``), else ``None``."""
+    snapshots, repo_dir = folder.absolute().parent, folder.absolute().parent.parent
+    if snapshots.name != "snapshots" or not (repo_dir / "blobs").is_dir():
+        return None
+    kind, sep, rest = repo_dir.name.partition("--")
+    if not sep or kind not in ("models", "datasets", "spaces") or "--" not in rest:
+        return None
+    return rest.replace("--", "/", 1)
+
+
+def _refuse_cache_in_place(req: Request, draft_dir: Path | None) -> None:
+    """``--in-place`` on a Hub cache snapshot changes what every other tool loads from the cache
+    (and fails ``hf cache verify``): refused unless ``--force``, pointing to a copy instead.
+
+    Called once before anything is fetched (``draft_dir`` None: a Hub repo id always lands in the
+    cache) and once the folder is known (a snapshot folder given as a path)."""
+    from dflash_ckpt.errors import UsageError
+    from dflash_ckpt.sources.resolve import looks_like_path
+
+    if not req.in_place or req.force:
+        return
+    if draft_dir is None:
+        if looks_like_path(req.draft) or Path(req.draft).expanduser().exists():
+            return
+        repo, where = req.draft.split("@", 1)[0], "its Hugging Face cache snapshot"
+    else:
+        found = hub_cache_snapshot(draft_dir)
+        if found is None:
+            return
+        repo, where = found, f"{draft_dir}, a Hugging Face cache snapshot,"
+    raise UsageError(
+        f"--in-place would rewrite {where} changing what every other tool loads from the cache "
+        f"and failing `hf cache verify`; write a normalized copy with `dflash-ckpt normalize {repo} OUT`, "
+        "or pass --force to rewrite the cache anyway"
+    )
 
 
 def _open_draft(req: Request) -> tuple[Source, Source]:
@@ -315,12 +422,11 @@ def _progress_bar(total: int) -> Any:
 
 
 def _print_report(oc: Outcome) -> None:
-    from rich.markup import escape
     from rich.table import Table
 
     from dflash_ckpt.normalize.fsops import human_bytes
     from dflash_ckpt.checks.engines import READERS
-    from dflash_ckpt.commands.output import make_console
+    from dflash_ckpt.commands.output import make_console, print_line, safe
     from dflash_ckpt.rules import Severity
 
     req = oc.req
@@ -329,7 +435,7 @@ def _print_report(oc: Outcome) -> None:
         err_console = make_console(stderr=True)
         for f in oc.findings:
             if f.severity == Severity.ERROR:
-                err_console.print(f"{f.code} error: {escape(f.message)}")
+                print_line(err_console, f.line(oc.label))
         return
     if req.quiet:
         return
@@ -338,13 +444,13 @@ def _print_report(oc: Outcome) -> None:
     assert plan is not None and oc.before is not None and oc.after is not None
     layouts = oc.before.layout if oc.before.layout == oc.after.layout else f"{oc.before.layout} -> {oc.after.layout}"
     state = "canonical" if not plan.changed else f"{len(plan.changes)} change(s)"
-    console.print(f"[bold]{escape(oc.label)}[/]  layout [cyan]{layouts}[/]  {state}")
+    console.print(f"[bold]{safe(oc.label)}[/]  layout [cyan]{layouts}[/]  {state}")
     if oc.diff:
         _print_diff(console, oc.diff)
         for c in plan.changes:
             sign = {"add": "[green]+[/]", "set": "[yellow]~[/]", "remove": "[red]-[/]"}[c.op]
-            shown = "" if c.op == "remove" else " = " + escape(json.dumps(c.value))
-            console.print(f"  {sign} {escape(c.path)}{shown}  [dim]{escape(c.reason)}[/]")
+            shown = "" if c.op == "remove" else " = " + safe(json.dumps(c.value))
+            console.print(f"  {sign} {safe(c.path)}{shown}  [dim]{safe(c.reason)}[/]")
     table = Table(title="Readers", title_justify="left", show_edge=False)
     for col in ("reader", "before", "after", "why (after)"):
         table.add_column(col, no_wrap=col != "why (after)")
@@ -353,11 +459,11 @@ def _print_report(oc: Outcome) -> None:
         if a is None or b is None:
             continue
         why = a.reason if a.loads == b.loads or not a.loads else f"loads as is now; before it {b.reason}"
-        table.add_row(reader.title, _yes(b.loads), _yes(a.loads), escape(why))
+        table.add_row(reader.title, _yes(b.loads), _yes(a.loads), safe(why))
     console.print(table)
     for f in oc.findings:
         if f.severity == Severity.WARNING:
-            console.print(f"[yellow]warning[/] {f.code}: {escape(f.message)}")
+            print_line(console, f.line(oc.label))
     if req.check:
         if plan.changed:
             console.print(f"[bold red]not canonical[/]: normalize would make {len(plan.changes)} change(s) to config.json")
@@ -368,7 +474,7 @@ def _print_report(oc: Outcome) -> None:
     elif req.in_place:
         if oc.written:
             backup = f", the old one kept as {oc.backup}" if oc.backup else ""
-            console.print(f"[bold green]rewrote[/] {escape(str(Path(oc.draft_dir or '.') / 'config.json'))}{escape(backup)}")
+            console.print(f"[bold green]rewrote[/] {safe(str(Path(oc.draft_dir or '.') / 'config.json'))}{safe(backup)}")
         else:
             console.print("already canonical: nothing written")
     elif oc.files is not None:
@@ -378,7 +484,7 @@ def _print_report(oc: Outcome) -> None:
             parts.append(f"{len(files.linked)} weight file(s) hard-linked ({human_bytes(files.bytes_linked)})")
         if files.copied:
             parts.append(f"{len(files.copied)} file(s) copied ({human_bytes(files.bytes_copied)})")
-        console.print(f"[bold green]wrote[/] {escape(str(req.out))}: " + ", ".join(parts))
+        console.print(f"[bold green]wrote[/] {safe(str(req.out))}: " + ", ".join(parts))
 
 
 def _yes(ok: bool) -> str:
@@ -386,9 +492,10 @@ def _yes(ok: bool) -> str:
 
 
 def _print_diff(console: Console, diff: str) -> None:
-    from rich.markup import escape
+    from dflash_ckpt.commands.output import safe
+
 
     for line in diff.splitlines():
         style = "bold" if line.startswith(("---", "+++")) else "green" if line.startswith("+") else "red" if line.startswith("-") else "cyan" if line.startswith("@@") else ""
-        console.print(f"[{style}]{escape(line)}[/]" if style else escape(line))
+        console.print(f"[{style}]{safe(line)}[/]" if style else safe(line))
 

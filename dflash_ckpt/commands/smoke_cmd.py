@@ -58,6 +58,9 @@ def register(app: typer.Typer) -> None:
         Exit 0 pass; 1 refused by inspect's checks, output differs beyond a tie, tau below
         --min-acceptance, or overflow; 2 usage error or a pair the reference runtime does not support.
         """
+        from dflash_ckpt.commands.options import silence_progress
+
+        silence_progress(json_out or quiet)
         code = _run(
             draft=draft, target=target, prompts=list(prompt or []), prompts_file=prompts_file,
             max_new_tokens=max_new_tokens, min_acceptance=min_acceptance, draft_dtype=draft_dtype,

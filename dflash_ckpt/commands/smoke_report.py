@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from dflash_ckpt.commands.output import STYLE, render_result
+from dflash_ckpt.commands.output import STYLE, finding_text, print_line, render_result, safe
 from dflash_ckpt.rules import Severity
 from dflash_ckpt.commands.smoke_run import SmokeResult
 
@@ -43,14 +43,14 @@ def render_smoke(console: Console, res: SmokeResult, *, quiet: bool = False, sho
         console.print("[bold red]REFUSED[/]  the pair fails inspect's checks; fix the errors above before running it")
         return
     console.print(
-        f"[bold]{escape(res.draft_label)}[/] on [bold]{escape(res.target_label)}[/]  device {res.device}  "
+        f"[bold]{safe(res.draft_label)}[/] on [bold]{safe(res.target_label)}[/]  device {res.device}  "
         f"draft {res.draft_dtype}  target {res.target_dtype}  block {res.block_size}  "
         f"chat template {'on' if res.chat_template else 'off'}"
     )
     if res.precheck is not None:
         for f in res.precheck.findings:
             if f.severity == Severity.WARNING:
-                console.print(f"[yellow]pre-check {f.code} warning:[/] {escape(f.message)}")
+                console.print(f"[yellow]pre-check {f.code} warning:[/] {safe(finding_text(f))}")
     table = Table(title="smoke-run", title_justify="left", show_edge=False, caption=legend(), caption_justify="left")
     for col in COLUMNS:
         left = col in ("prompt", "output")
@@ -59,7 +59,7 @@ def render_smoke(console: Console, res: SmokeResult, *, quiet: bool = False, sho
     block = res.block_size or 1
     for run in res.runs:
         fig = run.figures(block)
-        table.add_row(escape(run.prompt.name), *_cells(fig), LOSSLESS_TEXT[run.lossless.status])
+        table.add_row(safe(run.prompt.name), *_cells(fig), LOSSLESS_TEXT[run.lossless.status])
     if len(res.runs) > 1:
         fig = res.overall()
         same = sum(1 for r in res.runs if r.lossless.status == "identical")
@@ -76,7 +76,7 @@ def render_smoke(console: Console, res: SmokeResult, *, quiet: bool = False, sho
         ft.add_column("severity", no_wrap=True)
         ft.add_column("message")
         for f in sorted(res.findings, key=lambda f: (-f.severity.rank, f.code)):
-            ft.add_row(f.code, f"[{STYLE[f.severity]}]{f.severity.value}[/]", escape(f.message))
+            ft.add_row(f.code, f"[{STYLE[f.severity]}]{f.severity.value}[/]", safe(finding_text(f)))
         console.print(ft)
     console.print(verdict_line(res))
 
@@ -92,10 +92,10 @@ def legend() -> str:
 def render_texts(console: Console, res: SmokeResult) -> None:
     """``--show-text``: each prompt's DFlash output as text, and the target's where it differs."""
     for run in res.runs:
-        console.print(f"[bold]{escape(run.prompt.name)}[/] DFlash output ({len(run.dflash.tokens)} tokens):")
+        console.print(f"[bold]{safe(run.prompt.name)}[/] DFlash output ({len(run.dflash.tokens)} tokens):")
         console.print(_indent(run.dflash_text), markup=False, highlight=False)
         if run.target_text != run.dflash_text:
-            console.print(f"[bold]{escape(run.prompt.name)}[/] target-only output ({len(run.target.tokens)} tokens):")
+            console.print(f"[bold]{safe(run.prompt.name)}[/] target-only output ({len(run.target.tokens)} tokens):")
             console.print(_indent(run.target_text), markup=False, highlight=False)
 
 
@@ -141,4 +141,4 @@ def render_error_lines(console: Console, res: SmokeResult) -> None:
     findings += res.findings
     for f in findings:
         if f.severity == Severity.ERROR:
-            console.print(f"{escape(res.draft_label)}: {f.code} {f.severity.value}: {escape(f.message)}")
+            print_line(console, f.line(res.draft_label))

@@ -250,6 +250,7 @@ class SmokeResult:
         o = self.options
         return {
             "schema_version": JSON_SCHEMA_VERSION,
+            "command": "smoke-run",
             "ok": self.exit_code == 0,
             "exit_code": self.exit_code,
             "draft": self.draft_label,
