@@ -183,7 +183,8 @@ def _click_exceptions() -> Any:
 def _usage_line(exc: Any, args: list[str]) -> str:
     path = exc.ctx.command_path if exc.ctx is not None else _command_path(args)
     message = " ".join(exc.format_message().split())
-    return error_line(path, "DF004", "error", f"{message} (`{path} --help` lists the options)")
+    what = "commands" if path == PROGRAM else "options"
+    return error_line(path, "DF004", "error", f"{message} (`{path} --help` lists the {what})")
 
 
 _COMMANDS = ("inspect", "rules", "normalize", "smoke-run")

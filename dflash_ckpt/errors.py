@@ -14,7 +14,7 @@ import re
 #: Where a line points when the problem is about no file (an option, the command line itself).
 PROGRAM = "dflash-ckpt"
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
 def inert(text: str) -> str:
@@ -29,14 +29,19 @@ def split_location(message: str) -> tuple[str | None, str]:
 
     Messages name their file first (``drafts/x/config.json: key ...``, ``org/name@rev:config.json:
     ...``). The part before the first ``": "`` counts as a location when it is one word (no
-    whitespace, not an option) or names something on disk, so a sentence with a colon in it
-    stays whole.
+    whitespace, not an option); a longer prefix counts when it names something on disk (a folder
+    with spaces, or even ``": "``, in its name). A sentence with a colon in it stays whole.
     """
     head, sep, rest = message.partition(": ")
-    if not sep or not head or head.startswith("-"):
+    if not sep or not head:
         return None, message
-    if not any(c.isspace() for c in head) or os.path.lexists(head):
+    if not head.startswith("-") and not any(c.isspace() for c in head):
         return head, rest
+    start = 0
+    while (i := message.find(": ", start)) > 0:
+        if os.path.lexists(message[:i]):
+            return message[:i], message[i + 2:]
+        start = i + 2
     return None, message
 
 
