@@ -84,7 +84,7 @@ def _run(*, json_out: bool, quiet: bool, show_text: bool = False, **kwargs: obje
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from dflash_ckpt.checks.inspection import print_json
-    from dflash_ckpt.commands.output import make_console
+    from dflash_ckpt.commands.output import make_console, safe
     from dflash_ckpt.commands.smoke_report import render_smoke
     from dflash_ckpt.commands.smoke_run import SmokeOptions, run_smoke
 
@@ -92,7 +92,7 @@ def _run(*, json_out: bool, quiet: bool, show_text: bool = False, **kwargs: obje
     console = make_console()
     err_console = make_console(stderr=True)
     show_progress = not json_out and not quiet and err_console.is_terminal
-    log = None if json_out or quiet else (lambda msg: err_console.print(f"[dim]{msg}[/]"))
+    log = None if json_out or quiet else (lambda msg: err_console.print(f"[dim]{safe(msg)}[/]"))
     if show_progress:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("tokens"),
                       TimeElapsedColumn(), console=err_console, transient=True) as progress:
