@@ -91,8 +91,11 @@ def test_rules_lists_and_explains() -> None:
     assert one.code == 0
     assert "fc-shape" in one.stdout and "Fix:" in one.stdout and "k = len(target_layer_ids)" in one.stdout
     doc = run_cli("rules", "--json").json()
-    assert [r["code"] for r in doc] == list(RULES)
-    assert all(r["explanation"] and r["fix"] and r["severity"] in ("error", "warning", "info") for r in doc)
+    assert doc["schema_version"] == 1 and doc["command"] == "rules"
+    assert [r["code"] for r in doc["rules"]] == list(RULES)
+    assert all(r["explanation"] and r["fix"] and r["severity"] in ("error", "warning", "info") for r in doc["rules"])
+    single = run_cli("rules", "DF211", "--json").json()
+    assert set(single) == set(doc) and single["rules"] == [RULES["DF211"].to_json()]
 
 
 def test_rule_codes_are_stable_and_unique() -> None:

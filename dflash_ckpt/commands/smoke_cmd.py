@@ -10,6 +10,8 @@ from typing import List, Optional
 
 import typer
 
+from dflash_ckpt.commands.options import QuietOpt, RevisionOpt, TokenOpt
+
 #: Mirrors ``dflash_ckpt.commands.smoke_run`` (which imports torch, so it cannot be read here).
 DEFAULT_MIN_ACCEPTANCE = 2.0
 DEFAULT_MAX_NEW_TOKENS = 128
@@ -47,11 +49,11 @@ def register(app: typer.Typer) -> None:
             None, "--tie-tolerance",
             help="Top-2 logit margin under which a divergence counts as a tie (default by target dtype: "
                  "fp32 1e-3, fp16 0.0625, bf16 0.5)."),
-        revision: Optional[str] = typer.Option(None, "--revision", help="Hub revision of DRAFT (or write org/name@rev)."),
-        token: Optional[str] = typer.Option(None, "--token", help="Hugging Face token for gated or private repos.", show_default=False),
+        revision: Optional[str] = RevisionOpt,
+        token: Optional[str] = TokenOpt,
         show_text: bool = typer.Option(False, "--show-text", help="Print each prompt's generated text under the table (the JSON always has it)."),
         json_out: bool = typer.Option(False, "--json", help="Print one JSON document with every figure, ids, texts and acceptance lengths."),
-        quiet: bool = typer.Option(False, "-q", "--quiet", help="Print errors only."),
+        quiet: bool = QuietOpt,
     ) -> None:
         """Decode with the target alone and with DFlash; check the outputs match and measure acceptance and speed.
 
