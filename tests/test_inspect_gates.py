@@ -89,7 +89,7 @@ def test_one_envelope_for_one_draft_a_list_or_stdin(tmp_path: Path) -> None:
 
     from_stdin = json.loads(proc.stdout)
     assert single == from_file == from_stdin
-    assert set(single) == {"schema_version", "command", "ok", "exit_code", "results"}
+    assert set(single) == {"schema_version", "command", "ok", "exit_code", "error", "results"}
     assert single["schema_version"] == 1 and single["command"] == "inspect" and len(single["results"]) == 1
     several = run_cli("inspect", draft, str(TINY / "draft-top-level"), "--json").json()
     assert set(several) == set(single) and len(several["results"]) == 2
@@ -128,3 +128,13 @@ def test_piped_table_never_wraps_a_draft_name(tmp_path: Path) -> None:
     # a single report's tables do not fold either
     one = subprocess.run([sys.executable, "-m", "dflash_ckpt", "inspect", str(long_name)], capture_output=True, text=True, env=env)
     assert any(str(long_name) in line and "BF16" in line for line in one.stdout.splitlines())
+
+
+def test_json_document_when_the_target_cannot_be_read(tmp_path: Path) -> None:
+    res = run_cli("inspect", str(TINY / "draft"), "--target", str(tmp_path / "nowhere"), "--json")
+    assert res.code == 2
+    doc = res.json()
+    assert doc["ok"] is False and doc["exit_code"] == 2 and doc["results"] == []
+    assert doc["error"]["code"] == "DF001" and str(tmp_path / "nowhere") in doc["error"]["message"]
+    m = ERROR_LINE.match(res.stderr.strip())
+    assert m and m["path"] == str(tmp_path / "nowhere") and m["code"] == "DF001"

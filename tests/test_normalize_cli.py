@@ -545,6 +545,9 @@ def test_json_document_on_refusal(cli, fixtures_root: Path, tmp_path: Path) -> N
     doc = res.json()
     assert doc["ok"] is False and doc["exit_code"] == 1 and doc["written"] is False
     assert doc["error"]["code"] == "DF103" and "16 in dflash_config but 8" in doc["error"]["message"]
+    assert doc["schema_version"] == 1 and doc["command"] == "normalize"
+    # stdout is the document alone; the error line goes to stderr, for the log
+    assert error_line(res).startswith(f"{mutant(fixtures_root, 'DF103-block-size-conflict')}/config.json: DF103 error: ")
 
 
 def test_human_report(cli, fixtures_root: Path, tmp_path: Path) -> None:

@@ -84,7 +84,7 @@ class InspectResult:
             "draft": self.label,
             "ok": not self.failed(strict),
             "exit_code": self.exit_code(strict),
-            "error": None if self.fatal is None else {"code": self.fatal.code, "message": self.fatal.message},
+            "error": None if self.fatal is None else {"code": self.fatal.line_code, "message": self.fatal.message},
             "layout": d.layout if d else None,
             "generation": d.generation if d else None,
             "resolved": d.resolved_json() if d else dict.fromkeys(("block_size", "mask_token_id", "target_layer_ids", "num_target_layers")),

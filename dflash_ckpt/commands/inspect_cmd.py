@@ -86,7 +86,14 @@ def run_inspect(
     """Inspect every draft against the (optional) target; return the worst exit code."""
     target_src: Source | None = None
     if target is not None:
-        target_src = open_source(target, token=token, role="target")  # InputError -> exit 2 in main
+        try:
+            target_src = open_source(target, token=token, role="target")
+        except DFlashCkptError as err:
+            if not json_out:
+                raise  # the CLI prints its line, exit 2
+            print_json(envelope([], gate.strict, err.exit_code, error=err))
+            print(err.line(), file=sys.stderr)
+            return err.exit_code
     results = _inspect_all(drafts, target_src, revision, token)
     for res in results:
         gate.apply(res)
@@ -108,13 +115,15 @@ def run_inspect(
     return code
 
 
-def envelope(results: list[InspectResult], strict: bool, code: int) -> dict[str, Any]:
-    """The one JSON document of a run, the same shape for one draft or many."""
+def envelope(results: list[InspectResult], strict: bool, code: int, error: DFlashCkptError | None = None) -> dict[str, Any]:
+    """The one JSON document of a run, the same shape for one draft or many; ``error`` is what
+    stopped the run before any draft was checked (an unreadable target)."""
     return {
         "schema_version": JSON_SCHEMA_VERSION,
         "command": "inspect",
-        "ok": all(not r.failed(strict) for r in results),
+        "ok": error is None and all(not r.failed(strict) for r in results),
         "exit_code": code,
+        "error": None if error is None else {"code": error.line_code, "message": error.message},
         "results": [r.to_json(strict) for r in results],
     }
 

@@ -97,7 +97,7 @@ class Outcome:
             "mode": req.mode,
             "ok": self.exit_code == 0,
             "exit_code": self.exit_code,
-            "error": None if self.error is None else {"code": self.error.code, "message": self.error.message},
+            "error": None if self.error is None else {"code": self.error.line_code, "message": self.error.message},
             "canonical": None if plan is None else not plan.changed,
             "changed": None if plan is None else plan.changed,
             "layout_before": self.before.layout if self.before else None,
@@ -146,6 +146,8 @@ def run_normalize(req: Request) -> int:
             raise
     if req.json_out:
         sys.stdout.write(json.dumps(outcome.to_json(), indent=2) + "\n")
+        if outcome.error is not None:  # stdout stays one document; the line is for the log
+            print(outcome.error.line("dflash-ckpt normalize"), file=sys.stderr)
     else:
         _print_report(outcome)
     return outcome.exit_code
@@ -196,7 +198,7 @@ def _run(req: Request, oc: Outcome) -> None:
     oc.after = build_spec(plan.after, label=label, where=where + " (normalized)", weights=inventory, raw=new)
     oc.readers_after = judge_readers(oc.after, oc.target)
     oc.diff = unified_diff(raw, new, where, new_where)
-    oc.findings = run_checks(oc.after, oc.target)
+    oc.findings = [_located(f, oc.after.where) for f in run_checks(oc.after, oc.target)]
 
     errors = [f for f in oc.findings if f.severity == Severity.ERROR]
     if errors:
@@ -236,6 +238,13 @@ def _run(req: Request, oc: Outcome) -> None:
         remove_empty(created)
         raise
     oc.written = True
+
+
+def _located(f: Finding, where: str) -> Finding:
+    """A finding about the planned config points at it (``config.json (normalized)``), apart from the message."""
+    if f.path is None and f.message.startswith(where + ": "):
+        return f._replace(path=where, message=f.message[len(where) + 2:])
+    return f
 
 
 def missing_parents(out: Path) -> list[Path]:
