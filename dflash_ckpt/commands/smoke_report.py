@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from dflash_ckpt.errors import inert
 from dflash_ckpt.commands.output import STYLE, finding_text, print_line, render_result, safe
 from dflash_ckpt.rules import Severity
 from dflash_ckpt.commands.smoke_run import SmokeResult
@@ -100,7 +101,8 @@ def render_texts(console: Console, res: SmokeResult) -> None:
 
 
 def _indent(text: str) -> str:
-    return "\n".join("  " + line for line in (text.splitlines() or [""]))
+    """Generated text, indented, each line inert (a tokenizer can decode to terminal escapes)."""
+    return "\n".join("  " + inert(line) for line in (text.splitlines() or [""]))
 
 
 def _cells(fig: dict[str, Any]) -> list[str]:
