@@ -77,7 +77,7 @@ def rules(
     json_out: bool = JsonOpt,
 ) -> None:
     """List the checks with their codes, or explain one with its fix."""
-    from dflash_ckpt.checks.inspection import JSON_SCHEMA_VERSION, print_json
+    from dflash_ckpt.commands.json_out import document, print_json
     from dflash_ckpt.rules import RULES
 
     rule = None if code is None else RULES.get(code.upper())
@@ -85,7 +85,7 @@ def rules(
         raise typer.BadParameter(f"unknown rule {code!r}; `dflash-ckpt rules` lists them", param_hint="CODE")
     if json_out:  # one envelope for one rule or all of them
         chosen = list(RULES.values()) if rule is None else [rule]
-        print_json({"schema_version": JSON_SCHEMA_VERSION, "command": "rules", "rules": [r.to_json() for r in chosen]})
+        print_json(document("rules", rules=[r.to_json() for r in chosen]))
         return
     from dflash_ckpt.commands.output import make_console, render_rule, render_rules
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import shlex
-import sys
 from typing import Any, Callable, Iterable
 
 from dflash_ckpt.checks import run_checks
@@ -13,10 +11,6 @@ from dflash_ckpt.errors import DFlashCkptError, split_location
 from dflash_ckpt.rules import Finding, Severity, finding
 from dflash_ckpt.sources.base import Source
 from dflash_ckpt.spec.resolve import DraftSpec, TargetSpec, load_draft, load_target
-
-#: Bumped when a field of the JSON document changes meaning or is removed.
-JSON_SCHEMA_VERSION = 1
-
 
 class InspectResult:
     """The outcome of inspecting one draft: what was read, what was found, what engines will do."""
@@ -96,11 +90,6 @@ class InspectResult:
             "counts": {s.value: self.count(s) for s in Severity},
             "bytes_read": self.bytes_read,
         }
-
-
-def print_json(doc: Any) -> None:
-    """One JSON document on stdout (rich is not imported on the machine-readable path)."""
-    sys.stdout.write(json.dumps(doc, indent=2) + "\n")
 
 
 def inspect_sources(draft_src: Source, target_src: Source | None = None) -> InspectResult:

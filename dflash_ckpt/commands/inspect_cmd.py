@@ -7,7 +7,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from dflash_ckpt.checks.inspection import JSON_SCHEMA_VERSION, InspectResult, inspect_sources, print_json
+from dflash_ckpt.checks.inspection import InspectResult, inspect_sources
+from dflash_ckpt.commands.json_out import document, print_json
 from dflash_ckpt.errors import DFlashCkptError, InputError, UsageError
 from dflash_ckpt.sources.base import Source
 from dflash_ckpt.sources.resolve import open_source
@@ -118,14 +119,13 @@ def run_inspect(
 def envelope(results: list[InspectResult], strict: bool, code: int, error: DFlashCkptError | None = None) -> dict[str, Any]:
     """The one JSON document of a run, the same shape for one draft or many; ``error`` is what
     stopped the run before any draft was checked (an unreadable target)."""
-    return {
-        "schema_version": JSON_SCHEMA_VERSION,
-        "command": "inspect",
-        "ok": error is None and all(not r.failed(strict) for r in results),
-        "exit_code": code,
-        "error": None if error is None else {"code": error.line_code, "message": error.message},
-        "results": [r.to_json(strict) for r in results],
-    }
+    return document(
+        "inspect",
+        ok=error is None and all(not r.failed(strict) for r in results),
+        exit_code=code,
+        error=None if error is None else {"code": error.line_code, "message": error.message},
+        results=[r.to_json(strict) for r in results],
+    )
 
 
 def _inspect_all(drafts: list[str], target_src: Source | None, revision: str | None, token: str | None) -> list[InspectResult]:

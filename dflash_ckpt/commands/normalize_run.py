@@ -31,8 +31,6 @@ if TYPE_CHECKING:
     from dflash_ckpt.spec.resolve import DraftSpec, TargetSpec
     from dflash_ckpt.sources.weights import WeightInventory
 
-#: Bumped when a field of the JSON document changes meaning or is removed.
-JSON_SCHEMA_VERSION = 1
 
 
 @dataclass
@@ -88,8 +86,10 @@ class Outcome:
 
     def to_json(self) -> dict[str, Any]:
         plan, req = self.plan, self.req
+        from dflash_ckpt.commands.json_out import SCHEMA_VERSION
+
         return {
-            "schema_version": JSON_SCHEMA_VERSION,
+            "schema_version": SCHEMA_VERSION,
             "command": "normalize",
             "draft": self.label,
             "draft_path": str(self.draft_dir) if self.draft_dir else None,
@@ -145,7 +145,9 @@ def run_normalize(req: Request) -> int:
             _print_report(outcome)
             raise
     if req.json_out:
-        sys.stdout.write(json.dumps(outcome.to_json(), indent=2) + "\n")
+        from dflash_ckpt.commands.json_out import print_json
+
+        print_json(outcome.to_json())
         if outcome.error is not None:  # stdout stays one document; the line is for the log
             print(outcome.error.line("dflash-ckpt normalize"), file=sys.stderr)
     else:

@@ -1,6 +1,6 @@
 """The output sink for people: the rich report of inspect (and the pieces other commands reuse).
 
-Machines get one JSON document instead (``checks.inspection.print_json``; rich is not imported on
+Machines get one JSON document instead (``commands.json_out``; rich is not imported on
 that path). Everything taken from a checkpoint (folder and tensor names, ``model_type``, config
 strings, messages that quote them) goes through ``safe``: its control characters are written as
 visible escapes and its rich markup is escaped, so a hostile name prints as what it is and can
