@@ -138,3 +138,14 @@ def test_json_document_when_the_target_cannot_be_read(tmp_path: Path) -> None:
     assert doc["error"]["code"] == "DF001" and str(tmp_path / "nowhere") in doc["error"]["message"]
     m = ERROR_LINE.match(res.stderr.strip())
     assert m and m["path"] == str(tmp_path / "nowhere") and m["code"] == "DF001"
+
+
+def test_json_paths_do_not_import_rich() -> None:
+    """The machine path prints with json alone: rich (and torch) stay unimported."""
+    draft = str(TINY / "draft-top-level")
+    for argv in (["inspect", draft, "--json"], ["normalize", draft, "--check", "--json"], ["rules", "--json"]):
+        code = ("import contextlib, io, sys; from dflash_ckpt.cli import run; "
+                f"buf = io.StringIO(); ctx = contextlib.redirect_stdout(buf); ctx.__enter__(); rc = run({argv!r}); ctx.__exit__(None, None, None); "
+                "print(rc, 'rich' in sys.modules, 'torch' in sys.modules)")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+        assert out.stdout.split()[1:] == ["False", "False"], (argv, out.stdout, out.stderr)

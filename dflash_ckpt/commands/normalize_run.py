@@ -5,13 +5,12 @@ Reads the draft (config.json and safetensors headers, never tensor data), plans 
 result with inspect's checks, and only then writes: a new OUT folder (``dflash_ckpt.normalize.fsops``),
 the draft's config.json in place, or nothing (``--check``, ``--dry-run``).
 
-Imported only when the command runs.
+Imported only when the command runs; the report for people is in ``normalize_report``.
 """
 
 from __future__ import annotations
 
 import difflib
-import json
 import re
 import stat
 import sys
@@ -20,8 +19,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 if TYPE_CHECKING:
-    from rich.console import Console
-
     from dflash_ckpt.errors import DFlashCkptError
     from dflash_ckpt.normalize.fsops import BuildReport
     from dflash_ckpt.normalize.plan import Known, Overrides, Plan
@@ -141,17 +138,18 @@ def run_normalize(req: Request) -> int:
     except DFlashCkptError as err:
         outcome.error = err
         outcome.exit_code = err.exit_code
-        if not req.json_out:
-            _print_report(outcome)
-            raise
-    if req.json_out:
+    if req.json_out:  # rich stays unimported on the machine path
         from dflash_ckpt.commands.json_out import print_json
 
         print_json(outcome.to_json())
         if outcome.error is not None:  # stdout stays one document; the line is for the log
             print(outcome.error.line("dflash-ckpt normalize"), file=sys.stderr)
-    else:
-        _print_report(outcome)
+        return outcome.exit_code
+    from dflash_ckpt.commands.normalize_report import render_normalize
+
+    render_normalize(outcome)
+    if outcome.error is not None:
+        raise outcome.error  # the CLI prints its line after the failed checks
     return outcome.exit_code
 
 
@@ -427,86 +425,3 @@ def _progress_bar(total: int) -> Any:
             yield lambda n: progress.advance(task, n)
 
     return bar()
-
-
-# -- the report ------------------------------------------------------------------------------------
-
-
-def _print_report(oc: Outcome) -> None:
-    from rich.table import Table
-
-    from dflash_ckpt.normalize.fsops import human_bytes
-    from dflash_ckpt.checks.engines import READERS
-    from dflash_ckpt.commands.output import make_console, print_line, safe
-    from dflash_ckpt.rules import Severity
-
-    req = oc.req
-    if oc.error is not None:
-        # the error line itself is printed by the CLI; failed checks are listed first
-        err_console = make_console(stderr=True)
-        for f in oc.findings:
-            if f.severity == Severity.ERROR:
-                print_line(err_console, f.line(oc.label))
-        return
-    if req.quiet:
-        return
-    console = make_console()
-    plan = oc.plan
-    assert plan is not None and oc.before is not None and oc.after is not None
-    layouts = oc.before.layout if oc.before.layout == oc.after.layout else f"{oc.before.layout} -> {oc.after.layout}"
-    state = "canonical" if not plan.changed else f"{len(plan.changes)} change(s)"
-    console.print(f"[bold]{safe(oc.label)}[/]  layout [cyan]{layouts}[/]  {state}")
-    if oc.diff:
-        _print_diff(console, oc.diff)
-        for c in plan.changes:
-            sign = {"add": "[green]+[/]", "set": "[yellow]~[/]", "remove": "[red]-[/]"}[c.op]
-            shown = "" if c.op == "remove" else " = " + safe(json.dumps(c.value))
-            console.print(f"  {sign} {safe(c.path)}{shown}  [dim]{safe(c.reason)}[/]")
-    table = Table(title="Readers", title_justify="left", show_edge=False)
-    for col in ("reader", "before", "after", "why (after)"):
-        table.add_column(col, no_wrap=col != "why (after)")
-    for reader in READERS:
-        b, a = oc.readers_before.get(reader.key), oc.readers_after.get(reader.key)
-        if a is None or b is None:
-            continue
-        why = a.reason if a.loads == b.loads or not a.loads else f"loads as is now; before it {b.reason}"
-        table.add_row(reader.title, _yes(b.loads), _yes(a.loads), safe(why))
-    console.print(table)
-    for f in oc.findings:
-        if f.severity == Severity.WARNING:
-            print_line(console, f.line(oc.label))
-    if req.check:
-        if plan.changed:
-            console.print(f"[bold red]not canonical[/]: normalize would make {len(plan.changes)} change(s) to config.json")
-        else:
-            console.print("[bold green]canonical[/]: normalize would change nothing")
-    elif req.dry_run:
-        console.print(f"dry run: {len(plan.changes)} change(s), nothing written")
-    elif req.in_place:
-        if oc.written:
-            backup = f", the old one kept as {oc.backup}" if oc.backup else ""
-            console.print(f"[bold green]rewrote[/] {safe(str(Path(oc.draft_dir or '.') / 'config.json'))}{safe(backup)}")
-        else:
-            console.print("already canonical: nothing written")
-    elif oc.files is not None:
-        files = oc.files
-        parts = [f"config.json {'rewritten' if plan.changed else 'unchanged'}"]
-        if files.linked:
-            parts.append(f"{len(files.linked)} weight file(s) hard-linked ({human_bytes(files.bytes_linked)})")
-        if files.copied:
-            parts.append(f"{len(files.copied)} file(s) copied ({human_bytes(files.bytes_copied)})")
-        console.print(f"[bold green]wrote[/] {safe(str(req.out))}: " + ", ".join(parts))
-
-
-def _yes(ok: bool) -> str:
-    return "[green]yes[/]" if ok else "[red]no[/]"
-
-
-def _print_diff(console: Console, diff: str) -> None:
-    from dflash_ckpt.commands.output import safe
-
-
-    for line in diff.splitlines():
-        style = "bold" if line.startswith(("---", "+++")) else "green" if line.startswith("+") else "red" if line.startswith("-") else "cyan" if line.startswith("@@") else ""
-        console.print(f"[{style}]{safe(line)}[/]" if style else safe(line))
-
