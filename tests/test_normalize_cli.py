@@ -285,7 +285,8 @@ def test_dflash_config_not_an_object(cli, tmp_path: Path) -> None:
 def test_unfixable_draft_fails_checks_and_writes_nothing(cli, fixtures_root: Path, tmp_path: Path) -> None:
     for name, code in (("DF212-missing-k-norm", "DF212"), ("DF211-fc-four-taps", "DF211"), ("DF104-block-size-string", "DF104")):
         res = cli("normalize", str(mutant(fixtures_root, name)), str(tmp_path / name))
-        refused(res, 1, "the normalized config fails", code, "nothing written")
+        line = refused(res, 1, "the normalized config fails", code, "nothing written")
+        assert line.startswith(f"{mutant(fixtures_root, name)}: DF005 error: ")
         assert f"{code} error:" in res.stderr
         assert not (tmp_path / name).exists()
     assert leftovers(tmp_path) == []
