@@ -149,3 +149,23 @@ def test_json_paths_do_not_import_rich() -> None:
                 "print(rc, 'rich' in sys.modules, 'torch' in sys.modules)")
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
         assert out.stdout.split()[1:] == ["False", "False"], (argv, out.stdout, out.stderr)
+
+
+def test_a_crash_on_one_draft_is_its_row(cli, monkeypatch) -> None:
+    """A bug hit by one draft (here a RecursionError) is that draft's error, not a traceback."""
+    import dflash_ckpt.commands.inspect_cmd as cmd
+
+    real = cmd.inspect_sources
+
+    def flaky(src, target):
+        if src.label.endswith("draft-top-level"):
+            raise RecursionError("maximum recursion depth exceeded")
+        return real(src, target)
+
+    monkeypatch.setattr(cmd, "inspect_sources", flaky)
+    res = cli("inspect", str(TINY / "draft"), str(TINY / "draft-top-level"))
+    assert res.code == 2 and "Traceback" not in res.stderr
+    rows = [line for line in res.stdout.splitlines() if "│" in line]
+    assert any(str(TINY / "draft") in r and "OK" in r for r in rows)
+    assert any("draft-top-level" in r and "ERROR" in r for r in rows)
+    assert f"{TINY / 'draft-top-level'}: DF001 error: could not be inspected (RecursionError" in res.stdout
