@@ -168,8 +168,13 @@ def _command_path(args: list[str]) -> str:
     """``dflash-ckpt inspect`` for a line about the command line itself (the first command named)."""
     for arg in args:
         if not arg.startswith("-"):
-            return f"{PROGRAM} {arg}" if arg in _COMMANDS else PROGRAM
+            return f"{PROGRAM} {arg}" if arg in _command_names() else PROGRAM
     return PROGRAM
+
+
+def _command_names() -> set[str]:
+    """The registered commands' names (read on an error only: it builds click's command group)."""
+    return set(getattr(typer.main.get_command(app), "commands", {}))
 
 
 def _click_exceptions() -> Any:
@@ -186,9 +191,6 @@ def _usage_line(exc: Any, args: list[str]) -> str:
     message = " ".join(exc.format_message().split())
     what = "commands" if path == PROGRAM else "options"
     return error_line(path, "DF004", "error", f"{message} (`{path} --help` lists the {what})")
-
-
-_COMMANDS = ("inspect", "rules", "normalize", "smoke-run")
 
 
 def main() -> None:

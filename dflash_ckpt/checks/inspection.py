@@ -6,11 +6,12 @@ import shlex
 from typing import Any, Callable, Iterable
 
 from dflash_ckpt.checks import run_checks
-from dflash_ckpt.checks.engines import Verdict, judge_readers
+from dflash_ckpt.checks.engines import READER_TITLES, Verdict, judge_readers
 from dflash_ckpt.errors import DFlashCkptError, split_location
 from dflash_ckpt.rules import Finding, Severity, finding
 from dflash_ckpt.sources.base import Source
 from dflash_ckpt.spec.resolve import DraftSpec, TargetSpec, load_draft, load_target
+
 
 class InspectResult:
     """The outcome of inspecting one draft: what was read, what was found, what engines will do."""
@@ -45,8 +46,6 @@ class InspectResult:
         """``--require-engines``: each named reader that would not load the config is an error (DF144)."""
         if self.draft is None:
             return
-        from dflash_ckpt.checks.engines import READER_TITLES
-
         for key in keys:
             verdict = self.readers.get(key)
             if verdict is None or verdict.loads:
