@@ -50,6 +50,8 @@ def test_require_engines_is_a_gate_with_the_fix() -> None:
     assert f"`dflash-ckpt normalize {draft} OUT` writes a config it loads" in line
     doc = run_cli("inspect", draft, "--require-engines", "all", "--json").result()
     assert doc["exit_code"] == 1 and [f["code"] for f in doc["findings"] if f["severity"] == "error"] == ["DF144"]
+    # asked for by name, the engine gate holds whatever --select/--ignore leave
+    assert run_cli("inspect", draft, "--require-engines", "lmdeploy", "--select", "DF2", "--ignore", "DF144").code == 1
     # the canonical draft passes every engine
     assert run_cli("inspect", str(TINY / "draft"), "--require-engines", "all").code == 0
 

@@ -35,9 +35,10 @@ class Gate:
         return selected and not any(code.startswith(p) for p in self.ignore)
 
     def apply(self, res: InspectResult) -> None:
-        res.require_readers(self.require_engines)
+        """Filter the findings, then add the engine gate's (asked for by name, never filtered out)."""
         if self.select or self.ignore:
             res.keep_findings(self.keeps)
+        res.require_readers(self.require_engines)
 
 
 def parse_codes(values: list[str], option: str) -> list[str]:
