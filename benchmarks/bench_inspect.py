@@ -47,7 +47,7 @@ with contextlib.redirect_stdout(buf):
     code = run(sys.argv[1:])
 io_stats = dict(line.split(": ") for line in open("/proc/self/io").read().splitlines())
 print(json.dumps({"code": code, "rchar": int(io_stats["rchar"]),
-                  "bytes_read": json.loads(buf.getvalue())["bytes_read"],
+                  "bytes_read": json.loads(buf.getvalue())["results"][0]["bytes_read"],
                   "torch": "torch" in sys.modules}))
 """
 

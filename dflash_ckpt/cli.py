@@ -8,12 +8,13 @@ Exit codes: 0 clean, 1 findings/check failed, 2 usage error or unreadable input.
 from __future__ import annotations
 
 import sys
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 
 from dflash_ckpt import __version__
-from dflash_ckpt.errors import DFlashCkptError
+from dflash_ckpt.commands.options import JsonOpt, QuietOpt, RevisionOpt, TokenOpt, silence_progress
+from dflash_ckpt.errors import PROGRAM, DFlashCkptError, error_line
 
 app = typer.Typer(
     name="dflash-ckpt",
@@ -24,11 +25,6 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-# Options shared by every command, spelled as the `hf` CLI spells them.
-JsonOpt = typer.Option(False, "--json", help="Print one JSON document instead of the report.")
-QuietOpt = typer.Option(False, "-q", "--quiet", help="Print errors only.")
-RevisionOpt = typer.Option(None, "--revision", help="Hub revision (branch, tag or commit) of DRAFT; or write org/name@rev.")
-TokenOpt = typer.Option(None, "--token", help="Hugging Face token for gated or private repos (default: HF_TOKEN or the saved login).", show_default=False)
 
 
 def _version(value: bool) -> None:
@@ -48,22 +44,31 @@ def _root(
 def inspect(
     drafts: List[str] = typer.Argument(None, metavar="DRAFT...", help="Draft folders or Hub repo ids (org/name, or org/name@rev).", show_default=False),
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model folder or Hub repo id, to check the pairing."),
-    from_file: Optional[str] = typer.Option(None, "--from-file", help="Read more DRAFT arguments from a file, one per line (# comments)."),
+    from_file: Optional[str] = typer.Option(None, "--from-file", help="Read more DRAFT arguments from a file (- for stdin), one per line (# comments)."),
     revision: Optional[str] = RevisionOpt,
     token: Optional[str] = TokenOpt,
     json_out: bool = JsonOpt,
     quiet: bool = QuietOpt,
     strict: bool = typer.Option(False, "--strict", help="Warnings count as errors."),
+    select: Optional[List[str]] = typer.Option(None, "--select", help="Report only these rule codes or prefixes (DF2, DF101,DF3; repeatable).", show_default=False),
+    ignore: Optional[List[str]] = typer.Option(None, "--ignore", help="Do not report these rule codes or prefixes (repeatable).", show_default=False),
+    require_engines: Optional[List[str]] = typer.Option(
+        None, "--require-engines",
+        help="Fail (exit 1, DF144) unless these engines would load the config: zlab-legacy, zlab, sglang, vllm, lmdeploy, speculators, or all.",
+        show_default=False),
 ) -> None:
     """Resolve and check a draft from config.json and safetensors headers (no tensor data, no torch)."""
-    from dflash_ckpt.commands.inspect_cmd import run_inspect
+    from dflash_ckpt.commands.inspect_cmd import Gate, parse_codes, parse_engines, run_inspect
 
+    gate = Gate(strict=strict, select=parse_codes(select or [], "--select"), ignore=parse_codes(ignore or [], "--ignore"),
+                require_engines=parse_engines(require_engines or []))
     args = list(drafts or [])
     if from_file:
         args += read_arg_file(from_file)
     if not args:
         raise typer.BadParameter("give at least one DRAFT (or --from-file)", param_hint="DRAFT")
-    raise typer.Exit(run_inspect(args, target=target, revision=revision, token=token, json_out=json_out, quiet=quiet, strict=strict))
+    silence_progress(json_out or quiet)
+    raise typer.Exit(run_inspect(args, target=target, revision=revision, token=token, json_out=json_out, quiet=quiet, gate=gate))
 
 
 @app.command()
@@ -72,14 +77,15 @@ def rules(
     json_out: bool = JsonOpt,
 ) -> None:
     """List the checks with their codes, or explain one with its fix."""
-    from dflash_ckpt.checks.inspection import print_json
+    from dflash_ckpt.commands.json_out import document, print_json
     from dflash_ckpt.rules import RULES
 
     rule = None if code is None else RULES.get(code.upper())
     if code is not None and rule is None:
         raise typer.BadParameter(f"unknown rule {code!r}; `dflash-ckpt rules` lists them", param_hint="CODE")
-    if json_out:
-        print_json([r.to_json() for r in RULES.values()] if rule is None else rule.to_json())
+    if json_out:  # one envelope for one rule or all of them
+        chosen = list(RULES.values()) if rule is None else [rule]
+        print_json(document("rules", rules=[r.to_json() for r in chosen]))
         return
     from dflash_ckpt.commands.output import make_console, render_rule, render_rules
 
@@ -90,18 +96,22 @@ def rules(
 
 
 def read_arg_file(path: str) -> list[str]:
-    """Arguments from a text file: one per line, blank lines and ``#`` comments ignored."""
+    """Arguments from a text file (``-``: standard input): one per line, blank lines and ``#`` comments ignored."""
     from dflash_ckpt.errors import InputError
     from dflash_ckpt.sources.base import describe_os_error
 
     try:
-        with open(path, encoding="utf-8") as fh:
-            lines = fh.read().splitlines()
+        if path == "-":
+            text = sys.stdin.buffer.read().decode("utf-8")
+        else:
+            with open(path, encoding="utf-8") as fh:
+                text = fh.read()
     except OSError as err:
         raise InputError(describe_os_error(err, path), code="DF001") from None
     except UnicodeDecodeError:
-        raise InputError(f"{path}: not UTF-8 text", code="DF001") from None
-    return [line.split("#", 1)[0].strip() for line in lines if line.split("#", 1)[0].strip()]
+        raise InputError(f"{'<stdin>' if path == '-' else path}: not UTF-8 text", code="DF001") from None
+    lines = (line.split("#", 1)[0].strip() for line in text.splitlines())
+    return [line for line in lines if line]
 
 
 def _register_optional_commands() -> None:
@@ -116,23 +126,71 @@ _register_optional_commands()
 
 
 def run(argv: list[str] | None = None) -> int:
-    """Run the CLI and return its exit code; user errors become one line on stderr.
+    """Run the CLI and return its exit code; every error is one line on stderr.
 
-    Tests call this in-process; ``main`` is the console script. Usage errors are the parser's
-    (exit 2); a ``DFlashCkptError`` from any command is printed as one line, never a traceback.
+    Tests call this in-process; ``main`` is the console script. The parser runs without click's
+    own error printing, so a usage error (exit 2) is one ``PATH: DF004 error: ...`` line like
+    every other error, never a boxed panel; a ``DFlashCkptError`` from any command is printed as
+    one line, never a traceback.
     """
+    exc_mod = _click_exceptions()
+    no_args_help = getattr(exc_mod, "NoArgsIsHelpError", ())
+    args = sys.argv[1:] if argv is None else list(argv)
     try:
-        app(args=argv, prog_name="dflash-ckpt")
-    except SystemExit as exc:
-        code = exc.code
-        return code if isinstance(code, int) else (0 if code is None else 1)
+        result = app(args=args, prog_name=PROGRAM, standalone_mode=False)
+    except no_args_help as exc:  # bare `dflash-ckpt`: the help, as click prints it
+        help_text = exc.ctx.get_help() if exc.ctx else ""
+        if help_text:
+            print(help_text, file=sys.stderr)
+        return 2
+    except exc_mod.UsageError as exc:
+        print(_usage_line(exc, args), file=sys.stderr)
+        return 2
+    except exc_mod.ClickException as exc:
+        print(error_line(_command_path(args), "DF004", "error", " ".join(exc.format_message().split())), file=sys.stderr)
+        return exc.exit_code
+    except typer.Abort:
+        print("interrupted", file=sys.stderr)
+        return 130
     except DFlashCkptError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(err.line(_command_path(args)), file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    return 0
+    except SystemExit as exc:
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    return result if isinstance(result, int) else 0
+
+
+def _command_path(args: list[str]) -> str:
+    """``dflash-ckpt inspect`` for a line about the command line itself (the first command named)."""
+    for arg in args:
+        if not arg.startswith("-"):
+            return f"{PROGRAM} {arg}" if arg in _command_names() else PROGRAM
+    return PROGRAM
+
+
+def _command_names() -> set[str]:
+    """The registered commands' names (read on an error only: it builds click's command group)."""
+    return set(getattr(typer.main.get_command(app), "commands", {}))
+
+
+def _click_exceptions() -> Any:
+    """click's exception classes as typer raises them (typer 0.2x vendors click as typer._click)."""
+    try:
+        from typer._click import exceptions
+    except ImportError:
+        from click import exceptions
+    return exceptions
+
+
+def _usage_line(exc: Any, args: list[str]) -> str:
+    path = exc.ctx.command_path if exc.ctx is not None else _command_path(args)
+    message = " ".join(exc.format_message().split())
+    what = "commands" if path == PROGRAM else "options"
+    return error_line(path, "DF004", "error", f"{message} (`{path} --help` lists the {what})")
 
 
 def main() -> None:

@@ -1,16 +1,61 @@
-"""Errors that end a command with a one-line message instead of a traceback.
+"""Errors that end a command with a one-line message instead of a traceback, and that line's format.
 
 Every error the user can cause (a missing folder, a config that is not JSON, a repo that is not
-cached) is raised as an ``InputError``; the CLI prints ``str(err)`` and exits with ``exit_code``.
+cached) is raised as a ``DFlashCkptError``; the CLI prints it as one line and exits with
+``exit_code``. Every line the tool prints about a problem, findings included, has one shape, as
+ruff prints its own: ``PATH: CODE severity: message``.
 """
 
 from __future__ import annotations
+
+import os
+import re
+
+#: Where a line points when the problem is about no file (an option, the command line itself).
+PROGRAM = "dflash-ckpt"
+
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def inert(text: str) -> str:
+    """``text`` with control characters (terminal escapes, carriage returns, newlines, bidi
+    overrides) written as visible escapes, so a name taken from a checkpoint prints as what it is
+    and cannot move the cursor, recolour the terminal or start a second line."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
+def split_location(message: str) -> tuple[str | None, str]:
+    """``("path", "rest")`` for a message written as ``path: rest``; ``(None, message)`` otherwise.
+
+    Messages name their file first (``drafts/x/config.json: key ...``, ``org/name@rev:config.json:
+    ...``). The part before the first ``": "`` counts as a location when it is one word (no
+    whitespace, not an option); a longer prefix counts when it names something on disk (a folder
+    with spaces, or even ``": "``, in its name). A sentence with a colon in it stays whole.
+    """
+    head, sep, rest = message.partition(": ")
+    if not sep or not head:
+        return None, message
+    if not head.startswith("-") and not any(c.isspace() for c in head):
+        return head, rest
+    start = 0
+    while (i := message.find(": ", start)) > 0:
+        if os.path.lexists(message[:i]):
+            return message[:i], message[i + 2:]
+        start = i + 2
+    return None, message
+
+
+def error_line(path: str | None, code: str, severity: str, message: str) -> str:
+    """The one line every problem is printed as: ``PATH: CODE severity: message`` (made inert)."""
+    return inert(f"{path or PROGRAM}: {code} {severity}: {message}")
 
 
 class DFlashCkptError(Exception):
     """Base class: a problem the user can fix, reported in one line."""
 
     exit_code: int = 2
+    #: The rule code printed when the raiser gave none.
+    default_code: str = "DF001"
 
     def __init__(self, message: str, *, code: str | None = None) -> None:
         super().__init__(message)
@@ -19,6 +64,15 @@ class DFlashCkptError(Exception):
 
     def __str__(self) -> str:
         return f"{self.message} [{self.code}]" if self.code else self.message
+
+    @property
+    def line_code(self) -> str:
+        return self.code or self.default_code
+
+    def line(self, where: str | None = None) -> str:
+        """This error as one line: the file its message names first, else ``where``."""
+        path, rest = split_location(self.message)
+        return error_line(path or where, self.line_code, "error", rest)
 
 
 class InputError(DFlashCkptError):
@@ -31,9 +85,11 @@ class UsageError(DFlashCkptError):
     """Options that contradict each other or the checkpoint (exit 2)."""
 
     exit_code = 2
+    default_code = "DF004"
 
 
 class CheckFailed(DFlashCkptError):
     """The input was read, and it is wrong (exit 1)."""
 
     exit_code = 1
+    default_code = "DF005"

@@ -7,8 +7,11 @@ DF4xx running the pair (smoke-run).
 
 from __future__ import annotations
 
+import re
 from enum import Enum
 from typing import NamedTuple
+
+from dflash_ckpt.errors import error_line, split_location
 
 
 class Severity(str, Enum):
@@ -41,14 +44,26 @@ class Rule(NamedTuple):
 
 
 class Finding(NamedTuple):
-    """One problem (or fact) found in a checkpoint: a rule's code, its severity and a message."""
+    """One problem (or fact) found in a checkpoint.
+
+    ``path`` is the file (or folder) it is about, ``key`` the config key (dotted, as in
+    ``dflash_config.block_size``) or tensor it names, both ``None`` where there is none;
+    ``message`` is the text after the path.
+    """
 
     code: str
     severity: Severity
     message: str
+    path: str | None = None
+    key: str | None = None
 
-    def to_json(self) -> dict[str, str]:
-        return {"code": self.code, "severity": self.severity.value, "message": self.message}
+    def line(self, where: str | None = None) -> str:
+        """``PATH: CODE severity: message``; ``where`` stands in when the finding names no file."""
+        return error_line(self.path or where, self.code, self.severity.value, self.message)
+
+    def to_json(self) -> dict[str, str | None]:
+        return {"code": self.code, "severity": self.severity.value, "path": self.path, "key": self.key,
+                "message": self.message}
 
 
 E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO
@@ -69,6 +84,14 @@ _RULES: list[Rule] = [
          "A config must be an object of keys ({...}); a list, string or number at the top level "
          "cannot hold the model's settings.",
          "Restore the published config.json; it is an object of keys."),
+    Rule("DF004", "usage-error", E, "The command line is wrong",
+         "An unknown option, a missing argument, options that contradict each other or the "
+         "checkpoint, or a value out of range. Nothing was read or written past it (exit 2).",
+         "Read the message and `dflash-ckpt COMMAND --help`; the message names the option."),
+    Rule("DF005", "refused-by-checks", E, "The command refused to go on because checks failed",
+         "normalize checks the config it would write with inspect's checks and writes nothing "
+         "when one fails; the failing codes are listed on the lines before (exit 1).",
+         "Run `dflash-ckpt inspect` on the draft and `dflash-ckpt rules CODE` for each code."),
     # -- DF1xx: the config ----------------------------------------------------------------------
     Rule("DF101", "missing-dflash-key", E, "A required DFlash key is missing",
          "block_size, mask_token_id and target_layer_ids are needed by every engine and cannot "
@@ -162,6 +185,12 @@ _RULES: list[Rule] = [
          "overflow float16 in fc; an fp16 draft is known to collapse acceptance (0.06 of 15 "
          "accepted on Qwen3-4B).",
          "Keep the draft in bfloat16; cast target tensors to bf16 where they enter the draft."),
+    Rule("DF144", "required-engine-fails", E, "An engine named in --require-engines would not load the config",
+         "inspect models where each engine reads the DFlash keys (docs/DESIGN.md section 3). With "
+         "--require-engines, a required engine that would not load the config as it is fails "
+         "the run (exit 1), so CI catches a draft that one serving stack cannot read.",
+         "Where the message says so, `dflash-ckpt normalize DRAFT OUT` writes a config every "
+         "engine reads; otherwise supply the missing values it names (normalize's options)."),
     # -- DF2xx: the weights -----------------------------------------------------------------------
     Rule("DF201", "no-safetensors", E, "No safetensors weights",
          "The folder holds no *.safetensors file. This tool reads only safetensors (never pickle "
@@ -295,9 +324,24 @@ _RULES: list[Rule] = [
 RULES: dict[str, Rule] = {rule.code: rule for rule in _RULES}
 
 
-def finding(code: str, message: str) -> Finding:
-    """A finding of rule ``code`` (its severity comes from the registry)."""
-    return Finding(code, RULES[code].severity, message)
+_KEY = re.compile(r"\bkey '([^']+)'")
+
+
+def finding(code: str, message: str, *, path: str | None = None, key: str | None = None) -> Finding:
+    """A finding of rule ``code`` (its severity comes from the registry).
+
+    Checks write their messages as ``path: text``; the path is split off into ``Finding.path``
+    (given explicitly, it is stripped from the front of ``message``). The key is the one the
+    message names as ``key '...'`` unless given.
+    """
+    if path is None:
+        path, message = split_location(message)
+    elif message.startswith(path + ": "):
+        message = message[len(path) + 2:]
+    if key is None:
+        m = _KEY.search(message)
+        key = m.group(1) if m else None
+    return Finding(code, RULES[code].severity, message, path, key)
 
 
 def worst(findings: list[Finding]) -> Severity | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -27,6 +28,12 @@ class CliResult:
 
     def json(self) -> Any:
         return json.loads(self.stdout)
+
+    def result(self) -> Any:
+        """``inspect --json`` of one draft: its result (the document is the same envelope for any number)."""
+        doc = self.json()
+        assert doc["command"] == "inspect" and doc["schema_version"] == 1 and len(doc["results"]) == 1, doc
+        return doc["results"][0]
 
 
 @pytest.fixture(scope="session")
@@ -101,6 +108,25 @@ def hub(hub_server: Any) -> Iterator[Any]:
 def home(tmp_path: Path) -> Path:
     """A private HF_HOME for one test."""
     return tmp_path / "hf"
+
+
+#: The one shape of every error line (ruff's): ``PATH: CODE severity: message``.
+ERROR_LINE = re.compile(r"^(?P<path>\S.*?): (?P<code>DF\d{3}) (?P<severity>error|warning|info): (?P<message>.*)$")
+
+
+def error_line(res: CliResult) -> str:
+    """The command's own error, the last line on stderr (failed checks and retry notes may come
+    first); returned with its old ``path: message`` form after it, so a needle may name either."""
+    lines = res.stderr.strip().splitlines()
+    assert lines, (res.code, res.stdout)
+    m = ERROR_LINE.match(lines[-1])
+    assert m is not None, lines[-1]
+    return f"{lines[-1]}\n{m['path']}: {m['message']}"
+
+
+def error_lines(res: CliResult) -> list[str]:
+    """Every ``PATH: CODE severity: message`` line on stderr."""
+    return [line for line in res.stderr.splitlines() if ERROR_LINE.match(line)]
 
 
 def no_traceback(res: CliResult) -> None:

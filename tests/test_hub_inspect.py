@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from conftest import CliResult, no_traceback, run_cli
+from conftest import CliResult, error_line, error_lines, no_traceback, run_cli
 from hub_server import HubServer, hub_env
 
 
@@ -33,11 +33,11 @@ def cli(hub: HubServer, home: Path, *args: str, **env: str) -> CliResult:
 
 def one_line_error(res: CliResult, *needles: str) -> str:
     assert res.code == 2, (res.code, res.stdout, res.stderr)
-    lines = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
-    assert len(lines) == 1, res.stderr
+    assert len(error_lines(res)) == 1, res.stderr
+    line = error_line(res)
     for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
+        assert needle in line, line
+    return line
 
 
 def as_local(doc: Any, repo: str, folder: Path) -> Any:
@@ -62,7 +62,7 @@ def test_published_draft_same_as_local(hub: HubServer, home: Path, fixtures_root
     local = fixtures_root / folder
     res = cli(hub, home, "inspect", repo, "--json")
     assert res.code == 0, res.stderr
-    assert as_local(res.json(), repo, local) == run_cli("inspect", str(local), "--json").json()
+    assert as_local(res.result(), repo, local) == run_cli("inspect", str(local), "--json").result()
 
     cdn = [r for r in hub.requests if r.server == "cdn"]
     shards = sorted(local.glob("*.safetensors"))
@@ -85,7 +85,7 @@ def test_sixteen_shards_cost_headers_not_gigabytes(hub: HubServer, home: Path, f
     assert len(ranged) == 16
     # After the first shard the prefetch follows the headers seen (2 kB floor), not a fixed 100 kB.
     assert sum(r.body_bytes for r in ranged) <= 16 * 4096 + 16 * 1024
-    assert res.json()["bytes_read"] == run_cli("inspect", str(local), "--json").json()["bytes_read"]
+    assert res.result()["bytes_read"] == run_cli("inspect", str(local), "--json").result()["bytes_read"]
     assert sum(p.stat().st_size for p in shards) > 3 * 2**30
 
 
@@ -104,12 +104,12 @@ def test_draft_and_target_both_from_the_hub(hub: HubServer, home: Path, fixtures
     draft, local = "z-lab/Qwen3-4B-DFlash-b16", fixtures_root / "drafts/Qwen3-4B-DFlash-b16"
     good = cli(hub, home, "inspect", draft, "--target", "Qwen/Qwen3-4B", "--json")
     assert good.code == 0, good.stderr
-    assert good.json()["target"] == {"label": "Qwen/Qwen3-4B", "model_type": "qwen3", "num_hidden_layers": 36,
+    assert good.result()["target"] == {"label": "Qwen/Qwen3-4B", "model_type": "qwen3", "num_hidden_layers": 36,
                                      "hidden_size": 2560, "vocab_size": 151936, "pad_token_id": None, "text_config": False}
     wrong = cli(hub, home, "inspect", draft, "--target", "Qwen/Qwen3-8B", "--json")
-    want = run_cli("inspect", str(local), "--target", str(fixtures_root / "targets/Qwen3-8B"), "--json").json()
+    want = run_cli("inspect", str(local), "--target", str(fixtures_root / "targets/Qwen3-8B"), "--json").result()
     assert wrong.code == 1
-    got = as_local(wrong.json(), draft, local)
+    got = as_local(wrong.result(), draft, local)
     assert [f["code"] for f in got["findings"]] == [f["code"] for f in want["findings"]]
     assert {f["code"] for f in got["findings"]} & {"DF301", "DF302"}
     # The target needs only its config: no weights of the target were asked for.
@@ -123,12 +123,12 @@ def test_revision_at_and_flag(hub: HubServer, home: Path) -> None:
     at = cli(hub, home, "inspect", "tiny/draft@broken", "--json")
     flag = cli(hub, home, "inspect", "tiny/draft", "--revision", "broken", "--json")
     assert at.code == flag.code == 1
-    assert "DF204" in {f["code"] for f in at.json()["findings"]}
-    assert at.json() == flag.json() and at.json()["draft"] == "tiny/draft@broken"
+    assert "DF204" in {f["code"] for f in at.result()["findings"]}
+    assert at.result() == flag.result() and at.result()["draft"] == "tiny/draft@broken"
     commit = hub.commit_of("tiny/draft", "broken")
     assert (home / "hub/models--tiny--draft/refs/broken").read_text() == commit
     pinned = cli(hub, home, "inspect", f"tiny/draft@{commit}", "--json")
-    assert pinned.code == 1 and "DF204" in {f["code"] for f in pinned.json()["findings"]}
+    assert pinned.code == 1 and "DF204" in {f["code"] for f in pinned.result()["findings"]}
     one_line_error(cli(hub, home, "inspect", "tiny/draft@broken", "--revision", "main"), "revision given twice")
 
 
@@ -175,9 +175,9 @@ def test_offline_with_a_downloaded_snapshot(hub: HubServer, home: Path, fixtures
     hub.reset()
     res = cli(hub, home, "inspect", "tiny/draft", "--json", HF_HUB_OFFLINE="1")
     assert res.code == 0, res.stderr
-    local = run_cli("inspect", str(fixtures_root / "mutants/base"), "--json").json()
-    assert [f["code"] for f in res.json()["findings"]] == [f["code"] for f in local["findings"]]
-    assert res.json()["resolved"] == local["resolved"] and res.json()["bytes_read"] == local["bytes_read"]
+    local = run_cli("inspect", str(fixtures_root / "mutants/base"), "--json").result()
+    assert [f["code"] for f in res.result()["findings"]] == [f["code"] for f in local["findings"]]
+    assert res.result()["resolved"] == local["resolved"] and res.result()["bytes_read"] == local["bytes_read"]
     assert hub.requests == []
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -27,7 +28,7 @@ def _one_line_error(res: CliResult, code: int, *needles: str) -> str:
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1, res.stderr
     line = lines[0]
-    assert line.startswith("error: ")
+    assert re.match(r"\S.*: DF\d{3} error: ", line), line
     for needle in needles:
         assert needle in line, (needle, line)
     return line
@@ -75,9 +76,9 @@ def test_wrong_types_are_findings_not_crashes(tmp_path: Path, fixtures_root: Pat
     res = run_cli("inspect", str(d), "-q")
     no_traceback(res)
     assert res.code == 1
-    codes = {line.split()[0] for line in res.stdout.splitlines()}
+    codes = {re.search(r": (DF\d{3}) error: ", line).group(1) for line in res.stdout.splitlines()}
     assert {"DF104", "DF110", "DF131", "DF142"} <= codes
-    assert all(str(d) in line for line in res.stdout.splitlines())
+    assert all(line.startswith(str(d)) for line in res.stdout.splitlines())
 
 
 @pytest.mark.parametrize(
@@ -98,8 +99,8 @@ def test_corrupt_safetensors(tmp_path: Path, fixtures_root: Path, content: bytes
     no_traceback(res)
     assert res.code == 1
     lines = res.stdout.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("DF20"), res.stdout
-    assert str(d / "model.safetensors") in lines[0] and needle in lines[0]
+    assert len(lines) == 1 and lines[0].startswith(f"{d / 'model.safetensors'}: DF20"), res.stdout
+    assert needle in lines[0]
 
 
 def test_offsets_that_disagree_with_shape(tmp_path: Path, fixtures_root: Path) -> None:
@@ -117,7 +118,7 @@ def test_truncated_download(tmp_path: Path, fixtures_root: Path) -> None:
     os.truncate(st, size - 1)
     res = run_cli("inspect", str(d), "--json")
     assert res.code == 1
-    msg = next(f["message"] for f in res.json()["findings"] if f["code"] == "DF204")
+    msg = next(f["message"] for f in res.result()["findings"] if f["code"] == "DF204")
     assert f"the file has {size - 1} bytes" in msg and "cut short" in msg
 
 
@@ -207,6 +208,6 @@ def test_usage_errors_exit_2() -> None:
 def test_json_document_on_unreadable_input(tmp_path: Path) -> None:
     res = run_cli("inspect", str(tmp_path / "missing"), "--json")
     assert res.code == 2
-    doc = res.json()
+    doc = res.result()
     assert doc["ok"] is False and doc["error"]["code"] == "DF001"
     assert doc["resolved"] == {"block_size": None, "mask_token_id": None, "target_layer_ids": None, "num_target_layers": None}

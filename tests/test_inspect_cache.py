@@ -83,7 +83,7 @@ def test_repo_id_from_cache_with_hf_home(tmp_path: Path, fixtures_root: Path) ->
     env = {"HF_HOME": str(home), "HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9"}
     res = run_cli("inspect", "z-lab/Qwen3-4B-DFlash-b16", "--target", "Qwen/Qwen3-4B", "--json", env=env)
     assert res.code == 0, res.stderr
-    doc = res.json()
+    doc = res.result()
     assert doc["draft"] == "z-lab/Qwen3-4B-DFlash-b16"
     assert doc["resolved"]["target_layer_ids"] == [1, 9, 17, 25, 33]
     assert doc["target"]["num_hidden_layers"] == 36
@@ -112,4 +112,4 @@ def test_local_folder_wins_over_repo_id(tmp_path: Path, fixtures_root: Path) -> 
     """A relative path that looks like org/name is a folder when it exists, as from_pretrained does."""
     shutil.copytree(fixtures_root / "mutants/base", tmp_path / "org" / "name")
     res = run_cli("inspect", "org/name", "--json", cwd=tmp_path, env={"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"})
-    assert res.code == 0 and res.json()["draft"] == "org/name"
+    assert res.code == 0 and res.result()["draft"] == "org/name"

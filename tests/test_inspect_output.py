@@ -13,16 +13,16 @@ from dflash_ckpt.rules import RULES
 def test_json_schema(fixtures_root: Path) -> None:
     res = run_cli("inspect", str(fixtures_root / "drafts/Qwen3.6-27B-DFlash-sharded"), "--target", str(fixtures_root / "targets/Qwen3.6-27B"), "--json")
     assert res.code == 0
-    doc = res.json()
-    assert {"schema_version", "draft", "ok", "exit_code", "error", "layout", "generation", "resolved", "sources",
-            "target", "findings", "readers", "counts", "bytes_read"} <= set(doc)
+    doc = res.result()
+    assert {"draft", "ok", "exit_code", "error", "layout", "generation", "resolved", "sources",
+            "target", "findings", "readers", "counts", "bytes_read", "normalize_command"} <= set(doc)
     assert doc["resolved"] == {"block_size": 16, "mask_token_id": 248070, "target_layer_ids": [1, 16, 31, 46, 61], "num_target_layers": 64}
     assert doc["sources"] == {"block_size": "top_level", "mask_token_id": "dflash_config", "target_layer_ids": "dflash_config", "num_target_layers": "top_level"}
     assert set(doc["readers"]) == {"zlab-legacy", "zlab", "sglang", "vllm", "lmdeploy", "speculators"}
     for verdict in doc["readers"].values():
-        assert isinstance(verdict["loads"], bool) and verdict["reason"]
+        assert isinstance(verdict["loads"], bool) and verdict["reason"] and isinstance(verdict["fixed_by_normalize"], bool)
     for f in doc["findings"]:
-        assert set(f) == {"code", "severity", "message"} and f["code"] in RULES
+        assert set(f) == {"code", "severity", "path", "key", "message"} and f["code"] in RULES
     assert doc["target"] == {"label": str(fixtures_root / "targets/Qwen3.6-27B"), "model_type": "qwen3_5", "num_hidden_layers": 64,
                              "hidden_size": 5120, "vocab_size": 248320, "pad_token_id": None, "text_config": True}
 
@@ -30,7 +30,7 @@ def test_json_schema(fixtures_root: Path) -> None:
 def test_reads_headers_not_weights(fixtures_root: Path) -> None:
     """16 shards of a 27B-target draft (GBs on paper): bytes read stay proportional to the headers."""
     folder = fixtures_root / "drafts/Qwen3.6-27B-DFlash-sharded"
-    doc = run_cli("inspect", str(folder), "--json").json()
+    doc = run_cli("inspect", str(folder), "--json").result()
     shards = sorted(folder.glob("*.safetensors"))
     assert len(shards) == 16
     headers = sum(8 + int.from_bytes(p.open("rb").read(8), "little") for p in shards)
@@ -46,7 +46,8 @@ def test_quiet_prints_only_errors(fixtures_root: Path) -> None:
     bad = run_cli("inspect", "-q", str(fixtures_root / "mutants/DF212-missing-k-norm"))
     assert bad.code == 1
     lines = bad.stdout.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("DF212 error:") and "layers.1.self_attn.k_norm.weight" in lines[0]
+    where = fixtures_root / "mutants/DF212-missing-k-norm"
+    assert len(lines) == 1 and lines[0].startswith(f"{where}: DF212 error: ") and "layers.1.self_attn.k_norm.weight" in lines[0]
 
 
 def test_strict_turns_warnings_into_failures(fixtures_root: Path) -> None:
@@ -90,8 +91,11 @@ def test_rules_lists_and_explains() -> None:
     assert one.code == 0
     assert "fc-shape" in one.stdout and "Fix:" in one.stdout and "k = len(target_layer_ids)" in one.stdout
     doc = run_cli("rules", "--json").json()
-    assert [r["code"] for r in doc] == list(RULES)
-    assert all(r["explanation"] and r["fix"] and r["severity"] in ("error", "warning", "info") for r in doc)
+    assert doc["schema_version"] == 1 and doc["command"] == "rules"
+    assert [r["code"] for r in doc["rules"]] == list(RULES)
+    assert all(r["explanation"] and r["fix"] and r["severity"] in ("error", "warning", "info") for r in doc["rules"])
+    single = run_cli("rules", "DF211", "--json").json()
+    assert set(single) == set(doc) and single["rules"] == [RULES["DF211"].to_json()]
 
 
 def test_rule_codes_are_stable_and_unique() -> None:

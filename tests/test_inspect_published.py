@@ -24,7 +24,7 @@ def test_published_draft_passes_with_its_target(fixtures_root: Path, published: 
     draft = fixtures_root / "drafts" / (name + ("-sharded" if sharded else ""))
     res = run_cli("inspect", str(draft), "--target", str(_target_dir(fixtures_root, entry)), "--json")
     assert res.code == 0, res.stdout + res.stderr
-    doc = res.json()
+    doc = res.result()
     assert doc["ok"] is True
     assert [f for f in doc["findings"] if f["severity"] != "info"] == []
     cfg = json.loads((draft / "config.json").read_text())
@@ -47,11 +47,11 @@ def test_published_draft_passes_with_its_target(fixtures_root: Path, published: 
 
 def test_layouts_give_reader_verdicts_from_design(fixtures_root: Path) -> None:
     """Older layout (block_size at top): lmdeploy fails; newer nested layout: the older z-lab fails."""
-    older = run_cli("inspect", str(fixtures_root / "drafts/Qwen3-4B-DFlash-b16"), "--json").json()
+    older = run_cli("inspect", str(fixtures_root / "drafts/Qwen3-4B-DFlash-b16"), "--json").result()
     assert older["readers"]["lmdeploy"]["loads"] is False
     assert "block_size" in older["readers"]["lmdeploy"]["reason"]
     assert all(older["readers"][r]["loads"] for r in ("zlab-legacy", "zlab", "sglang", "vllm", "speculators"))
-    newer = run_cli("inspect", str(fixtures_root / "drafts/Qwen3.5-122B-A10B-DFlash"), "--json").json()
+    newer = run_cli("inspect", str(fixtures_root / "drafts/Qwen3.5-122B-A10B-DFlash"), "--json").result()
     assert newer["readers"]["zlab-legacy"]["loads"] is False
     assert "top level" in newer["readers"]["zlab-legacy"]["reason"]
     assert all(newer["readers"][r]["loads"] for r in ("zlab", "sglang", "vllm", "lmdeploy", "speculators"))
@@ -62,7 +62,7 @@ def test_draft_against_the_wrong_target_fails(fixtures_root: Path) -> None:
     """Qwen3-4B's draft on Qwen3-8B: hidden sizes differ (2560 vs 4096)."""
     res = run_cli("inspect", str(fixtures_root / "drafts/Qwen3-4B-DFlash-b16"), "--target", str(fixtures_root / "targets/Qwen3-8B"), "--json")
     assert res.code == 1
-    codes = {f["code"] for f in res.json()["findings"]}
+    codes = {f["code"] for f in res.result()["findings"]}
     assert "DF302" in codes and "DF301" not in codes
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 import make_fixtures
-from conftest import CliResult, no_traceback, run_cli
+from conftest import CliResult, error_line, no_traceback, run_cli
 from normalize_support import files_under, leftovers, read_json, resolved, tree_state
 
 from dflash_ckpt.spec.resolve import DFLASH_KEYS
@@ -49,14 +49,13 @@ def small_draft(folder: Path, cfg: dict[str, Any] | None = None, *, shards: int 
 
 
 def refused(res: CliResult, code: int, *needles: str) -> str:
-    """A refusal: the exit code, one `error:` line naming the problem, no traceback."""
+    """A refusal: the exit code, one `PATH: CODE error:` line naming the problem, no traceback."""
     no_traceback(res)
     assert res.code == code, (res.code, res.stdout, res.stderr)
-    lines = [line for line in res.stderr.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1, res.stderr
+    line = error_line(res)
     for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-    return lines[0]
+        assert needle in line, (needle, line)
+    return line
 
 
 # -- conflicts and missing keys -----------------------------------------------------------------------
@@ -286,7 +285,8 @@ def test_dflash_config_not_an_object(cli, tmp_path: Path) -> None:
 def test_unfixable_draft_fails_checks_and_writes_nothing(cli, fixtures_root: Path, tmp_path: Path) -> None:
     for name, code in (("DF212-missing-k-norm", "DF212"), ("DF211-fc-four-taps", "DF211"), ("DF104-block-size-string", "DF104")):
         res = cli("normalize", str(mutant(fixtures_root, name)), str(tmp_path / name))
-        refused(res, 1, "the normalized config fails", code, "nothing written")
+        line = refused(res, 1, "the normalized config fails", code, "nothing written")
+        assert line.startswith(f"{mutant(fixtures_root, name)}: DF005 error: ")
         assert f"{code} error:" in res.stderr
         assert not (tmp_path / name).exists()
     assert leftovers(tmp_path) == []
@@ -333,10 +333,27 @@ def test_out_inside_or_equal_to_draft(cli, tmp_path: Path) -> None:
     assert tree_state(draft) == state
 
 
-def test_out_parent_must_exist(cli, tmp_path: Path) -> None:
+def test_out_missing_parents_are_created(cli, tmp_path: Path) -> None:
     draft = small_draft(tmp_path / "d")
-    refused(cli("normalize", str(draft), str(tmp_path / "no" / "such" / "out")), 2, "does not exist")
+    out = tmp_path / "no" / "such" / "out"
+    dry = cli("normalize", str(draft), str(out), "--dry-run")
+    assert dry.code == 0, dry.stderr
     assert not (tmp_path / "no").exists()
+    res = cli("normalize", str(draft), str(out), "-q")
+    assert res.code == 0, res.stderr
+    assert read_json(out / "config.json")["dflash_config"]["block_size"] == read_json(draft / "config.json")["block_size"]
+    assert leftovers(tmp_path / "no" / "such") == []
+
+
+def test_created_parents_are_removed_when_the_run_fails(cli, fixtures_root: Path, tmp_path: Path) -> None:
+    # the checks pass, then the build fails: no empty folders are left behind
+    draft = small_draft(tmp_path / "d")
+    inside = tmp_path / "d" / "sub" / "out"
+    refused(cli("normalize", str(draft), str(inside)), 2, "inside DRAFT")
+    assert not (tmp_path / "d" / "sub").exists()
+    bad = mutant(fixtures_root, "DF212-missing-k-norm")
+    refused(cli("normalize", str(bad), str(tmp_path / "a" / "b" / "out")), 1, "nothing written")
+    assert not (tmp_path / "a").exists()
 
 
 def _as_nobody() -> list[str] | None:
@@ -529,6 +546,9 @@ def test_json_document_on_refusal(cli, fixtures_root: Path, tmp_path: Path) -> N
     doc = res.json()
     assert doc["ok"] is False and doc["exit_code"] == 1 and doc["written"] is False
     assert doc["error"]["code"] == "DF103" and "16 in dflash_config but 8" in doc["error"]["message"]
+    assert doc["schema_version"] == 1 and doc["command"] == "normalize"
+    # stdout is the document alone; the error line goes to stderr, for the log
+    assert error_line(res).startswith(f"{mutant(fixtures_root, 'DF103-block-size-conflict')}/config.json: DF103 error: ")
 
 
 def test_human_report(cli, fixtures_root: Path, tmp_path: Path) -> None:

@@ -87,7 +87,13 @@ def test_in_place_in_cache_snapshot_replaces_the_link(cli, fixtures_root: Path, 
     blob = link.resolve()
     blob_bytes = blob.read_bytes()
     blobs_before = tree_state(blob.parent)
+    snap_before = tree_state(snap)
+    # refused unless forced: every other tool loads from the cache, and `hf cache verify` would fail
     res = cli("normalize", str(snap), "--in-place")
+    assert res.code == 2 and "Hugging Face cache snapshot" in res.stderr and "`dflash-ckpt normalize org/draft OUT`" in res.stderr
+    assert "--force" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert tree_state(snap) == snap_before and link.is_symlink()
+    res = cli("normalize", str(snap), "--in-place", "--force")
     no_traceback(res)
     assert res.code == 0, res.stdout + res.stderr
     assert not link.is_symlink() and link.is_file()
@@ -125,7 +131,10 @@ def test_repo_id_check_and_in_place_offline(cli, fixtures_root: Path, tmp_path: 
     assert res.code == 1 and "not canonical" in res.stdout
     assert cli("normalize", f"org/draft@{COMMIT}", "--dry-run").code == 0
     assert (snap / "config.json").is_symlink()
-    res = cli("normalize", "org/draft", "--in-place", "--no-backup")
+    refused = cli("normalize", "org/draft", "--in-place", "--no-backup")
+    assert refused.code == 2 and "`dflash-ckpt normalize org/draft OUT`" in refused.stderr
+    assert (snap / "config.json").is_symlink()
+    res = cli("normalize", "org/draft", "--in-place", "--no-backup", "--force")
     assert res.code == 0, res.stdout + res.stderr
     assert not (snap / "config.json").is_symlink()
     assert read_json(snap / "config.json")["dflash_config"]["block_size"] == 8
@@ -133,4 +142,4 @@ def test_repo_id_check_and_in_place_offline(cli, fixtures_root: Path, tmp_path: 
     assert cli("normalize", "org/draft", "--check").code == 0
     res = cli("normalize", "org/missing", "--check")
     no_traceback(res)
-    assert res.code == 2 and res.stderr.startswith("error: ") and "org/missing" in res.stderr
+    assert res.code == 2 and res.stderr.startswith("org/missing: DF001 error: ")

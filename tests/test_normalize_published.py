@@ -87,7 +87,7 @@ def test_published_draft_normalizes_losslessly(cli, fixtures_root: Path, publish
     # inspect agrees: no errors, every reader loads it
     ins = cli("inspect", str(out), "--target", str(target), "--json")
     assert ins.code == 0, ins.stdout
-    idoc = ins.json()
+    idoc = ins.result()
     assert idoc["layout"] == "nested"
     assert all(v["loads"] for v in idoc["readers"].values()), idoc["readers"]
     assert [f for f in idoc["findings"] if f["severity"] == "error"] == []

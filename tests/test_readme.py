@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import re
 
+from pathlib import Path
+
+import pytest
+
 from conftest import ROOT, run_cli
 from dflash_ckpt.rules import RULES
+from readme_examples import examples, run_example, shape
 
 README = (ROOT / "README.md").read_text()
 CI = (ROOT / ".ci" / "run").read_text()
@@ -42,3 +47,22 @@ def test_rules_table_matches_the_registry() -> None:
     assert list(rows) == list(RULES)
     for code, rule in RULES.items():
         assert rows[code] == (rule.name, rule.severity.value, rule.summary)
+
+
+EXAMPLES = examples(README)
+
+
+def test_the_readme_shows_examples() -> None:
+    commands = [ex.argv[0] for ex in EXAMPLES]
+    assert {"inspect", "rules", "normalize", "smoke-run"} <= set(commands), commands
+
+
+@pytest.mark.parametrize("ex", EXAMPLES, ids=[" ".join(ex.argv)[:60] for ex in EXAMPLES])
+def test_example_output_is_what_the_command_prints(ex, fixtures_root: Path) -> None:
+    """Each ``$ dflash-ckpt ...`` block is the command's real output (`python tests/readme_examples.py`
+    rewrites them); smoke-run's speeds differ run to run, so its figures are masked."""
+    got = run_example(ex, fixtures_root)
+    if ex.timed:
+        assert shape(got) == shape(ex.output)
+    else:
+        assert got == ex.output

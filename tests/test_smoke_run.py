@@ -109,7 +109,7 @@ def test_unsupported_pairs_exit_2_naming_what_is_supported(cli, tmp_path: Path) 
     res = cli("smoke-run", str(v2), "--target", str(target))
     no_traceback(res)
     assert res.code == 2 and res.stdout == ""
-    assert res.stderr.startswith("error: not supported by the reference runtime: a DFlash2 draft")
+    assert res.stderr.startswith("dflash-ckpt smoke-run: DF004 error: not supported by the reference runtime: a DFlash2 draft")
     assert "dense Qwen3" in res.stderr and "Llama 3.x" in res.stderr and res.stderr.count("\n") == 1
     moe = tmp_path / "moe"
     moe.mkdir()
@@ -130,7 +130,7 @@ def test_usage_errors_exit_2_in_one_line(cli, pair, tmp_path: Path) -> None:
         (["-n", "0"], "--max-new-tokens 0"),
         (["--draft-dtype", "fp8"], "--draft-dtype 'fp8'"),
         (["--block-size", "1"], "--block-size 1"),
-        (["--prompts", str(bad_file)], "bad.jsonl:1: invalid JSON"),
+        (["--prompts", str(bad_file)], "bad.jsonl:1: DF002 error: invalid JSON"),
         (["--prompts", str(tmp_path / "absent.jsonl")], "no such file"),
         (["--tokenizer", str(tmp_path / "nowhere")], "--tokenizer"),
     ]
@@ -140,7 +140,7 @@ def test_usage_errors_exit_2_in_one_line(cli, pair, tmp_path: Path) -> None:
         res = smoke(cli, pair, *args)
         assert res.code == 2 and msg in res.stderr and res.stderr.count("\n") == 1, (args, res.stderr)
     res = cli("smoke-run", pair[0], "--target", str(no_tok))
-    assert res.code == 2 and "tokenizer.json: missing" in res.stderr
+    assert res.code == 2 and "tokenizer.json: DF001 error: missing" in res.stderr
     res = cli("smoke-run", str(tmp_path / "absent"), "--target", pair[1])
     assert res.code == 2 and "no such folder" in res.stderr
 

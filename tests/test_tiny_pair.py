@@ -70,7 +70,7 @@ def smoke(draft: Path, *extra: str) -> tuple[int, dict[str, Any]]:
 
 def inspect_json(draft: Path) -> tuple[int, dict[str, Any]]:
     res = cli("inspect", str(draft), "--target", str(TARGET), "--json")
-    return res.code, res.json()
+    return res.code, res.result()
 
 
 def severities(doc: dict[str, Any], *levels: str) -> list[str]:
@@ -185,7 +185,7 @@ def test_normalizing_the_top_level_copy_gives_the_draft(tmp_path: Path):
     assert config(out) == config(DRAFT)
     assert sha256(out / "model.safetensors") == sha256(DRAFT / "model.safetensors")
     assert run_cli("normalize", str(out), "--check").code == 0
-    doc = json.loads(run_cli("inspect", str(out), "--target", str(TARGET), "--json").stdout)
+    doc = run_cli("inspect", str(out), "--target", str(TARGET), "--json").result()
     assert doc["resolved"] == inspect_json(DRAFT)[1]["resolved"]
 
 

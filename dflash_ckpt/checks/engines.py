@@ -165,6 +165,8 @@ READERS: tuple[Reader, ...] = (
     Reader("speculators", "speculators", _speculators),
 )
 
+READER_TITLES: dict[str, str] = {r.key: r.title for r in READERS}
+
 
 def judge_readers(spec: DraftSpec, target: TargetSpec | None = None) -> dict[str, Verdict]:
     """Verdict of every reader, keyed by its short name."""

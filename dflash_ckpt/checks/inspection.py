@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import json
-import sys
-from typing import Any
+import shlex
+from typing import Any, Callable, Iterable
 
 from dflash_ckpt.checks import run_checks
-from dflash_ckpt.errors import DFlashCkptError
-from dflash_ckpt.checks.engines import Verdict, judge_readers
-from dflash_ckpt.rules import Finding, Severity
+from dflash_ckpt.checks.engines import READER_TITLES, Verdict, judge_readers
+from dflash_ckpt.errors import DFlashCkptError, split_location
+from dflash_ckpt.rules import Finding, Severity, finding
 from dflash_ckpt.sources.base import Source
-from dflash_ckpt.sources.resolve import open_source
 from dflash_ckpt.spec.resolve import DraftSpec, TargetSpec, load_draft, load_target
-
-#: Bumped when a field of the JSON document changes meaning or is removed.
-JSON_SCHEMA_VERSION = 1
 
 
 class InspectResult:
@@ -27,8 +22,42 @@ class InspectResult:
         self.target: TargetSpec | None = None
         self.findings: list[Finding] = []
         self.readers: dict[str, Verdict] = {}
-        self.fatal = fatal
+        self.fatal: DFlashCkptError | None = None
         self.bytes_read = 0
+        #: Readers that fail now and would load the config ``normalize_command`` writes.
+        self.normalize_fixes: set[str] = set()
+        self.normalize_command: str | None = None
+        if fatal is not None:
+            self.set_fatal(fatal)
+
+    def set_fatal(self, err: DFlashCkptError) -> None:
+        """The input could not be read: the result holds the error, as its one finding too."""
+        self.fatal = err
+        path, message = split_location(err.message)
+        self.findings.append(Finding(err.line_code, Severity.ERROR, message, path))
+
+    def keep_findings(self, keep: Callable[[str], bool]) -> None:
+        """Drop the findings whose code ``keep`` rejects (``--select``/``--ignore``); an unreadable
+        input stays an error whatever is selected, as nothing past it was checked."""
+        fatal_code = self.fatal.line_code if self.fatal is not None else None
+        self.findings = [f for f in self.findings if keep(f.code) or f.code == fatal_code]
+
+    def require_readers(self, keys: Iterable[str]) -> None:
+        """``--require-engines``: each named reader that would not load the config is an error (DF144)."""
+        if self.draft is None:
+            return
+        for key in keys:
+            verdict = self.readers.get(key)
+            if verdict is None or verdict.loads:
+                continue
+            fix = (f"; `{self.normalize_command}` writes a config it loads" if key in self.normalize_fixes
+                   else "; `dflash-ckpt normalize` alone does not fix it (see `dflash-ckpt rules DF144`)")
+            self.findings.append(finding(
+                "DF144",
+                f"{self.draft.where}: required engine {key} ({READER_TITLES[key]}) would not load it: "
+                f"{verdict.reason.removeprefix('fails: ')}{fix}",
+                path=self.draft.where,
+            ))
 
     def count(self, severity: Severity) -> int:
         return sum(1 for f in self.findings if f.severity == severity)
@@ -45,26 +74,21 @@ class InspectResult:
     def to_json(self, strict: bool = False) -> dict[str, Any]:
         d = self.draft
         return {
-            "schema_version": JSON_SCHEMA_VERSION,
             "draft": self.label,
             "ok": not self.failed(strict),
             "exit_code": self.exit_code(strict),
-            "error": None if self.fatal is None else {"code": self.fatal.code, "message": self.fatal.message},
+            "error": None if self.fatal is None else {"code": self.fatal.line_code, "message": self.fatal.message},
             "layout": d.layout if d else None,
             "generation": d.generation if d else None,
             "resolved": d.resolved_json() if d else dict.fromkeys(("block_size", "mask_token_id", "target_layer_ids", "num_target_layers")),
             "sources": d.sources_json() if d else {},
             "target": self.target.to_json() if self.target else None,
             "findings": [f.to_json() for f in self.findings],
-            "readers": {k: v.to_json() for k, v in self.readers.items()},
+            "readers": {k: {**v.to_json(), "fixed_by_normalize": k in self.normalize_fixes} for k, v in self.readers.items()},
+            "normalize_command": self.normalize_command if self.normalize_fixes else None,
             "counts": {s.value: self.count(s) for s in Severity},
             "bytes_read": self.bytes_read,
         }
-
-
-def print_json(doc: Any) -> None:
-    """One JSON document on stdout (rich is not imported on the machine-readable path)."""
-    sys.stdout.write(json.dumps(doc, indent=2) + "\n")
 
 
 def inspect_sources(draft_src: Source, target_src: Source | None = None) -> InspectResult:
@@ -75,31 +99,40 @@ def inspect_sources(draft_src: Source, target_src: Source | None = None) -> Insp
         if target_src is not None:
             result.target = load_target(target_src)
     except DFlashCkptError as err:
-        result.fatal = err
-        result.findings.append(Finding(err.code or "DF001", Severity.ERROR, err.message))
+        result.set_fatal(err)
         result.bytes_read = draft_src.bytes_read
         return result
     result.findings = run_checks(result.draft, result.target)
     result.readers = judge_readers(result.draft, result.target)
+    result.normalize_fixes, result.normalize_command = normalize_fixes(result.draft, result.target, result.readers)
     result.bytes_read = draft_src.bytes_read + (target_src.bytes_read if target_src else 0)
     return result
 
 
-def inspect_checkpoint(
-    draft: str,
-    target: str | None = None,
-    *,
-    revision: str | None = None,
-    token: str | None = None,
-    target_source: Source | None = None,
-) -> InspectResult:
-    """Open ``draft`` (and ``target``) from the command line's arguments and check them."""
-    try:
-        draft_src = open_source(draft, revision=revision, token=token, role="draft")
-        if target_source is None and target is not None:
-            target_source = open_source(target, token=token, role="target")
-    except DFlashCkptError as err:
-        res = InspectResult(label=draft, fatal=err)
-        res.findings.append(Finding(err.code or "DF001", Severity.ERROR, err.message))
-        return res
-    return inspect_sources(draft_src, target_source)
+def normalize_fixes(spec: DraftSpec, target: TargetSpec | None, readers: dict[str, Verdict]) -> tuple[set[str], str | None]:
+    """Which failing readers would load the config ``dflash-ckpt normalize`` writes, and the command.
+
+    The plan is computed as normalize computes it (pure, nothing written), first from the config
+    alone, then, when that needs a missing ``num_target_layers``, with the target's depth (the
+    command then names ``--target``). A config normalize refuses (a conflict, a missing trained
+    key) fixes nothing without the user's values, so no reader is counted.
+    """
+    failing = [k for k, v in readers.items() if not v.loads]
+    if not failing:
+        return set(), None
+    from dflash_ckpt.normalize.plan import Known, plan_normalize
+    from dflash_ckpt.spec.resolve import as_int, build_spec
+
+    attempts: list[tuple[Known, str]] = [(Known(), f"dflash-ckpt normalize {shlex.quote(spec.label)} OUT")]
+    if target is not None:
+        attempts.append((Known(target_depth=as_int(target.num_hidden_layers), target_vocab=as_int(target.vocab_size)),
+                         f"dflash-ckpt normalize {shlex.quote(spec.label)} OUT --target {shlex.quote(target.label)}"))
+    for known, command in attempts:
+        try:
+            plan = plan_normalize(spec.config, where=spec.where, known=known)
+        except DFlashCkptError:
+            continue
+        after = judge_readers(build_spec(plan.after, label=spec.label, where=spec.where, weights=spec.weights), target)
+        fixed = {k for k in failing if after[k].loads}
+        return fixed, (command if fixed else None)
+    return set(), None

@@ -12,6 +12,8 @@ from typing import Optional
 
 import typer
 
+from dflash_ckpt.commands.options import JsonOpt, QuietOpt, RevisionOpt, TokenOpt, silence_progress
+
 
 class Prefer(str, Enum):
     nested = "nested"
@@ -29,7 +31,7 @@ def register(app: typer.Typer) -> None:
         no_backup: bool = typer.Option(False, "--no-backup", help="With --in-place: do not keep the old file as config.json.orig."),
         check: bool = typer.Option(False, "--check", help="Change nothing; exit 1 if the config is not canonical (for CI)."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the diff and verdicts, write nothing."),
-        force: bool = typer.Option(False, "--force", help="Replace an OUT that exists and is not empty (or an old config.json.orig)."),
+        force: bool = typer.Option(False, "--force", help="Replace an OUT that exists and is not empty (or an old config.json.orig); let --in-place rewrite a Hugging Face cache snapshot."),
         copy: bool = typer.Option(False, "--copy", help="Copy the weights into OUT even where hard links are possible."),
         target_layer_ids: Optional[str] = typer.Option(None, "--target-layer-ids", help="Supply missing tap layers, e.g. 1,9,17,25,33 (checked against fc.weight).", show_default=False),
         block_size: Optional[int] = typer.Option(None, "--block-size", help="Supply a missing block_size (>= 2).", show_default=False),
@@ -39,10 +41,10 @@ def register(app: typer.Typer) -> None:
         prefer: Optional[Prefer] = typer.Option(None, "--prefer", help="Which copy wins where dflash_config and the top level disagree.", show_default=False, case_sensitive=False),
         no_mirrors: bool = typer.Option(False, "--no-mirrors", help="Write the nested form only (no top-level block_size / num_target_layers)."),
         target: Optional[str] = typer.Option(None, "--target", "-t", help="Target folder or Hub repo id: its depth, vocab and pad token check the result.", show_default=False),
-        revision: Optional[str] = typer.Option(None, "--revision", help="Hub revision (branch, tag or commit) of DRAFT; or write org/name@rev.", show_default=False),
-        token: Optional[str] = typer.Option(None, "--token", help="Hugging Face token for gated or private repos (default: HF_TOKEN or the saved login).", show_default=False),
-        json_out: bool = typer.Option(False, "--json", help="Print one JSON document instead of the report."),
-        quiet: bool = typer.Option(False, "-q", "--quiet", help="Print errors only."),
+        revision: Optional[str] = RevisionOpt,
+        token: Optional[str] = TokenOpt,
+        json_out: bool = JsonOpt,
+        quiet: bool = QuietOpt,
     ) -> None:
         """Rewrite a draft's config.json into the canonical nested form (weights untouched).
 
@@ -70,6 +72,7 @@ def register(app: typer.Typer) -> None:
             num_target_layers=num_target_layers,
             layer_types=parse_layer_types(layer_types) if layer_types is not None else None,
         )
+        silence_progress(json_out or quiet)
         req = Request(
             draft=draft, out=out.expanduser() if out is not None else None, in_place=in_place,
             backup=not no_backup, check=check, dry_run=dry_run, force=force, copy=copy,

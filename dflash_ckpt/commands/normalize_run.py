@@ -5,13 +5,12 @@ Reads the draft (config.json and safetensors headers, never tensor data), plans 
 result with inspect's checks, and only then writes: a new OUT folder (``dflash_ckpt.normalize.fsops``),
 the draft's config.json in place, or nothing (``--check``, ``--dry-run``).
 
-Imported only when the command runs.
+Imported only when the command runs; the report for people is in ``normalize_report``.
 """
 
 from __future__ import annotations
 
 import difflib
-import json
 import re
 import stat
 import sys
@@ -20,8 +19,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 if TYPE_CHECKING:
-    from rich.console import Console
-
     from dflash_ckpt.errors import DFlashCkptError
     from dflash_ckpt.normalize.fsops import BuildReport
     from dflash_ckpt.normalize.plan import Known, Overrides, Plan
@@ -31,8 +28,6 @@ if TYPE_CHECKING:
     from dflash_ckpt.spec.resolve import DraftSpec, TargetSpec
     from dflash_ckpt.sources.weights import WeightInventory
 
-#: Bumped when a field of the JSON document changes meaning or is removed.
-JSON_SCHEMA_VERSION = 1
 
 
 @dataclass
@@ -88,15 +83,18 @@ class Outcome:
 
     def to_json(self) -> dict[str, Any]:
         plan, req = self.plan, self.req
+        from dflash_ckpt.commands.json_out import SCHEMA_VERSION
+
         return {
-            "schema_version": JSON_SCHEMA_VERSION,
+            "schema_version": SCHEMA_VERSION,
+            "command": "normalize",
             "draft": self.label,
             "draft_path": str(self.draft_dir) if self.draft_dir else None,
             "out": str(req.out) if req.out else None,
             "mode": req.mode,
             "ok": self.exit_code == 0,
             "exit_code": self.exit_code,
-            "error": None if self.error is None else {"code": self.error.code, "message": self.error.message},
+            "error": None if self.error is None else {"code": self.error.line_code, "message": self.error.message},
             "canonical": None if plan is None else not plan.changed,
             "changed": None if plan is None else plan.changed,
             "layout_before": self.before.layout if self.before else None,
@@ -140,13 +138,18 @@ def run_normalize(req: Request) -> int:
     except DFlashCkptError as err:
         outcome.error = err
         outcome.exit_code = err.exit_code
-        if not req.json_out:
-            _print_report(outcome)
-            raise
-    if req.json_out:
-        sys.stdout.write(json.dumps(outcome.to_json(), indent=2) + "\n")
-    else:
-        _print_report(outcome)
+    if req.json_out:  # rich stays unimported on the machine path
+        from dflash_ckpt.commands.json_out import print_json
+
+        print_json(outcome.to_json())
+        if outcome.error is not None:  # stdout stays one document; the line is for the log
+            print(outcome.error.line("dflash-ckpt normalize"), file=sys.stderr)
+        return outcome.exit_code
+    from dflash_ckpt.commands.normalize_report import render_normalize
+
+    render_normalize(outcome)
+    if outcome.error is not None:
+        raise outcome.error  # the CLI prints its line after the failed checks
     return outcome.exit_code
 
 
@@ -161,14 +164,19 @@ def _run(req: Request, oc: Outcome) -> None:
     from dflash_ckpt.spec.resolve import build_spec, load_target, read_config
     from dflash_ckpt.sources.weights import load_inventory
 
+    _refuse_cache_in_place(req, None)
     config_src, weights_src = _open_draft(req)
     draft_dir, label = config_src.local_dir, config_src.label
     oc.draft_dir, oc.label = draft_dir, label
+    _refuse_cache_in_place(req, draft_dir)
     if req.out is not None:
         from dflash_ckpt.normalize.fsops import check_out_path
 
         assert draft_dir is not None
-        check_out_path(draft_dir, req.out, force=req.force)
+        if missing_parents(req.out):
+            check_new_parents(draft_dir, req.out)
+        else:
+            check_out_path(draft_dir, req.out, force=req.force)
     if req.target is not None:
         oc.target = load_target(open_source(req.target, token=req.token, role="target"))
 
@@ -190,7 +198,7 @@ def _run(req: Request, oc: Outcome) -> None:
     oc.after = build_spec(plan.after, label=label, where=where + " (normalized)", weights=inventory, raw=new)
     oc.readers_after = judge_readers(oc.after, oc.target)
     oc.diff = unified_diff(raw, new, where, new_where)
-    oc.findings = run_checks(oc.after, oc.target)
+    oc.findings = [_located(f, oc.after.where) for f in run_checks(oc.after, oc.target)]
 
     errors = [f for f in oc.findings if f.severity == Severity.ERROR]
     if errors:
@@ -203,7 +211,7 @@ def _run(req: Request, oc: Outcome) -> None:
         oc.exit_code = 1 if plan.changed else 0
         return
     if req.dry_run:
-        if req.out is not None:
+        if req.out is not None and not missing_parents(req.out):
             assert draft_dir is not None
             _plan_out(req, draft_dir)
         return
@@ -216,13 +224,121 @@ def _run(req: Request, oc: Outcome) -> None:
             oc.written = True
         return
     assert req.out is not None and draft_dir is not None
-    from dflash_ckpt.normalize.fsops import build_out
+    from dflash_ckpt.normalize.fsops import build_out, check_out_path
 
-    actions = _plan_out(req, draft_dir)
-    mode = stat.S_IMODE((draft_dir / "config.json").stat().st_mode)
-    progress = None if req.quiet or req.json_out else _progress_bar
-    oc.files = build_out(draft_dir, req.out, new, mode, actions, progress=progress)
+    created = make_parents(req.out)
+    try:
+        if created:
+            check_out_path(draft_dir, req.out, force=req.force)
+        actions = _plan_out(req, draft_dir)
+        mode = stat.S_IMODE((draft_dir / "config.json").stat().st_mode)
+        progress = None if req.quiet or req.json_out else _progress_bar
+        oc.files = build_out(draft_dir, req.out, new, mode, actions, progress=progress)
+    except BaseException:
+        remove_empty(created)
+        raise
     oc.written = True
+
+
+def _located(f: Finding, where: str) -> Finding:
+    """A finding about the planned config points at it (``config.json (normalized)``), apart from the message."""
+    if f.path is None and f.message.startswith(where + ": "):
+        return f._replace(path=where, message=f.message[len(where) + 2:])
+    return f
+
+
+def missing_parents(out: Path) -> list[Path]:
+    """OUT's ancestors that do not exist yet, outermost first (normalize creates them)."""
+    missing: list[Path] = []
+    parent = out.absolute().parent
+    while not parent.exists() and not parent.is_symlink() and parent != parent.parent:
+        missing.append(parent)
+        parent = parent.parent
+    return missing[::-1]
+
+
+def check_new_parents(draft_dir: Path, out: Path) -> None:
+    """Before anything is created: the folders normalize would make for OUT can be made, outside DRAFT."""
+    import os
+
+    from dflash_ckpt.errors import InputError, UsageError
+
+    missing = missing_parents(out)
+    base = missing[0].parent
+    if not base.is_dir():
+        raise UsageError(f"OUT {out}: {base} is not a folder, so OUT's parent folders cannot be created there")
+    real_out = Path(os.path.realpath(base)) / out.absolute().relative_to(base)
+    real_draft = Path(os.path.realpath(draft_dir))
+    if real_draft == real_out or real_draft in real_out.parents:
+        raise UsageError(f"OUT {out} is inside DRAFT {draft_dir}; give a folder outside it")
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise InputError(f"{base}: not writable by this user; OUT's parent folders cannot be created there (choose another folder or fix its permissions)")
+
+
+def make_parents(out: Path) -> list[Path]:
+    """Create OUT's missing parent folders; the ones created, outermost first."""
+    from dflash_ckpt.errors import InputError
+    from dflash_ckpt.sources.base import describe_os_error
+
+    created: list[Path] = []
+    for folder in missing_parents(out):
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            continue
+        except OSError as err:
+            remove_empty(created)
+            raise InputError(describe_os_error(err, str(folder))) from None
+        created.append(folder)
+    return created
+
+
+def remove_empty(created: list[Path]) -> None:
+    """Undo ``make_parents`` after a failure: remove the folders it made, innermost first, if empty."""
+    for folder in reversed(created):
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+
+
+def hub_cache_snapshot(folder: Path) -> str | None:
+    """The repo id when ``folder`` is a snapshot in a Hugging Face cache
+    (``.../models--org--name/snapshots/<commit>``), else ``None``."""
+    snapshots, repo_dir = folder.absolute().parent, folder.absolute().parent.parent
+    if snapshots.name != "snapshots" or not (repo_dir / "blobs").is_dir():
+        return None
+    kind, sep, rest = repo_dir.name.partition("--")
+    if not sep or kind not in ("models", "datasets", "spaces") or "--" not in rest:
+        return None
+    return rest.replace("--", "/", 1)
+
+
+def _refuse_cache_in_place(req: Request, draft_dir: Path | None) -> None:
+    """``--in-place`` on a Hub cache snapshot changes what every other tool loads from the cache
+    (and fails ``hf cache verify``): refused unless ``--force``, pointing to a copy instead.
+
+    Called once before anything is fetched (``draft_dir`` None: a Hub repo id always lands in the
+    cache) and once the folder is known (a snapshot folder given as a path)."""
+    from dflash_ckpt.errors import UsageError
+    from dflash_ckpt.sources.resolve import looks_like_path
+
+    if not req.in_place or req.force:
+        return
+    if draft_dir is None:
+        if looks_like_path(req.draft) or Path(req.draft).expanduser().exists():
+            return
+        repo, where = req.draft.split("@", 1)[0], "its Hugging Face cache snapshot"
+    else:
+        found = hub_cache_snapshot(draft_dir)
+        if found is None:
+            return
+        repo, where = found, f"{draft_dir}, a Hugging Face cache snapshot,"
+    raise UsageError(
+        f"--in-place would rewrite {where} changing what every other tool loads from the cache "
+        f"and failing `hf cache verify`; write a normalized copy with `dflash-ckpt normalize {repo} OUT`, "
+        "or pass --force to rewrite the cache anyway"
+    )
 
 
 def _open_draft(req: Request) -> tuple[Source, Source]:
@@ -309,86 +425,3 @@ def _progress_bar(total: int) -> Any:
             yield lambda n: progress.advance(task, n)
 
     return bar()
-
-
-# -- the report ------------------------------------------------------------------------------------
-
-
-def _print_report(oc: Outcome) -> None:
-    from rich.markup import escape
-    from rich.table import Table
-
-    from dflash_ckpt.normalize.fsops import human_bytes
-    from dflash_ckpt.checks.engines import READERS
-    from dflash_ckpt.commands.output import make_console
-    from dflash_ckpt.rules import Severity
-
-    req = oc.req
-    if oc.error is not None:
-        # the error line itself is printed by the CLI; failed checks are listed first
-        err_console = make_console(stderr=True)
-        for f in oc.findings:
-            if f.severity == Severity.ERROR:
-                err_console.print(f"{f.code} error: {escape(f.message)}")
-        return
-    if req.quiet:
-        return
-    console = make_console()
-    plan = oc.plan
-    assert plan is not None and oc.before is not None and oc.after is not None
-    layouts = oc.before.layout if oc.before.layout == oc.after.layout else f"{oc.before.layout} -> {oc.after.layout}"
-    state = "canonical" if not plan.changed else f"{len(plan.changes)} change(s)"
-    console.print(f"[bold]{escape(oc.label)}[/]  layout [cyan]{layouts}[/]  {state}")
-    if oc.diff:
-        _print_diff(console, oc.diff)
-        for c in plan.changes:
-            sign = {"add": "[green]+[/]", "set": "[yellow]~[/]", "remove": "[red]-[/]"}[c.op]
-            shown = "" if c.op == "remove" else " = " + escape(json.dumps(c.value))
-            console.print(f"  {sign} {escape(c.path)}{shown}  [dim]{escape(c.reason)}[/]")
-    table = Table(title="Readers", title_justify="left", show_edge=False)
-    for col in ("reader", "before", "after", "why (after)"):
-        table.add_column(col, no_wrap=col != "why (after)")
-    for reader in READERS:
-        b, a = oc.readers_before.get(reader.key), oc.readers_after.get(reader.key)
-        if a is None or b is None:
-            continue
-        why = a.reason if a.loads == b.loads or not a.loads else f"loads as is now; before it {b.reason}"
-        table.add_row(reader.title, _yes(b.loads), _yes(a.loads), escape(why))
-    console.print(table)
-    for f in oc.findings:
-        if f.severity == Severity.WARNING:
-            console.print(f"[yellow]warning[/] {f.code}: {escape(f.message)}")
-    if req.check:
-        if plan.changed:
-            console.print(f"[bold red]not canonical[/]: normalize would make {len(plan.changes)} change(s) to config.json")
-        else:
-            console.print("[bold green]canonical[/]: normalize would change nothing")
-    elif req.dry_run:
-        console.print(f"dry run: {len(plan.changes)} change(s), nothing written")
-    elif req.in_place:
-        if oc.written:
-            backup = f", the old one kept as {oc.backup}" if oc.backup else ""
-            console.print(f"[bold green]rewrote[/] {escape(str(Path(oc.draft_dir or '.') / 'config.json'))}{escape(backup)}")
-        else:
-            console.print("already canonical: nothing written")
-    elif oc.files is not None:
-        files = oc.files
-        parts = [f"config.json {'rewritten' if plan.changed else 'unchanged'}"]
-        if files.linked:
-            parts.append(f"{len(files.linked)} weight file(s) hard-linked ({human_bytes(files.bytes_linked)})")
-        if files.copied:
-            parts.append(f"{len(files.copied)} file(s) copied ({human_bytes(files.bytes_copied)})")
-        console.print(f"[bold green]wrote[/] {escape(str(req.out))}: " + ", ".join(parts))
-
-
-def _yes(ok: bool) -> str:
-    return "[green]yes[/]" if ok else "[red]no[/]"
-
-
-def _print_diff(console: Console, diff: str) -> None:
-    from rich.markup import escape
-
-    for line in diff.splitlines():
-        style = "bold" if line.startswith(("---", "+++")) else "green" if line.startswith("+") else "red" if line.startswith("-") else "cyan" if line.startswith("@@") else ""
-        console.print(f"[{style}]{escape(line)}[/]" if style else escape(line))
-

@@ -1,41 +1,71 @@
-"""Render inspect results: a rich report for people, one JSON document for machines."""
+"""The output sink for people: the rich report of inspect (and the pieces other commands reuse).
+
+Machines get one JSON document instead (``commands.json_out``; rich is not imported on
+that path). Everything taken from a checkpoint (folder and tensor names, ``model_type``, config
+strings, messages that quote them) goes through ``safe``: its control characters are written as
+visible escapes and its rich markup is escaped, so a hostile name prints as what it is and can
+neither paint the terminal nor break the renderer.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 from typing import Any, Iterable
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from dflash_ckpt.checks.inspection import InspectResult
 from dflash_ckpt.checks.engines import READERS
-from dflash_ckpt.rules import RULES, Rule, Severity
+from dflash_ckpt.checks.inspection import InspectResult
+from dflash_ckpt.errors import inert
+from dflash_ckpt.rules import RULES, Finding, Rule, Severity
 
 STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "dim"}
 SOURCE_TEXT = {"dflash_config": "dflash_config", "top_level": "top level", "missing": "missing", "conflict": "CONFLICT"}
+#: Width of a console that is not a terminal (a pipe, a file): lines as long as their content,
+#: so a table never wraps a draft name or a message for the program reading it.
+PIPE_WIDTH = 100_000
 
 
 def make_console(stderr: bool = False) -> Console:
-    """A console whose plain lines never wrap (one-line messages stay one line); tables fit the width."""
-    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+    """A console whose plain lines never wrap (one-line messages stay one line).
+
+    On a terminal tables fit its width; piped (and with no ``COLUMNS`` set) nothing is wrapped.
+    """
+    console = Console(stderr=stderr, highlight=False, soft_wrap=True)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console.width = PIPE_WIDTH
+    return console
+
+
+def safe(text: Any) -> str:
+    """``text`` from a checkpoint, ready for ``console.print``: inert and markup-escaped."""
+    return escape(inert(str(text)))
 
 
 def _fmt(value: Any) -> str:
     return "—" if value is None else json.dumps(value)
 
 
+def finding_text(f: Finding) -> str:
+    """A finding's message with the file it is about in front (for a table's message column)."""
+    return f"{f.path}: {f.message}" if f.path else f.message
+
+
+def print_line(console: Console, line: str) -> None:
+    """A line printed exactly as given (no markup, no highlighting): error lines, already inert."""
+    console.print(line, markup=False, highlight=False)
+
+
 def render_result(console: Console, res: InspectResult, *, quiet: bool = False, strict: bool = False) -> None:
     """The full report of one draft (or, with ``quiet``, its error lines only)."""
-    if quiet:
-        render_errors(console, [res], strict=strict)
-        return
     d = res.draft
-    if d is None:
+    if quiet or d is None:
         render_errors(console, [res], strict=strict)
         return
-    console.print(f"[bold]{escape(res.label)}[/]  layout [cyan]{d.layout}[/]  generation [cyan]{d.generation}[/]")
+    console.print(f"[bold]{safe(res.label)}[/]  layout [cyan]{d.layout}[/]  generation [cyan]{d.generation}[/]")
     keys = Table(title="Resolved DFlash keys", title_justify="left", show_edge=False)
     keys.add_column("key")
     keys.add_column("value")
@@ -48,14 +78,14 @@ def render_result(console: Console, res: InspectResult, *, quiet: bool = False, 
         if src == "conflict":
             rk = d.keys[key]
             shown = f"{_fmt(rk.nested)} (nested) vs {_fmt(rk.top)} (top)"
-        keys.add_row(key, escape(shown), f"[{style}]{SOURCE_TEXT[src]}[/]" if style else SOURCE_TEXT[src])
+        keys.add_row(key, safe(shown), f"[{style}]{SOURCE_TEXT[src]}[/]" if style else SOURCE_TEXT[src])
     console.print(keys)
     if res.target is not None:
         t = res.target
         via = " via text_config" if t.text_config_used else ""
         console.print(
-            f"target [bold]{escape(t.label)}[/]: {t.model_type or '?'}{via}, "
-            f"{_fmt(t.num_hidden_layers)} layers, hidden {_fmt(t.hidden_size)}, vocab {_fmt(t.vocab_size)}"
+            f"target [bold]{safe(t.label)}[/]: {safe(t.model_type or '?')}{via}, "
+            f"{safe(_fmt(t.num_hidden_layers))} layers, hidden {safe(_fmt(t.hidden_size))}, vocab {safe(_fmt(t.vocab_size))}"
         )
     if res.findings:
         table = Table(title="Findings", title_justify="left", show_edge=False)
@@ -63,7 +93,7 @@ def render_result(console: Console, res: InspectResult, *, quiet: bool = False, 
         table.add_column("severity", no_wrap=True)
         table.add_column("message")
         for f in sorted(res.findings, key=lambda f: (-f.severity.rank, f.code)):
-            table.add_row(f.code, f"[{STYLE[f.severity]}]{f.severity.value}[/]", escape(f.message))
+            table.add_row(f.code, f"[{STYLE[f.severity]}]{f.severity.value}[/]", safe(finding_text(f)))
         console.print(table)
     if res.readers:
         table = Table(title="Readers", title_justify="left", show_edge=False)
@@ -72,27 +102,36 @@ def render_result(console: Console, res: InspectResult, *, quiet: bool = False, 
         table.add_column("why")
         for reader in READERS:
             v = res.readers[reader.key]
-            table.add_row(reader.title, "[green]yes[/]" if v.loads else "[red]no[/]", escape(v.reason))
+            why = v.reason + ("; normalize fixes it" if reader.key in res.normalize_fixes else "")
+            table.add_row(reader.title, "[green]yes[/]" if v.loads else "[red]no[/]", safe(why))
         console.print(table)
+        if res.normalize_fixes and res.normalize_command:
+            names = ", ".join(r.title for r in READERS if r.key in res.normalize_fixes)
+            console.print(f"{safe(names)} would load it after [bold]{safe(res.normalize_command)}[/] (weights untouched)")
     console.print(_summary_line(res, strict))
 
 
 def _summary_line(res: InspectResult, strict: bool) -> str:
     e, w, i = (res.count(s) for s in (Severity.ERROR, Severity.WARNING, Severity.INFO))
-    status = "[bold red]FAIL[/]" if res.failed(strict) else "[bold green]OK[/]"
-    return f"{status}  {e} error(s), {w} warning(s), {i} info"
+    return f"{_status(res, strict)}  {e} error(s), {w} warning(s), {i} info"
+
+
+def _status(res: InspectResult, strict: bool) -> str:
+    if res.fatal is not None:
+        return "[bold red]ERROR[/]"
+    return "[bold red]FAIL[/]" if res.failed(strict) else "[bold green]OK[/]"
 
 
 def render_errors(console: Console, results: Iterable[InspectResult], *, strict: bool = False) -> None:
-    """One line per error (and, with ``strict``, per warning); every message names its file."""
+    """One ``PATH: CODE severity: message`` line per error (and, with ``strict``, per warning)."""
     for res in results:
         for f in res.findings:
             if f.severity == Severity.ERROR or strict and f.severity == Severity.WARNING:
-                console.print(f"{f.code} {f.severity.value}: {escape(f.message)}")
+                print_line(console, f.line(res.label))
 
 
 def render_summary(console: Console, results: list[InspectResult], *, quiet: bool = False, strict: bool = False) -> None:
-    """Several drafts: one table, then the lines of their errors."""
+    """Several drafts: one table (a draft that could not be read is a row too), then the error lines."""
     if not quiet:
         table = Table(title="DFlash drafts", title_justify="left", show_edge=False)
         for col in ("draft", "layout", "gen", "block", "taps", "err", "warn", "readers", "status"):
@@ -101,15 +140,15 @@ def render_summary(console: Console, results: list[InspectResult], *, quiet: boo
             d = res.draft
             loads = sum(1 for v in res.readers.values() if v.loads)
             table.add_row(
-                escape(res.label),
+                safe(res.label),
                 d.layout if d else "—",
                 d.generation if d else "—",
-                _fmt(d.block_size) if d else "—",
+                safe(_fmt(d.block_size)) if d else "—",
                 str(len(d.target_layer_ids)) if d and d.target_layer_ids else "—",
                 str(res.count(Severity.ERROR)),
                 str(res.count(Severity.WARNING)),
                 f"{loads}/{len(res.readers)}" if res.readers else "—",
-                "[bold red]FAIL[/]" if res.failed(strict) else "[bold green]OK[/]",
+                _status(res, strict),
             )
         console.print(table)
     render_errors(console, results, strict=strict)
@@ -135,4 +174,4 @@ def render_rule(console: Console, rule: Rule) -> None:
     console.print(f"[bold]Fix:[/] {escape(rule.fix)}")
 
 
-__all__ = ["RULES", "make_console", "render_result", "render_rule", "render_rules", "render_summary"]
+__all__ = ["RULES", "finding_text", "make_console", "print_line", "render_result", "render_rule", "render_rules", "render_summary", "safe"]

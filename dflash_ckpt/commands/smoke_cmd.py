@@ -10,6 +10,8 @@ from typing import List, Optional
 
 import typer
 
+from dflash_ckpt.commands.options import QuietOpt, RevisionOpt, TokenOpt
+
 #: Mirrors ``dflash_ckpt.commands.smoke_run`` (which imports torch, so it cannot be read here).
 DEFAULT_MIN_ACCEPTANCE = 2.0
 DEFAULT_MAX_NEW_TOKENS = 128
@@ -52,17 +54,20 @@ def register(app: typer.Typer) -> None:
             None, "--tie-tolerance",
             help="Top-2 logit margin under which a divergence counts as a tie (default by target dtype: "
                  "fp32 1e-3, fp16 0.0625, bf16 0.5)."),
-        revision: Optional[str] = typer.Option(None, "--revision", help="Hub revision of DRAFT (or write org/name@rev)."),
-        token: Optional[str] = typer.Option(None, "--token", help="Hugging Face token for gated or private repos.", show_default=False),
+        revision: Optional[str] = RevisionOpt,
+        token: Optional[str] = TokenOpt,
         show_text: bool = typer.Option(False, "--show-text", help="Print each prompt's generated text under the table (the JSON always has it)."),
         json_out: bool = typer.Option(False, "--json", help="Print one JSON document with every figure, ids, texts and acceptance lengths."),
-        quiet: bool = typer.Option(False, "-q", "--quiet", help="Print errors only."),
+        quiet: bool = QuietOpt,
     ) -> None:
         """Decode with the target alone and with DFlash; check the outputs match and measure acceptance and speed.
 
         Exit 0 pass; 1 refused by inspect's checks, output differs beyond a tie, tau below
         --min-acceptance, or overflow; 2 usage error, a pair neither backend supports, or a target too big for the device.
         """
+        from dflash_ckpt.commands.options import silence_progress
+
+        silence_progress(json_out or quiet)
         code = _run(
             draft=draft, target=target, prompts=list(prompt or []), prompts_file=prompts_file,
             max_new_tokens=max_new_tokens, min_acceptance=min_acceptance, draft_dtype=draft_dtype,
@@ -85,8 +90,8 @@ def _run(*, json_out: bool, quiet: bool, show_text: bool = False, **kwargs: obje
         raise UsageError(f"smoke-run needs {', '.join(missing)}: {RUN_EXTRA_HINT}")
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from dflash_ckpt.checks.inspection import print_json
-    from dflash_ckpt.commands.output import make_console
+    from dflash_ckpt.commands.json_out import print_json
+    from dflash_ckpt.commands.output import make_console, safe
     from dflash_ckpt.commands.smoke_report import render_smoke
     from dflash_ckpt.commands.smoke_run import SmokeOptions, run_smoke
 
@@ -94,7 +99,7 @@ def _run(*, json_out: bool, quiet: bool, show_text: bool = False, **kwargs: obje
     console = make_console()
     err_console = make_console(stderr=True)
     show_progress = not json_out and not quiet and err_console.is_terminal
-    log = None if json_out or quiet else (lambda msg: err_console.print(f"[dim]{msg}[/]"))
+    log = None if json_out or quiet else (lambda msg: err_console.print(f"[dim]{safe(msg)}[/]"))
     if show_progress:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("tokens"),
                       TimeElapsedColumn(), console=err_console, transient=True) as progress:

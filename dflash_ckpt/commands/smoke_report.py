@@ -8,7 +8,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from dflash_ckpt.commands.output import STYLE, render_result
+from dflash_ckpt.errors import inert
+from dflash_ckpt.commands.output import STYLE, finding_text, print_line, render_result, safe
 from dflash_ckpt.rules import Severity
 from dflash_ckpt.commands.smoke_run import SmokeResult
 
@@ -43,7 +44,7 @@ def render_smoke(console: Console, res: SmokeResult, *, quiet: bool = False, sho
         console.print("[bold red]REFUSED[/]  the pair fails inspect's checks; fix the errors above before running it")
         return
     console.print(
-        f"[bold]{escape(res.draft_label)}[/] on [bold]{escape(res.target_label)}[/]  device {res.device}  "
+        f"[bold]{safe(res.draft_label)}[/] on [bold]{safe(res.target_label)}[/]  device {res.device}  "
         f"backend {res.backend}  "
         f"draft {res.draft_dtype}  target {res.target_dtype}  block {res.block_size}  "
         f"chat template {'on' if res.chat_template else 'off'}"
@@ -51,7 +52,7 @@ def render_smoke(console: Console, res: SmokeResult, *, quiet: bool = False, sho
     if res.precheck is not None:
         for f in res.precheck.findings:
             if f.severity == Severity.WARNING:
-                console.print(f"[yellow]pre-check {f.code} warning:[/] {escape(f.message)}")
+                console.print(f"[yellow]pre-check {f.code} warning:[/] {safe(finding_text(f))}")
     table = Table(title=f"smoke-run, {res.backend} backend", title_justify="left", show_edge=False, caption=legend(), caption_justify="left")
     for col in COLUMNS:
         left = col in ("prompt", "output")
@@ -60,7 +61,7 @@ def render_smoke(console: Console, res: SmokeResult, *, quiet: bool = False, sho
     block = res.block_size or 1
     for run in res.runs:
         fig = run.figures(block)
-        table.add_row(escape(run.prompt.name), *_cells(fig), LOSSLESS_TEXT[run.lossless.status])
+        table.add_row(safe(run.prompt.name), *_cells(fig), LOSSLESS_TEXT[run.lossless.status])
     if len(res.runs) > 1:
         fig = res.overall()
         same = sum(1 for r in res.runs if r.lossless.status == "identical")
@@ -77,7 +78,7 @@ def render_smoke(console: Console, res: SmokeResult, *, quiet: bool = False, sho
         ft.add_column("severity", no_wrap=True)
         ft.add_column("message")
         for f in sorted(res.findings, key=lambda f: (-f.severity.rank, f.code)):
-            ft.add_row(f.code, f"[{STYLE[f.severity]}]{f.severity.value}[/]", escape(f.message))
+            ft.add_row(f.code, f"[{STYLE[f.severity]}]{f.severity.value}[/]", safe(finding_text(f)))
         console.print(ft)
     console.print(verdict_line(res))
 
@@ -93,15 +94,16 @@ def legend() -> str:
 def render_texts(console: Console, res: SmokeResult) -> None:
     """``--show-text``: each prompt's DFlash output as text, and the target's where it differs."""
     for run in res.runs:
-        console.print(f"[bold]{escape(run.prompt.name)}[/] DFlash output ({len(run.dflash.tokens)} tokens):")
+        console.print(f"[bold]{safe(run.prompt.name)}[/] DFlash output ({len(run.dflash.tokens)} tokens):")
         console.print(_indent(run.dflash_text), markup=False, highlight=False)
         if run.target_text != run.dflash_text:
-            console.print(f"[bold]{escape(run.prompt.name)}[/] target-only output ({len(run.target.tokens)} tokens):")
+            console.print(f"[bold]{safe(run.prompt.name)}[/] target-only output ({len(run.target.tokens)} tokens):")
             console.print(_indent(run.target_text), markup=False, highlight=False)
 
 
 def _indent(text: str) -> str:
-    return "\n".join("  " + line for line in (text.splitlines() or [""]))
+    """Generated text, indented, each line inert (a tokenizer can decode to terminal escapes)."""
+    return "\n".join("  " + inert(line) for line in (text.splitlines() or [""]))
 
 
 def _cells(fig: dict[str, Any]) -> list[str]:
@@ -142,4 +144,4 @@ def render_error_lines(console: Console, res: SmokeResult) -> None:
     findings += res.findings
     for f in findings:
         if f.severity == Severity.ERROR:
-            console.print(f"{escape(res.draft_label)}: {f.code} {f.severity.value}: {escape(f.message)}")
+            print_line(console, f.line(res.draft_label))

@@ -49,8 +49,8 @@ from dflash_ckpt.commands.smoke_advice import (block_size_findings, check_positi
                                                prompt_format_note, special_token_texts)
 from dflash_ckpt.sources.local import LocalSource
 from dflash_ckpt.sources.resolve import local_folder
+from dflash_ckpt.commands.json_out import SCHEMA_VERSION as JSON_SCHEMA_VERSION  # one version for every document
 
-JSON_SCHEMA_VERSION = 1
 DEFAULT_MIN_ACCEPTANCE = 2.0
 DEFAULT_MAX_NEW_TOKENS = 128
 TIE_TOLERANCE: dict[torch.dtype, float] = {torch.float32: 1e-3, torch.float16: 0.0625, torch.bfloat16: 0.5}
@@ -256,6 +256,7 @@ class SmokeResult:
         o = self.options
         return {
             "schema_version": JSON_SCHEMA_VERSION,
+            "command": "smoke-run",
             "ok": self.exit_code == 0,
             "exit_code": self.exit_code,
             "draft": self.draft_label,

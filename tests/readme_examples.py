@@ -1,0 +1,100 @@
+"""The example outputs in README.md, as the real commands print them.
+
+Every fenced block whose lines start with ``$ dflash-ckpt ...`` is a run: the command, then what
+it prints (stdout and stderr as a terminal 100 columns wide shows them). ``tests/test_readme.py`` reruns each one and compares; run this
+file to rewrite the README's blocks from the real commands (``python tests/readme_examples.py``,
+in the repo root; smoke-run examples included, whose timings differ on every run).
+
+Where an example runs: paths under ``fixtures/`` in the repo root; others in the fixtures tree
+``fixtures/make_fixtures.py`` builds (``drafts/``, ``mutants/``, ``targets/``), and a bare draft
+name in its ``drafts/`` folder (the normalize example), through a scratch folder so nothing is
+written into the tree.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+#: The terminal width the examples are printed at.
+COLUMNS = "100"
+_FENCE = re.compile(r"^```\n(.*?)^```$", flags=re.S | re.M)
+
+
+@dataclass
+class Example:
+    command: str  # as written after "$ ", comments included
+    output: str  # what the README shows
+    start: int  # offsets of the example's text in the README
+    end: int
+
+    @property
+    def argv(self) -> list[str]:
+        return shlex.split(self.command.split("  #", 1)[0])[1:]
+
+    @property
+    def timed(self) -> bool:
+        """smoke-run prints speeds, different on every run: compared by shape only."""
+        return "smoke-run" in self.argv
+
+
+def examples(text: str) -> list[Example]:
+    """Every ``$ dflash-ckpt`` run in the README's plain fenced blocks, in order."""
+    found: list[Example] = []
+    for fence in _FENCE.finditer(text):
+        body, base = fence.group(1), fence.start(1)
+        starts = [m.start() for m in re.finditer(r"^\$ dflash-ckpt ", body, flags=re.M)]
+        for i, s in enumerate(starts):
+            e = starts[i + 1] if i + 1 < len(starts) else len(body)
+            command, _, output = body[s:e].partition("\n")
+            found.append(Example(command[2:], output, base + s, base + e))
+    return found
+
+
+def run_example(ex: Example, fixtures: Path) -> str:
+    """Run ``ex`` where it is documented to run; what it prints, stdout and stderr as they interleave."""
+    argv = ex.argv
+    paths = [a for a in argv if not a.startswith("-")][1:]
+    env = {**os.environ, "COLUMNS": COLUMNS, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    with tempfile.TemporaryDirectory() as scratch:
+        if any(p.startswith("fixtures/") for p in paths):
+            cwd = ROOT
+        elif any((fixtures / p.split("@")[0]).exists() for p in paths) or not any((fixtures / "drafts" / p).exists() for p in paths):
+            cwd = fixtures
+        else:
+            cwd = Path(scratch)
+            for p in paths:
+                if (fixtures / "drafts" / p).exists():
+                    (cwd / p).symlink_to(fixtures / "drafts" / p)
+        proc = subprocess.run([sys.executable, "-m", "dflash_ckpt", *argv], cwd=cwd, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+    return proc.stdout
+
+
+def regenerate(fixtures: Path) -> None:
+    """Rewrite every example's output in README.md from the real command."""
+    text = README.read_text()
+    for ex in reversed(examples(text)):
+        text = text[:ex.start] + f"$ {ex.command}\n" + run_example(ex, fixtures) + text[ex.end:]
+    README.write_text(text)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT / "fixtures"))
+    import make_fixtures  # noqa: E402
+
+    with tempfile.TemporaryDirectory() as tmp:
+        regenerate(make_fixtures.build_all(Path(tmp) / "build"))
+
+
+def shape(output: str) -> str:
+    """A timed output without its figures: numbers masked, runs of spaces collapsed."""
+    return re.sub(r" +", " ", re.sub(r"\d+(\.\d+)?x?", "#", output))
