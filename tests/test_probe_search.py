@@ -35,7 +35,7 @@ MASK = tm.MASK_ID
 def test_small_spaces_are_measured_exhaustively_once_each() -> None:
     seen: list[tuple[int, ...]] = []
 
-    def score(ids: tuple[int, ...]) -> float:
+    def score(ids: tuple[int, ...], floor: float | None = None) -> float:
         seen.append(ids)
         return -sum(abs(a - b) for a, b in zip(ids, (1, 3, 5)))
 
@@ -49,7 +49,7 @@ def test_small_spaces_are_measured_exhaustively_once_each() -> None:
 def test_budget_caps_the_candidates_and_every_candidate_is_valid() -> None:
     seen: list[tuple[int, ...]] = []
 
-    def score(ids: tuple[int, ...]) -> float:
+    def score(ids: tuple[int, ...], floor: float | None = None) -> float:
         seen.append(ids)
         return float(sum(ids))
 
@@ -61,7 +61,7 @@ def test_budget_caps_the_candidates_and_every_candidate_is_valid() -> None:
 
 
 def test_without_a_budget_a_search_stops_at_its_default() -> None:
-    res = search_taps(40, 6, lambda ids: float(hash(ids) % 997))
+    res = search_taps(40, 6, lambda ids, floor: float(hash(ids) % 997))
     assert res.method == "search" and res.evaluated <= DEFAULT_SEARCH_BUDGET
 
 
@@ -171,7 +171,7 @@ def test_simulated_tau_is_what_the_dflash_loop_measures(deep: dict[str, Any]) ->
 
 def test_search_finds_the_planted_taps_far_below_the_exhaustive_count(deep: dict[str, Any]) -> None:
     space = math.comb(DEPTH, len(PLANTED))
-    res = search_taps(DEPTH, len(PLANTED), lambda ids: _tau(deep, ids), seed=1)
+    res = search_taps(DEPTH, len(PLANTED), lambda ids, floor: _tau(deep, ids), seed=1)
     best, tau = res.ranked()[0]
     print(f"planted {PLANTED}: found {best} at tau {tau:.2f} after {res.evaluated} of {space} candidates "
           f"from {len(res.starts)} starts in {res.seconds:.1f} s")

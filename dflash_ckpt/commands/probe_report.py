@@ -75,13 +75,15 @@ def render_probe(console: Console, res: ProbeResult) -> None:
         how = "every candidate" if s.method == "exhaustive" else f"a search from {len(s.starts)} starts"
         capped = ", stopped by the budget" if s.budget_exhausted else ""
         console.print(
-            f"measured {s.evaluated} of C({res.depth}, {res.k}) = {s.space:,} candidate tap sets ({how}{capped}): "
-            f"{res.draft_forwards:,} draft calls, {s.seconds:.1f} s; the target ran once per prompt "
-            f"({res.record_s:.1f} s); {min(len(res.ranked), 2)} finalist(s) re-measured with smoke-run's loop "
+            f"measured {s.evaluated} of C({res.depth}, {res.k}) = {s.space:,} candidate tap sets ({how}{capped}; "
+            f"{len(s.bounds)} given up once sure to lose): {res.draft_forwards:,} draft calls, {s.seconds:.1f} s; "
+            f"the target ran once per prompt ({res.record_s:.1f} s); "
+            f"{sum(1 for c in res.ranked if c.tau_loop is not None)} finalist(s) re-measured with smoke-run's loop "
             f"({res.confirm_s:.1f} s)")
     table = Table(title="probe-taps", title_justify="left", show_edge=False,
                   caption="tau = mean tokens per DFlash step (bonus included); ± its standard error; "
-                          "loop = measured as smoke-run measures, probe = simulated from the recorded features",
+                          "loop = measured as smoke-run measures, probe = simulated from the recorded features, "
+                          "cut = given up once sure to lose (tau below the bound shown)",
                   caption_justify="left")
     for col in ("rank", "target_layer_ids", "tau", "±", "measured", "note"):
         table.add_column(col, justify="right" if col in ("rank", "tau", "±") else "left", no_wrap=True)
@@ -93,8 +95,9 @@ def render_probe(console: Console, res: ProbeResult) -> None:
         rank = res.ranked.index(cand) + 1
         note = "configured" if conf is cand else ""
         se = cand.stderr
-        table.add_row(str(rank), _ids(cand.target_layer_ids), f"{cand.tau:.2f}", "—" if se is None else f"{se:.2f}",
-                      "loop" if cand.tau_loop is not None else "probe", note)
+        tau = f"{cand.tau:.2f}" if cand.tau is not None else f"< {cand.tau_below:.2f}"
+        how = "loop" if cand.tau_loop is not None else "probe" if cand.tau_probe is not None else "cut"
+        table.add_row(str(rank), _ids(cand.target_layer_ids), tau, "—" if se is None else f"{se:.2f}", how, note)
     console.print(table)
     c = res.confidence()
     if c["gap"] is not None:

@@ -26,7 +26,7 @@ import torch
 
 from dflash_ckpt.checks import run_checks
 from dflash_ckpt.commands.normalize_run import fc_taps
-from dflash_ckpt.commands.probe_search import EXHAUSTIVE_MAX, SearchResult, TapSet, search_taps, valid
+from dflash_ckpt.commands.probe_search import EXHAUSTIVE_MAX, KEEP_EXACT, Measured, SearchResult, TapSet, search_taps, valid
 from dflash_ckpt.commands.smoke_advice import check_positions
 from dflash_ckpt.commands.smoke_run import (DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_ACCEPTANCE, TARGET_FILES, WEIGHT_FILES,
                                             pick_device)
@@ -83,17 +83,24 @@ class ProbeOptions:
 
 @dataclass
 class Candidate:
-    """One tap set: tau as the probe simulated it and, for finalists, as the real loop measured it."""
+    """One tap set: tau as the probe simulated it and, for finalists, as the real loop measured it;
+    or, for a candidate given up once it was sure to lose, a bound its tau stays below."""
 
     target_layer_ids: TapSet
-    tau_probe: float
+    tau_probe: float | None
     tau_loop: float | None = None
+    tau_below: float | None = None
     #: Acceptance lengths behind ``tau`` (the loop's for finalists), for the standard error.
     lengths: list[int] = field(default_factory=list, repr=False)
 
     @property
-    def tau(self) -> float:
+    def tau(self) -> float | None:
         return self.tau_loop if self.tau_loop is not None else self.tau_probe
+
+    @property
+    def sort_key(self) -> tuple[int, float]:
+        """Exact taus first, best first; then bounds, highest first."""
+        return (0, -self.tau) if self.tau is not None else (1, -(self.tau_below or 0.0))
 
     @property
     def stderr(self) -> float | None:
@@ -111,6 +118,8 @@ class Candidate:
         if a is None or b is None:
             return None
         se = (a * a + b * b) ** 0.5
+        if self.tau is None or other.tau is None:
+            return None
         gap = self.tau - other.tau
         return gap / se if se > 0 else (float("inf") if gap > 0 else 0.0)
 
@@ -120,7 +129,8 @@ class Candidate:
             "tau": self.tau,
             "tau_probe": self.tau_probe,
             "tau_loop": self.tau_loop,
-            "measured_by": "loop" if self.tau_loop is not None else "probe",
+            "tau_below": self.tau_below,
+            "measured_by": "loop" if self.tau_loop is not None else "probe" if self.tau_probe is not None else "stopped early",
             "steps": len(self.lengths),
             "stderr": self.stderr,
         }
@@ -172,8 +182,10 @@ class ProbeResult:
     def confidence(self) -> dict[str, Any]:
         """Best against runner-up: the gap in tau, relative to the best, and in standard errors."""
         best, second = self.best, self.runner_up
-        if best is None or second is None:
+        if best is None or second is None or best.tau is None:
             return {"gap": None, "relative_gap": None, "z": None, "verdict": "single candidate"}
+        if second.tau is None:  # only bounds behind the best (a search cut short by its budget)
+            return {"gap": None, "relative_gap": None, "z": None, "verdict": "unknown"}
         return {
             "gap": best.tau - second.tau,
             "relative_gap": (best.tau - second.tau) / best.tau if best.tau else None,
@@ -214,7 +226,7 @@ class ProbeResult:
                 "tau": conf.tau if conf else None,
                 "rank": self.ranked.index(conf) + 1 if conf else None,
                 "is_best": conf is not None and conf is self.best,
-                "gap_to_best": self.best.tau - conf.tau if conf and self.best else None,
+                "gap_to_best": self.best.tau - conf.tau if conf and self.best and conf.tau is not None else None,
                 "z_to_best": self.best.z_over(conf) if conf and self.best and conf is not self.best else None,
             },
             "best": self.best.to_json() if self.best else None,
@@ -227,6 +239,8 @@ class ProbeResult:
                 "evaluated": s.evaluated,
                 "budget": o.budget,
                 "budget_exhausted": s.budget_exhausted,
+                "stopped_early": len(s.bounds),
+                "finalists": sum(1 for c in self.ranked if c.tau_loop is not None),
                 "starts": [list(x) for x in s.starts],
                 "draft_forwards": self.draft_forwards,
                 "record_s": self.record_s,
@@ -364,27 +378,36 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None) -> P
     embed_w, head_w = target.embed_tokens.weight, target.lm_head.weight
 
     probed: dict[TapSet, list[int]] = {}
+    # Every tap set yields the same tokens (lossless), so tau = total / steps: a candidate that
+    # must reach ``floor`` may take at most total / floor steps, and is given up past that.
+    total = sum(len(r.tokens) - 1 for r in recs)
 
-    def evaluate(ids: TapSet) -> float:
+    def evaluate(ids: TapSet, floor: float | None) -> float | Measured:
+        allowed = int(total / floor) if floor else None
         lengths: list[int] = []
         for rec in recs:
+            left = None if allowed is None else allowed - len(lengths)
             sim = simulate(draft, rec, ids, embed_w=embed_w, head_w=head_w, draft_cache=dcache,
-                           block_size=block, stop_ids=stops)
+                           block_size=block, stop_ids=stops, max_steps=left)
             result.draft_forwards += sim.draft_forwards
             if sim.overflow:
                 return 0.0  # fused features overflow: this draft cannot run on this tap set
             lengths += sim.acceptance_lengths
+            if sim.cut:
+                return Measured(total / (len(lengths) + 1), exact=False)  # at least one step more
         probed[ids] = lengths
         return sum(lengths) / len(lengths) if lengths else 1.0
 
     say(f"measuring tap sets: {k} of {depth} layers")
-    search = search_taps(depth, k, evaluate, configured=configured, budget=opts.budget)
+    search = search_taps(depth, k, evaluate, configured=configured, budget=opts.budget, keep=max(KEEP_EXACT, opts.top))
     result.search = search
     ranked = [Candidate(ids, tau, lengths=probed.get(ids, [])) for ids, tau in search.ranked()]
+    ranked += [Candidate(ids, None, tau_below=bound) for ids, bound in search.ranked_bounds()]
 
     # The finalists, and the configured ids, through the loop smoke-run measures with.
     t1 = time.perf_counter()
     finalists = ranked[:CONFIRM] + [c for c in ranked[CONFIRM:] if configured is not None and c.target_layer_ids == configured]
+    finalists = [c for c in finalists if c.tau_probe is not None]
     for cand in finalists:
         lengths = []
         with reading_taps(draft, cand.target_layer_ids):
@@ -395,7 +418,7 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None) -> P
         cand.tau_loop = sum(lengths) / len(lengths) if lengths else 1.0
         cand.lengths = lengths
     result.confirm_s = time.perf_counter() - t1
-    result.ranked = sorted(ranked, key=lambda c: -c.tau)  # stable: ties keep the order measured
+    result.ranked = sorted(ranked, key=lambda c: c.sort_key)  # stable: ties keep the order measured
     result.prompts = [
         {**p.to_json(), "input_ids": ids, "continuation_ids": rec.tokens, "stopped": rec.stopped}
         for p, ids, rec in zip(prompts, encoded, recs)

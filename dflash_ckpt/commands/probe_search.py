@@ -7,6 +7,13 @@ moves (one id moved anywhere between its neighbours, keeping the best value) and
 moved by the same small offset), until no move improves or the budget of candidates is spent.
 A measured candidate is never measured again, so the count of candidates is the cost.
 
+Measuring can stop early: ``evaluate(ids, floor)`` may give up on a candidate once it is sure to
+stay below ``floor`` and return an upper bound instead of its tau (``Measured(bound, exact=False)``).
+The floor is what a candidate must reach to matter: in a climb, the current point's tau (a move
+must beat it); when enumerating, the ``keep``-th best tau so far (the ranked head stays exact).
+A bound is always below the floor it was measured against, so no decision rests on one, and a
+candidate met again with a lower floor is measured again.
+
 Why these starts: the configured ids when there are any (the check of a config), the evenly
 spaced sets that training recipes write (z-lab's ``1 .. depth-3``, and the centred spread), then
 seeded random sets, so that the run is reproducible and covers what the others miss.
@@ -29,8 +36,22 @@ DEFAULT_SEARCH_BUDGET = 400
 RANDOM_STARTS = 4
 SHIFTS = (-2, -1, 1, 2)
 
+#: Candidates a full enumeration keeps exact at the head of the ranking.
+KEEP_EXACT = 10
+
 TapSet = tuple[int, ...]
-Evaluate = Callable[[TapSet], float]
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A candidate's tau, or (``exact=False``) a bound it is known to stay below."""
+
+    value: float
+    exact: bool = True
+
+
+#: ``evaluate(ids, floor)``: a float (exact) or a ``Measured``; ``floor`` may be ``None``.
+Evaluate = Callable[[TapSet, "float | None"], "float | Measured"]
 
 
 @dataclass
@@ -40,17 +61,23 @@ class SearchResult:
     method: str  # "exhaustive" or "search"
     space: int  # C(depth, k)
     scores: dict[TapSet, float] = field(default_factory=dict)
+    #: Candidates measured only until they were sure to lose: tau is below this bound.
+    bounds: dict[TapSet, float] = field(default_factory=dict)
     starts: list[TapSet] = field(default_factory=list)
     budget_exhausted: bool = False
     seconds: float = 0.0
 
     @property
     def evaluated(self) -> int:
-        return len(self.scores)
+        return len(self.scores) + len(self.bounds)
 
     def ranked(self) -> list[tuple[TapSet, float]]:
-        """Best first; ties keep the order measured."""
+        """Exact taus, best first (ties keep the order measured)."""
         return sorted(self.scores.items(), key=lambda kv: -kv[1])
+
+    def ranked_bounds(self) -> list[tuple[TapSet, float]]:
+        """Candidates stopped early, by their bound; every one ranks below the exact head."""
+        return sorted(self.bounds.items(), key=lambda kv: -kv[1])
 
 
 class _Budget(Exception):
@@ -63,14 +90,24 @@ class _Scorer:
     def __init__(self, evaluate: Evaluate, result: SearchResult, budget: int | None) -> None:
         self.evaluate, self.result, self.budget = evaluate, result, budget
 
-    def __call__(self, ids: TapSet) -> float:
-        if ids in self.result.scores:
-            return self.result.scores[ids]
-        if self.budget is not None and self.result.evaluated >= self.budget:
-            self.result.budget_exhausted = True
+    def __call__(self, ids: TapSet, floor: float | None = None) -> float:
+        res = self.result
+        if ids in res.scores:
+            return res.scores[ids]
+        bound = res.bounds.get(ids)
+        if bound is not None and floor is not None and bound <= floor:
+            return bound  # still sure to stay below
+        if bound is None and self.budget is not None and res.evaluated >= self.budget:
+            res.budget_exhausted = True
             raise _Budget
-        self.result.scores[ids] = score = self.evaluate(ids)
-        return score
+        got = self.evaluate(ids, floor)
+        m = got if isinstance(got, Measured) else Measured(float(got))
+        if m.exact:
+            res.bounds.pop(ids, None)
+            res.scores[ids] = m.value
+        else:
+            res.bounds[ids] = m.value
+        return m.value
 
 
 def valid(ids: Sequence[int], depth: int) -> bool:
@@ -101,7 +138,7 @@ def fixed_starts(depth: int, k: int, configured: Sequence[int] | None) -> list[T
 
 def _climb(start: TapSet, depth: int, score: _Scorer) -> TapSet:
     """Coordinate and shift moves from ``start`` until none improves."""
-    cur, best = start, score(start)
+    cur, best = start, score(start)  # exact: no floor
     improved = True
     while improved:
         improved = False
@@ -110,13 +147,13 @@ def _climb(start: TapSet, depth: int, score: _Scorer) -> TapSet:
             hi = cur[i + 1] if i + 1 < len(cur) else depth
             for v in range(lo, hi):
                 cand = cur[:i] + (v,) + cur[i + 1:]
-                s = score(cand)
+                s = score(cand, best)
                 if s > best:
                     cur, best, improved = cand, s, True
         for d in SHIFTS:
             cand = tuple(x + d for x in cur)
             if valid(cand, depth):
-                s = score(cand)
+                s = score(cand, best)
                 if s > best:
                     cur, best, improved = cand, s, True
     return cur
@@ -130,12 +167,14 @@ def search_taps(
     configured: Sequence[int] | None = None,
     budget: int | None = None,
     exhaustive_max: int = EXHAUSTIVE_MAX,
+    keep: int = KEEP_EXACT,
     seed: int = 0,
 ) -> SearchResult:
     """Measure tap sets with ``evaluate`` (higher is better) and return every score.
 
     ``budget`` caps the candidates measured (a search defaults to ``DEFAULT_SEARCH_BUDGET``);
-    exhaustive enumeration is used when ``C(depth, k) <= exhaustive_max`` and fits the budget.
+    exhaustive enumeration is used when ``C(depth, k) <= exhaustive_max`` and fits the budget,
+    and keeps the best ``keep`` taus exact (others may be bounds, see the module's docstring).
     """
     if k < 1 or k > depth:
         raise ValueError(f"cannot choose {k} tap layers out of {depth}")
@@ -148,10 +187,14 @@ def search_taps(
         if exhaustive:
             import itertools
 
-            if configured is not None and len(configured) == k and valid(configured, depth):
-                score(tuple(configured))
+            # Climbs from the fixed starts first: a high floor early lets the sweep give up on
+            # most losers sooner. The order changes the cost only: the best ``keep`` stay exact.
+            for start in fixed_starts(depth, k, configured):
+                result.starts.append(start)
+                _climb(start, depth, score)
             for ids in itertools.combinations(range(depth), k):
-                score(ids)
+                head = sorted(result.scores.values(), reverse=True)[:keep]
+                score(ids, head[-1] if len(head) >= keep else None)
         else:
             rng = random.Random(seed)
             starts = fixed_starts(depth, k, configured)

@@ -58,6 +58,8 @@ class Simulation:
     acceptance_lengths: list[int] = field(default_factory=list)
     draft_forwards: int = 0
     overflow: str | None = None
+    #: Stopped after ``max_steps`` steps, before the end of the continuation.
+    cut: bool = False
 
 
 @torch.inference_mode()
@@ -93,6 +95,7 @@ def simulate(
     block_size: int | None = None,
     stop_ids: Sequence[int] = (),
     max_new_tokens: int | None = None,
+    max_steps: int | None = None,
 ) -> Simulation:
     """The acceptance lengths ``dflash_decode`` would record reading ``layer_ids``.
 
@@ -100,6 +103,8 @@ def simulate(
     drafts ``[last, mask * (B-1)]`` (shortened near the token budget) conditioned on the features
     of the positions accepted since the previous step, accepts the longest prefix of drafts equal
     to the continuation plus one bonus token, and stops at a stop token or the budget.
+    ``max_steps`` gives up (``cut``) once that many steps have not reached the end: the caller
+    knows the candidate cannot reach the tau it needs.
     """
     args = draft.args
     block = block_size or args.block_size
@@ -120,6 +125,9 @@ def simulate(
     stopped = seq[0] in stops
     start = p  # position of the last token, not yet run through the target
     while not stopped and produced < budget:
+        if max_steps is not None and len(sim.acceptance_lengths) >= max_steps:
+            sim.cut = True
+            break
         size = min(block, budget - produced)
         drafts: list[int] = []
         if size > 1:

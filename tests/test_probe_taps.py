@@ -1,0 +1,164 @@
+"""``dflash-ckpt probe-taps`` on the committed tiny pair, through the CLI as a user runs it.
+
+What the issue holds it to:
+- ``draft/`` with its target_layer_ids removed (a copy, edited in tmp): the best candidate is
+  [1, 3, 5], with the tau smoke-run measures on the original draft;
+- ``draft-shifted-taps/`` ([2, 4, 6] configured): [1, 3, 5] beats the configured ids (DF410);
+- ``--json`` carries ``best.target_layer_ids``, ``best.tau`` and the ranked list; ``--write OUT``
+  puts the winner into a normalized copy; nothing is written without it.
+Each probe runs once per module (smoke-run's settings and prompts, so the figures compare).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import CliResult, no_traceback, run_cli
+
+ROOT = Path(__file__).resolve().parents[1]
+PAIR = ROOT / "fixtures" / "tiny-pair"
+TARGET, DRAFT, SHIFTED = PAIR / "target", PAIR / "draft", PAIR / "draft-shifted-taps"
+TRAINED = [1, 3, 5]
+
+pytest.importorskip("torch")
+pytest.importorskip("tokenizers")
+
+
+@functools.lru_cache(maxsize=None)
+def cli(*args: str) -> CliResult:
+    res = run_cli(*args, env={"OMP_NUM_THREADS": "1"})
+    no_traceback(res)
+    return res
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+@pytest.fixture(scope="module")
+def stripped(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """fixtures/tiny-pair/draft with target_layer_ids gone from its config (a copy)."""
+    folder = tmp_path_factory.mktemp("stripped") / "draft"
+    shutil.copytree(DRAFT, folder)
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["dflash_config"].pop("target_layer_ids")
+    cfg.pop("target_layer_ids", None)
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def recovered(stripped: Path) -> tuple[CliResult, Path, dict[str, bytes]]:
+    before = snapshot(stripped)
+    out = stripped.parent / "normalized"
+    res = cli("probe-taps", str(stripped), "--target", str(TARGET), "--json", "--write", str(out))
+    return res, out, before
+
+
+def smoke_tau(draft: Path) -> float:
+    res = cli("smoke-run", str(draft), "--target", str(TARGET), "--json")
+    assert res.code in (0, 1), res.stderr
+    return res.json()["overall"]["tau"]
+
+
+def test_stripped_draft_is_refused_by_smoke_run(stripped: Path) -> None:
+    """What probe-taps is for: without ids nothing runs it."""
+    res = cli("smoke-run", str(stripped), "--target", str(TARGET), "--json")
+    assert res.code == 1 and res.json()["refused"]
+    assert "DF101" in [f["code"] for f in res.json()["precheck"]]
+
+
+def test_recovers_the_trained_taps_with_smoke_runs_tau(recovered: Any) -> None:
+    res, _, _ = recovered
+    assert res.code == 0, res.stderr
+    doc = res.json()
+    assert doc["schema_version"] == 1 and doc["ok"] and doc["findings"] == []
+    assert doc["configured"] is None and (doc["depth"], doc["taps"]) == (8, 3)
+    best = doc["best"]
+    assert best["target_layer_ids"] == TRAINED
+    # The loop smoke-run measures with, on the same prompts and settings: the same tau, exactly;
+    # and the probe's simulation from the recorded features agrees with it.
+    assert best["tau"] == smoke_tau(DRAFT) == best["tau_loop"]
+    assert best["tau_probe"] == best["tau"]
+    assert best["measured_by"] == "loop"
+    s = doc["search"]
+    assert (s["method"], s["space"], s["evaluated"], s["budget_exhausted"]) == ("exhaustive", 56, 56, False)
+    assert s["draft_forwards"] > 0 and s["search_s"] > 0
+    ranked = doc["ranked"]
+    assert len(ranked) == 56 and ranked[0] == best and ranked[1] == doc["runner_up"]
+    exact = [c["tau"] for c in ranked if c["tau"] is not None]
+    assert exact == sorted(exact, reverse=True) and len(exact) >= 10
+    assert all(c["tau_below"] <= exact[9] for c in ranked[len(exact):]), "cut candidates rank below the exact head"
+    assert len({tuple(c["target_layer_ids"]) for c in ranked}) == 56
+    assert all(c["target_layer_ids"] == sorted(set(c["target_layer_ids"])) for c in ranked)
+    conf = doc["confidence"]
+    assert conf["gap"] == pytest.approx(best["tau"] - doc["runner_up"]["tau"]) and conf["gap"] > 0
+    assert conf["verdict"] in ("clear", "likely", "narrow") and conf["z"] > 0
+    print(f"best {best['target_layer_ids']} tau {best['tau']:.3f}, runner-up {doc['runner_up']['target_layer_ids']} "
+          f"{doc['runner_up']['tau']:.3f}, z {conf['z']:.2f}; {s['evaluated']} candidates, {s['draft_forwards']} "
+          f"draft calls, {s['search_s']:.1f} s")
+    assert "--target-layer-ids 1,3,5" in doc["normalize_command"]
+
+
+def test_write_puts_the_winner_into_a_normalized_copy_and_leaves_the_draft_alone(recovered: Any, stripped: Path) -> None:
+    res, out, before = recovered
+    doc = res.json()
+    assert doc["write"]["written"] and doc["write"]["out"] == str(out)
+    assert snapshot(stripped) == before, "the user's draft is untouched"
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["dflash_config"]["target_layer_ids"] == TRAINED
+    # The written copy is a draft every check and smoke-run accept, measuring the same tau.
+    assert smoke_tau(out) == doc["best"]["tau"]
+    assert (out / "model.safetensors").read_bytes() == (DRAFT / "model.safetensors").read_bytes()
+
+
+def test_without_write_nothing_is_written_and_the_command_is_printed(stripped: Path) -> None:
+    before = snapshot(stripped)
+    parent = sorted(os.listdir(stripped.parent))
+    res = cli("probe-taps", str(stripped), "--target", str(TARGET), "-n", "16", "--budget", "6")
+    assert res.code in (0, 1), res.stderr
+    assert snapshot(stripped) == before and sorted(os.listdir(stripped.parent)) == parent
+    assert f"dflash-ckpt normalize {stripped} OUT --target-layer-ids" in res.stdout
+    assert "measured 6 of C(8, 3) = 56 candidate tap sets" in res.stdout
+
+
+def test_shifted_taps_report_that_the_trained_taps_beat_the_configured_ones() -> None:
+    res = cli("probe-taps", str(SHIFTED), "--target", str(TARGET), "--json")
+    assert res.code == 1, res.stderr
+    doc = res.json()
+    assert not doc["ok"] and [f["code"] for f in doc["findings"]] == ["DF410"]
+    assert "target_layer_ids [2, 4, 6]" in doc["findings"][0]["message"]
+    assert doc["best"]["target_layer_ids"] == TRAINED
+    conf = doc["configured"]
+    assert conf["target_layer_ids"] == [2, 4, 6] and not conf["is_best"] and conf["rank"] > 1
+    assert conf["tau"] < 2.0 < doc["best"]["tau"] and conf["z_to_best"] > 2
+    # The configured ids were re-measured with smoke-run's loop: the tau smoke-run reports.
+    configured = next(c for c in doc["ranked"] if c["target_layer_ids"] == [2, 4, 6])
+    assert configured["measured_by"] == "loop" and configured["tau"] == smoke_tau(SHIFTED)
+
+
+def test_bad_options_are_one_line_usage_errors(stripped: Path) -> None:
+    for args, text in ((["--budget", "0"], "--budget 0"), (["-n", "0"], "--max-new-tokens 0")):
+        res = cli("probe-taps", str(stripped), "--target", str(TARGET), *args)
+        assert res.code == 2 and text in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+def test_a_draft_that_does_not_fit_the_target_is_refused(tmp_path: Path) -> None:
+    """fc.weight reading more taps than the target has layers: exit 2, one line naming the file."""
+    folder = tmp_path / "draft"
+    shutil.copytree(DRAFT, folder)
+    target = tmp_path / "target"
+    shutil.copytree(TARGET, target)
+    cfg = json.loads((target / "config.json").read_text())
+    cfg["num_hidden_layers"] = 2
+    cfg["layer_types"] = cfg["layer_types"][:2]
+    (target / "config.json").write_text(json.dumps(cfg))
+    res = cli("probe-taps", str(folder), "--target", str(target))
+    assert res.code == 2 and "fc.weight reads 3 taps" in res.stderr, res.stderr
