@@ -19,9 +19,9 @@ import pytest
 import torch
 
 import tiny_models as tm
-from dflash_ckpt.commands.probe_search import DEFAULT_SEARCH_BUDGET, EXHAUSTIVE_MAX, search_taps, valid
+from dflash_ckpt.commands.probe_search import DEFAULT_SEARCH_BUDGET, EXHAUSTIVE_MAX, Measured, search_taps, valid
 from dflash_ckpt.runtime.generate import dflash_decode
-from dflash_ckpt.runtime.probe import reading_taps, record, simulate
+from dflash_ckpt.runtime.probe import measure, reading_taps, record
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -92,7 +92,7 @@ class PlantedDraft:
         self.args = SynthArgs(BLOCK, MASK, PLANTED)
         self.device = torch.device("cpu")
         self.calls = 0
-        #: The sequence being decoded (the test sets it per prompt).
+        #: The sequence being decoded (found on the first call after a reset).
         self.current: tuple[list[int], torch.Tensor] = next(iter(truth.values()))
 
     def new_cache(self, capacity: int) -> _Cache:
@@ -106,6 +106,10 @@ class PlantedDraft:
 
     def forward_fused(self, fused: torch.Tensor, block: torch.Tensor, *, cache: _Cache) -> torch.Tensor:
         self.calls += 1
+        if cache.length == 0:  # a new decode: which prompt, from its first position's features
+            first = fused[0, 0].view(-1, self.hidden)[0]
+            self.current = next(v for v in self.truth.values()
+                                if any(torch.allclose(first, f, rtol=1e-4, atol=1e-4) for f in v[1][0]))
         pos = cache.length + fused.shape[1] - 1  # the last context position
         cache.length += fused.shape[1]
         seq, feats = self.current
@@ -142,16 +146,11 @@ def deep(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"target": target, "draft": draft, "recs": recs, "prompts": prompts, "cache": cache, "truth": truth}
 
 
-def _tau(deep: dict[str, Any], ids: tuple[int, ...]) -> float:
+def _measure(deep: dict[str, Any], ids: tuple[int, ...], floor: float | None = None) -> Any:
+    """``runtime.probe.measure``, the evaluation probe-taps runs, on the deep pair."""
     target, draft = deep["target"], deep["draft"]
-    lengths: list[int] = []
-    dcache = draft.new_cache(0)
-    for p, rec in zip(deep["prompts"], deep["recs"]):
-        draft.current = deep["truth"][tuple(p)]
-        sim = simulate(draft, rec, ids, embed_w=target.embed_tokens.weight, head_w=target.lm_head.weight,
-                       draft_cache=dcache, block_size=BLOCK)
-        lengths += sim.acceptance_lengths
-    return sum(lengths) / len(lengths)
+    return measure(draft, deep["recs"], ids, floor=floor, embed_w=target.embed_tokens.weight,
+                   head_w=target.lm_head.weight, draft_cache=draft.new_cache(0), block_size=BLOCK)
 
 
 def test_simulated_tau_is_what_the_dflash_loop_measures(deep: dict[str, Any]) -> None:
@@ -160,22 +159,44 @@ def test_simulated_tau_is_what_the_dflash_loop_measures(deep: dict[str, Any]) ->
         lengths: list[int] = []
         with reading_taps(draft, ids):
             for p in deep["prompts"]:
-                draft.current = deep["truth"][tuple(p)]
                 gen = dflash_decode(target, draft, p, max_new_tokens=40, target_cache=deep["cache"],
                                     draft_cache=draft.new_cache(0), block_size=BLOCK)
                 assert gen.tokens == deep["truth"][tuple(p)][0][len(p):]
                 lengths += gen.acceptance_lengths
-        assert _tau(deep, ids) == pytest.approx(sum(lengths) / len(lengths), abs=1e-12), ids
+        m = _measure(deep, ids)
+        assert m.exact and m.tau == pytest.approx(sum(lengths) / len(lengths), abs=1e-12), ids
     assert draft.args.target_layer_ids == PLANTED, "reading_taps restores the draft's ids"
 
 
 def test_search_finds_the_planted_taps_far_below_the_exhaustive_count(deep: dict[str, Any]) -> None:
     space = math.comb(DEPTH, len(PLANTED))
-    res = search_taps(DEPTH, len(PLANTED), lambda ids, floor: _tau(deep, ids), seed=1)
+    calls = {"n": 0}
+
+    def evaluate(ids: tuple[int, ...], floor: float | None) -> Measured:
+        m = _measure(deep, ids, floor)
+        calls["n"] += m.draft_forwards
+        return Measured(m.tau, m.exact)
+
+    res = search_taps(DEPTH, len(PLANTED), evaluate, seed=1)
     best, tau = res.ranked()[0]
     print(f"planted {PLANTED}: found {best} at tau {tau:.2f} after {res.evaluated} of {space} candidates "
-          f"from {len(res.starts)} starts in {res.seconds:.1f} s")
+          f"({len(res.bounds)} given up early) from {len(res.starts)} starts, {calls['n']} draft calls, "
+          f"{res.seconds:.1f} s")
     assert res.method == "search"
-    assert best == PLANTED and tau == max(res.scores.values())
+    assert best == PLANTED and tau == max(res.scores.values()) == _measure(deep, PLANTED).tau
     assert tau > 5 and res.ranked()[1][1] < tau
     assert res.evaluated <= DEFAULT_SEARCH_BUDGET < space / 50
+    # Giving up on losers changes no decision: the same climb measured in full ends the same.
+    full = search_taps(DEPTH, len(PLANTED), lambda ids, floor: _measure(deep, ids).tau, seed=1)
+    assert full.ranked()[0] == (best, tau) and full.starts == res.starts
+    assert res.bounds and all(b <= tau for b in res.bounds.values())
+
+
+def test_a_bound_is_below_the_floor_and_the_tau_it_bounds(deep: dict[str, Any]) -> None:
+    for ids in ((0, 1, 2, 3), (4, 13, 22, 26)):
+        exact = _measure(deep, ids)
+        cut = _measure(deep, ids, floor=exact.tau + 0.5)
+        assert not cut.exact and exact.tau < cut.tau < exact.tau + 0.5
+        assert cut.draft_forwards < exact.draft_forwards
+        again = _measure(deep, ids, floor=exact.tau)  # reachable: measured in full
+        assert again.exact and again.tau == exact.tau

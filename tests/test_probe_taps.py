@@ -32,10 +32,20 @@ pytest.importorskip("tokenizers")
 
 
 @functools.lru_cache(maxsize=None)
-def cli(*args: str) -> CliResult:
+def cli_once(*args: str) -> CliResult:
     res = run_cli(*args, env={"OMP_NUM_THREADS": "1"})
     no_traceback(res)
     return res
+
+
+@pytest.fixture
+def cli_here(cli: Any) -> Any:
+    """conftest's in-process CLI (no new interpreter for checks that stop before any model runs)."""
+    def invoke(*args: str) -> CliResult:
+        res = cli(*args)
+        no_traceback(res)
+        return res
+    return invoke
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:
@@ -58,19 +68,19 @@ def stripped(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def recovered(stripped: Path) -> tuple[CliResult, Path, dict[str, bytes]]:
     before = snapshot(stripped)
     out = stripped.parent / "normalized"
-    res = cli("probe-taps", str(stripped), "--target", str(TARGET), "--json", "--write", str(out))
+    res = cli_once("probe-taps", str(stripped), "--target", str(TARGET), "--json", "--write", str(out))
     return res, out, before
 
 
 def smoke_tau(draft: Path) -> float:
-    res = cli("smoke-run", str(draft), "--target", str(TARGET), "--json")
+    res = cli_once("smoke-run", str(draft), "--target", str(TARGET), "--json")
     assert res.code in (0, 1), res.stderr
     return res.json()["overall"]["tau"]
 
 
 def test_stripped_draft_is_refused_by_smoke_run(stripped: Path) -> None:
     """What probe-taps is for: without ids nothing runs it."""
-    res = cli("smoke-run", str(stripped), "--target", str(TARGET), "--json")
+    res = cli_once("smoke-run", str(stripped), "--target", str(TARGET), "--json")
     assert res.code == 1 and res.json()["refused"]
     assert "DF101" in [f["code"] for f in res.json()["precheck"]]
 
@@ -114,23 +124,29 @@ def test_write_puts_the_winner_into_a_normalized_copy_and_leaves_the_draft_alone
     assert snapshot(stripped) == before, "the user's draft is untouched"
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["dflash_config"]["target_layer_ids"] == TRAINED
-    # The written copy is a draft every check and smoke-run accept, measuring the same tau.
-    assert smoke_tau(out) == doc["best"]["tau"]
+    # The written copy is the trained draft again: its config, key for key, and its weights.
+    assert cfg == json.loads((DRAFT / "config.json").read_text())
     assert (out / "model.safetensors").read_bytes() == (DRAFT / "model.safetensors").read_bytes()
 
 
 def test_without_write_nothing_is_written_and_the_command_is_printed(stripped: Path) -> None:
     before = snapshot(stripped)
     parent = sorted(os.listdir(stripped.parent))
-    res = cli("probe-taps", str(stripped), "--target", str(TARGET), "-n", "16", "--budget", "6")
+    res = cli_once("probe-taps", str(stripped), "--target", str(TARGET), "-n", "16", "--budget", "6")
     assert res.code in (0, 1), res.stderr
     assert snapshot(stripped) == before and sorted(os.listdir(stripped.parent)) == parent
     assert f"dflash-ckpt normalize {stripped} OUT --target-layer-ids" in res.stdout
     assert "measured 6 of C(8, 3) = 56 candidate tap sets" in res.stdout
 
 
-def test_shifted_taps_report_that_the_trained_taps_beat_the_configured_ones() -> None:
-    res = cli("probe-taps", str(SHIFTED), "--target", str(TARGET), "--json")
+@pytest.fixture(scope="module")
+def shifted(tmp_path_factory: pytest.TempPathFactory) -> tuple[CliResult, Path]:
+    out = tmp_path_factory.mktemp("shifted") / "fixed"
+    return cli_once("probe-taps", str(SHIFTED), "--target", str(TARGET), "--json", "--write", str(out)), out
+
+
+def test_shifted_taps_report_that_the_trained_taps_beat_the_configured_ones(shifted: Any) -> None:
+    res, _ = shifted
     assert res.code == 1, res.stderr
     doc = res.json()
     assert not doc["ok"] and [f["code"] for f in doc["findings"]] == ["DF410"]
@@ -144,13 +160,13 @@ def test_shifted_taps_report_that_the_trained_taps_beat_the_configured_ones() ->
     assert configured["measured_by"] == "loop" and configured["tau"] == smoke_tau(SHIFTED)
 
 
-def test_bad_options_are_one_line_usage_errors(stripped: Path) -> None:
+def test_bad_options_are_one_line_usage_errors(stripped: Path, cli_here: Any) -> None:
     for args, text in ((["--budget", "0"], "--budget 0"), (["-n", "0"], "--max-new-tokens 0")):
-        res = cli("probe-taps", str(stripped), "--target", str(TARGET), *args)
+        res = cli_here("probe-taps", str(stripped), "--target", str(TARGET), *args)
         assert res.code == 2 and text in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
 
 
-def test_a_draft_that_does_not_fit_the_target_is_refused(tmp_path: Path) -> None:
+def test_a_draft_that_does_not_fit_the_target_is_refused(tmp_path: Path, cli_here: Any) -> None:
     """fc.weight reading more taps than the target has layers: exit 2, one line naming the file."""
     folder = tmp_path / "draft"
     shutil.copytree(DRAFT, folder)
@@ -160,5 +176,31 @@ def test_a_draft_that_does_not_fit_the_target_is_refused(tmp_path: Path) -> None
     cfg["num_hidden_layers"] = 2
     cfg["layer_types"] = cfg["layer_types"][:2]
     (target / "config.json").write_text(json.dumps(cfg))
-    res = cli("probe-taps", str(folder), "--target", str(target))
+    res = cli_here("probe-taps", str(folder), "--target", str(target))
     assert res.code == 2 and "fc.weight reads 3 taps" in res.stderr, res.stderr
+
+
+def test_write_replaces_configured_ids_that_measure_worse(shifted: Any) -> None:
+    res, out = shifted
+    doc = res.json()
+    assert doc["write"]["written"] and doc["normalize_command"] is None
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["dflash_config"]["target_layer_ids"] == TRAINED
+    assert json.loads((SHIFTED / "config.json").read_text())["dflash_config"]["target_layer_ids"] == [2, 4, 6]
+    change = next(c for c in doc["write"]["changes"] if c["path"].endswith("target_layer_ids"))
+    assert change["old"] == [2, 4, 6] and "measured by probe-taps" in change["reason"]
+    assert cfg == json.loads((DRAFT / "config.json").read_text()), "the twin differs from the draft only in its ids"
+
+
+def test_write_keeps_configured_ids_that_lose_only_within_noise(tmp_path: Path) -> None:
+    """A narrow loss is no evidence: --write refuses (exit 1) and writes nothing."""
+    from dflash_ckpt.commands.probe_run import Candidate, ProbeOptions, ProbeResult, write_copy
+    from dflash_ckpt.errors import CheckFailed
+
+    out = tmp_path / "out"
+    res = ProbeResult(str(DRAFT), str(TARGET), ProbeOptions(str(DRAFT), str(TARGET), write=out),
+                      draft_path=str(DRAFT), target_path=str(TARGET), configured=(1, 3, 5))
+    res.ranked = [Candidate((2, 3, 5), 4.6, lengths=[4, 5] * 20), Candidate((1, 3, 5), 4.4, lengths=[4, 5, 4] * 14)]
+    with pytest.raises(CheckFailed, match="only within measurement noise"):
+        write_copy(res, quiet=True)
+    assert not out.exists()

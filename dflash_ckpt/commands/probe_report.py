@@ -117,8 +117,11 @@ def render_probe(console: Console, res: ProbeResult) -> None:
         return
     if res.write and res.write.get("written"):
         console.print(f"wrote {escape(str(o.write))}: a normalized copy with target_layer_ids {_ids(best.target_layer_ids)}")
-    elif res.configured is None or res.configured != best.target_layer_ids:
+    elif res.configured is None:
         console.print(f"to write it: {escape(res.normalize_command() or '')}  (or rerun with --write OUT)")
+    elif res.configured != best.target_layer_ids and any(f.code == "DF410" for f in res.findings):
+        console.print("to write it: rerun with --write OUT (a normalized copy with the measured ids; "
+                      "normalize alone only supplies missing ids)")
     status = "[bold green]PASS[/]" if res.exit_code == 0 else "[bold red]FAIL[/]"
     console.print(f"{status}  best target_layer_ids {_ids(best.target_layer_ids)} at tau {best.tau:.2f} "
                   f"(min {o.min_acceptance:g})")

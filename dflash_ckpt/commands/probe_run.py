@@ -30,12 +30,12 @@ from dflash_ckpt.commands.probe_search import EXHAUSTIVE_MAX, KEEP_EXACT, Measur
 from dflash_ckpt.commands.smoke_advice import check_positions
 from dflash_ckpt.commands.smoke_run import (DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_ACCEPTANCE, TARGET_FILES, WEIGHT_FILES,
                                             pick_device)
-from dflash_ckpt.errors import InputError, UsageError
+from dflash_ckpt.errors import CheckFailed, InputError, UsageError
 from dflash_ckpt.rules import Finding, Severity, finding
 from dflash_ckpt.runtime.args import DraftArgs, TargetArgs, ensure_supported
 from dflash_ckpt.runtime.generate import dflash_decode
 from dflash_ckpt.runtime.loading import dtype_name, inventory, load_draft, load_target, parse_dtype, stored_dtype
-from dflash_ckpt.runtime.probe import reading_taps, record, simulate
+from dflash_ckpt.runtime.probe import measure, reading_taps, record
 from dflash_ckpt.sources.local import LocalSource
 from dflash_ckpt.sources.prompts import Prompt, PromptEncoder, gather_prompts, stop_token_ids
 from dflash_ckpt.sources.resolve import local_folder
@@ -194,8 +194,9 @@ class ProbeResult:
         }
 
     def normalize_command(self) -> str | None:
+        """The normalize line that writes the winner, where normalize can (no ids configured)."""
         best = self.best
-        if best is None:
+        if best is None or self.configured is not None:
             return None
         ids = ",".join(str(i) for i in best.target_layer_ids)
         return f"dflash-ckpt normalize {self.draft_path or self.draft_label} OUT --target-layer-ids {ids}"
@@ -378,25 +379,14 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None) -> P
     embed_w, head_w = target.embed_tokens.weight, target.lm_head.weight
 
     probed: dict[TapSet, list[int]] = {}
-    # Every tap set yields the same tokens (lossless), so tau = total / steps: a candidate that
-    # must reach ``floor`` may take at most total / floor steps, and is given up past that.
-    total = sum(len(r.tokens) - 1 for r in recs)
 
     def evaluate(ids: TapSet, floor: float | None) -> float | Measured:
-        allowed = int(total / floor) if floor else None
-        lengths: list[int] = []
-        for rec in recs:
-            left = None if allowed is None else allowed - len(lengths)
-            sim = simulate(draft, rec, ids, embed_w=embed_w, head_w=head_w, draft_cache=dcache,
-                           block_size=block, stop_ids=stops, max_steps=left)
-            result.draft_forwards += sim.draft_forwards
-            if sim.overflow:
-                return 0.0  # fused features overflow: this draft cannot run on this tap set
-            lengths += sim.acceptance_lengths
-            if sim.cut:
-                return Measured(total / (len(lengths) + 1), exact=False)  # at least one step more
-        probed[ids] = lengths
-        return sum(lengths) / len(lengths) if lengths else 1.0
+        m = measure(draft, recs, ids, floor=floor, embed_w=embed_w, head_w=head_w, draft_cache=dcache,
+                    block_size=block, stop_ids=stops)
+        result.draft_forwards += m.draft_forwards
+        if m.exact:
+            probed[ids] = m.acceptance_lengths
+        return Measured(m.tau, m.exact)
 
     say(f"measuring tap sets: {k} of {depth} layers")
     search = search_taps(depth, k, evaluate, configured=configured, budget=opts.budget, keep=max(KEEP_EXACT, opts.top))
@@ -482,15 +472,19 @@ def write_copy(result: ProbeResult, *, quiet: bool) -> dict[str, Any]:
     if best.tau < opts.min_acceptance:
         raise UsageError(f"--write {opts.write}: nothing written, no tap set reaches tau {opts.min_acceptance:g} "
                          f"(best {list(best.target_layer_ids)} at {best.tau:.2f})")
+    replace: tuple[tuple[str, str], ...] = ()
     if result.configured is not None and result.configured != best.target_layer_ids:
-        raise UsageError(
-            f"--write {opts.write}: nothing written; {result.draft_path}/config.json sets target_layer_ids "
-            f"{list(result.configured)} and normalize only supplies missing keys; delete target_layer_ids from that "
-            f"config (or a copy of the folder), then run {result.normalize_command()}")
+        if not any(f.code == "DF410" for f in result.findings):
+            raise CheckFailed(
+                f"--write {opts.write}: nothing written; the configured target_layer_ids {list(result.configured)} "
+                f"trail {list(best.target_layer_ids)} only within measurement noise, so they stay; more prompts "
+                "(--prompts) or tokens (-n) separate the two")
+        # normalize supplies only missing keys; a measured winner may replace the configured ids.
+        replace = (("target_layer_ids", f"measured by probe-taps (tau {best.tau:.2f})"),)
     req = Request(
         draft=result.draft_path, out=opts.write.expanduser(), in_place=False, backup=True, check=False,
         dry_run=False, force=opts.force, copy=False, prefer=None, mirrors=True,
-        overrides=Overrides(target_layer_ids=list(best.target_layer_ids)), target=result.target_path or None, revision=None,
+        overrides=Overrides(target_layer_ids=list(best.target_layer_ids), replace=replace), target=result.target_path or None, revision=None,
         token=opts.token, json_out=True, quiet=quiet,
     )
     oc = Outcome(req=req, label=req.draft)

@@ -159,6 +159,53 @@ def simulate(
     return sim
 
 
+@dataclass
+class Measurement:
+    """A tap set over every recording: its tau, or (``exact`` false) a bound tau stays below."""
+
+    tau: float
+    exact: bool
+    acceptance_lengths: list[int]
+    draft_forwards: int
+    overflow: str | None = None
+
+
+def measure(
+    draft: Any,
+    recs: Sequence[Recording],
+    layer_ids: Sequence[int],
+    *,
+    floor: float | None = None,
+    embed_w: torch.Tensor,
+    head_w: torch.Tensor,
+    draft_cache: Any,
+    block_size: int | None = None,
+    stop_ids: Sequence[int] = (),
+) -> Measurement:
+    """Pooled tau over ``recs`` (tokens over steps, as smoke-run pools it), given up below ``floor``.
+
+    Every tap set yields the same tokens (lossless), so tau = total / steps with a fixed total:
+    a set that must reach ``floor`` may take at most ``total / floor`` steps. Past that, the
+    simulation stops and the result is a bound below ``floor`` (at least one step was left).
+    A set whose fused features overflow scores 0: the draft cannot run on it.
+    """
+    total = sum(max(len(r.tokens) - 1, 0) for r in recs)
+    allowed = int(total / floor) if floor else None
+    lengths: list[int] = []
+    calls = 0
+    for rec in recs:
+        left = None if allowed is None else allowed - len(lengths)
+        sim = simulate(draft, rec, layer_ids, embed_w=embed_w, head_w=head_w, draft_cache=draft_cache,
+                       block_size=block_size, stop_ids=stop_ids, max_steps=left)
+        calls += sim.draft_forwards
+        lengths += sim.acceptance_lengths
+        if sim.overflow:
+            return Measurement(0.0, True, lengths, calls, overflow=sim.overflow)
+        if sim.cut:
+            return Measurement(total / (len(lengths) + 1), False, lengths, calls)
+    return Measurement(sum(lengths) / len(lengths) if lengths else 1.0, True, lengths, calls)
+
+
 @contextmanager
 def reading_taps(draft: Any, layer_ids: Sequence[int]) -> Iterator[Any]:
     """The same loaded draft, its ``args.target_layer_ids`` set to ``layer_ids`` for a while.
