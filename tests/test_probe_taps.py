@@ -204,3 +204,33 @@ def test_write_keeps_configured_ids_that_lose_only_within_noise(tmp_path: Path) 
     with pytest.raises(CheckFailed, match="only within measurement noise"):
         write_copy(res, quiet=True)
     assert not out.exists()
+
+
+def test_probe_replays_the_dflash_loop_exactly_in_fp32() -> None:
+    """The simulation is the loop: in fp32 (no bf16 rounding between one full forward and the
+    loop's incremental verifications) every candidate's acceptance lengths are the loop's."""
+    import torch
+
+    import tiny_models as tm
+    from dflash_ckpt.runtime.generate import dflash_decode
+    from dflash_ckpt.runtime.probe import measure, reading_taps, record
+    from dflash_ckpt.sources.prompts import PromptEncoder, gather_prompts
+
+    torch.set_num_threads(1)
+    target, draft = tm.load_runtime_pair(DRAFT, TARGET, draft_dtype="float32", target_dtype="float32")
+    enc = PromptEncoder(TARGET)
+    prompts = [enc.encode(p) for p in gather_prompts([], None)]
+    stops = [] if enc.eos_token_id is None else [enc.eos_token_id]
+    tcache, dcache = target.new_cache(256), draft.new_cache(256)
+    recs = [record(target, p, depth=8, max_new_tokens=40, stop_ids=stops, cache=tcache) for p in prompts]
+    for ids in ((1, 3, 5), (2, 3, 5), (2, 4, 6), (0, 6, 7)):
+        m = measure(draft, recs, ids, embed_w=target.embed_tokens.weight, head_w=target.lm_head.weight,
+                    draft_cache=dcache, stop_ids=stops)
+        loop: list[int] = []
+        with reading_taps(draft, ids):
+            for p, rec in zip(prompts, recs):
+                gen = dflash_decode(target, draft, p, max_new_tokens=40, stop_ids=stops, target_cache=tcache,
+                                    draft_cache=dcache)
+                assert gen.tokens == rec.tokens, "lossless: every tap set yields the target's continuation"
+                loop += gen.acceptance_lengths
+        assert m.exact and m.acceptance_lengths == loop, ids

@@ -76,7 +76,7 @@ def record(
     gen = decode(target, prompt_ids, max_new_tokens=max_new_tokens, stop_ids=stop_ids, cache=cache)
     ids = torch.tensor([list(prompt_ids) + gen.tokens], dtype=torch.long, device=target.device)
     cache.reset()
-    out = target(ids, cache=cache, taps=list(range(depth)), logits="none")
+    out = target(ids, cache=cache, taps=list(range(depth)), logits="last")  # the protocol's cheapest
     feats = out.features
     hidden = feats.shape[-1] // depth
     overflow = gen.overflow or (None if bool(torch.isfinite(feats).all()) else "tapped features")
