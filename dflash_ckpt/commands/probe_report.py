@@ -104,6 +104,13 @@ def render_probe(console: Console, res: ProbeResult) -> None:
         z = "—" if c["z"] is None else f"{c['z']:.1f}"
         console.print(f"confidence: the best leads the runner-up by {c['gap']:.2f} tau ({100 * c['relative_gap']:.0f}%, "
                       f"{z} standard errors): [bold]{c['verdict']}[/]")
+    if conf is not None and res.best is not None:
+        if conf is res.best:
+            console.print(f"the configured target_layer_ids {_ids(conf.target_layer_ids)} are the best measured")
+        elif not any(f.code == "DF410" for f in res.findings):
+            z = res.best.z_over(conf)
+            console.print(f"the configured target_layer_ids {_ids(conf.target_layer_ids)} trail the best only within "
+                          f"measurement noise ({'—' if z is None else f'{z:.1f}'} standard errors): they stay")
     if res.findings:
         ft = Table(title="Findings", title_justify="left", show_edge=False)
         ft.add_column("code", no_wrap=True)
@@ -123,5 +130,7 @@ def render_probe(console: Console, res: ProbeResult) -> None:
         console.print("to write it: rerun with --write OUT (a normalized copy with the measured ids; "
                       "normalize alone only supplies missing ids)")
     status = "[bold green]PASS[/]" if res.exit_code == 0 else "[bold red]FAIL[/]"
-    console.print(f"{status}  best target_layer_ids {_ids(best.target_layer_ids)} at tau {best.tau:.2f} "
+    kept = (f"configured target_layer_ids {_ids(conf.target_layer_ids)} hold; "
+            if conf is not None and res.exit_code == 0 else "")
+    console.print(f"{status}  {kept}best target_layer_ids {_ids(best.target_layer_ids)} at tau {best.tau:.2f} "
                   f"(min {o.min_acceptance:g})")
