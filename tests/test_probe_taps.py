@@ -234,3 +234,29 @@ def test_probe_replays_the_dflash_loop_exactly_in_fp32() -> None:
                 assert gen.tokens == rec.tokens, "lossless: every tap set yields the target's continuation"
                 loop += gen.acceptance_lengths
         assert m.exact and m.acceptance_lengths == loop, ids
+
+
+def _result(configured: tuple[int, ...] | None, *cands: Any) -> Any:
+    from dflash_ckpt.commands.probe_run import ProbeOptions, ProbeResult
+
+    res = ProbeResult("d", "t", ProbeOptions("d", "t"), draft_path="d", configured=configured)
+    res.ranked = list(cands)
+    return res
+
+
+def test_judge_checks_configured_ids_by_the_evidence() -> None:
+    from dflash_ckpt.commands.probe_run import Candidate, judge
+
+    good = Candidate((1, 3, 5), 5.3, lengths=[5, 6, 5, 5, 5, 6, 5, 5, 5, 6] * 6 + [5, 6, 5, 6])
+    close = Candidate((2, 3, 5), 5.2, lengths=[3, 7, 5, 6] * 16)
+    bad = Candidate((2, 4, 6), 1.03, lengths=[1] * 60 + [2, 1])
+    assert judge(_result((1, 3, 5), good, close, bad)) == [], "configured and best"
+    assert judge(_result((2, 3, 5), good, close, bad)) == [], "a loss within noise is no finding"
+    found = judge(_result((2, 4, 6), good, close, bad))
+    assert [f.code for f in found] == ["DF410"] and "[2, 4, 6] reach tau 1.03 but [1, 3, 5] reach 5.30" in found[0].message
+    assert judge(_result(None, good, close)) == [], "recovered, nothing configured"
+    weak = Candidate((1, 3, 5), 1.5, lengths=[1, 2] * 30)
+    assert [f.code for f in judge(_result(None, weak, bad))] == ["DF411"]
+    wrong = _result((1, 3), good, close)
+    wrong.configured_problem = "2 ids but fc.weight reads 3 taps"
+    assert [f.code for f in judge(wrong)] == ["DF410"] and "cannot be right" in judge(wrong)[0].message
