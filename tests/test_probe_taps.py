@@ -260,3 +260,20 @@ def test_judge_checks_configured_ids_by_the_evidence() -> None:
     wrong = _result((1, 3), good, close)
     wrong.configured_problem = "2 ids but fc.weight reads 3 taps"
     assert [f.code for f in judge(wrong)] == ["DF410"] and "cannot be right" in judge(wrong)[0].message
+
+
+def test_normalize_replaces_a_value_only_when_told_why() -> None:
+    """The plan behind --write: an override contradicting the config is refused unless it replaces
+    the value with a reason, and then every copy (nested and top level) takes it."""
+    from dflash_ckpt.errors import UsageError
+    from dflash_ckpt.normalize.plan import Overrides, plan_normalize
+
+    cfg = json.loads((SHIFTED / "config.json").read_text())
+    cfg["target_layer_ids"] = [2, 4, 6]  # a top-level copy too
+    with pytest.raises(UsageError, match="overrides only supply missing keys"):
+        plan_normalize(cfg, overrides=Overrides(target_layer_ids=TRAINED))
+    plan = plan_normalize(cfg, overrides=Overrides(target_layer_ids=TRAINED, replace=(("target_layer_ids", "measured"),)))
+    assert plan.after["dflash_config"]["target_layer_ids"] == TRAINED == plan.after["target_layer_ids"]
+    reasons = [c.reason for c in plan.changes if c.path.endswith("target_layer_ids")]
+    assert len(reasons) == 2 and all(r.startswith("measured") for r in reasons)
+    assert "replacing [2, 4, 6]" in reasons[0]
