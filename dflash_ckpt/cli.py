@@ -116,10 +116,11 @@ def read_arg_file(path: str) -> list[str]:
 
 def _register_optional_commands() -> None:
     """Commands in their own modules; each module imports only typer at import time."""
-    from dflash_ckpt.commands import normalize_cmd, smoke_cmd
+    from dflash_ckpt.commands import normalize_cmd, probe_cmd, smoke_cmd
 
     normalize_cmd.register(app)
     smoke_cmd.register(app)
+    probe_cmd.register(app)
 
 
 _register_optional_commands()

@@ -2,7 +2,7 @@
 
 Codes never change meaning once published; a retired rule keeps its number. Ranges:
 DF0xx reading the input, DF1xx the config, DF2xx the weights, DF3xx pairing with a target,
-DF4xx running the pair (smoke-run).
+DF4xx running the pair (smoke-run, probe-taps).
 """
 
 from __future__ import annotations
@@ -319,6 +319,19 @@ _RULES: list[Rule] = [
          "accepted, so tau measured this way understates the draft, and engines run the trained "
          "size anyway.",
          "Leave --block-size out, or give at most the draft's block_size."),
+    Rule("DF410", "taps-not-best", E, "Another tap set measures better than the configured one",
+         "probe-taps measured the draft's acceptance with other target_layer_ids and found a set "
+         "that beats the configured ids (or the configured ids cannot be right for fc.weight and "
+         "the target). A draft reads whatever layers its config names without complaint, so ids "
+         "lost or edited in a conversion show up only as low acceptance.",
+         "Check the measured best against the model card, then write it into a normalized copy "
+         "(probe-taps --write OUT, or the printed normalize --target-layer-ids command)."),
+    Rule("DF411", "no-taps-work", E, "No tap set measured reaches the acceptance threshold",
+         "Every candidate probe-taps measured stays below --min-acceptance: the draft may belong "
+         "to another target, the prompts may not be in the format it was trained on, or a search "
+         "stopped at its --budget before it reached the trained set.",
+         "Check the draft's target; rerun with the built-in prompts and the chat template, or a "
+         "larger --budget."),
 ]
 
 RULES: dict[str, Rule] = {rule.code: rule for rule in _RULES}

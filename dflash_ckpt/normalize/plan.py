@@ -48,9 +48,15 @@ class Overrides:
     target_layer_ids: list[int] | None = None
     num_target_layers: int | None = None
     layer_types: list[str] | None = None
+    #: Keys whose supplied value replaces the config's (every copy), with this reason; for
+    #: values measured rather than remembered (``probe-taps --write``). Empty: supply only.
+    replace: tuple[tuple[str, str], ...] = ()
 
     def get(self, key: str) -> Any:
         return getattr(self, key)
+
+    def replacing(self, key: str) -> str | None:
+        return next((why for k, why in self.replace if k == key), None)
 
 
 @dataclass(frozen=True)
@@ -198,7 +204,9 @@ def plan_normalize(
         elif key in MIRRORED:
             b.put((key,), values[key], _mirror_reason(key, prefer, config))
         elif key in b.config:
-            b.put((key,), values[key], f"--prefer {prefer}: the top-level copy now equals dflash_config.{key}")
+            why = overrides.replacing(key) if overrides.get(key) is not None else None
+            b.put((key,), values[key], f"{why}: the top-level copy now equals dflash_config.{key}" if why
+                  else f"--prefer {prefer}: the top-level copy now equals dflash_config.{key}")
     for key, value in _scaling(config, prefer).items():
         nested = b.config["dflash_config"]
         if key not in nested:
@@ -231,6 +239,11 @@ def _resolve(
     for key in DFLASH_KEYS:
         rk = resolve_key(config, key)
         given = overrides.get(key)
+        why = overrides.replacing(key) if given is not None else None
+        if why is not None and (rk.present or rk.conflict):
+            old = f"{_show(rk.nested)} / {_show(rk.top)}" if rk.conflict else _show(rk.value)
+            values[key], origin[key] = given, f"{why}, replacing {old}"
+            continue
         if rk.conflict:
             if prefer is None:
                 conflicts.append(f"'{key}' is {_show(rk.nested)} in dflash_config but {_show(rk.top)} at the top level")

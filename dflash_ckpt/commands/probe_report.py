@@ -1,0 +1,135 @@
+"""The run and report of ``probe-taps``: settings, the ranked candidates, confidence, findings, what next."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from dflash_ckpt.commands.json_out import print_json
+from dflash_ckpt.commands.output import STYLE, finding_text, make_console, print_line, safe
+from dflash_ckpt.commands.probe_run import ProbeOptions, ProbeResult, run_probe, write_copy
+from dflash_ckpt.errors import DFlashCkptError
+from dflash_ckpt.rules import Severity
+
+
+def report(*, json_out: bool, quiet: bool, **kwargs: Any) -> int:
+    """Run, write if asked (and only if the run found a winner), print; return the exit code."""
+    opts = ProbeOptions(**kwargs)
+    console, err_console = make_console(), make_console(stderr=True)
+    log = None if json_out or quiet else (lambda msg: err_console.print(f"[dim]{safe(msg)}[/]"))
+    res = run_probe(opts, log=log)
+    write_error: DFlashCkptError | None = None
+    if opts.write is not None and not res.refused and res.best is not None:
+        try:
+            res.write = write_copy(res, quiet=quiet or json_out)
+        except DFlashCkptError as err:
+            write_error = err
+            res.write = {"written": False, "error": {"code": err.code, "message": err.message}}
+    code = write_error.exit_code if write_error is not None and res.exit_code == 0 else res.exit_code
+    if json_out:
+        doc = res.to_json()
+        doc["exit_code"], doc["ok"] = code, code == 0
+        print_json(doc)
+        return code
+    if quiet:
+        render_errors(console, res)
+    else:
+        render_probe(console, res)
+    if write_error is not None:
+        raise write_error
+    return code
+
+
+def render_errors(console: Console, res: ProbeResult) -> None:
+    for f in [*res.refused, *res.findings]:
+        if f.severity == Severity.ERROR:
+            print_line(console, f.line(res.draft_label))
+
+
+def _ids(ids: Any) -> str:
+    return "[" + ", ".join(str(i) for i in ids) + "]"
+
+
+def render_probe(console: Console, res: ProbeResult) -> None:
+    if res.refused:
+        for f in res.refused:
+            console.print(f"[{STYLE[f.severity]}]{f.code} {f.severity.value}:[/] {safe(finding_text(f))}")
+        console.print("[bold red]REFUSED[/]  the pair fails inspect's checks (with valid tap layers supplied); "
+                      "fix the errors above first")
+        return
+    o, s = res.options, res.search
+    console.print(
+        f"[bold]{safe(res.draft_label)}[/] on [bold]{safe(res.target_label)}[/]  device {res.device}  "
+        f"draft {res.draft_dtype}  target {res.target_dtype}  block {res.block_size}  "
+        f"{res.k} taps of {res.depth} layers  {len(res.prompts)} prompt(s), up to {o.max_new_tokens} tokens each"
+    )
+    if res.configured is None:
+        console.print("configured target_layer_ids: none (recovering them)")
+    else:
+        problem = f" ({safe(res.configured_problem)})" if res.configured_problem else ""
+        console.print(f"configured target_layer_ids: {_ids(res.configured)}{problem} (checking them)")
+    if s is not None:
+        how = "every candidate" if s.method == "exhaustive" else f"a search from {len(s.starts)} starts"
+        capped = ", stopped by the budget" if s.budget_exhausted else ""
+        console.print(
+            f"measured {s.evaluated} of C({res.depth}, {res.k}) = {s.space:,} candidate tap sets ({how}{capped}; "
+            f"{len(s.bounds)} given up once sure to lose): {res.draft_forwards:,} draft calls, {s.seconds:.1f} s; "
+            f"the target ran once per prompt ({res.record_s:.1f} s); "
+            f"{sum(1 for c in res.ranked if c.tau_loop is not None)} finalist(s) re-measured with smoke-run's loop "
+            f"({res.confirm_s:.1f} s)")
+    table = Table(title="probe-taps", title_justify="left", show_edge=False,
+                  caption="tau = mean tokens per DFlash step (bonus included); ± its standard error; "
+                          "loop = measured as smoke-run measures, probe = simulated from the recorded features, "
+                          "cut = given up once sure to lose (tau below the bound shown)",
+                  caption_justify="left")
+    for col in ("rank", "target_layer_ids", "tau", "±", "measured", "note"):
+        table.add_column(col, justify="right" if col in ("rank", "tau", "±") else "left", no_wrap=True)
+    shown = res.ranked[: o.top]
+    conf = res.candidate(res.configured)
+    if conf is not None and conf not in shown:
+        shown = [*shown, conf]
+    for cand in shown:
+        rank = res.ranked.index(cand) + 1
+        note = "configured" if conf is cand else ""
+        se = cand.stderr
+        tau = f"{cand.tau:.2f}" if cand.tau is not None else f"< {cand.tau_below:.2f}"
+        how = "loop" if cand.tau_loop is not None else "probe" if cand.tau_probe is not None else "cut"
+        table.add_row(str(rank), _ids(cand.target_layer_ids), tau, "—" if se is None else f"{se:.2f}", how, note)
+    console.print(table)
+    c = res.confidence()
+    if c["gap"] is not None:
+        z = "—" if c["z"] is None else f"{c['z']:.1f}"
+        console.print(f"confidence: the best leads the runner-up by {c['gap']:.2f} tau ({100 * c['relative_gap']:.0f}%, "
+                      f"{z} standard errors): [bold]{c['verdict']}[/]")
+    if conf is not None and res.best is not None:
+        if conf is res.best:
+            console.print(f"the configured target_layer_ids {_ids(conf.target_layer_ids)} are the best measured")
+        elif not any(f.code == "DF410" for f in res.findings):
+            z = res.best.z_over(conf)
+            console.print(f"the configured target_layer_ids {_ids(conf.target_layer_ids)} trail the best only within "
+                          f"measurement noise ({'—' if z is None else f'{z:.1f}'} standard errors): they stay")
+    if res.findings:
+        ft = Table(title="Findings", title_justify="left", show_edge=False)
+        ft.add_column("code", no_wrap=True)
+        ft.add_column("severity", no_wrap=True)
+        ft.add_column("message")
+        for f in sorted(res.findings, key=lambda f: (-f.severity.rank, f.code)):
+            ft.add_row(f.code, f"[{STYLE[f.severity]}]{f.severity.value}[/]", safe(finding_text(f)))
+        console.print(ft)
+    best = res.best
+    if best is None:
+        return
+    if res.write and res.write.get("written"):
+        console.print(f"wrote {safe(str(o.write))}: a normalized copy with target_layer_ids {_ids(best.target_layer_ids)}")
+    elif res.configured is None:
+        console.print(f"to write it: {safe(res.normalize_command() or '')}  (or rerun with --write OUT)")
+    elif res.configured != best.target_layer_ids and any(f.code == "DF410" for f in res.findings):
+        console.print("to write it: rerun with --write OUT (a normalized copy with the measured ids; "
+                      "normalize alone only supplies missing ids)")
+    status = "[bold green]PASS[/]" if res.exit_code == 0 else "[bold red]FAIL[/]"
+    kept = (f"configured target_layer_ids {_ids(conf.target_layer_ids)} hold; "
+            if conf is not None and res.exit_code == 0 else "")
+    console.print(f"{status}  {kept}best target_layer_ids {_ids(best.target_layer_ids)} at tau {best.tau:.2f} "
+                  f"(min {o.min_acceptance:g})")
