@@ -181,6 +181,12 @@ class DFlashDraft(nn.Module):
             out = torch.tanh(out / cap) * cap
         return out
 
+    def pick_tokens(self, hidden: torch.Tensor, head_w: torch.Tensor, anchor: torch.Tensor) -> torch.Tensor:
+        """Draft token ids [1, n] for block positions 1..n from the draft's final hidden states
+        `hidden` [1, n, H] at those positions; `anchor` [1] or [1,1] is the block's first token.
+        v1: argmax of `self.logits(hidden, head_w)`; DFlash2 overrides it (candidate selector)."""
+        return self.logits(hidden, head_w).argmax(dim=-1)
+
     # -- forward ----------------------------------------------------------------------------
 
     def forward(

@@ -44,7 +44,7 @@ FAMILIES: dict[str, Family] = {
 SUPPORTED_TEXT = (
     "the reference runtime supports "
     + " and ".join(f"{f.name} (model_type '{f.model_type}')" for f in FAMILIES.values())
-    + " targets with DFlash v1 drafts (DFlashDraftModel)"
+    + " targets with DFlash v1 and DFlash2 drafts (DFlashDraftModel, DFlash2DraftModel)"
 )
 
 
