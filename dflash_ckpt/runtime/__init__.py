@@ -10,6 +10,7 @@ Modules, one job each:
 - ``loading``: safetensors (single or sharded) into the modules, never pickle;
 - ``target``: dense Qwen3 / Llama 3.x with a preallocated KV cache and tapped features;
 - ``draft``: the DFlash v1 draft;
+- ``draft2``: the DFlash2 draft (conv layers, candidate selector) and ``make_draft``, which picks one;
 - ``generate``: prefill, target-only greedy decoding, greedy DFlash decoding.
 
 The ``smoke-run`` command around it (prompts, verdict, report) lives in ``dflash_ckpt.commands``.
