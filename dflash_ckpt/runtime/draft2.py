@@ -129,7 +129,7 @@ class CandidateSelector(nn.Module):
 
     def scores(self, hidden: torch.Tensor, unary: torch.Tensor, cand: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
         """Scores ``[b, n, k]`` of the candidates given each position's predecessor ``prev [b, n]``
-        (teacher forcing in training; the greedy path at inference, one position at a time)."""
+        (teacher forcing in training; ``select`` scores every possible predecessor at once)."""
         ctx = self.predecessor_codebook[prev].float() * self.project(hidden)
         succ = self.successor_codebook[cand].float()  # [b, n, k, r]
         return unary + torch.einsum("bnr,bnkr->bnk", ctx, succ)
@@ -143,6 +143,8 @@ class CandidateSelector(nn.Module):
         # anchor (t = 0) or one of position t-1's candidates, so the greedy walk below is only
         # indexing and the whole selection needs no host round trip.
         b, n, k = cand.shape
+        if n == 0:
+            return cand[..., 0]
         prev_ids = torch.cat([anchor.view(b, 1, 1).expand(b, 1, k), cand[:, :-1]], dim=1)  # [b, n, k]
         pred = self.predecessor_codebook[prev_ids].float() * proj[:, :, None, :]  # [b, n, k, r]
         edges = unary[:, :, None, :] + torch.einsum("bnpr,bncr->bnpc", pred, succ)  # [b, n, k_prev, k]
