@@ -191,6 +191,13 @@ _RULES: list[Rule] = [
          "the run (exit 1), so CI catches a draft that one serving stack cannot read.",
          "Where the message says so, `dflash-ckpt normalize DRAFT OUT` writes a config every "
          "engine reads; otherwise supply the missing values it names (normalize's options)."),
+    Rule("DF146", "dflash2-key-invalid", E, "A DFlash2 key is missing or invalid",
+         "A DFlash2 draft needs conv_kernel_size, conv_group_size, selector_rank and selector_top_k "
+         "(in dflash_config) as positive integers: they fix the shapes of the conv kernels, the "
+         "kernel projections and the selector codebooks, and engines read them as required. "
+         "conv_group_size must divide hidden_size (one dynamic coefficient per group of channels) "
+         "and selector_top_k cannot exceed vocab_size.",
+         "Restore the keys from the published config of the draft."),
     # -- DF2xx: the weights -----------------------------------------------------------------------
     Rule("DF201", "no-safetensors", E, "No safetensors weights",
          "The folder holds no *.safetensors file. This tool reads only safetensors (never pickle "
@@ -260,6 +267,12 @@ _RULES: list[Rule] = [
          "The weights hold tensors of the other generation (conv kernels, candidate selector), "
          "so the architecture in config.json does not describe them.",
          "Set architectures to the generation the weights belong to."),
+    Rule("DF224", "dflash2-codebook-suffix", E, "A DFlash2 codebook is stored with a '.weight' suffix",
+         "Published DFlash2 checkpoints store candidate_selector.predecessor_codebook and "
+         "successor_codebook as bare names (they are parameters, not nn.Embedding modules); engines "
+         "look them up by those names, so a re-save through nn.Embedding that adds '.weight' leaves "
+         "the selector unloaded (z-lab's loader maps the bare names the other way).",
+         "Rename the tensors to drop the '.weight' suffix."),
     # -- DF3xx: pairing with the target -----------------------------------------------------------
     Rule("DF301", "target-depth", E, "num_target_layers differs from the target's depth",
          "num_target_layers must equal the target's num_hidden_layers: the draft was trained on "

@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 
 import tiny_models as tm
 from dflash_ckpt.errors import InputError
-from dflash_ckpt.runtime.args import DraftArgs, Unsupported
+from dflash_ckpt.runtime.args import DraftArgs
 from dflash_ckpt.sources.local import LocalSource
 from dflash_ckpt.spec.resolve import load_draft as read_draft
 
@@ -191,9 +191,11 @@ def test_embedding_scale_multiplier_and_softcap(tmp_path: Path) -> None:
     assert scaled.logits(hidden, weight).abs().max() <= 3.0
 
 
-def test_dflash2_is_not_supported(tmp_path: Path) -> None:
+def test_dflash2_config_without_its_keys_is_refused(tmp_path: Path) -> None:
+    """DFlash2 drafts run (tests/test_runtime_draft2.py); one that lacks the DFlash2 keys is
+    refused naming the first missing key, not run as a v1 draft."""
     folder = tm.make_draft(tmp_path / "v2", architectures=["DFlash2DraftModel"])
-    with pytest.raises(Unsupported, match="not supported by the reference runtime: a DFlash2 draft"):
+    with pytest.raises(InputError, match="dflash_config.conv_kernel_size' must be an integer >= 1 in a DFlash2 draft"):
         DraftArgs.from_spec(read_draft(LocalSource(folder)))
 
 

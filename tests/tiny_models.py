@@ -330,3 +330,46 @@ def load_target_only(target_dir: Path, *, dtype: str = "float32") -> Any:
 
     tspec = read_target(LocalSource(target_dir))
     return load_target(target_dir, TargetArgs.from_config(tspec.config, tspec.where), dtype=_DTYPES[dtype], device=torch.device("cpu"))
+
+
+def make_draft2(
+    folder: Path,
+    *,
+    conv_kernel_size: int = 2,
+    conv_group_size: int = 16,
+    selector_rank: int = 8,
+    selector_top_k: int = 16,
+    seed: int = 1,
+    dynamic_scale: float = 1.0,
+    codebook_scale: float = 1.0,
+    codebook_suffix: str = "",
+    **draft_kw: Any,
+) -> Path:
+    """A DFlash2 draft: ``make_draft``'s v1 tensors plus, named as published, per layer
+    ``{attention,mlp}_conv.base_kernel [2, ks, H]`` and ``.kernel_projection.weight
+    [2*ks*H/g, H]``, and ``candidate_selector.hidden_projection.weight [r, H]`` and the two
+    codebooks ``[vocab, r]`` (no ``.weight`` suffix unless ``codebook_suffix`` says so). The
+    four keys go in ``dflash_config``. Base kernels are near the identity (tap 0 about 1), the
+    dynamic part of order ``dynamic_scale``, so the conv changes the output but keeps it stable."""
+    make_draft(folder, seed=seed, architectures=("DFlash2DraftModel",), **draft_kw)
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["dflash_config"].update(conv_kernel_size=conv_kernel_size, conv_group_size=conv_group_size,
+                                selector_rank=selector_rank, selector_top_k=selector_top_k)
+    write_json(folder / "config.json", cfg)
+    from safetensors.torch import load_file
+
+    t = {k: v.float() for k, v in load_file(str(folder / "model.safetensors")).items()}
+    r = _Rand(seed + 100)
+    h, ks = cfg["hidden_size"], conv_kernel_size
+    for i in range(cfg["num_hidden_layers"]):
+        for conv in ("attention_conv", "mlp_conv"):
+            base = 0.3 * torch.randn(2, ks, h, generator=r.gen)
+            base[:, 0] += 1.0
+            t[f"layers.{i}.{conv}.base_kernel"] = base
+            t[f"layers.{i}.{conv}.kernel_projection.weight"] = dynamic_scale * r.linear(2 * ks * (h // conv_group_size), h)
+    vocab = cfg["vocab_size"]
+    t["candidate_selector.hidden_projection.weight"] = r.linear(selector_rank, h) * 2
+    t["candidate_selector.predecessor_codebook" + codebook_suffix] = codebook_scale * r.embed(vocab, selector_rank)
+    t["candidate_selector.successor_codebook" + codebook_suffix] = codebook_scale * r.embed(vocab, selector_rank)
+    _save(folder, t, cfg["dtype"], 1)
+    return folder

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dflash_ckpt.checks.config import check_config
+from dflash_ckpt.checks.dflash2 import check_dflash2_config, check_dflash2_weights
 from dflash_ckpt.checks.pairing import check_pairing
 from dflash_ckpt.checks.weights import check_weights
 from dflash_ckpt.rules import Finding
@@ -11,12 +12,12 @@ from dflash_ckpt.spec.resolve import DraftSpec, TargetSpec
 
 def run_checks(spec: DraftSpec, target: TargetSpec | None = None) -> list[Finding]:
     """Every check that applies: config always, weights when read, pairing when a target is given."""
-    findings = check_config(spec)
+    findings = check_config(spec) + check_dflash2_config(spec)
     if spec.weights is not None:
-        findings += check_weights(spec)
+        findings += check_weights(spec) + check_dflash2_weights(spec)
     if target is not None:
         findings += check_pairing(spec, target)
     return findings
 
 
-__all__ = ["check_config", "check_pairing", "check_weights", "run_checks"]
+__all__ = ["check_config", "check_dflash2_config", "check_dflash2_weights", "check_pairing", "check_weights", "run_checks"]

@@ -81,7 +81,9 @@ def check_weights(spec: DraftSpec) -> list[Finding]:
     ]
     if wrong:
         out.append(finding("DF213", f"{label}: {len(wrong)} tensor(s) do not match the config: {_list(wrong, sep='; ')}"))
-    tolerated = set(borrowed) | ({n for n in shapes if "_conv." in n or n.startswith("candidate_selector.")} if has_v2 else set())
+    # DFlash2 tensors in a v1 config are DF222's finding; in a DFlash2 config they are expected by name.
+    v2_extra = has_v2 and not v2_config
+    tolerated = set(borrowed) | ({n for n in shapes if "_conv." in n or n.startswith("candidate_selector.")} if v2_extra else set())
     unexpected = [n for n in shapes if n not in expected and n not in tolerated]
     if unexpected:
         layers = spec.dims.num_hidden_layers

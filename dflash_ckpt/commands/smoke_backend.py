@@ -59,8 +59,7 @@ def select_backend(name: str, draft_spec: Any, config: dict[str, Any], where: st
         try:
             ensure_supported(draft_spec, config, where)
         except Unsupported as refusal:
-            if getattr(draft_spec, "generation", None) != "DFlash2":
-                _point_to_transformers(refusal, config)
+            _point_to_transformers(refusal, config)
             raise
         return "native"
     if name == "transformers":
@@ -77,8 +76,6 @@ def select_backend(name: str, draft_spec: Any, config: dict[str, Any], where: st
             pass  # a value problem, reported after inspect's checks on the native path
         return "native"
     except Unsupported as refusal:
-        if getattr(draft_spec, "generation", None) == "DFlash2":
-            raise  # a draft the loop does not run, whatever runs the target
         if not hf_available():
             raise UsageError(f"{refusal}; other target families run on the transformers backend: "
                              f"{HF_EXTRA_HINT}") from None

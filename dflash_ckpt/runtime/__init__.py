@@ -11,6 +11,7 @@ Modules, one job each:
 - ``loading``: safetensors (single or sharded) into the modules, never pickle;
 - ``target``: dense Qwen3 / Llama 3.x with a preallocated KV cache and tapped features;
 - ``draft``: the DFlash v1 draft;
+- ``draft2``: the DFlash2 draft (conv layers, candidate selector) and ``make_draft``, which picks one;
 - ``generate``: prefill, target-only greedy decoding, greedy DFlash decoding;
 - ``hf_target``: any target family transformers implements, behind the same target protocol,
   with exact cache rollback for sliding-window and Gated DeltaNet layers;

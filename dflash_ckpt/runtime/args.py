@@ -15,7 +15,7 @@ from typing import Any
 from dflash_ckpt.errors import InputError, UsageError
 from dflash_ckpt.runtime.families import SUPPORTED_TEXT, family_of
 from dflash_ckpt.spec.layer_kinds import FULL, LAYER_KINDS, SLIDING, derive_layer_kinds, explicit_layer_kinds
-from dflash_ckpt.spec.resolve import ABSENT, DraftSpec, as_int, decoder_config, lookup, target_model_type
+from dflash_ckpt.spec.resolve import ABSENT, DFLASH2_KEYS, DraftSpec, as_int, decoder_config, lookup, target_model_type
 
 #: Rope types implemented in ``rope.py`` (``default`` also covers a null ``rope_scaling``).
 ROPE_TYPES = ("default", "linear", "llama3", "yarn")
@@ -227,13 +227,12 @@ def config_dtype(cfg: dict[str, Any]) -> str | None:
 
 
 def ensure_supported(spec: DraftSpec, target_config: dict[str, Any], target_where: str) -> None:
-    """Refuse (exit 2) a DFlash2 draft or a target architecture the runtime does not implement.
+    """Refuse (exit 2) a target architecture the runtime does not implement.
 
     Only the kind of model is judged here, so that a supported pair with bad values is reported
-    by the checks (exit 1) rather than refused as unsupported.
+    by the checks (exit 1) rather than refused as unsupported. Both draft generations (DFlash
+    and DFlash2) are implemented.
     """
-    if spec.generation == "DFlash2":
-        raise Unsupported(f"a DFlash2 draft ({spec.where}: architectures {spec.architectures})")
     inner = decoder_config(target_config)
     raw_archs = target_config.get("architectures")
     archs = [a for a in raw_archs if isinstance(a, str)] if isinstance(raw_archs, list) else []
@@ -293,7 +292,8 @@ class TargetArgs:
 
 @dataclass(frozen=True)
 class DraftArgs:
-    """A DFlash v1 draft: the keys of ``config.json`` the forward pass needs, resolved.
+    """A DFlash draft (v1, or DFlash2 with ``dflash2`` set): the keys of ``config.json`` the
+    forward pass needs, resolved.
 
     DFlash keys resolve ``dflash_config`` first, then the top level (docs/DESIGN.md section 2), through
     ``DraftSpec``; the optional output scalings do the same, as the z-lab reference reads them.
@@ -312,6 +312,13 @@ class DraftArgs:
     final_logit_softcapping: float | None
     ropes: dict[str, RopeSpec] = field(default_factory=dict)
     dtype: str | None = None
+    #: DFlash2 only (``None`` for a v1 draft): see ``Dflash2Args``.
+    dflash2: Dflash2Args | None = None
+
+    @property
+    def generation(self) -> str:
+        """``DFlash2`` or ``DFlash``: which draft module runs this config."""
+        return "DFlash2" if self.dflash2 is not None else "DFlash"
 
     def layer_causal(self, i: int) -> bool:
         """Sliding layers are causal, full layers bidirectional, unless ``is_causal`` says otherwise."""
@@ -326,8 +333,6 @@ class DraftArgs:
     def from_spec(cls, spec: DraftSpec) -> DraftArgs:
         """Settings of a draft that passed ``inspect``'s checks (so the DFlash keys are valid)."""
         where = spec.where
-        if spec.generation == "DFlash2":
-            raise Unsupported(f"a DFlash2 draft ({where}: architectures {spec.architectures})")
         cfg = spec.config
         dims = read_dims(cfg, where)
         ids = spec.target_layer_ids
@@ -367,7 +372,50 @@ class DraftArgs:
             final_logit_softcapping=softcap if softcap and softcap > 0 else None,
             ropes=rope_specs(cfg, where),
             dtype=config_dtype(cfg),
+            dflash2=Dflash2Args.from_spec(spec, dims) if spec.generation == "DFlash2" else None,
         )
+
+
+@dataclass(frozen=True)
+class Dflash2Args:
+    """DFlash2's keys (``dflash_config`` first, then the top level, like every DFlash key).
+
+    ``conv_kernel_size`` taps of the grouped dynamic causal conv around each sublayer, with one
+    dynamic coefficient per ``conv_group_size`` channels; the candidate selector re-ranks the
+    ``selector_top_k`` best draft logits per position with codebooks of rank ``selector_rank``.
+    """
+
+    conv_kernel_size: int
+    conv_group_size: int
+    selector_rank: int
+    selector_top_k: int
+
+    def groups(self, hidden_size: int) -> int:
+        """Channel groups of the conv (``hidden_size / conv_group_size``)."""
+        return hidden_size // self.conv_group_size
+
+    @classmethod
+    def from_spec(cls, spec: DraftSpec, dims: Dims) -> Dflash2Args:
+        where = spec.where
+        vals: dict[str, int] = {}
+        for key in DFLASH2_KEYS:
+            rk = spec.extra_keys[key]
+            if rk.conflict:
+                raise InputError(
+                    f"{where}: key '{key}' is {rk.nested!r} in dflash_config but {rk.top!r} at the top level; "
+                    "keep one value", code="DF103")
+            val = as_int(rk.value) if rk.present else None
+            if val is None or val < 1:
+                raise InputError(
+                    f"{where}: key 'dflash_config.{key}' must be an integer >= 1 in a DFlash2 draft, found "
+                    f"{rk.value if rk.present else 'nothing'}; restore it from the published config",
+                    code="DF146")
+            vals[key] = val
+        if dims.hidden_size % vals["conv_group_size"]:
+            raise InputError(
+                f"{where}: key 'dflash_config.conv_group_size' ({vals['conv_group_size']}) must divide "
+                f"hidden_size ({dims.hidden_size})", code="DF146")
+        return cls(**vals)
 
 
 def draft_layer_types(cfg: dict[str, Any], n: int, where: str) -> tuple[str, ...]:

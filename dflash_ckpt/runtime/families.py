@@ -48,7 +48,7 @@ FAMILIES: dict[str, Family] = {
 SUPPORTED_TEXT = (
     "the reference runtime supports "
     + " and ".join(f"{f.name} (model_type '{f.model_type}')" for f in FAMILIES.values())
-    + " targets with DFlash v1 drafts (DFlashDraftModel)"
+    + " targets with DFlash v1 and DFlash2 drafts (DFlashDraftModel, DFlash2DraftModel)"
 )
 
 
@@ -90,7 +90,7 @@ HF_FAMILIES: dict[str, HFFamily] = {f.model_type: f for f in (
 HF_SUPPORTED_TEXT = (
     "the transformers backend supports targets of model_type "
     + ", ".join(f"'{m}'" + (f" (in {'/'.join(f.wrappers)})" if f.wrappers else "") for m, f in HF_FAMILIES.items())
-    + " with DFlash v1 drafts"
+    + " with DFlash v1 and DFlash2 drafts"
 )
 
 

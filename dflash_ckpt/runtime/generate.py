@@ -196,8 +196,7 @@ def dflash_decode(
                 fused = draft.fuse(context)
                 fused_ok = torch.isfinite(fused).all()
                 hidden = draft.forward_fused(fused, draft.embed(block_ids, embed_w), cache=draft_cache)
-                draft_logits = draft.logits(hidden[:, 1:size], head_w)
-                block_ids[0, 1:size] = draft_logits.argmax(dim=-1)[0]
+                block_ids[0, 1:size] = draft.pick_tokens(hidden[:, 1:size], head_w, block_ids[:, 0])[0]
                 gen.draft_forwards += 1
         out = target(block_ids[:, :size], cache=target_cache, taps=taps, logits="all")
         gen.target_forwards += 1

@@ -9,7 +9,8 @@ Key layouts:
   ``<prefix>norm.weight`` with ``<prefix>`` = ``model.`` for plain causal LMs and e.g.
   ``model.language_model.`` for multimodal wrappers (``text_config``); ``lm_head.weight`` (or a
   prefixed one), absent when the embeddings are tied;
-- draft: unprefixed names (``fc.weight``, ``layers.N.*``); a ``model.`` prefix is accepted.
+- draft: unprefixed names (``fc.weight``, ``layers.N.*``; DFlash2 adds ``layers.N.*_conv.*`` and
+  ``candidate_selector.*``, codebooks without ``.weight``); a ``model.`` prefix is accepted.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from torch import nn
 from dflash_ckpt.errors import InputError, UsageError
 from dflash_ckpt.runtime.args import DraftArgs, TargetArgs
 from dflash_ckpt.runtime.draft import DFlashDraft
+from dflash_ckpt.runtime.draft2 import make_draft
 from dflash_ckpt.runtime.target import TargetModel
 from dflash_ckpt.sources.local import LocalSource
 from dflash_ckpt.sources.weights import WeightInventory, load_inventory
@@ -150,7 +152,7 @@ def load_draft(folder: Path, args: DraftArgs, *, dtype: torch.dtype, device: tor
     inv = inv or inventory(folder, label or str(folder))
     prefix = "model." if "fc.weight" not in inv.tensors and "model.fc.weight" in inv.tensors else ""
     with torch.device("meta"):
-        model = DFlashDraft(args)
+        model = make_draft(args)  # DFlash2Draft for a DFlash2 config
     names = {param: prefix + param for param, _ in model.named_parameters()}
     _load_into(model, folder, inv, names, dtype=dtype, device=device, config_where=str(folder / "config.json"))
     for table in model.rotary:

@@ -49,11 +49,19 @@ def layer_tensors(spec: DraftSpec, i: int) -> dict[str, Shape]:
     return out
 
 
+def _positive(spec: DraftSpec, key: str) -> int | None:
+    """A DFlash2 key's value when it is a positive integer (else DF146 reports it, and the
+    shapes it fixes are not checked)."""
+    val = as_int(spec.extra_keys[key].value)
+    return val if val is not None and val > 0 else None
+
+
 def dflash2_layer_tensors(spec: DraftSpec, i: int) -> dict[str, Shape]:
-    """DFlash2's per-layer convolution tensors."""
+    """DFlash2's per-layer convolution tensors: ``base_kernel [2, ks, H]`` (side 0 before the
+    sublayer, side 1 after it) and ``kernel_projection.weight [2*ks*(H/g), H]``."""
     h = spec.dims.hidden_size
-    ks = as_int(spec.extra_keys["conv_kernel_size"].value)
-    g = as_int(spec.extra_keys["conv_group_size"].value)
+    ks = _positive(spec, "conv_kernel_size")
+    g = _positive(spec, "conv_group_size")
     proj_out = 2 * ks * (h // g) if h and ks and g and h % g == 0 else None
     p = f"layers.{i}."
     return {
@@ -67,7 +75,7 @@ def dflash2_layer_tensors(spec: DraftSpec, i: int) -> dict[str, Shape]:
 def dflash2_model_tensors(spec: DraftSpec) -> dict[str, Shape]:
     """DFlash2's candidate selector (the codebooks have no ``.weight`` suffix in the files)."""
     h, vocab = spec.dims.hidden_size, spec.dims.vocab_size
-    r = as_int(spec.extra_keys["selector_rank"].value)
+    r = _positive(spec, "selector_rank")
     return {
         "candidate_selector.hidden_projection.weight": _shape(r, h),
         "candidate_selector.predecessor_codebook": _shape(vocab, r),
