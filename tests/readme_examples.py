@@ -42,8 +42,8 @@ class Example:
 
     @property
     def timed(self) -> bool:
-        """smoke-run prints speeds, different on every run: compared by shape only."""
-        return "smoke-run" in self.argv
+        """smoke-run and probe-taps print speeds and seconds, different on every run: compared by shape only."""
+        return "smoke-run" in self.argv or "probe-taps" in self.argv
 
 
 def examples(text: str) -> list[Example]:

@@ -63,7 +63,7 @@ def test_base2_mutant_is_clean(fixtures_root: Path) -> None:
     root = fixtures_root / "mutants"
     res = run_cli("inspect", str(root / "base2"), "--target", str(root / "targets/small"), "--json", "--strict")
     assert res.code == 0, res.stdout
-    doc = res.json()
+    doc = res.result()
     assert doc["generation"] == "DFlash2"
     assert {f["code"] for f in doc["findings"]} == {"DF220"}
 
@@ -80,7 +80,7 @@ def test_dflash2_shape_findings_name_the_tensor(fixtures_root: Path) -> None:
         "DF224-dflash2-codebook-weight-suffix": "'candidate_selector.predecessor_codebook.weight' should be named",
     }
     for name, text in cases.items():
-        doc = run_cli("inspect", str(root / name), "--json").json()
+        doc = run_cli("inspect", str(root / name), "--json").result()
         messages = [f["message"] for f in doc["findings"] if f["code"] == name[:5]]
         assert any(text in m for m in messages), (name, messages)
 

@@ -91,7 +91,7 @@ def test_shifted_twin_differs_only_in_its_taps() -> None:
 def test_inspect_passes(folder: Path) -> None:
     res = cli("inspect", str(folder), "--target", str(TARGET), "--json", "--strict")
     assert res.code == 0, res.stdout
-    doc = res.json()
+    doc = res.result()
     assert doc["generation"] == "DFlash2"
     assert {f["code"] for f in doc["findings"]} == {"DF220"}
 
