@@ -162,6 +162,13 @@ _RULES: list[Rule] = [
          "overflow float16 in fc; an fp16 draft is known to collapse acceptance (0.06 of 15 "
          "accepted on Qwen3-4B).",
          "Keep the draft in bfloat16; cast target tensors to bf16 where they enter the draft."),
+    Rule("DF144", "config-value-out-of-bounds", E, "A config number is beyond any real draft",
+         "Numbers that size loops and allocations (block_size, num_hidden_layers, hidden_size, "
+         "vocab_size, the length of target_layer_ids or layer_types, ...) are checked against "
+         "bounds far above every published draft (README, Limits) before anything uses them; a "
+         "value past them is corruption or a hostile file, and the checks that depend on it "
+         "are skipped.",
+         "Restore the value published with the draft."),
     # -- DF2xx: the weights -----------------------------------------------------------------------
     Rule("DF201", "no-safetensors", E, "No safetensors weights",
          "The folder holds no *.safetensors file. This tool reads only safetensors (never pickle "
@@ -231,6 +238,10 @@ _RULES: list[Rule] = [
          "The weights hold tensors of the other generation (conv kernels, candidate selector), "
          "so the architecture in config.json does not describe them.",
          "Set architectures to the generation the weights belong to."),
+    Rule("DF223", "no-tensors", E, "The weights hold no tensors",
+         "The safetensors headers (or the shard index's weight_map) list no tensor at all: the "
+         "files load, but there is no draft in them.",
+         "Re-download the weights; an empty file or index is a failed save or upload."),
     # -- DF3xx: pairing with the target -----------------------------------------------------------
     Rule("DF301", "target-depth", E, "num_target_layers differs from the target's depth",
          "num_target_layers must equal the target's num_hidden_layers: the draft was trained on "

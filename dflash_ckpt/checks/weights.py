@@ -8,7 +8,7 @@ from collections import Counter
 from dflash_ckpt.rules import Finding, finding
 from dflash_ckpt.spec.resolve import DraftSpec
 from dflash_ckpt.spec.tensor_layout import DFLASH2_MARKERS, expected_tensors
-from dflash_ckpt.sources.weights import WeightInventory
+from dflash_ckpt.sources.weights import UNREADABLE, WeightInventory
 
 #: How many names a grouped finding spells out before it says "and N more".
 SHOW = 4
@@ -34,6 +34,11 @@ def check_weights(spec: DraftSpec) -> list[Finding]:
         ))
         return out
     if not inv.tensors:
+        if not any(p.code in UNREADABLE or p.code == "DF223" for p in inv.problems):
+            files = ", ".join(inv.where.get(f, f) for f in inv.headers) or label
+            out.append(finding(
+                "DF223", f"{files}: the safetensors header lists no tensors; there is no draft in it, re-download the weights",
+            ))
         return out
 
     names, prefix = _strip_prefix(list(inv.tensors))

@@ -6,7 +6,7 @@ draft is. A shape is ``None`` where the config key it depends on is missing or i
 
 from __future__ import annotations
 
-from dflash_ckpt.spec.resolve import DraftSpec, as_int
+from dflash_ckpt.spec.resolve import KEY_BOUNDS, DraftSpec, as_int
 
 Shape = tuple[int, ...] | None
 
@@ -20,6 +20,12 @@ def _shape(*dims: int | None) -> Shape:
 
 def _mul(a: int | None, b: int | None) -> int | None:
     return None if a is None or b is None else a * b
+
+
+def _extra(spec: DraftSpec, key: str) -> int | None:
+    """A DFlash2 size key, when it is a positive integer within ``KEY_BOUNDS`` (else DF142/DF144)."""
+    v = as_int(spec.extra_keys[key].value)
+    return v if v is not None and 0 < v <= KEY_BOUNDS[key] else None
 
 
 def layer_tensors(spec: DraftSpec, i: int) -> dict[str, Shape]:
@@ -52,8 +58,8 @@ def layer_tensors(spec: DraftSpec, i: int) -> dict[str, Shape]:
 def dflash2_layer_tensors(spec: DraftSpec, i: int) -> dict[str, Shape]:
     """DFlash2's per-layer convolution tensors."""
     h = spec.dims.hidden_size
-    ks = as_int(spec.extra_keys["conv_kernel_size"].value)
-    g = as_int(spec.extra_keys["conv_group_size"].value)
+    ks = _extra(spec, "conv_kernel_size")
+    g = _extra(spec, "conv_group_size")
     proj_out = 2 * ks * (h // g) if h and ks and g and h % g == 0 else None
     p = f"layers.{i}."
     return {
@@ -67,7 +73,7 @@ def dflash2_layer_tensors(spec: DraftSpec, i: int) -> dict[str, Shape]:
 def dflash2_model_tensors(spec: DraftSpec) -> dict[str, Shape]:
     """DFlash2's candidate selector (the codebooks have no ``.weight`` suffix in the files)."""
     h, vocab = spec.dims.hidden_size, spec.dims.vocab_size
-    r = as_int(spec.extra_keys["selector_rank"].value)
+    r = _extra(spec, "selector_rank")
     return {
         "candidate_selector.hidden_projection.weight": _shape(r, h),
         "candidate_selector.predecessor_codebook": _shape(vocab, r),
