@@ -23,6 +23,7 @@ from typing import Callable, Iterator
 
 from dflash_ckpt.errors import InputError, UsageError
 from dflash_ckpt.limits import FREE_SPACE_MARGIN
+from dflash_ckpt.limits import human_bytes as round_bytes
 from dflash_ckpt.sources.base import describe_os_error
 
 #: Files that are linked rather than copied: big, and never edited by hand. Small files (JSON,
@@ -321,7 +322,7 @@ def check_free_space(folder: Path, needed: int) -> None:
     if needed + FREE_MARGIN > free:
         raise InputError(
             f"{folder}: {human_bytes(free)} free, but copying the draft needs {human_bytes(needed)} "
-            f"plus a margin of {human_bytes(FREE_MARGIN)} left free; free space, or put OUT on the "
+            f"plus a margin of {round_bytes(FREE_MARGIN)} left free; free space, or put OUT on the "
             "draft's filesystem (weights are then hard-linked, not copied)"
         )
 
