@@ -94,7 +94,7 @@ def download_snapshot(
             _warn_fallback(err, cache, ref)
             return path
         _remember(cache, ref, listing)
-        commit = listing.commit
+        return snapshot(ctx, settings, send, listing.commit, allow_patterns, listing=listing)
     return snapshot(ctx, settings, send, commit, allow_patterns)
 
 

@@ -96,7 +96,8 @@ class HubSource(Source):
     def _read_whole(self, name: str) -> bytes:
         with self._lock:
             if name not in self._whole:
-                path = self._require_client(name).download(name)
+                rf = self.listing.files[name]
+                path = self._require_client(name).download(name, rf.size, rf.lfs_sha256)
                 try:
                     self._whole[name] = path.read_bytes()
                 except OSError as err:
