@@ -37,12 +37,44 @@ from dflash_ckpt.sources.hub.errors import ProtocolError
 T = TypeVar("T")
 CHUNK = 1 << 20
 
+#: Temporary files being written, by the worker thread writing them: an abandoned worker's file is
+#: removed by the thread that gave up on it (and any left at exit by ``_remove_all``).
+_IN_PROGRESS: dict[int, set[str]] = {}
+_IN_PROGRESS_LOCK = threading.Lock()
+
+
+def _track(path: str) -> None:
+    with _IN_PROGRESS_LOCK:
+        if not _IN_PROGRESS:
+            import atexit  # noqa: PLC0415
+
+            atexit.register(_remove_all)
+        _IN_PROGRESS.setdefault(threading.get_ident(), set()).add(path)
+
+
+def _untrack(path: str) -> None:
+    with _IN_PROGRESS_LOCK:
+        _IN_PROGRESS.get(threading.get_ident(), set()).discard(path)
+
+
+def _remove(thread_id: int | None) -> None:
+    with _IN_PROGRESS_LOCK:
+        paths = _IN_PROGRESS.pop(thread_id, set()) if thread_id is not None else set()
+    for path in paths:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+def _remove_all() -> None:
+    for tid in list(_IN_PROGRESS):
+        _remove(tid)
+
 
 class DeadlineExceeded(ProtocolError):
     """A request that did not finish (headers and body) within its deadline."""
 
     def __init__(self, seconds: float) -> None:
-        super().__init__(f"no complete answer within {seconds:g} s")
+        super().__init__(f"no complete answer within {seconds:.3g} s")
         self.seconds = seconds
 
 
@@ -75,8 +107,10 @@ def within(fn: Callable[[float], T], seconds: float) -> T:
         finally:
             done.set()
 
-    threading.Thread(target=work, name="dflash-ckpt-hub", daemon=True).start()
+    worker = threading.Thread(target=work, name="dflash-ckpt-hub", daemon=True)
+    worker.start()
     if not done.wait(seconds + 0.25):
+        _remove(worker.ident)  # what it was writing; it stops at its next chunk
         raise DeadlineExceeded(seconds)
     if "error" in box:
         raise box["error"]
@@ -165,6 +199,7 @@ def fetch_file(
             raise TooLarge(f"a {int(length):,}-byte body where the repo lists {size:,} bytes (nothing kept)")
         sha1 = hashlib.sha1(b"blob %d\0" % size)  # noqa: S324 - the git blob id, not security
         fd, tmp = tempfile.mkstemp(dir=dest_dir, prefix=".dflash-ckpt-", suffix=".incomplete")
+        _track(tmp)
         try:
             got = 0
             with os.fdopen(fd, "wb") as fh:
@@ -182,6 +217,7 @@ def fetch_file(
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+            _untrack(tmp)
             raise
     return Path(tmp), sha1.hexdigest()
 
@@ -191,6 +227,9 @@ def place_in_cache(repo_folder: Path, commit: str, name: str, tmp: Path, blob_na
     blob = repo_folder / "blobs" / blob_name
     blob.parent.mkdir(parents=True, exist_ok=True)
     os.replace(tmp, blob)
+    with _IN_PROGRESS_LOCK:
+        for paths in _IN_PROGRESS.values():
+            paths.discard(str(tmp))
     link = repo_folder / "snapshots" / commit / name
     link.parent.mkdir(parents=True, exist_ok=True)
     rel = os.path.relpath(blob, link.parent)

@@ -158,7 +158,7 @@ def _message(exc: BaseException, ctx: HubContext, what: str, attempts: int | Non
             )
         if isinstance(e, ProtocolError) and type(e).__name__ == "DeadlineExceeded":
             return (
-                f"{label}: {ep} did not finish answering {what} within {getattr(e, 'seconds', 0):g} s "
+                f"{label}: {ep} did not finish answering {what} within {getattr(e, 'seconds', 0):.3g} s "
                 "(DFLASH_CKPT_HUB_DEADLINE, seconds per request; downloads get 1 s more per 256 KiB); "
                 "the connection is too slow or the server stalls, try again later or raise it"
             )
