@@ -26,12 +26,20 @@ MAX_TEMPLATE_BYTES = 4 * MiB
 MAX_PROMPTS_BYTES = 64 * MiB
 #: Nesting of any JSON document (configs are 3 levels deep, tokenizer.json about 6).
 MAX_JSON_DEPTH = 64
+#: Values in a config-like JSON file, counted as its commas before it is parsed: what keeps the
+#: parsed objects within a few times the file's size (a published config has about a hundred).
+MAX_JSON_ITEMS = 200_000
+#: The same for tokenizer_config.json (150k added tokens of 7 fields each fit in it).
+MAX_TOKENIZER_CONFIG_ITEMS = 2_000_000
 
 # -- safetensors headers ------------------------------------------------------------------------
 #: The header length the safetensors library itself accepts at most (its MAX_HEADER_SIZE).
 MAX_HEADER_BYTES = 100_000_000
-#: Tensors in one draft, all shards together (a DFlash draft has 11 to 19 per layer, 3 more).
-MAX_TENSORS = 65_536
+#: Tensors in one draft, all shards together (a DFlash draft has 11 to 19 per layer, 3 more:
+#: published ones have at most about 100).
+MAX_TENSORS = 16_384
+#: Values in one header, counted as its commas before it is parsed (a tensor takes 5 to 8).
+MAX_HEADER_ITEMS = 8 * MAX_TENSORS
 #: Sizes, offsets and element counts are usize in the format: anything from 2**64 up overflows.
 MAX_USIZE = 2**64 - 1
 

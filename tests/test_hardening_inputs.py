@@ -235,3 +235,32 @@ def test_config_larger_than_the_cap_is_refused_before_reading(tmp_path: Path, fi
     res = cli("inspect", str(d))
     no_traceback(res)
     assert res.code == 2 and "too large for a JSON config (limit 16 MiB)" in res.stderr
+
+
+def _peak_rss(*args: str) -> int:
+    """Peak RSS (bytes) of ``python -m dflash_ckpt ARGS`` in its own process."""
+    import subprocess
+
+    code = (
+        "import resource, subprocess, sys; "
+        "subprocess.run([sys.executable, '-m', 'dflash_ckpt', *sys.argv[1:]], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); "
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+    )
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, check=True, timeout=120)
+    return int(out.stdout.strip()) * 1024
+
+
+def test_peak_memory_of_a_big_header_stays_a_small_multiple(tmp_path: Path, fixtures_root: Path) -> None:
+    """The bound the README states (figures: benchmarks/bench_hostile_memory.py), on a 24 MiB header
+    holding as many tensors as a draft may (issue 10: 900k tensors in 90 MB cost 1.4 GB)."""
+    d = _draft(tmp_path, fixtures_root)
+    n = MAX_TENSORS
+    text = ("{" + ",".join(f'"t{i:06d}":{{"dtype":"BF16","shape":[1],"data_offsets":[{2 * i},{2 * i + 2}]}}' for i in range(n)) + "}").encode()
+    text += b" " * (24 * 2**20 - len(text))
+    path = d / "model.safetensors"
+    with open(path, "wb") as fh:
+        fh.write(struct.pack("<Q", len(text)) + text)
+        fh.truncate(8 + len(text) + 2 * n)
+    baseline = _peak_rss("inspect", str(fixtures_root / "mutants/base"), "-q")
+    peak = _peak_rss("inspect", str(d), "-q")
+    assert peak - baseline <= 2.5 * path.stat().st_size, (peak, baseline)

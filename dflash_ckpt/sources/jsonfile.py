@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from dflash_ckpt.errors import InputError
-from dflash_ckpt.limits import MAX_JSON_DEPTH
+from dflash_ckpt.limits import MAX_JSON_DEPTH, MAX_JSON_ITEMS
 
 
 def parse_json_text(text: str, where: str, *, code: str = "DF002", max_depth: int = MAX_JSON_DEPTH) -> Any:
@@ -65,8 +65,18 @@ def json_depth(value: Any, stop: int = MAX_JSON_DEPTH) -> int:
     return deepest
 
 
-def decode_json_bytes(data: bytes, where: str, *, code: str = "DF002") -> Any:
-    """Decode UTF-8 bytes (a BOM is tolerated, as Hugging Face loaders do) and parse them."""
+def decode_json_bytes(data: bytes, where: str, *, code: str = "DF002", max_items: int = MAX_JSON_ITEMS) -> Any:
+    """Decode UTF-8 bytes (a BOM is tolerated, as Hugging Face loaders do) and parse them.
+
+    A file with more than ``max_items`` commas is refused before parsing: the parsed objects of
+    millions of tiny values would cost many times the file's size in memory.
+    """
+    items = data.count(b",")
+    if items > max_items:
+        raise InputError(
+            f"{where}: holds more than {max_items:,} values ({items:,} commas); not a config file",
+            code=code,
+        )
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as err:

@@ -161,12 +161,12 @@ def check_unique_names(prompts: list[Prompt]) -> None:
         seen.add(p.name)
 
 
-def _read_json(path: Path, cap: int = limits.MAX_CONFIG_BYTES) -> dict[str, Any]:
+def _read_json(path: Path, cap: int = limits.MAX_CONFIG_BYTES, items: int = limits.MAX_JSON_ITEMS) -> dict[str, Any]:
     """A tokenizer-side JSON file, read as inspect reads configs: absent is ``{}``; a folder, a FIFO,
     a device, too large, not UTF-8, too deep or not JSON is one line naming it."""
     if not (path.exists() or path.is_symlink()):
         return {}
-    data = decode_json_bytes(read_capped(path, cap, what="JSON file"), str(path))
+    data = decode_json_bytes(read_capped(path, cap, what="JSON file"), str(path), max_items=items)
     return data if isinstance(data, dict) else {}
 
 
@@ -197,7 +197,7 @@ class PromptEncoder:
         self.thinking = thinking
         config = {
             **_read_json(folder / "special_tokens_map.json"),
-            **_read_json(folder / "tokenizer_config.json", limits.MAX_TOKENIZER_CONFIG_BYTES),
+            **_read_json(folder / "tokenizer_config.json", limits.MAX_TOKENIZER_CONFIG_BYTES, limits.MAX_TOKENIZER_CONFIG_ITEMS),
         }
         self.special_tokens = {k: t for k in SPECIAL_TOKEN_KEYS if (t := _token_text(config.get(k))) is not None}
         extra = config.get("additional_special_tokens")

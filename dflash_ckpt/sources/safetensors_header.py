@@ -14,7 +14,7 @@ import struct
 from typing import Any, NamedTuple
 
 from dflash_ckpt.errors import InputError
-from dflash_ckpt.limits import MAX_HEADER_BYTES, MAX_JSON_DEPTH, MAX_TENSORS, MAX_USIZE
+from dflash_ckpt.limits import MAX_HEADER_BYTES, MAX_HEADER_ITEMS, MAX_JSON_DEPTH, MAX_TENSORS, MAX_USIZE
 from dflash_ckpt.sources.base import Source
 from dflash_ckpt.sources.jsonfile import json_depth
 
@@ -123,6 +123,13 @@ def read_header(source: Source, name: str, *, max_tensors: int = MAX_TENSORS) ->
 
 
 def _parse(raw: bytes, where: str, max_tensors: int) -> dict[str, Any]:
+    items = raw.count(b",")
+    if items > MAX_HEADER_ITEMS:
+        raise HeaderError(
+            "DF203",
+            f"{where}: header holds more than {MAX_HEADER_ITEMS:,} values ({items:,} commas); a DFlash "
+            "draft's header has a few thousand, this is not one",
+        )
     seen = 0
 
     def count(obj: dict[str, Any]) -> dict[str, Any]:
