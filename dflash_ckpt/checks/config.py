@@ -86,7 +86,7 @@ def check_config(spec: DraftSpec) -> list[Finding]:
                 "from dflash_config and serves the draft without it (`dflash-ckpt normalize` copies it)",
             ))
     if spec.generation == "unknown":
-        archs = spec.architectures or "nothing"
+        archs = _show(spec.architectures) if spec.architectures else "nothing"
         out.append(finding(
             "DF140",
             f"{w}: key 'architectures' is {archs}, not DFlashDraftModel or DFlash2DraftModel; "
@@ -95,14 +95,14 @@ def check_config(spec: DraftSpec) -> list[Finding]:
     if "auto_map" in spec.config:
         out.append(finding("DF141", f"{w}: key 'auto_map' names remote code; it was not run (and never is)"))
     for key, raw in spec.dims.invalid.items():
-        shown = "missing" if raw is ABSENT else (raw if isinstance(raw, str) else f"{json_type(raw)} {_show(raw)}")
+        shown = "missing" if raw is ABSENT else (_show(raw)[1:-1] if isinstance(raw, str) else f"{json_type(raw)} {_show(raw)}")
         out.append(finding("DF142", f"{w}: key '{key}' must be a positive integer ({shown}); tensor shapes follow from it"))
     for key in ("dtype", "torch_dtype"):
         dtype = spec.config.get(key)
         if isinstance(dtype, str) and dtype not in ("bfloat16", "auto"):
             out.append(finding(
                 "DF143",
-                f"{w}: key '{key}' is {dtype!r}; DFlash drafts run in bfloat16 (fp16 collapses "
+                f"{w}: key '{key}' is {_show(dtype)}; DFlash drafts run in bfloat16 (fp16 collapses "
                 "acceptance on Qwen3 hidden-state outliers)",
             ))
             break
@@ -208,7 +208,8 @@ def _check_layer_types(spec: DraftSpec) -> list[Finding]:
         out.append(finding("DF130", f"{w}: key 'layer_types' has {len(lt)} entries but num_hidden_layers is {n}; give one per draft layer"))
     bad = sorted({_show(v) for v in lt if not isinstance(v, str) or v not in LAYER_KINDS})
     if bad:
-        out.append(finding("DF131", f"{w}: key 'layer_types' holds {', '.join(bad)}; each entry must be 'full_attention' or 'sliding_attention'"))
+        shown = ", ".join(bad[:4]) + (f" and {len(bad) - 4} more" if len(bad) > 4 else "")
+        out.append(finding("DF131", f"{w}: key 'layer_types' holds {shown}; each entry must be 'full_attention' or 'sliding_attention'"))
     if SLIDING in lt and not has_window:
         out.append(finding(
             "DF132",
@@ -226,6 +227,8 @@ def _show(value: Any) -> str:
         return "[" + ", ".join(_show(v) for v in value[:8]) + f", ... ({len(value):,} entries)]"
     if isinstance(value, dict) and len(value) > 16 or isinstance(value, (dict, list)) and json_depth(value, 8) > 8:
         return "{...}" if isinstance(value, dict) else "[...]"
+    if isinstance(value, str) and len(value) > 60:
+        value = value[:60]
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**18:
         digits = len(str(abs(value)))
         return f"{'-' if value < 0 else ''}{str(abs(value))[:6]}... ({digits} digits)"

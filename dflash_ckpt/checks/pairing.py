@@ -7,6 +7,13 @@ from dflash_ckpt.limits import MAX_DIM, MAX_LAYERS, MAX_VOCAB
 from dflash_ckpt.spec.resolve import DraftSpec, TargetSpec, as_int, bounded_int
 
 
+def short_list(items: list[int], show: int = 8) -> str:
+    """A list of ints for a one-line message: the first ``show``, then how many more."""
+    if len(items) <= show:
+        return str(items)
+    return "[" + ", ".join(map(str, items[:show])) + f", ... ({len(items) - show} more)]"
+
+
 def check_pairing(spec: DraftSpec, target: TargetSpec) -> list[Finding]:
     tw = target.where + (" (text_config)" if target.text_config_used else "")
     depth = bounded_int(target.num_hidden_layers, MAX_LAYERS)
@@ -66,7 +73,7 @@ def check_pairing(spec: DraftSpec, target: TargetSpec) -> list[Finding]:
         if beyond:
             out.append(finding(
                 "DF306",
-                f"{w}: target_layer_ids {beyond} are beyond the target's {depth} layers (0..{depth - 1})",
+                f"{w}: target_layer_ids {short_list(beyond)} are beyond the target's {depth} layers (0..{depth - 1})",
             ))
         if depth - 1 in ids:
             out.append(finding(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+from dflash_ckpt.checks.pairing import short_list
 from dflash_ckpt.rules import Finding, finding
 from dflash_ckpt.spec.resolve import DraftSpec
 from dflash_ckpt.spec.tensor_layout import DFLASH2_MARKERS, expected_tensors
@@ -92,7 +93,7 @@ def check_weights(spec: DraftSpec) -> list[Finding]:
         layers = spec.dims.num_hidden_layers
         beyond = sorted({int(m.group(1)) for n in unexpected if (m := LAYER_RE.match(n))
                          and layers is not None and int(m.group(1)) >= layers})
-        hint = f" (layers {beyond} are beyond num_hidden_layers {layers})" if beyond else ""
+        hint = f" (layers {short_list(beyond)} are beyond num_hidden_layers {layers})" if beyond else ""
         out.append(finding("DF214", f"{label}: {len(unexpected)} unexpected tensor(s){hint}: {_list(unexpected)}"))
     out += _check_dtypes(label, inv)
     return out
