@@ -264,3 +264,26 @@ def test_peak_memory_of_a_big_header_stays_a_small_multiple(tmp_path: Path, fixt
     baseline = _peak_rss("inspect", str(fixtures_root / "mutants/base"), "-q")
     peak = _peak_rss("inspect", str(d), "-q")
     assert peak - baseline <= 2.5 * path.stat().st_size, (peak, baseline)
+
+
+def test_a_broken_draft_among_several_is_a_row_of_its_own(tmp_path: Path, fixtures_root: Path, cli: Any) -> None:
+    """Several drafts in one inspect: the hostile ones report their error, the others their verdict."""
+    good = fixtures_root / "mutants/base"
+    deep = tmp_path / "deep"
+    shutil.copytree(good, deep)
+    (deep / "config.json").write_text('{"a": ' + "[" * 5000 + "]" * 5000 + "}")
+    header = tmp_path / "header"
+    shutil.copytree(good, header)
+    (header / "model.safetensors").write_bytes(_safetensors(b'{"a": {"dtype": "BF16", "shape": [%s], "data_offsets": [0, 2]}}' % BIG_INT.encode(), 2))
+    huge = tmp_path / "huge"
+    shutil.copytree(good, huge)
+    cfg = _config(huge)
+    cfg["num_hidden_layers"] = 10**4000
+    cfg["dflash_config"]["target_layer_ids"] = list(range(100_000))
+    (huge / "config.json").write_text(json.dumps(cfg))
+    res = cli("inspect", str(good), str(deep), str(header), str(huge), "--json")
+    no_traceback(res)
+    doc = json.loads(res.stdout)
+    assert [r["exit_code"] for r in doc["results"]] == [0, 2, 1, 1]
+    assert res.code == 2
+    assert "nested too deep" in doc["results"][1]["error"]["message"]

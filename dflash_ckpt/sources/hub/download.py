@@ -148,7 +148,7 @@ def get_json(url: str, *, token: str | bool, params: dict[str, Any], cap: int, t
         hf_raise_for_status(resp)
         refuse_encoding(resp)
         length = resp.headers.get("Content-Length")
-        if length is not None and length.isdigit() and int(length) > cap:
+        if length is not None and length.isdigit() and (len(length) > 20 or int(length) > cap):
             raise TooLarge(f"a {int(length):,}-byte answer, more than the {cap:,} bytes allowed")
         body = bytearray()
         for chunk in resp.iter_raw(CHUNK):
@@ -195,8 +195,9 @@ def fetch_file(
             raise ProtocolError(f"commit {got_commit} where {commit} was asked for")
         refuse_encoding(resp)
         length = resp.headers.get("Content-Length")
-        if length is not None and length.strip().isdigit() and int(length) != size:
-            raise TooLarge(f"a {int(length):,}-byte body where the repo lists {size:,} bytes (nothing kept)")
+        if length is not None and length.strip().isdigit() and (len(length.strip()) > 20 or int(length) != size):
+            claim = f"{int(length):,}-byte" if len(length.strip()) <= 20 else "absurdly long"
+            raise TooLarge(f"a {claim} body where the repo lists {size:,} bytes (nothing kept)")
         sha1 = hashlib.sha1(b"blob %d\0" % size)  # noqa: S324 - the git blob id, not security
         fd, tmp = tempfile.mkstemp(dir=dest_dir, prefix=".dflash-ckpt-", suffix=".incomplete")
         _track(tmp)

@@ -35,7 +35,7 @@ from dflash_ckpt.sources.hub.cache import hf_hub_cache, hf_offline
 
 T = TypeVar("T")
 DEFAULT_ENDPOINT = "https://huggingface.co"
-CONTENT_RANGE_RE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
+CONTENT_RANGE_RE = re.compile(r"^bytes (\d{1,20})-(\d{1,20})/(\d{1,20}|\*)$")
 #: The longest ``Retry-After`` honoured by default (``DFLASH_CKPT_HUB_MAX_RETRY_AFTER``); a server
 #: asking for more gets our error at once instead of a wait.
 MAX_RETRY_AFTER = limits.MAX_RETRY_AFTER
@@ -51,6 +51,8 @@ def _env_number(name: str, default: float, *, minimum: float) -> float:
         raise HubError(f"{name}={raw!r} is not a number; unset it or give one such as {default:g}") from None
     if value < minimum:
         raise HubError(f"{name}={raw!r} must be at least {minimum:g}")
+    if not value < 1e9:  # inf, nan, or a pause of decades
+        raise HubError(f"{name}={raw!r} is too large; give one such as {default:g}")
     return value
 
 
@@ -304,7 +306,7 @@ class HubClient:
             elif resp.status_code == 200 and start == 0:
                 # The server ignored the range: take the first bytes of the body and hang up.
                 length = resp.headers.get("Content-Length")
-                if length is not None and length.isdigit() and int(length) != size:
+                if length is not None and length.isdigit() and (len(length) > 20 or int(length) != size):
                     raise ProtocolError(f"a {length}-byte file where the repo lists {size} bytes")
             else:
                 raise ProtocolError(f"HTTP {resp.status_code} to a range request (expected 206 Partial Content)")

@@ -20,6 +20,7 @@ import threading
 from pathlib import Path
 
 from dflash_ckpt.errors import InputError
+from dflash_ckpt.limits import MAX_INDEX_BYTES
 from dflash_ckpt.sources.hub.cache import RepoCache, RepoListing
 from dflash_ckpt.sources.hub.errors import HubError
 from dflash_ckpt.sources.hub.net import HubClient
@@ -89,7 +90,8 @@ class HubSource(Source):
         try:
             with open(path, "rb") as fh:
                 fh.seek(offset)
-                return fh.read() if length is None else fh.read(length)
+                # whole files read this way are JSON, whose size the caller checked on the listing
+                return fh.read(MAX_INDEX_BYTES + 1) if length is None else fh.read(length)
         except OSError as err:
             raise InputError(describe_os_error(err, str(path)), code="DF001") from None
 
