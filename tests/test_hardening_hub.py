@@ -141,3 +141,31 @@ def test_a_bad_deadline_setting_is_one_line(hub: HubServer, home: Path) -> None:
     one_line_error(cli(hub, home, "inspect", "tiny/draft", DFLASH_CKPT_HUB_DEADLINE="soon"), "DFLASH_CKPT_HUB_DEADLINE='soon' is not a number")
 
 
+
+
+def test_a_cache_that_cannot_take_the_file_is_one_line(hub: HubServer, home: Path) -> None:
+    """The cache's disk fills up mid-download (simulated with RLIMIT_FSIZE: writes past 64 KiB fail)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import json, resource, signal, sys\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, resource.RLIM_INFINITY))\n"
+        "from dflash_ckpt.errors import DFlashCkptError\n"
+        "from dflash_ckpt.sources.hub.repo import download_snapshot\n"
+        "from dflash_ckpt.sources.repo_ref import RepoRef\n"
+        "try:\n"
+        "    download_snapshot(RepoRef('z-lab/Qwen3-4B-DFlash-b16', None), allow_patterns=['*.json', '*.safetensors'])\n"
+        "    print(json.dumps({'ok': True}))\n"
+        "except DFlashCkptError as err:\n"
+        "    print(json.dumps({'error': str(err)}))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], env={**os.environ, **hub_env(hub, home)}, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "cannot be written into the Hugging Face cache at" in got.get("error", ""), got
+    assert "model.safetensors" in got["error"] and "HF_HUB_CACHE" in got["error"]
+    assert incomplete(home) == []

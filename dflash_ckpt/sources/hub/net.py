@@ -124,6 +124,14 @@ def with_retries(
             return within(fn, seconds)
         except HubError:
             raise
+        except OSError as exc:
+            if type(exc).__module__.startswith("huggingface_hub") or exc.errno is None:
+                raise describe(exc, ctx, what, attempts=attempt) from None  # hf's HTTP errors are OSErrors too
+            # writing into the cache (the network's own errors are httpx's, which are not OSError)
+            raise HubError(
+                f"{ctx.ref.label}: {what} cannot be written into the Hugging Face cache at {settings.cache_dir} "
+                f"({exc.strerror or exc}); free space there, or point HF_HUB_CACHE elsewhere"
+            ) from None
         except Exception as exc:  # noqa: BLE001 - every failure becomes one line below
             if attempt == attempts or not is_retryable(exc):
                 raise describe(exc, ctx, what, attempts=attempt) from None
