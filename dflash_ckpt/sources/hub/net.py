@@ -124,15 +124,12 @@ def with_retries(
             return within(fn, seconds)
         except HubError:
             raise
-        except OSError as exc:
-            if type(exc).__module__.startswith("huggingface_hub") or exc.errno is None:
-                raise describe(exc, ctx, what, attempts=attempt) from None  # hf's HTTP errors are OSErrors too
-            # writing into the cache (the network's own errors are httpx's, which are not OSError)
-            raise HubError(
-                f"{ctx.ref.label}: {what} cannot be written into the Hugging Face cache at {settings.cache_dir} "
-                f"({exc.strerror or exc}); free space there, or point HF_HUB_CACHE elsewhere"
-            ) from None
         except Exception as exc:  # noqa: BLE001 - every failure becomes one line below
+            if _cache_write_error(exc):
+                raise HubError(
+                    f"{ctx.ref.label}: {what} cannot be written into the Hugging Face cache at {settings.cache_dir} "
+                    f"({getattr(exc, 'strerror', None) or exc}); free space there, or point HF_HUB_CACHE elsewhere"
+                ) from None
             if attempt == attempts or not is_retryable(exc):
                 raise describe(exc, ctx, what, attempts=attempt) from None
             asked = _retry_after(exc)
@@ -152,6 +149,12 @@ def with_retries(
             time.sleep(wait)
             pause *= 2
     raise AssertionError("unreachable")
+
+
+def _cache_write_error(exc: BaseException) -> bool:
+    """An OS error of our own file writes: huggingface_hub's HTTP errors are OSErrors too (without
+    an errno), and the network's are httpx's, which are not."""
+    return isinstance(exc, OSError) and exc.errno is not None and not type(exc).__module__.startswith("huggingface_hub")
 
 
 def _retry_after(exc: BaseException) -> float | None:
