@@ -180,8 +180,12 @@ _RULES: list[Rule] = [
          "never opened, and engines loading safetensors ignore them.",
          "Delete them if the safetensors files are complete."),
     Rule("DF203", "bad-safetensors-header", E, "A safetensors header cannot be read",
-         "The file is shorter than 8 bytes, declares a header larger than 100 MB, or its header "
-         "is not the JSON the format prescribes (dtype, shape, data_offsets for every tensor).",
+         "The file is shorter than 8 bytes, declares a header larger than the format's "
+         "100,000,000 bytes, or its header is not the JSON the format prescribes (a known dtype, "
+         "a shape and data_offsets for every tensor, string-to-string __metadata__), or it is "
+         "something the safetensors library refuses to open: sizes that overflow 64 bits, "
+         "offsets that leave a gap or overlap once sorted, bytes after the last tensor. Headers "
+         "holding more tensors or values than any draft (README, Limits) are refused unparsed.",
          "Re-download the file; it is corrupt or not a safetensors file."),
     Rule("DF204", "truncated-safetensors", E, "A safetensors file is shorter than its header says",
          "The header places tensor data past the end of the file: the download was cut short.",

@@ -195,3 +195,32 @@ def test_free_space_message_states_the_margin(cli: Any, monkeypatch: pytest.Monk
     monkeypatch.setattr(fsops.shutil, "disk_usage", lambda p: type(real(p))(real(p).total, 0, FREE_SPACE_MARGIN))
     line = refused(cli("normalize", str(draft), str(tmp_path / "o"), "--copy"), 2, "free, but copying the draft needs")
     assert f"plus a margin of {human_bytes(FREE_SPACE_MARGIN)} left free" in line
+
+
+@pytest.mark.parametrize("text, needle", [
+    ('{"a": ' + "[" * 500 + "]" * 500 + "}", "nested too deep"),
+    ('{"block_size": ' + "9" * 5000 + "}", "over 4300 digits"),
+], ids=["nested-500", "int-5000-digits"])
+def test_normalize_of_a_deep_or_long_int_config_is_one_line(cli: Any, tmp_path: Path, text: str, needle: str) -> None:
+    draft = small_draft(tmp_path / "d")
+    (draft / "config.json").write_text(text)
+    refused(cli("normalize", str(draft), str(tmp_path / "o")), 2, str(draft / "config.json"), needle)
+    assert not (tmp_path / "o").exists() and leftovers(tmp_path) == []
+
+
+def test_normalize_of_a_block_size_million_writes_nothing(cli: Any, tmp_path: Path) -> None:
+    import json
+
+    draft = small_draft(tmp_path / "d")
+    cfg = json.loads((draft / "config.json").read_text())
+    cfg["block_size"] = 1_000_000
+    (draft / "config.json").write_text(json.dumps(cfg))
+    res = cli("normalize", str(draft), str(tmp_path / "o"))
+    no_traceback(res)
+    assert res.code == 1 and "DF144" in res.stderr + res.stdout
+    assert not (tmp_path / "o").exists()
+
+
+def test_layer_types_repeat_is_bounded(cli: Any, tmp_path: Path) -> None:
+    draft = small_draft(tmp_path / "d")
+    refused(cli("normalize", str(draft), "--dry-run", "--layer-types", "full*1000000000"), 2, "more than 4096 layers")
