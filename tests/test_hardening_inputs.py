@@ -287,3 +287,21 @@ def test_a_broken_draft_among_several_is_a_row_of_its_own(tmp_path: Path, fixtur
     assert [r["exit_code"] for r in doc["results"]] == [0, 2, 1, 1]
     assert res.code == 2
     assert "nested too deep" in doc["results"][1]["error"]["message"]
+
+
+@pytest.mark.parametrize("name", ["config.json", "model.safetensors"])
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+def test_special_files_in_a_draft_are_named_for_what_they_are(tmp_path: Path, fixtures_root: Path, cli: Any, name: str, kind: str) -> None:
+    import os
+
+    d = _draft(tmp_path, fixtures_root)
+    (d / name).unlink()
+    if kind == "fifo":
+        os.mkfifo(d / name)
+    else:
+        os.symlink("/dev/zero", d / name)
+    res = cli("inspect", str(d))
+    no_traceback(res)
+    what = "a named pipe (FIFO)" if kind == "fifo" else "a character device"
+    assert f"{d / name}: is {what}, not a regular file" in res.stdout + res.stderr
+    assert res.code == (2 if name == "config.json" else 1)
