@@ -2,11 +2,16 @@
 
 1. ``fetch_listing``: the repo info at a revision (``GET /api/models/{repo}[/revision/{rev}]``
    with file sizes), which pins the revision to a commit and lists the files.
-2. ``HubClient.download``: a small file (``config.json``, the shard index) through
-   ``hf_hub_download``, so that it lands in the Hugging Face cache.
+2. ``HubClient.download``: a whole file (``config.json``, the shard index, weights for
+   ``normalize`` and ``smoke-run``) by one streamed GET capped at its listed size, into the
+   Hugging Face cache in huggingface_hub's layout (``download.py``).
 3. ``HubClient.fetch_range``: ``bytes=a-b`` of a file through huggingface_hub's HTTP session
    (its auth headers, user agent, proxy settings and redirect rules), checked against
    ``Content-Range``: how a safetensors header is read without its tensor data.
+
+Each request runs under an overall deadline and the retry policy of ``with_retries``
+(``DFLASH_CKPT_HUB_DEADLINE``, ``DFLASH_CKPT_HUB_RETRIES``, ``DFLASH_CKPT_HUB_BACKOFF``,
+``DFLASH_CKPT_HUB_MAX_RETRY_AFTER``; README, Limits).
 
 Every function reads the environment when called rather than when imported, so that
 ``HF_ENDPOINT``, ``HF_HUB_CACHE`` and friends set by a test, or by the user, always apply.

@@ -1,7 +1,7 @@
 """A ``Source`` over one Hub repo at one commit that never downloads tensor data.
 
-Small files (``config.json``, the shard index, ``tokenizer_config.json``) are fetched whole through
-``hf_hub_download`` and land in the Hugging Face cache. Weight files are read with HTTP range
+Small files (``config.json``, the shard index, ``tokenizer_config.json``) are fetched whole
+(``HubClient.download``: capped at their listed size) and land in the Hugging Face cache. Weight files are read with HTTP range
 requests: a read that starts at byte 0 fetches a little more than asked (``prefetch``) so that
 the 8-byte length and the JSON header of a safetensors file usually come in one request, and the
 bytes read from the start of a file are kept (in memory and in the cache) so that the next run,
