@@ -8,8 +8,8 @@ inputs (and others shaped to cost the most per byte) in a temporary folder, runs
 its own process, and reads the child's peak RSS (``resource.getrusage(RUSAGE_CHILDREN)`` after
 each run, one process per run so the maxima do not mix). It prints the peak, the peak above the
 baseline (the same command on a clean small draft), the largest input file, and their ratio. The
-claims (README, Limits): for inspect the peak above the baseline stays within 3x the largest
-input file read (under 64 MiB for a config at its value cap); for normalize within 15x the config.
+claims (README, Limits): above the baseline, inspect's peak is at most 3x the largest input file
+read plus 64 MiB; normalize's at most 15x the config's size plus 128 MiB.
 """
 
 from __future__ import annotations
