@@ -263,7 +263,7 @@ def test_peak_memory_of_a_big_header_stays_a_small_multiple(tmp_path: Path, fixt
         fh.truncate(8 + len(text) + 2 * n)
     baseline = _peak_rss("inspect", str(fixtures_root / "mutants/base"), "-q")
     peak = _peak_rss("inspect", str(d), "-q")
-    assert peak - baseline <= 2.5 * path.stat().st_size, (peak, baseline)
+    assert peak - baseline <= 3 * path.stat().st_size, (peak, baseline)  # README, Limits: 3x + 64 MiB
 
 
 def test_a_broken_draft_among_several_is_a_row_of_its_own(tmp_path: Path, fixtures_root: Path, cli: Any) -> None:
