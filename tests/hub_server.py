@@ -23,7 +23,8 @@ seen, with its status and the bytes on the wire) to assert what went over the ne
 answers (issue 10) are ``corrupt`` kinds too: ``oversize`` (a Content-Length ``extra`` bytes beyond
 the file), ``overflow`` (no Content-Length, ``extra`` bytes more than the file, then close),
 ``gzip`` (a gzip bomb sent as ``Content-Encoding: gzip``), ``drip`` (the body one byte every
-``interval`` seconds) and ``drip-head`` (the response head itself that slowly); ``fail`` takes a
+``interval`` seconds), ``drip-head`` (the response head itself that slowly) and ``bad-name`` (repo
+info listing a file outside the repo); ``fail`` takes a
 ``retry_after`` header value. Every loop is bounded, and the server only listens on 127.0.0.1.
 """
 
@@ -443,6 +444,8 @@ class _Handler(BaseHTTPRequestHandler):
                 if f.lfs:
                     entry["lfs"] = {"sha256": f.sha256, "size": f.size, "pointerSize": 134}
             siblings.append(entry)
+        if self.fault is not None and self.fault.action == "bad-name":  # a listing no Hub sends
+            siblings.append({"rfilename": "../../../escape.safetensors.index.json", "size": 2, "blobId": "0" * 40})
         self._json(200, {
             "_id": commit.sha[:24], "id": repo_id, "modelId": repo_id, "author": repo_id.split("/")[0],
             "sha": commit.sha, "lastModified": "2026-05-01T00:00:00.000Z", "private": repo.private,

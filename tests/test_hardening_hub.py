@@ -169,3 +169,9 @@ def test_a_cache_that_cannot_take_the_file_is_one_line(hub: HubServer, home: Pat
     assert "cannot be written into the Hugging Face cache at" in got.get("error", ""), got
     assert "model.safetensors" in got["error"] and "HF_HUB_CACHE" in got["error"]
     assert incomplete(home) == []
+
+
+def test_a_listing_naming_a_file_outside_the_repo_is_refused(hub: HubServer, home: Path) -> None:
+    hub.corrupt(r"^/api/models/tiny/draft$", "bad-name", times=10)
+    one_line_error(cli(hub, home, "inspect", "tiny/draft"), "listing the file name '../../../escape", "no repo can hold")
+    assert not (home.parent / "escape.safetensors.index.json").exists()

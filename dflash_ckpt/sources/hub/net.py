@@ -230,8 +230,9 @@ def fetch_listing(ctx: HubContext, settings: HubSettings, token: str | bool) -> 
         size = sib.lfs.size if sib.lfs is not None else sib.size
         if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= limits.MAX_USIZE:
             raise describe(ProtocolError(f"repo info without a valid size for {str(sib.rfilename)[:200]}"), ctx, "repo info")
-        if not isinstance(sib.rfilename, str):
-            raise describe(ProtocolError("repo info with a file name that is not a string"), ctx, "repo info")
+        if not isinstance(sib.rfilename, str) or not _safe_name(sib.rfilename) or sib.rfilename.startswith("/"):
+            shown = repr(sib.rfilename)[:80]
+            raise describe(ProtocolError(f"repo info listing the file name {shown}, which no repo can hold"), ctx, "repo info")
         sha256 = sib.lfs.sha256 if sib.lfs is not None else None
         blob_id = getattr(sib, "blob_id", None)
         files[sib.rfilename] = RemoteFile(
