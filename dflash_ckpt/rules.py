@@ -198,6 +198,13 @@ _RULES: list[Rule] = [
          "conv_group_size must divide hidden_size (one dynamic coefficient per group of channels) "
          "and selector_top_k cannot exceed vocab_size.",
          "Restore the keys from the published config of the draft."),
+    Rule("DF145", "config-value-out-of-bounds", E, "A config number is beyond any real draft",
+         "Numbers that size loops and allocations (block_size, num_hidden_layers, hidden_size, "
+         "vocab_size, the length of target_layer_ids or layer_types, ...) are checked against "
+         "bounds far above every published draft (README, Limits) before anything uses them; a "
+         "value past them is corruption or a hostile file, and the checks that depend on it "
+         "are skipped.",
+         "Restore the value published with the draft."),
     # -- DF2xx: the weights -----------------------------------------------------------------------
     Rule("DF201", "no-safetensors", E, "No safetensors weights",
          "The folder holds no *.safetensors file. This tool reads only safetensors (never pickle "
@@ -209,8 +216,12 @@ _RULES: list[Rule] = [
          "never opened, and engines loading safetensors ignore them.",
          "Delete them if the safetensors files are complete."),
     Rule("DF203", "bad-safetensors-header", E, "A safetensors header cannot be read",
-         "The file is shorter than 8 bytes, declares a header larger than 100 MB, or its header "
-         "is not the JSON the format prescribes (dtype, shape, data_offsets for every tensor).",
+         "The file is shorter than 8 bytes, declares a header larger than the format's "
+         "100,000,000 bytes, or its header is not the JSON the format prescribes (a known dtype, "
+         "a shape and data_offsets for every tensor, string-to-string __metadata__), or it is "
+         "something the safetensors library refuses to open: sizes that overflow 64 bits, "
+         "offsets that leave a gap or overlap once sorted, bytes after the last tensor. Headers "
+         "holding more tensors or values than any draft (README, Limits) are refused unparsed.",
          "Re-download the file; it is corrupt or not a safetensors file."),
     Rule("DF204", "truncated-safetensors", E, "A safetensors file is shorter than its header says",
          "The header places tensor data past the end of the file: the download was cut short.",
@@ -267,6 +278,10 @@ _RULES: list[Rule] = [
          "The weights hold tensors of the other generation (conv kernels, candidate selector), "
          "so the architecture in config.json does not describe them.",
          "Set architectures to the generation the weights belong to."),
+    Rule("DF223", "no-tensors", E, "The weights hold no tensors",
+         "The safetensors headers (or the shard index's weight_map) list no tensor at all: the "
+         "files load, but there is no draft in them.",
+         "Re-download the weights; an empty file or index is a failed save or upload."),
     Rule("DF224", "dflash2-codebook-suffix", E, "A DFlash2 codebook is stored with a '.weight' suffix",
          "Published DFlash2 checkpoints store candidate_selector.predecessor_codebook and "
          "successor_codebook as bare names (they are parameters, not nn.Embedding modules); engines "

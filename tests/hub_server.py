@@ -19,7 +19,13 @@ Errors carry the ``X-Error-Code`` huggingface_hub maps to its exceptions: ``Repo
 a token, 403 with a token that has no access); an unknown token gets 401 "Invalid credentials".
 
 Tests script failures with ``fail``/``delay``/``corrupt`` and read ``requests`` (every request
-seen, with its status and the bytes on the wire) to assert what went over the network.
+seen, with its status and the bytes on the wire) to assert what went over the network. Hostile
+answers (issue 10) are ``corrupt`` kinds too: ``oversize`` (a Content-Length ``extra`` bytes beyond
+the file), ``overflow`` (no Content-Length, ``extra`` bytes more than the file, then close),
+``gzip`` (a gzip bomb sent as ``Content-Encoding: gzip``), ``drip`` (the body one byte every
+``interval`` seconds), ``drip-head`` (the response head itself that slowly) and ``bad-name`` (repo
+info listing a file outside the repo); ``fail`` takes a
+``retry_after`` header value. Every loop is bounded, and the server only listens on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -100,6 +106,9 @@ class Fault:
     server: str | None = None
     status: int = 503
     seconds: float = 0.0
+    extra: int = 0
+    interval: float = 0.0
+    retry_after: str | None = None
 
 
 def _scan(folder: Path, repo_id: str, sha: str) -> dict[str, ServedFile]:
@@ -184,18 +193,24 @@ class HubServer:
 
     # -- scripting -----------------------------------------------------------------------------
 
-    def fail(self, pattern: str, *, status: int = 503, times: int = 1, method: str | None = None, server: str | None = None) -> None:
-        """Answer the next ``times`` requests whose path matches ``pattern`` with ``status``."""
-        self._add(Fault(re.compile(pattern), "status", times, method, server, status=status))
+    def fail(
+        self, pattern: str, *, status: int = 503, times: int = 1, method: str | None = None, server: str | None = None,
+        retry_after: str | None = None,
+    ) -> None:
+        """Answer the next ``times`` requests whose path matches ``pattern`` with ``status``
+        (and a ``Retry-After`` header when given)."""
+        self._add(Fault(re.compile(pattern), "status", times, method, server, status=status, retry_after=retry_after))
 
     def delay(self, pattern: str, seconds: float, *, times: int = 1, server: str | None = None) -> None:
         """Hold the next ``times`` matching requests ``seconds`` before answering (for timeouts)."""
         self._add(Fault(re.compile(pattern), "delay", times, None, server, seconds=seconds))
 
-    def corrupt(self, pattern: str, kind: str, *, times: int = 1, server: str | None = None) -> None:
+    def corrupt(
+        self, pattern: str, kind: str, *, times: int = 1, server: str | None = None, extra: int = 0, interval: float = 0.0,
+    ) -> None:
         """Answer wrongly: ``html`` (a 200 HTML page), ``bad-range`` (a wrong Content-Range),
-        ``drop`` (close the connection without an answer)."""
-        self._add(Fault(re.compile(pattern), kind, times, None, server))
+        ``drop`` (close the connection without an answer), or one of the hostile kinds above."""
+        self._add(Fault(re.compile(pattern), kind, times, None, server, extra=extra, interval=interval))
 
     def _add(self, fault: Fault) -> None:
         with self._lock:
@@ -309,7 +324,10 @@ class _Handler(BaseHTTPRequestHandler):
             if fault.action == "delay":
                 time.sleep(fault.seconds)
             elif fault.action == "status":
-                return self._error(fault.status, "ServerError" if fault.status >= 500 else None, "Scripted failure")
+                extra = {"Retry-After": fault.retry_after} if fault.retry_after is not None else None
+                return self._error(fault.status, "ServerError" if fault.status >= 500 else None, "Scripted failure", extra)
+            elif fault.action == "drip-head":
+                return self._drip_head(fault)
             elif fault.action == "html":
                 return self._send(200, b"<!doctype html><html><body>Welcome to our proxy</body></html>",
                                   {"Content-Type": "text/html; charset=utf-8"}, head_only=method == "HEAD")
@@ -426,6 +444,8 @@ class _Handler(BaseHTTPRequestHandler):
                 if f.lfs:
                     entry["lfs"] = {"sha256": f.sha256, "size": f.size, "pointerSize": 134}
             siblings.append(entry)
+        if self.fault is not None and self.fault.action == "bad-name":  # a listing no Hub sends
+            siblings.append({"rfilename": "../../../escape.safetensors.index.json", "size": 2, "blobId": "0" * 40})
         self._json(200, {
             "_id": commit.sha[:24], "id": repo_id, "modelId": repo_id, "author": repo_id.split("/")[0],
             "sha": commit.sha, "lastModified": "2026-05-01T00:00:00.000Z", "private": repo.private,
@@ -498,6 +518,9 @@ class _Handler(BaseHTTPRequestHandler):
             if self.fault is not None and self.fault.action == "bad-range":
                 headers["Content-Range"] = f"bytes {start + 8}-{end + 8}/{f.size}"
         length = end - start + 1
+        hostile = self.fault.action if self.fault is not None else None
+        if hostile in ("oversize", "overflow", "gzip", "drip") and method == "GET":
+            return self._hostile_body(hostile, status, headers, f, start, length)
         self.send_response(status)
         headers = {"Content-Length": str(length), **headers}
         for k, v in headers.items():
@@ -517,6 +540,75 @@ class _Handler(BaseHTTPRequestHandler):
                 left -= len(chunk)
                 self.seen.body_bytes += len(chunk)
                 self.seen.wire_bytes += len(chunk)
+
+    # -- hostile answers (bounded: at most ``MAX_HOSTILE`` bytes or ``MAX_DRIP`` pauses) -----------
+
+    MAX_HOSTILE = 256 * 1024 * 1024
+    MAX_DRIP = 400
+
+    def _hostile_body(self, kind: str, status: int, headers: dict[str, str], f: ServedFile, start: int, length: int) -> None:
+        import gzip
+
+        assert self.fault is not None
+        with open(f.path, "rb") as fh:
+            fh.seek(start)
+            real = fh.read(min(length, 1 << 20))
+        if kind == "gzip":
+            body = gzip.compress(b"\0" * min(self.fault.extra or 64 << 20, self.MAX_HOSTILE), compresslevel=9)
+            self.send_response(status)
+            for k, v in {**headers, "Content-Encoding": "gzip", "Content-Length": str(len(body))}.items():
+                self.send_header(k, v)
+            self.end_headers()
+            self._count_head(status, headers)
+            self._write(body)
+            return
+        if kind == "drip":
+            self.send_response(status)
+            for k, v in {**headers, "Content-Length": str(length)}.items():
+                self.send_header(k, v)
+            self.end_headers()
+            self._count_head(status, headers)
+            for i in range(min(length, len(real), self.MAX_DRIP)):
+                self._write(real[i:i + 1])
+                time.sleep(self.fault.interval)
+            return
+        extra = min(self.fault.extra, self.MAX_HOSTILE)
+        self.send_response(status)
+        sent = {**headers}
+        if kind == "oversize":
+            sent["Content-Length"] = str(length + self.fault.extra)
+        else:  # overflow: no length, the body ends when the connection closes
+            sent["Connection"] = "close"
+            self.close_connection = True
+        for k, v in sent.items():
+            self.send_header(k, v)
+        self.end_headers()
+        self._count_head(status, sent)
+        self._write(real)
+        left = length - len(real) + extra
+        zeros = b"\0" * CHUNK
+        while left > 0:
+            n = min(left, CHUNK)
+            self._write(zeros[:n])
+            left -= n
+
+    def _write(self, data: bytes) -> None:
+        self.wfile.write(data)
+        self.wfile.flush()
+        self.seen.body_bytes += len(data)
+        self.seen.wire_bytes += len(data)
+
+    def _drip_head(self, fault: Fault) -> None:
+        """A response head one byte every ``interval`` seconds (no per-read timeout ever trips)."""
+        head = b"HTTP/1.1 200 OK\r\nX-Slow: " + b"z" * self.MAX_DRIP
+        self.close_connection = True
+        try:
+            for i in range(len(head)):
+                self.wfile.write(head[i:i + 1])
+                self.wfile.flush()
+                time.sleep(fault.interval)
+        except OSError:
+            return
 
 
 def populate(server: HubServer, fixtures_root: Path) -> None:

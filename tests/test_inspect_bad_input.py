@@ -85,10 +85,10 @@ def test_wrong_types_are_findings_not_crashes(tmp_path: Path, fixtures_root: Pat
     "content, needle",
     [
         (b"\x01\x02\x03", "shorter than the 8-byte header length"),
-        (struct.pack("<Q", 200 * 2**20) + b"{}", "exceeds the 104857600-byte cap"),
-        (struct.pack("<Q", 12) + b"not json at!", "not UTF-8 JSON"),
+        (struct.pack("<Q", 200 * 2**20) + b"{}", "exceeds the 100,000,000-byte cap"),
+        (struct.pack("<Q", 12) + b"not json at!", "header is not JSON"),
         (struct.pack("<Q", 2) + b"[]", "not a JSON object"),
-        (struct.pack("<Q", 60) + b'{"fc.weight": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 9]}}'[:60], "not UTF-8 JSON"),
+        (struct.pack("<Q", 60) + b'{"fc.weight": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 9]}}'[:60], "header is not JSON"),
     ],
     ids=["short", "huge-header", "not-json", "not-object", "cut-header"],
 )

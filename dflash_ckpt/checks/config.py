@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Any
 
 from dflash_ckpt.sources.jsonfile import json_type
 from dflash_ckpt.rules import Finding, finding
 from dflash_ckpt.spec.layer_kinds import LAYER_KINDS, SLIDING, explicit_layer_kinds
-from dflash_ckpt.spec.resolve import ABSENT, DFLASH_KEYS, NESTED, TOP_LEVEL, DraftSpec, as_int, as_int_list
+from dflash_ckpt.limits import MAX_LAYERS, MAX_LIST_LEN
+from dflash_ckpt.sources.jsonfile import json_depth
+from dflash_ckpt.spec.resolve import (
+    ABSENT, DFLASH2_KEYS, DFLASH_KEYS, KEY_BOUNDS, NESTED, TOP_LEVEL, DraftSpec, as_int, as_int_list,
+)
 
 
 def key_path(place: str, key: str) -> str:
@@ -54,6 +59,7 @@ def check_config(spec: DraftSpec) -> list[Finding]:
                     f"{w}: key '{key_path(place, key)}' must be an integer, found {json_type(raw)} {_show(raw)}",
                 ))
 
+    out += _check_bounds(spec)
     out += _check_layer_ids(spec)
     block = spec.block_size
     if block is not None and block < 2:
@@ -80,7 +86,7 @@ def check_config(spec: DraftSpec) -> list[Finding]:
                 "from dflash_config and serves the draft without it (`dflash-ckpt normalize` copies it)",
             ))
     if spec.generation == "unknown":
-        archs = spec.architectures or "nothing"
+        archs = _show(spec.architectures) if spec.architectures else "nothing"
         out.append(finding(
             "DF140",
             f"{w}: key 'architectures' is {archs}, not DFlashDraftModel or DFlash2DraftModel; "
@@ -89,17 +95,56 @@ def check_config(spec: DraftSpec) -> list[Finding]:
     if "auto_map" in spec.config:
         out.append(finding("DF141", f"{w}: key 'auto_map' names remote code; it was not run (and never is)"))
     for key, raw in spec.dims.invalid.items():
-        shown = "missing" if raw is ABSENT else (raw if isinstance(raw, str) else f"{json_type(raw)} {_show(raw)}")
+        shown = "missing" if raw is ABSENT else (_show(raw)[1:-1] if isinstance(raw, str) else f"{json_type(raw)} {_show(raw)}")
         out.append(finding("DF142", f"{w}: key '{key}' must be a positive integer ({shown}); tensor shapes follow from it"))
     for key in ("dtype", "torch_dtype"):
         dtype = spec.config.get(key)
         if isinstance(dtype, str) and dtype not in ("bfloat16", "auto"):
             out.append(finding(
                 "DF143",
-                f"{w}: key '{key}' is {dtype!r}; DFlash drafts run in bfloat16 (fp16 collapses "
+                f"{w}: key '{key}' is {_show(dtype)}; DFlash drafts run in bfloat16 (fp16 collapses "
                 "acceptance on Qwen3 hidden-state outliers)",
             ))
             break
+    return out
+
+
+def _too_large(w: str, path: str, value: Any, bound: int, what: str = "") -> Finding:
+    return finding(
+        "DF145",
+        f"{w}: key '{path}' is {_show(value)}{what}, beyond the {bound:,} this tool accepts (no "
+        "real draft comes near); restore the published value",
+    )
+
+
+def _check_bounds(spec: DraftSpec) -> list[Finding]:
+    """DF145 for every number past ``KEY_BOUNDS``: the spec treats those as unknown, so the checks
+    that would use them are skipped rather than sized by them."""
+    w = spec.where
+    out: list[Finding] = []
+    for key in ("block_size", "mask_token_id", "num_target_layers", *DFLASH2_KEYS):
+        rk = spec.keys.get(key) or spec.extra_keys[key]
+        for place in (NESTED, TOP_LEVEL):
+            v = as_int(rk.at(place))
+            if v is not None and abs(v) > KEY_BOUNDS[key]:
+                out.append(_too_large(w, key_path(place, key), v, KEY_BOUNDS[key]))
+    for key, v in spec.dims.too_large.items():
+        out.append(_too_large(w, key, v, KEY_BOUNDS[key]))
+    window = as_int(spec.config.get("sliding_window"))
+    if window is not None and window > KEY_BOUNDS["sliding_window"]:
+        out.append(_too_large(w, "sliding_window", window, KEY_BOUNDS["sliding_window"]))
+    rk = spec.keys["target_layer_ids"]
+    value = rk.value
+    if isinstance(value, list):
+        path = key_path(rk.source, "target_layer_ids")
+        if len(value) > MAX_LIST_LEN:
+            out.append(_too_large(w, path, value, MAX_LIST_LEN, f" ({len(value):,} entries)"))
+        elif (ids := as_int_list(value)) is not None and any(abs(i) > MAX_LAYERS for i in ids):
+            big = next(i for i in ids if abs(i) > MAX_LAYERS)
+            out.append(_too_large(w, path, value, MAX_LAYERS, f" (holds {_show(big)})"))
+    lt = spec.config.get("layer_types")
+    if isinstance(lt, list) and len(lt) > MAX_LIST_LEN:
+        out.append(_too_large(w, "layer_types", lt, MAX_LIST_LEN, f" ({len(lt):,} entries)"))
     return out
 
 
@@ -114,14 +159,16 @@ def _check_layer_ids(spec: DraftSpec) -> list[Finding]:
         return [finding("DF110", f"{w}: key '{path}' must be a list of integers, found {json_type(rk.value)} {_show(rk.value)}")]
     if not ids:
         return [finding("DF111", f"{w}: key '{path}' is empty; restore the trained tap layers")]
+    if spec.target_layer_ids is None:
+        return []  # DF145: too long, or ids no target has; nothing below is meaningful
     out: list[Finding] = []
-    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    dupes = sorted(i for i, n in Counter(ids).items() if n > 1)
     if dupes:
-        out.append(finding("DF113", f"{w}: key '{path}' repeats layer(s) {dupes}; each tap must be distinct"))
+        out.append(finding("DF113", f"{w}: key '{path}' repeats layer(s) {_show(dupes)}; each tap must be distinct"))
     if any(b <= a for a, b in zip(ids, ids[1:])) and not (dupes and ids == sorted(ids)):
         out.append(finding(
             "DF112",
-            f"{w}: key '{path}' {ids} is not strictly increasing; features are concatenated in "
+            f"{w}: key '{path}' {_show(ids)} is not strictly increasing; features are concatenated in "
             "this order, restore the trained order",
         ))
     depth = spec.num_target_layers
@@ -130,9 +177,9 @@ def _check_layer_ids(spec: DraftSpec) -> list[Finding]:
         hint = ""
         if depth is not None and max(ids) == depth and min(ids) >= 1:
             hint = (f"; {depth} is the target's depth, so these look like hidden_states indices "
-                    f"(i+1, vLLM/GGUF convention): subtract 1 to get {[i - 1 for i in ids]}")
+                    f"(i+1, vLLM/GGUF convention): subtract 1 to get {_show([i - 1 for i in ids])}")
         rng = f"0..{depth - 1}" if depth is not None else "non-negative"
-        out.append(finding("DF114", f"{w}: key '{path}' has {bad} outside {rng} (num_target_layers {depth}){hint}"))
+        out.append(finding("DF114", f"{w}: key '{path}' has {_show(bad)} outside {rng} (num_target_layers {depth}){hint}"))
     return out
 
 
@@ -153,13 +200,16 @@ def _check_layer_types(spec: DraftSpec) -> list[Finding]:
         return out
     if not isinstance(lt, list):
         return [finding("DF131", f"{w}: key 'layer_types' must be a list, found {json_type(lt)}")]
+    if len(lt) > MAX_LIST_LEN:
+        return []  # DF145
     out = []
     n = spec.dims.num_hidden_layers
     if n is not None and len(lt) != n:
         out.append(finding("DF130", f"{w}: key 'layer_types' has {len(lt)} entries but num_hidden_layers is {n}; give one per draft layer"))
-    bad = sorted({repr(v) for v in lt if v not in LAYER_KINDS})
+    bad = sorted({_show(v) for v in lt if not isinstance(v, str) or v not in LAYER_KINDS})
     if bad:
-        out.append(finding("DF131", f"{w}: key 'layer_types' holds {', '.join(bad)}; each entry must be 'full_attention' or 'sliding_attention'"))
+        shown = ", ".join(bad[:4]) + (f" and {len(bad) - 4} more" if len(bad) > 4 else "")
+        out.append(finding("DF131", f"{w}: key 'layer_types' holds {shown}; each entry must be 'full_attention' or 'sliding_attention'"))
     if SLIDING in lt and not has_window:
         out.append(finding(
             "DF132",
@@ -170,8 +220,17 @@ def _check_layer_types(spec: DraftSpec) -> list[Finding]:
 
 
 def _show(value: Any) -> str:
-    """A value as JSON, shortened for a one-line message."""
+    """A value as JSON, shortened for a one-line message (without dumping a huge one first)."""
     if value is ABSENT:
         return "absent"
+    if isinstance(value, list) and len(value) > 16:
+        return "[" + ", ".join(_show(v) for v in value[:8]) + f", ... ({len(value):,} entries)]"
+    if isinstance(value, dict) and len(value) > 16 or isinstance(value, (dict, list)) and json_depth(value, 8) > 8:
+        return "{...}" if isinstance(value, dict) else "[...]"
+    if isinstance(value, str) and len(value) > 60:
+        value = value[:60]
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**18:
+        digits = len(str(abs(value)))
+        return f"{'-' if value < 0 else ''}{str(abs(value))[:6]}... ({digits} digits)"
     text = json.dumps(value)
     return text if len(text) <= 60 else text[:57] + "..."

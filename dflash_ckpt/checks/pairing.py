@@ -3,20 +3,36 @@
 from __future__ import annotations
 
 from dflash_ckpt.rules import Finding, finding
-from dflash_ckpt.spec.resolve import DraftSpec, TargetSpec, as_int
+from dflash_ckpt.limits import MAX_DIM, MAX_LAYERS, MAX_VOCAB
+from dflash_ckpt.spec.resolve import DraftSpec, TargetSpec, as_int, bounded_int
+
+
+def short_list(items: list[int], show: int = 8) -> str:
+    """A list of ints for a one-line message: the first ``show``, then how many more."""
+    if len(items) <= show:
+        return str(items)
+    return "[" + ", ".join(map(str, items[:show])) + f", ... ({len(items) - show} more)]"
 
 
 def check_pairing(spec: DraftSpec, target: TargetSpec) -> list[Finding]:
     tw = target.where + (" (text_config)" if target.text_config_used else "")
-    depth, hidden, vocab = (as_int(target.num_hidden_layers), as_int(target.hidden_size), as_int(target.vocab_size))
+    depth = bounded_int(target.num_hidden_layers, MAX_LAYERS)
+    hidden = bounded_int(target.hidden_size, MAX_DIM)
+    vocab = bounded_int(target.vocab_size, MAX_VOCAB)
     out: list[Finding] = []
-    for key, val in (("num_hidden_layers", depth), ("hidden_size", hidden), ("vocab_size", vocab)):
+    for key, val, raw, bound in (
+        ("num_hidden_layers", depth, target.num_hidden_layers, MAX_LAYERS),
+        ("hidden_size", hidden, target.hidden_size, MAX_DIM),
+        ("vocab_size", vocab, target.vocab_size, MAX_VOCAB),
+    ):
         if val is None or val <= 0:
+            big = as_int(raw) is not None and raw > bound
             out.append(finding(
                 "DF308",
-                f"{tw}: key '{key}' is missing or not a positive integer; point --target at the "
-                "target model's folder",
+                f"{tw}: key '{key}' is " + (f"beyond the {bound:,} this tool accepts" if big else
+                "missing or not a positive integer") + "; point --target at the target model's folder",
             ))
+    depth, hidden, vocab = (v if v is not None and v > 0 else None for v in (depth, hidden, vocab))
     w = spec.where
     ntl = spec.num_target_layers
     if depth and ntl is not None and ntl != depth:
@@ -44,7 +60,7 @@ def check_pairing(spec: DraftSpec, target: TargetSpec) -> list[Finding]:
             f"{w}: mask_token_id {mask} is not below the target's vocab_size {vocab}; it must be a "
             "row of the target's embedding table",
         ))
-    pad = as_int(target.pad_token_id)
+    pad = bounded_int(target.pad_token_id, MAX_VOCAB)
     if mask is not None and pad is not None and mask == pad:
         out.append(finding(
             "DF305",
@@ -57,7 +73,7 @@ def check_pairing(spec: DraftSpec, target: TargetSpec) -> list[Finding]:
         if beyond:
             out.append(finding(
                 "DF306",
-                f"{w}: target_layer_ids {beyond} are beyond the target's {depth} layers (0..{depth - 1})",
+                f"{w}: target_layer_ids {short_list(beyond)} are beyond the target's {depth} layers (0..{depth - 1})",
             ))
         if depth - 1 in ids:
             out.append(finding(

@@ -5,10 +5,11 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+from dflash_ckpt.checks.pairing import short_list
 from dflash_ckpt.rules import Finding, finding
 from dflash_ckpt.spec.resolve import DraftSpec
 from dflash_ckpt.spec.tensor_layout import DFLASH2_MARKERS, expected_tensors
-from dflash_ckpt.sources.weights import WeightInventory
+from dflash_ckpt.sources.weights import UNREADABLE, WeightInventory
 
 #: How many names a grouped finding spells out before it says "and N more".
 SHOW = 4
@@ -34,6 +35,11 @@ def check_weights(spec: DraftSpec) -> list[Finding]:
         ))
         return out
     if not inv.tensors:
+        if not any(p.code in UNREADABLE or p.code == "DF223" for p in inv.problems):
+            files = ", ".join(inv.where.get(f, f) for f in inv.headers) or label
+            out.append(finding(
+                "DF223", f"{files}: the safetensors header lists no tensors; there is no draft in it, re-download the weights",
+            ))
         return out
 
     names, prefix = _strip_prefix(list(inv.tensors))
@@ -89,7 +95,7 @@ def check_weights(spec: DraftSpec) -> list[Finding]:
         layers = spec.dims.num_hidden_layers
         beyond = sorted({int(m.group(1)) for n in unexpected if (m := LAYER_RE.match(n))
                          and layers is not None and int(m.group(1)) >= layers})
-        hint = f" (layers {beyond} are beyond num_hidden_layers {layers})" if beyond else ""
+        hint = f" (layers {short_list(beyond)} are beyond num_hidden_layers {layers})" if beyond else ""
         out.append(finding("DF214", f"{label}: {len(unexpected)} unexpected tensor(s){hint}: {_list(unexpected)}"))
     out += _check_dtypes(label, inv)
     return out

@@ -20,6 +20,11 @@ class Prefer(str, Enum):
     top_level = "top-level"
 
 
+class ExternalLinks(str, Enum):
+    copy = "copy"
+    link = "link"
+
+
 def register(app: typer.Typer) -> None:
     """Add ``normalize`` to the CLI."""
 
@@ -33,6 +38,7 @@ def register(app: typer.Typer) -> None:
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the diff and verdicts, write nothing."),
         force: bool = typer.Option(False, "--force", help="Replace an OUT that exists and is not empty (or an old config.json.orig); let --in-place rewrite a Hugging Face cache snapshot."),
         copy: bool = typer.Option(False, "--copy", help="Copy the weights into OUT even where hard links are possible."),
+        external_links: ExternalLinks = typer.Option(ExternalLinks.copy, "--external-links", help="DRAFT's links to files outside it: give OUT their content (copy) or a link to the same target (link); warned either way.", case_sensitive=False),
         target_layer_ids: Optional[str] = typer.Option(None, "--target-layer-ids", help="Supply missing tap layers, e.g. 1,9,17,25,33 (checked against fc.weight).", show_default=False),
         block_size: Optional[int] = typer.Option(None, "--block-size", help="Supply a missing block_size (>= 2).", show_default=False),
         mask_token_id: Optional[int] = typer.Option(None, "--mask-token-id", help="Supply a missing mask_token_id (below the vocab).", show_default=False),
@@ -76,6 +82,7 @@ def register(app: typer.Typer) -> None:
         req = Request(
             draft=draft, out=out.expanduser() if out is not None else None, in_place=in_place,
             backup=not no_backup, check=check, dry_run=dry_run, force=force, copy=copy,
+            external_links=external_links.value,
             prefer=prefer.value if prefer is not None else None, mirrors=not no_mirrors,
             overrides=overrides, target=target, revision=revision, token=token,
             json_out=json_out, quiet=quiet,

@@ -50,6 +50,8 @@ class Request:
     token: str | None
     json_out: bool
     quiet: bool
+    #: DRAFT's links to files outside it: "copy" (their content) or "link" (normalize/fsops.py)
+    external_links: str = "copy"
 
     @property
     def mode(self) -> str:
@@ -134,7 +136,13 @@ def run_normalize(req: Request) -> int:
 
     outcome = Outcome(req=req, label=req.draft)
     try:
-        _run(req, outcome)
+        try:
+            _run(req, outcome)
+        finally:
+            if req.out is not None:
+                from dflash_ckpt.normalize.fsops import unlock_out
+
+                unlock_out(req.out)  # the lock check_out_path took (normalize/fsops.py)
     except DFlashCkptError as err:
         outcome.error = err
         outcome.exit_code = err.exit_code
@@ -367,7 +375,7 @@ def _plan_out(req: Request, draft_dir: Path) -> list[Any]:
     from dflash_ckpt.normalize.fsops import check_free_space, plan_files
 
     assert req.out is not None
-    actions = plan_files(draft_dir, req.out, copy_weights=req.copy)
+    actions = plan_files(draft_dir, req.out, copy_weights=req.copy, external_links=req.external_links)
     check_free_space(req.out.absolute().parent, sum(a.size for a in actions if a.how == "copy"))
     return actions
 

@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from dflash_ckpt.errors import InputError, UsageError
+from dflash_ckpt.limits import FREE_SPACE_MARGIN
+from dflash_ckpt.limits import human_bytes as round_bytes
 from dflash_ckpt.sources.base import describe_os_error
 
 #: Files that are linked rather than copied: big, and never edited by hand. Small files (JSON,
@@ -33,8 +35,13 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5
 SKIP_DIRS = (".cache", ".git")
 #: Copies at least this large show a progress bar (when stderr is a terminal).
 PROGRESS_MIN_BYTES = 256 * 2**20
-#: Room left free beyond the copy itself.
-FREE_MARGIN = 16 * 2**20
+#: Room left free beyond the copy itself (stated in the message that refuses a copy).
+FREE_MARGIN = FREE_SPACE_MARGIN
+#: What DRAFT's links to files outside it become in OUT: the file's content (hard-linked or
+#: copied like any other file), or a symbolic link to the same absolute target.
+EXTERNAL_COPY, EXTERNAL_LINK = "copy", "link"
+#: Write errors that are about the destination whatever file was being copied.
+OUT_FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EMLINK}
 CHUNK = 8 * 2**20
 SENDFILE_CHUNK = 64 * 2**20
 LINK_FALLBACK_ERRNOS = {errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP}
@@ -47,7 +54,8 @@ class FileAction:
     rel: str
     src: Path  # the real file (links of a cache snapshot resolved)
     size: int
-    how: str  # "link", "copy" or "symlink" (a link to a folder, recreated as it is)
+    how: str  # "link", "copy" or "symlink" (OUT gets a symbolic link whose text is ``link_text``)
+    link_text: str | None = None
 
 
 @dataclass
@@ -70,7 +78,12 @@ def _inside(child: Path, parent: Path) -> bool:
 
 
 def check_out_path(draft_dir: Path, out: Path, *, force: bool) -> None:
-    """Refuse an OUT that would overwrite the user's files or DRAFT itself (exit 2)."""
+    """Refuse an OUT that would overwrite the user's files or DRAFT itself (exit 2).
+
+    Once OUT is known not to touch DRAFT, OUT's lock is taken (held until ``build_out`` ends, or
+    the process does), so that two runs into one OUT cannot both pass the checks below; then what
+    a killed run left behind is cleared, and OUT's state is checked.
+    """
     draft_real, out_real = _real(draft_dir), _real(out)
     if out_real == draft_real:
         raise UsageError(f"OUT {out} is DRAFT itself; give a new folder, or use --in-place to rewrite DRAFT's config.json")
@@ -79,39 +92,202 @@ def check_out_path(draft_dir: Path, out: Path, *, force: bool) -> None:
     parent = out_real.parent
     if not parent.is_dir():
         raise UsageError(f"OUT's parent folder {out.parent} does not exist; create it first")
+    if out.is_symlink():
+        raise UsageError(f"OUT {out} is a symbolic link; give the folder it points to, or a new folder")
+    if out.exists() and out.is_dir() and _inside(draft_real, out_real):
+        raise UsageError(f"OUT {out} contains DRAFT {draft_dir}; replacing it would delete the draft")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(f"{parent}: not writable by this user; OUT cannot be created there (choose another folder or fix its permissions)")
+    lock_out(out)
+    recover_stale(out)
     if out.is_symlink() or out.exists():
-        if out.is_symlink():
-            raise UsageError(f"OUT {out} is a symbolic link; give the folder it points to, or a new folder")
         if not out.is_dir():
             raise UsageError(f"OUT {out} exists and is not a folder; give a new folder")
-        if _inside(draft_real, out_real):
-            raise UsageError(f"OUT {out} contains DRAFT {draft_dir}; replacing it would delete the draft")
         try:
             empty = not any(os.scandir(out))
         except OSError as err:
             raise InputError(describe_os_error(err, str(out))) from None
         if not empty and not force:
             raise UsageError(f"OUT {out} exists and is not empty; give a new folder or pass --force to replace it")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise InputError(f"{parent}: not writable by this user; OUT cannot be created there (choose another folder or fix its permissions)")
 
 
-def plan_files(draft_dir: Path, out: Path, *, copy_weights: bool = False) -> list[FileAction]:
-    """Every file of DRAFT except ``config.json``, and whether it is linked or copied."""
+# -- one writer per OUT, and what a killed writer leaves ----------------------------------------
+
+_LOCKS: dict[str, int] = {}
+
+
+def lock_path(out: Path) -> Path:
+    """The lock file of OUT: a hidden sibling, like the partial folders."""
+    return _real(out).parent / f".{out.name}.dflash-ckpt.lock"
+
+
+def lock_out(out: Path) -> None:
+    """Hold an exclusive ``flock`` on OUT's lock file, or fail at once naming the other run.
+
+    The kernel drops the lock when the holder exits, even by SIGKILL, so a stale lock file never
+    blocks a later run. Held until ``unlock_out`` (``build_out`` calls it) or the process ends.
+    """
+    import fcntl  # noqa: PLC0415 - POSIX only, like the rest of this module
+
+    path = lock_path(out)
+    key = str(path)
+    if key in _LOCKS:
+        return
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as err:
+            raise InputError(describe_os_error(err, str(path)) + "; OUT's lock file cannot be created there") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            os.close(fd)
+            if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                holder = _read_pid(path)
+                who = f" (process {holder})" if holder else ""
+                raise UsageError(
+                    f"OUT {out} is being written by another dflash-ckpt normalize{who}, which holds "
+                    f"{path}; wait for it to finish, or give another OUT"
+                ) from None
+            raise InputError(describe_os_error(err, str(path))) from None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except OSError:
+            same = False
+        if same:  # not unlinked by a finishing run between our open and our flock
+            break
+        os.close(fd)
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    if not _LOCKS:
+        import atexit  # noqa: PLC0415
+
+        atexit.register(_unlock_all)
+    _LOCKS[key] = fd
+
+
+def _unlock_all() -> None:
+    for key in list(_LOCKS):
+        with contextlib.suppress(OSError):
+            os.unlink(key)
+        os.close(_LOCKS.pop(key))
+
+
+def unlock_out(out: Path) -> None:
+    """Release OUT's lock (and remove its file while still holding it)."""
+    key = str(lock_path(out))
+    fd = _LOCKS.pop(key, None)
+    if fd is None:
+        return
+    with contextlib.suppress(OSError):
+        os.unlink(key)
+    os.close(fd)
+
+
+def _read_pid(path: Path) -> str | None:
+    try:
+        text = path.read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return text if text.isdigit() else None
+
+
+def stale_folders(out: Path) -> tuple[list[Path], list[Path]]:
+    """Hidden siblings a killed run of ``build_out`` left: partial OUTs, and moved-aside old OUTs."""
+    parent = _real(out).parent
+    partial, old = [], []
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return [], []
+    for e in entries:
+        if e.name.startswith(f".{out.name}.partial-") and e.is_dir(follow_symlinks=False):
+            partial.append(Path(e.path))
+        elif e.name.startswith(f".{out.name}.old-") and e.is_dir(follow_symlinks=False):
+            old.append(Path(e.path))
+    return sorted(partial), sorted(old)
+
+
+def recover_stale(out: Path, *, say: Callable[[str], None] | None = None) -> list[str]:
+    """With OUT's lock held, every partial folder of OUT is dead: remove it. An old OUT moved
+    aside by a run killed mid-swap is put back when OUT is missing (it was the user's), else
+    removed. Returns what was done, one line each (also said on stderr)."""
+    import sys  # noqa: PLC0415
+
+    notes: list[str] = []
+    partial, old = stale_folders(out)
+    for folder in old:
+        inner = folder / "out"
+        if inner.is_dir() and not (out.exists() or out.is_symlink()):
+            try:
+                os.rename(inner, out)
+                notes.append(f"restored OUT {out} from {folder}, where an interrupted run had moved it")
+            except OSError as err:
+                notes.append(f"could not restore OUT {out} from {folder}: {err.strerror}; move it back by hand")
+                continue
+        shutil.rmtree(folder, ignore_errors=True)
+        if not folder.exists():
+            notes.append(f"removed {folder}, left by an interrupted run")
+    for folder in partial:
+        shutil.rmtree(folder, ignore_errors=True)
+        notes.append(
+            f"removed {folder}, a partial OUT left by an interrupted run" if not folder.exists()
+            else f"could not remove {folder}, a partial OUT left by an interrupted run; delete it by hand"
+        )
+    for line in notes:
+        (say or (lambda m: print(f"note: {m}", file=sys.stderr)))(line)
+    return notes
+
+
+def plan_files(
+    draft_dir: Path,
+    out: Path,
+    *,
+    copy_weights: bool = False,
+    external_links: str = EXTERNAL_COPY,
+    warn: Callable[[str], None] | None = None,
+) -> list[FileAction]:
+    """Every file of DRAFT except ``config.json``, and whether it is linked or copied.
+
+    A symbolic link whose target lies outside DRAFT is warned about (``warn``, default stderr):
+    with ``external_links="copy"`` OUT gets the file's content, with ``"link"`` a link to the
+    same absolute target. A link to a folder is recreated as a link, with its text kept only when
+    it resolves inside DRAFT (then it resolves to the same place inside OUT); a relative link
+    leaving DRAFT is made absolute, so that it never resolves somewhere else from OUT. Links of a
+    Hugging Face cache snapshot into its repo's ``blobs/`` are the cache's layout, not external.
+    """
+    import sys  # noqa: PLC0415
+
+    say = warn or (lambda m: print(f"warning: {m}", file=sys.stderr))
     actions: list[FileAction] = []
     try:
         out_dev = os.stat(_real(out).parent).st_dev
     except OSError as err:
         raise InputError(describe_os_error(err, str(out.parent))) from None
     out_real = _real(out)
+    draft_real = _real(draft_dir)
+    blobs = draft_real.parent.parent / "blobs" if draft_real.parent.name == "snapshots" else None
+
+    def external(target: Path) -> bool:
+        return not _inside(target, draft_real) and not (blobs is not None and _inside(target, blobs))
+
     for root, dirs, files in os.walk(draft_dir):
         rel_root = Path(root).relative_to(draft_dir)
         if rel_root == Path("."):
             dirs[:] = [d for d in dirs if d not in SKIP_DIRS]
-        for d in list(dirs):
-            if os.path.islink(os.path.join(root, d)):
-                dirs.remove(d)
-                actions.append(FileAction(str(rel_root / d), Path(root) / d, 0, "symlink"))
+        for d in sorted(dirs):
+            link = Path(root) / d
+            if not os.path.islink(link):
+                continue
+            dirs.remove(d)
+            rel = str(rel_root / d) if rel_root != Path(".") else d
+            target = _real(link)
+            if external(target):
+                say(f"{link} links to the folder {target}, outside DRAFT; OUT gets a link to {target}")
+                text = str(target)
+            else:  # relative within the tree, so that from OUT it names OUT's copy of the folder
+                text = os.path.relpath(target, _real(link.parent))
+            actions.append(FileAction(rel, link, 0, "symlink", text))
         for name in sorted(files):
             rel = str(rel_root / name) if rel_root != Path(".") else name
             if rel == "config.json":
@@ -126,6 +302,12 @@ def plan_files(draft_dir: Path, out: Path, *, copy_weights: bool = False) -> lis
             src = _real(path)
             if _inside(src, out_real) and out.exists():
                 raise UsageError(f"{path} lives inside OUT {out} (as {src}); replacing OUT would delete it")
+            if os.path.islink(path) and external(src):
+                if external_links == EXTERNAL_LINK:
+                    say(f"{path} links to {src}, outside DRAFT; OUT gets a link to it (--external-links link)")
+                    actions.append(FileAction(rel, src, 0, "symlink", str(src)))
+                    continue
+                say(f"{path} links to {src}, outside DRAFT; OUT gets its content (--external-links link keeps a link)")
             link = not copy_weights and name.endswith(WEIGHT_SUFFIXES) and st.st_dev == out_dev
             actions.append(FileAction(rel, src, st.st_size, "link" if link else "copy"))
     return actions
@@ -139,8 +321,9 @@ def check_free_space(folder: Path, needed: int) -> None:
         raise InputError(describe_os_error(err, str(folder))) from None
     if needed + FREE_MARGIN > free:
         raise InputError(
-            f"{folder}: {human_bytes(free)} free, but copying the draft needs {human_bytes(needed)}; "
-            "free space, or put OUT on the draft's filesystem (weights are then hard-linked, not copied)"
+            f"{folder}: {human_bytes(free)} free, but copying the draft needs {human_bytes(needed)} "
+            f"plus a margin of {round_bytes(FREE_MARGIN)} left free; free space, or put OUT on the "
+            "draft's filesystem (weights are then hard-linked, not copied)"
         )
 
 
@@ -229,6 +412,37 @@ def build_out(
     progress: ProgressFactory | None = None,
 ) -> BuildReport:
     """Write OUT: DRAFT's files (linked or copied) and the new ``config.json``, all or nothing."""
+    lock_out(out)
+    try:
+        return _build_out(draft_dir, out, config_bytes, config_mode, actions, progress=progress)
+    except OSError as err:
+        raise out_error(err, out) from None
+    finally:
+        unlock_out(out)
+
+
+def out_error(err: OSError, out: Path) -> InputError:
+    """One line for a failure to write OUT, naming OUT (not the file being copied into it)."""
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        what = "no space (or no free inodes) left" if err.errno == errno.ENOSPC else "disk quota exceeded"
+        return InputError(
+            f"OUT {out}: {what} on its filesystem while writing it; nothing was kept, free space "
+            "(`df -h`, `df -i`) or give an OUT on another filesystem"
+        )
+    if err.errno == errno.EROFS:
+        return InputError(f"OUT {out}: its filesystem is read-only; give an OUT on a writable one")
+    return InputError(f"OUT {out}: writing it failed ({err.strerror or err}); nothing was kept")
+
+
+def _build_out(
+    draft_dir: Path,
+    out: Path,
+    config_bytes: bytes,
+    config_mode: int,
+    actions: list[FileAction],
+    *,
+    progress: ProgressFactory | None = None,
+) -> BuildReport:
     parent = _real(out).parent
     report = BuildReport()
     to_copy = sum(a.size for a in actions if a.how == "copy") + len(config_bytes)
@@ -267,7 +481,7 @@ def _place(a: FileAction, tmp: Path, parent: Path, report: BuildReport, on_bytes
     dst = tmp / a.rel
     dst.parent.mkdir(parents=True, exist_ok=True)
     if a.how == "symlink":
-        os.symlink(os.readlink(a.src), dst)
+        os.symlink(a.link_text if a.link_text is not None else os.readlink(a.src), dst)
         return
     if a.how == "link":
         try:
@@ -276,12 +490,16 @@ def _place(a: FileAction, tmp: Path, parent: Path, report: BuildReport, on_bytes
             report.bytes_linked += a.size
             return
         except OSError as err:
+            if err.errno in OUT_FULL_ERRNOS - {errno.EMLINK}:
+                raise
             if err.errno not in LINK_FALLBACK_ERRNOS:
                 raise InputError(describe_os_error(err, str(a.src))) from None
             check_free_space(parent, a.size)  # this one was counted as a link
     try:
         copy_file(a.src, dst, on_bytes)
     except OSError as err:
+        if err.errno in OUT_FULL_ERRNOS:
+            raise  # about OUT: build_out names it
         raise InputError(describe_os_error(err, str(a.src)) + " (while copying into OUT)") from None
     report.copied.append(a.rel)
     report.bytes_copied += a.size

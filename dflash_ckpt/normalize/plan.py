@@ -27,6 +27,7 @@ from typing import Any
 
 from dflash_ckpt.normalize.config_text import ADD, REMOVE, SET, Edit, apply_edit
 from dflash_ckpt.errors import CheckFailed, UsageError
+from dflash_ckpt.limits import MAX_LAYERS
 from dflash_ckpt.sources.jsonfile import json_type
 from dflash_ckpt.spec.layer_kinds import LAYER_KINDS, SHORT_NAMES, derive_layer_kinds, explicit_layer_kinds
 from dflash_ckpt.spec.resolve import ABSENT, DFLASH_KEYS, SCALING_KEYS, as_int, as_int_list, resolve_key, same_json
@@ -378,6 +379,8 @@ def parse_layer_types(text: str) -> list[str]:
             raise UsageError(f"--layer-types: {part!r}: the repeat count after '*' must be an integer") from None
         if n < 1:
             raise UsageError(f"--layer-types: {part!r}: the repeat count must be positive")
+        if len(out) + n > MAX_LAYERS:
+            raise UsageError(f"--layer-types: more than {MAX_LAYERS} layers; give one kind per draft layer")
         out += [kind] * n
     if not out:
         raise UsageError("--layer-types is empty; give one kind per draft layer, e.g. sliding*4,full")

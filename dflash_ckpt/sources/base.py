@@ -12,9 +12,10 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 
 from dflash_ckpt.errors import InputError
+from dflash_ckpt.limits import MAX_CONFIG_BYTES, MAX_INDEX_BYTES, human_bytes
 
 #: JSON files larger than this are not configs; refusing them keeps a bad argument cheap.
-MAX_JSON_BYTES = 64 * 1024 * 1024
+MAX_JSON_BYTES = MAX_CONFIG_BYTES
 
 
 class Source(ABC):
@@ -47,16 +48,21 @@ class Source(ABC):
     def exists(self, name: str) -> bool:
         return name in self.list_files()
 
-    def read_json_bytes(self, name: str) -> bytes:
-        """The bytes of a small JSON file, refusing files too large to be a config."""
+    def read_json_bytes(self, name: str, cap: int | None = None) -> bytes:
+        """The bytes of a small JSON file, refusing files too large to be one (``limits``)."""
+        if cap is None:
+            cap = MAX_INDEX_BYTES if name.endswith(".index.json") else MAX_CONFIG_BYTES
         size = self.size(name)
-        if size > MAX_JSON_BYTES:
+        if size > cap:
             raise InputError(
-                f"{self.where(name)}: {size} bytes is too large for a JSON config "
-                f"(limit {MAX_JSON_BYTES})",
+                f"{self.where(name)}: {human_bytes(size)} is too large for a JSON config "
+                f"(limit {human_bytes(cap)})",
                 code="DF001",
             )
-        return self.read(name)
+        data = self.read(name)
+        if len(data) > cap:  # the file grew after it was measured
+            raise InputError(f"{self.where(name)}: grew past the {human_bytes(cap)} limit while read", code="DF001")
+        return data
 
     @property
     def local_dir(self) -> Path | None:

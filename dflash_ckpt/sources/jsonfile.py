@@ -10,12 +10,17 @@ import json
 from typing import Any
 
 from dflash_ckpt.errors import InputError
+from dflash_ckpt.limits import MAX_JSON_DEPTH, MAX_JSON_ITEMS
 
 
-def parse_json_text(text: str, where: str, *, code: str = "DF002") -> Any:
-    """Parse ``text``; on a syntax error raise ``InputError`` naming ``where``, line and column."""
+def parse_json_text(text: str, where: str, *, code: str = "DF002", max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """Parse ``text``; on a syntax error raise ``InputError`` naming ``where``, line and column.
+
+    Integers past Python's digit limit for conversions, and nesting deeper than ``max_depth``,
+    are one line too: either would otherwise surface later as a traceback far from the file.
+    """
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except json.JSONDecodeError as err:
         raise InputError(
             f"{where}: invalid JSON at line {err.lineno} column {err.colno}: {err.msg}; "
@@ -23,11 +28,55 @@ def parse_json_text(text: str, where: str, *, code: str = "DF002") -> Any:
             code=code,
         ) from None
     except RecursionError:
-        raise InputError(f"{where}: JSON nested too deeply to read", code=code) from None
+        raise InputError(_too_deep(where, max_depth), code=code) from None
+    except ValueError as err:  # "Exceeds the limit (4300 digits) for integer string conversion"
+        raise InputError(f"{where}: {_int_limit(err)}", code=code) from None
+    if json_depth(value, max_depth) > max_depth:
+        raise InputError(_too_deep(where, max_depth), code=code)
+    return value
 
 
-def decode_json_bytes(data: bytes, where: str, *, code: str = "DF002") -> Any:
-    """Decode UTF-8 bytes (a BOM is tolerated, as Hugging Face loaders do) and parse them."""
+def _too_deep(where: str, max_depth: int) -> str:
+    return f"{where}: JSON nested too deep (more than {max_depth} levels); not a config file"
+
+
+def _int_limit(err: ValueError) -> str:
+    if "digits" in str(err):
+        return "holds an integer too long to convert (over 4300 digits); no config value is that large"
+    return f"invalid JSON ({str(err).splitlines()[0][:120]})"
+
+
+def json_depth(value: Any, stop: int = MAX_JSON_DEPTH) -> int:
+    """Nesting depth of a parsed value (a scalar is 0), without recursion; counting stops past ``stop``."""
+    if not isinstance(value, (dict, list)):
+        return 0
+    deepest = 1
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > deepest:
+            deepest = depth
+            if deepest > stop:
+                return deepest
+        children = node.values() if isinstance(node, dict) else node
+        for child in children:
+            if isinstance(child, (dict, list)):
+                stack.append((child, depth + 1))
+    return deepest
+
+
+def decode_json_bytes(data: bytes, where: str, *, code: str = "DF002", max_items: int = MAX_JSON_ITEMS) -> Any:
+    """Decode UTF-8 bytes (a BOM is tolerated, as Hugging Face loaders do) and parse them.
+
+    A file with more than ``max_items`` commas is refused before parsing: the parsed objects of
+    millions of tiny values would cost many times the file's size in memory.
+    """
+    items = data.count(b",")
+    if items > max_items:
+        raise InputError(
+            f"{where}: holds more than {max_items:,} values ({items:,} commas); not a config file",
+            code=code,
+        )
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as err:

@@ -43,7 +43,9 @@ class LocalSource(Source):
                 try:
                     # Follows links: cache snapshots are links to blobs. A dangling link or loop
                     # still counts as a file here so that reading it gives the precise error.
-                    if entry.is_file() or (entry.is_symlink() and not entry.is_dir()):
+                    # Not only regular files: a FIFO or device named config.json is reported as what
+                    # it is (by ``size``), not as a missing file.
+                    if not entry.is_dir():
                         files.append(entry.name)
                 except OSError:
                     files.append(entry.name)
@@ -56,7 +58,9 @@ class LocalSource(Source):
         except OSError as err:
             raise InputError(describe_os_error(err, self.where(name)), code="DF001") from None
         if not stat.S_ISREG(st.st_mode):
-            raise InputError(f"{self.where(name)}: not a regular file", code="DF001")
+            from dflash_ckpt.sources.files import file_kind  # noqa: PLC0415
+
+            raise InputError(f"{self.where(name)}: is {file_kind(st.st_mode)}, not a regular file", code="DF001")
         return st.st_size
 
     def read(self, name: str, offset: int = 0, length: int | None = None) -> bytes:

@@ -13,13 +13,14 @@ encoded with them (``tokenizer(text)``), which adds Llama's BOS.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from dflash_ckpt import limits
 from dflash_ckpt.errors import InputError, UsageError
+from dflash_ckpt.sources.chat_template import compile_template, render
+from dflash_ckpt.sources.files import read_capped, read_capped_text
 from dflash_ckpt.sources.jsonfile import decode_json_bytes
 
 SPECIAL_TOKEN_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
@@ -110,14 +111,7 @@ def read_prompts_file(path: str, first_position: int = 1) -> list[Prompt]:
     ``conversations``, and optionally ``name`` (or ``id``); a bare JSON string is a prompt too.
     Blank lines are skipped. Unnamed prompts are named by position, counting from
     ``first_position`` (the prompts given before this file come first)."""
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except OSError as err:
-        from dflash_ckpt.sources.base import describe_os_error
-
-        raise InputError(describe_os_error(err, path), code="DF001") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not UTF-8 text", code="DF001") from None
+    lines = read_capped_text(path, limits.MAX_PROMPTS_BYTES, what="prompts file").splitlines()
     prompts: list[Prompt] = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -131,7 +125,11 @@ def read_prompts_file(path: str, first_position: int = 1) -> list[Prompt]:
         if not isinstance(item, dict):
             raise InputError(f"{where}: each line must be a JSON object or string, found {type(item).__name__}", code="DF002")
         name = item.get("name", item.get("id"))
+        if name is not None and not isinstance(name, (str, int)) or isinstance(name, bool):
+            raise InputError(f"{where}: 'name' must be a string (or an integer id), found {type(name).__name__}", code="DF002")
         name = default_name if name is None else str(name)
+        if len(name) > 200:
+            raise InputError(f"{where}: 'name' has {len(name):,} characters; keep names under 200", code="DF002")
         text = item.get("prompt", item.get("text"))
         conv_key = "messages" if "messages" in item else "conversations" if "conversations" in item else None
         if conv_key is not None:
@@ -163,10 +161,12 @@ def check_unique_names(prompts: list[Prompt]) -> None:
         seen.add(p.name)
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    if not path.exists():
+def _read_json(path: Path, cap: int = limits.MAX_CONFIG_BYTES, items: int = limits.MAX_JSON_ITEMS) -> dict[str, Any]:
+    """A tokenizer-side JSON file, read as inspect reads configs: absent is ``{}``; a folder, a FIFO,
+    a device, too large, not UTF-8, too deep or not JSON is one line naming it."""
+    if not (path.exists() or path.is_symlink()):
         return {}
-    data = decode_json_bytes(path.read_bytes(), str(path))
+    data = decode_json_bytes(read_capped(path, cap, what="JSON file"), str(path), max_items=items)
     return data if isinstance(data, dict) else {}
 
 
@@ -185,15 +185,20 @@ class PromptEncoder:
         from tokenizers import Tokenizer
 
         path = folder / "tokenizer.json"
-        if not path.exists():
+        if not (path.exists() or path.is_symlink()):
             raise InputError(f"{path}: missing; smoke-run needs the target's tokenizer.json (or give --tokenizer FOLDER)", code="DF001")
+        text = read_capped_text(path, limits.MAX_TOKENIZER_BYTES, what="tokenizer.json")
         try:
-            self.tokenizer = Tokenizer.from_file(str(path))
+            self.tokenizer = Tokenizer.from_str(text)
         except Exception as err:  # tokenizers raises a bare Exception on malformed files
-            raise InputError(f"{path}: cannot be read by tokenizers ({err})", code="DF002") from None
+            raise InputError(f"{path}: cannot be read by tokenizers ({_short(err)})", code="DF002") from None
+        del text
         self.folder = folder
         self.thinking = thinking
-        config = {**_read_json(folder / "special_tokens_map.json"), **_read_json(folder / "tokenizer_config.json")}
+        config = {
+            **_read_json(folder / "special_tokens_map.json"),
+            **_read_json(folder / "tokenizer_config.json", limits.MAX_TOKENIZER_CONFIG_BYTES, limits.MAX_TOKENIZER_CONFIG_ITEMS),
+        }
         self.special_tokens = {k: t for k in SPECIAL_TOKEN_KEYS if (t := _token_text(config.get(k))) is not None}
         extra = config.get("additional_special_tokens")
         if isinstance(extra, list):
@@ -209,9 +214,9 @@ class PromptEncoder:
         if isinstance(tpl, str):
             return tpl
         jinja_file = self.folder / "chat_template.jinja"
-        if jinja_file.exists():
-            return jinja_file.read_text(encoding="utf-8")
-        tpl = _read_json(self.folder / "chat_template.json").get("chat_template")
+        if jinja_file.exists() or jinja_file.is_symlink():
+            return read_capped_text(jinja_file, limits.MAX_TEMPLATE_BYTES, what="chat template", code="DF002")
+        tpl = _read_json(self.folder / "chat_template.json", limits.MAX_TEMPLATE_BYTES).get("chat_template")
         return tpl if isinstance(tpl, str) else None
 
     @property
@@ -230,58 +235,25 @@ class PromptEncoder:
                 raise UsageError(f"prompt {prompt.name!r} is a conversation ('messages'); it needs the chat template")
             return prompt.text or ""
         if self._compiled is None:
-            self._compiled = compile_template(self.template)
-        import jinja2
-
-        try:
-            return self._compiled.render(
-                messages=prompt.conversation(), tools=None, documents=None, add_generation_prompt=True,
-                **self.special_tokens, enable_thinking=self.thinking,
-            )
-        except jinja2.TemplateError as err:
-            raise InputError(f"{self.folder}: the chat template fails on prompt {prompt.name!r}: {err}", code="DF002") from None
+            self._compiled = compile_template(self.template, f"{self.folder}: chat template")
+        context = {
+            "messages": prompt.conversation(), "tools": None, "documents": None, "add_generation_prompt": True,
+            **self.special_tokens, "enable_thinking": self.thinking,
+        }
+        return render(self._compiled, context, f"{self.folder}: the chat template fails on prompt {prompt.name!r}")
 
     def encode(self, prompt: Prompt) -> list[int]:
         text = self.render(prompt)
+        if len(text) > limits.MAX_PROMPT_CHARS:
+            raise InputError(
+                f"prompt {prompt.name!r}: {len(text):,} characters after the template, more than the "
+                f"{limits.MAX_PROMPT_CHARS:,} a prompt may have",
+                code="DF002",
+            )
         return list(self.tokenizer.encode(text, add_special_tokens=self.template is None).ids)
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False)
-
-
-def compile_template(source: str) -> Any:
-    """A jinja2 template compiled in the environment Hugging Face uses for chat templates."""
-    import jinja2
-    from jinja2.ext import Extension, loopcontrols
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    class GenerationTag(Extension):
-        """``{% generation %}...{% endgeneration %}`` marks assistant text; rendered as is."""
-
-        tags = {"generation"}
-
-        def parse(self, parser: Any) -> Any:
-            lineno = next(parser.stream).lineno
-            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-            return jinja2.nodes.Scope(body, lineno=lineno)
-
-    def raise_exception(message: str) -> None:
-        raise jinja2.TemplateError(message)
-
-    def tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None, sort_keys: bool = False) -> str:
-        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
-    def strftime_now(fmt: str) -> str:
-        return datetime.now().strftime(fmt)
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[GenerationTag, loopcontrols])
-    env.filters["tojson"] = tojson
-    env.globals["raise_exception"] = raise_exception
-    env.globals["strftime_now"] = strftime_now
-    try:
-        return env.from_string(source)
-    except jinja2.TemplateSyntaxError as err:
-        raise InputError(f"chat template: jinja syntax error at line {err.lineno}: {err.message}", code="DF002") from None
 
 
 def stop_token_ids(folder: Path, config: dict[str, Any], tokenizer_eos: int | None) -> list[int]:
@@ -293,7 +265,8 @@ def stop_token_ids(folder: Path, config: dict[str, Any], tokenizer_eos: int | No
         if isinstance(value, bool):
             return
         if isinstance(value, int):
-            ids.append(value)
+            if 0 <= value < limits.MAX_VOCAB:  # a token id; anything else is no stop token
+                ids.append(value)
         elif isinstance(value, list):
             for v in value:
                 add(v)
@@ -306,3 +279,8 @@ def stop_token_ids(folder: Path, config: dict[str, Any], tokenizer_eos: int | No
     if tokenizer_eos is not None:
         add(tokenizer_eos)
     return list(dict.fromkeys(ids))
+
+
+def _short(err: BaseException, limit: int = 200) -> str:
+    text = " ".join(str(err).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -7,12 +7,17 @@ what the tensors *mean* is judged later in ``checks.weights``.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from dflash_ckpt.errors import InputError
+from dflash_ckpt.limits import MAX_TENSORS
 from dflash_ckpt.sources.jsonfile import decode_json_bytes
 from dflash_ckpt.rules import Finding, finding
 from dflash_ckpt.sources.safetensors_header import HeaderError, SafetensorsHeader, TensorInfo, read_header
 from dflash_ckpt.sources.base import Source
 
+#: Problems after which absent tensors may just be unread ones.
+UNREADABLE = frozenset({"DF203", "DF204", "DF205", "DF207"})
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 INDEX_SUFFIX = ".safetensors.index.json"
 
@@ -38,7 +43,7 @@ class WeightInventory:
     @property
     def readable(self) -> bool:
         """Whether every header was read, so that absent tensors are really absent."""
-        return not any(p.code in {"DF203", "DF204", "DF205", "DF207"} for p in self.problems)
+        return not any(p.code in UNREADABLE for p in self.problems)
 
 
 def load_inventory(source: Source) -> WeightInventory:
@@ -55,11 +60,18 @@ def load_inventory(source: Source) -> WeightInventory:
         weight_map = _read_weight_map(source, inv.index_file, inv.problems)
 
     if weight_map is not None:
-        shard_names = list(dict.fromkeys(weight_map.values()))
+        per_shard = Counter(weight_map.values())
+        shard_names = list(per_shard)
         present = set(inv.safetensors_files)
         missing = [s for s in shard_names if s not in present]
+        if not weight_map:
+            inv.problems.append(finding(
+                "DF223",
+                f"{source.where(inv.index_file)}: 'weight_map' is empty, so no tensor is loaded; "
+                "re-download the index",
+            ))
         for shard in missing:
-            count = sum(1 for v in weight_map.values() if v == shard)
+            count = per_shard[shard]
             inv.problems.append(finding(
                 "DF205",
                 f"{source.where(inv.index_file)}: names shard {shard} ({count} tensors), which is "
@@ -69,9 +81,17 @@ def load_inventory(source: Source) -> WeightInventory:
     else:
         to_read = inv.safetensors_files
 
+    budget = MAX_TENSORS
     for name in to_read:
+        if budget <= 0:
+            inv.problems.append(finding(
+                "DF203",
+                f"{source.where(name)}: not read; the shards before it already hold {MAX_TENSORS:,} "
+                "tensors, more than any DFlash draft",
+            ))
+            continue
         try:
-            header = read_header(source, name)
+            header = read_header(source, name, max_tensors=budget)
         except HeaderError as err:
             inv.problems.append(finding(err.code, err.message))
             continue
@@ -79,6 +99,7 @@ def load_inventory(source: Source) -> WeightInventory:
             inv.problems.append(finding("DF203", err.message))
             continue
         inv.headers[name] = header
+        budget -= len(header.tensors)
         for tname, info in header.tensors.items():
             inv.tensors.setdefault(tname, info)
 
@@ -107,6 +128,12 @@ def _read_weight_map(source: Source, index_file: str, problems: list[Finding]) -
     ):
         problems.append(finding(
             "DF207", f"{where}: key 'weight_map' must be an object of tensor name -> shard file"
+        ))
+        return None
+    if len(weight_map) > MAX_TENSORS:
+        problems.append(finding(
+            "DF207", f"{where}: 'weight_map' maps {len(weight_map):,} tensors, more than the "
+            f"{MAX_TENSORS:,} any DFlash draft could hold; not a draft's index",
         ))
         return None
     return weight_map

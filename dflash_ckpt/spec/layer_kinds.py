@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dflash_ckpt.limits import MAX_LAYERS
 from dflash_ckpt.spec.resolve import ABSENT, as_int
 
 FULL, SLIDING = "full_attention", "sliding_attention"
@@ -36,6 +37,8 @@ def derive_layer_kinds(config: dict[str, Any]) -> tuple[list[str] | None, str]:
     n = as_int(config.get("num_hidden_layers"))
     if n is None or n <= 0:
         return None, "num_hidden_layers is not a positive integer"
+    if n > MAX_LAYERS:
+        return None, f"num_hidden_layers {n} is beyond the {MAX_LAYERS} layers this tool accepts"
     use = config.get("use_sliding_window", ABSENT)
     window = config.get("sliding_window", ABSENT)
     if use is False:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any, NamedTuple
 
+from dflash_ckpt.limits import MAX_BLOCK_SIZE, MAX_DIM, MAX_LAYERS, MAX_LIST_LEN, MAX_VOCAB
 from dflash_ckpt.sources.jsonfile import decode_json_bytes, require_object
 from dflash_ckpt.sources.base import Source
 from dflash_ckpt.sources.weights import WeightInventory, load_inventory
@@ -100,6 +101,33 @@ def as_int_list(value: Any) -> list[int] | None:
     return None
 
 
+def bounded_int(value: Any, maximum: int) -> int | None:
+    """``as_int(value)`` when it is at most ``maximum`` in magnitude, else ``None``: a number
+    that sizes a loop or an allocation is used only within the bounds of ``limits``."""
+    v = as_int(value)
+    return v if v is not None and -maximum <= v <= maximum else None
+
+
+#: The upper bound of every number a draft config may hold that sizes something (``limits``).
+KEY_BOUNDS: dict[str, int] = {
+    "block_size": MAX_BLOCK_SIZE,
+    "num_target_layers": MAX_LAYERS,
+    "mask_token_id": MAX_VOCAB,
+    "num_hidden_layers": MAX_LAYERS,
+    "hidden_size": MAX_DIM,
+    "num_attention_heads": MAX_DIM,
+    "num_key_value_heads": MAX_DIM,
+    "head_dim": MAX_DIM,
+    "intermediate_size": MAX_DIM,
+    "vocab_size": MAX_VOCAB,
+    "conv_kernel_size": MAX_DIM,
+    "conv_group_size": MAX_DIM,
+    "selector_rank": MAX_DIM,
+    "selector_top_k": MAX_VOCAB,
+    "sliding_window": 1 << 24,
+}
+
+
 class DraftDims(NamedTuple):
     """The shape-bearing keys of a draft config (``None`` where missing or invalid)."""
 
@@ -113,10 +141,13 @@ class DraftDims(NamedTuple):
     attention_bias: bool
     #: key -> the offending raw value (``ABSENT`` when missing)
     invalid: dict[str, Any]
+    #: key -> a positive value beyond ``KEY_BOUNDS`` (treated as unknown by every check)
+    too_large: dict[str, int] = {}  # noqa: RUF012 - NamedTuple default, never mutated
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> DraftDims:
         invalid: dict[str, Any] = {}
+        too_large: dict[str, int] = {}
 
         def pos(key: str, default: Any = ABSENT) -> int | None:
             """A positive int key; a required one (no default) that is absent is invalid."""
@@ -129,6 +160,9 @@ class DraftDims(NamedTuple):
             val = as_int(raw)
             if val is None or val <= 0:
                 invalid[key] = raw
+                return None
+            if val > KEY_BOUNDS[key]:
+                too_large[key] = val
                 return None
             return val
 
@@ -149,6 +183,7 @@ class DraftDims(NamedTuple):
             vocab_size=pos("vocab_size"),
             attention_bias=config.get("attention_bias") is True,
             invalid=invalid,
+            too_large=too_large,
         )
 
 
@@ -183,19 +218,28 @@ class DraftSpec:
 
     @property
     def block_size(self) -> int | None:
-        return as_int(self.keys["block_size"].value)
+        """The resolved block size; ``None`` when missing, not an integer or beyond bounds (DF145)."""
+        return bounded_int(self.keys["block_size"].value, MAX_BLOCK_SIZE)
 
     @property
     def mask_token_id(self) -> int | None:
-        return as_int(self.keys["mask_token_id"].value)
+        return bounded_int(self.keys["mask_token_id"].value, MAX_VOCAB)
 
     @property
     def target_layer_ids(self) -> list[int] | None:
-        return as_int_list(self.keys["target_layer_ids"].value)
+        """The tap list; ``None`` when not a list of integers, longer than ``MAX_LIST_LEN`` or
+        holding an id beyond ``MAX_LAYERS`` (DF145 says which)."""
+        value = self.keys["target_layer_ids"].value
+        if not isinstance(value, list) or len(value) > MAX_LIST_LEN:
+            return None
+        ids = as_int_list(value)
+        if ids is None or any(abs(i) > MAX_LAYERS for i in ids):
+            return None
+        return ids
 
     @property
     def num_target_layers(self) -> int | None:
-        return as_int(self.keys["num_target_layers"].value)
+        return bounded_int(self.keys["num_target_layers"].value, MAX_LAYERS)
 
     @property
     def layout(self) -> str:

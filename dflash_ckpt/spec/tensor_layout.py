@@ -6,7 +6,7 @@ draft is. A shape is ``None`` where the config key it depends on is missing or i
 
 from __future__ import annotations
 
-from dflash_ckpt.spec.resolve import DraftSpec, as_int
+from dflash_ckpt.spec.resolve import KEY_BOUNDS, DraftSpec, as_int
 
 Shape = tuple[int, ...] | None
 
@@ -20,6 +20,13 @@ def _shape(*dims: int | None) -> Shape:
 
 def _mul(a: int | None, b: int | None) -> int | None:
     return None if a is None or b is None else a * b
+
+
+def _extra(spec: DraftSpec, key: str) -> int | None:
+    """A DFlash2 size key, when it is a positive integer within ``KEY_BOUNDS`` (else DF146 or DF145 reports it, and the
+    shapes it fixes are not checked)."""
+    v = as_int(spec.extra_keys[key].value)
+    return v if v is not None and 0 < v <= KEY_BOUNDS[key] else None
 
 
 def layer_tensors(spec: DraftSpec, i: int) -> dict[str, Shape]:
@@ -49,19 +56,12 @@ def layer_tensors(spec: DraftSpec, i: int) -> dict[str, Shape]:
     return out
 
 
-def _positive(spec: DraftSpec, key: str) -> int | None:
-    """A DFlash2 key's value when it is a positive integer (else DF146 reports it, and the
-    shapes it fixes are not checked)."""
-    val = as_int(spec.extra_keys[key].value)
-    return val if val is not None and val > 0 else None
-
-
 def dflash2_layer_tensors(spec: DraftSpec, i: int) -> dict[str, Shape]:
     """DFlash2's per-layer convolution tensors: ``base_kernel [2, ks, H]`` (side 0 before the
     sublayer, side 1 after it) and ``kernel_projection.weight [2*ks*(H/g), H]``."""
     h = spec.dims.hidden_size
-    ks = _positive(spec, "conv_kernel_size")
-    g = _positive(spec, "conv_group_size")
+    ks = _extra(spec, "conv_kernel_size")
+    g = _extra(spec, "conv_group_size")
     proj_out = 2 * ks * (h // g) if h and ks and g and h % g == 0 else None
     p = f"layers.{i}."
     return {
@@ -75,7 +75,7 @@ def dflash2_layer_tensors(spec: DraftSpec, i: int) -> dict[str, Shape]:
 def dflash2_model_tensors(spec: DraftSpec) -> dict[str, Shape]:
     """DFlash2's candidate selector (the codebooks have no ``.weight`` suffix in the files)."""
     h, vocab = spec.dims.hidden_size, spec.dims.vocab_size
-    r = _positive(spec, "selector_rank")
+    r = _extra(spec, "selector_rank")
     return {
         "candidate_selector.hidden_projection.weight": _shape(r, h),
         "candidate_selector.predecessor_codebook": _shape(vocab, r),

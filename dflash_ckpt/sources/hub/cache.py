@@ -61,6 +61,8 @@ class RemoteFile:
     name: str
     size: int
     lfs_sha256: str | None = None
+    #: The git blob id (what huggingface_hub names a small file's blob by); ``None`` when not listed.
+    blob_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -157,7 +159,11 @@ class RepoCache:
             "repo_id": listing.repo_id,
             "commit": listing.commit,
             "files": {
-                f.name: {"size": f.size, **({"lfs_sha256": f.lfs_sha256} if f.lfs_sha256 else {})}
+                f.name: {
+                    "size": f.size,
+                    **({"lfs_sha256": f.lfs_sha256} if f.lfs_sha256 else {}),
+                    **({"blob_id": f.blob_id} if f.blob_id else {}),
+                }
                 for f in listing.files.values()
             },
         }
@@ -176,7 +182,7 @@ class RepoCache:
             if doc.get("format") != LISTING_FORMAT or doc.get("commit") != commit:
                 return None
             files = {
-                name: RemoteFile(name, int(info["size"]), info.get("lfs_sha256"))
+                name: RemoteFile(name, int(info["size"]), info.get("lfs_sha256"), info.get("blob_id"))
                 for name, info in doc["files"].items()
             }
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
@@ -190,7 +196,7 @@ class RepoCache:
             if doc.get("format_version") != 1:
                 return None
             files = {
-                name: RemoteFile(name, int(info.get("lfs_size") or info["size"]), info.get("lfs_sha256"))
+                name: RemoteFile(name, int(info.get("lfs_size") or info["size"]), info.get("lfs_sha256"), info.get("blob_id"))
                 for name, info in doc["files"].items()
             }
         except (OSError, ValueError, KeyError, TypeError, AttributeError):

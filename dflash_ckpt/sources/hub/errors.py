@@ -85,7 +85,10 @@ def is_retryable(exc: BaseException) -> bool:
 
 def describe(exc: BaseException, ctx: HubContext, what: str, *, attempts: int | None = None) -> HubError:
     """One ``HubError`` for ``exc`` raised while fetching ``what`` (e.g. ``repo info``, ``config.json``)."""
-    return HubError(_message(exc, ctx, what, attempts), unreachable=is_retryable(exc))
+    from dflash_ckpt.sources.hub.download import DeadlineExceeded  # noqa: PLC0415
+
+    stalled = any(isinstance(e, DeadlineExceeded) for e in chain(exc))
+    return HubError(_message(exc, ctx, what, attempts), unreachable=stalled or is_retryable(exc))
 
 
 def _message(exc: BaseException, ctx: HubContext, what: str, attempts: int | None) -> str:
@@ -152,6 +155,12 @@ def _message(exc: BaseException, ctx: HubContext, what: str, attempts: int | Non
             return (
                 f"{label}: cannot reach {ep} for {what}{tried} ({first_line(e) or type(e).__name__}); "
                 "check the network and HF_ENDPOINT, or set HF_HUB_OFFLINE=1 to use the local cache"
+            )
+        if isinstance(e, ProtocolError) and type(e).__name__ == "DeadlineExceeded":
+            return (
+                f"{label}: {ep} did not finish answering {what} within {getattr(e, 'seconds', 0):.3g} s "
+                "(DFLASH_CKPT_HUB_DEADLINE, seconds per request; downloads get 1 s more per 256 KiB); "
+                "the connection is too slow or the server stalls, try again later or raise it"
             )
         if isinstance(e, ProtocolError):
             return f"{label}: {ep} answered {what} with {first_line(e)}; check HF_ENDPOINT"

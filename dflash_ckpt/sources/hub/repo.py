@@ -2,8 +2,8 @@
 
 ``open_hub_source`` is what ``inspect`` reads through: config and index through huggingface_hub,
 safetensors headers with range requests, never tensor data. ``download_snapshot`` is what
-``normalize`` and ``smoke-run`` use, which need real files: ``snapshot_download`` of the files
-they name, with progress bars.
+``normalize`` and ``smoke-run`` use, which need real files: the files they name, each downloaded
+capped at its listed size into the cache's snapshot folder, with progress bars on a terminal.
 
 What reaches the network:
 - with ``HF_HUB_OFFLINE=1``: nothing, ever; the cache answers or the command fails in one line;
@@ -94,7 +94,7 @@ def download_snapshot(
             _warn_fallback(err, cache, ref)
             return path
         _remember(cache, ref, listing)
-        commit = listing.commit
+        return snapshot(ctx, settings, send, listing.commit, allow_patterns, listing=listing)
     return snapshot(ctx, settings, send, commit, allow_patterns)
 
 

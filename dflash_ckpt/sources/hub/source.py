@@ -1,7 +1,7 @@
 """A ``Source`` over one Hub repo at one commit that never downloads tensor data.
 
-Small files (``config.json``, the shard index, ``tokenizer_config.json``) are fetched whole through
-``hf_hub_download`` and land in the Hugging Face cache. Weight files are read with HTTP range
+Small files (``config.json``, the shard index, ``tokenizer_config.json``) are fetched whole
+(``HubClient.download``: capped at their listed size) and land in the Hugging Face cache. Weight files are read with HTTP range
 requests: a read that starts at byte 0 fetches a little more than asked (``prefetch``) so that
 the 8-byte length and the JSON header of a safetensors file usually come in one request, and the
 bytes read from the start of a file are kept (in memory and in the cache) so that the next run,
@@ -20,6 +20,7 @@ import threading
 from pathlib import Path
 
 from dflash_ckpt.errors import InputError
+from dflash_ckpt.limits import MAX_INDEX_BYTES
 from dflash_ckpt.sources.hub.cache import RepoCache, RepoListing
 from dflash_ckpt.sources.hub.errors import HubError
 from dflash_ckpt.sources.hub.net import HubClient
@@ -89,14 +90,16 @@ class HubSource(Source):
         try:
             with open(path, "rb") as fh:
                 fh.seek(offset)
-                return fh.read() if length is None else fh.read(length)
+                # whole files read this way are JSON, whose size the caller checked on the listing
+                return fh.read(MAX_INDEX_BYTES + 1) if length is None else fh.read(length)
         except OSError as err:
             raise InputError(describe_os_error(err, str(path)), code="DF001") from None
 
     def _read_whole(self, name: str) -> bytes:
         with self._lock:
             if name not in self._whole:
-                path = self._require_client(name).download(name)
+                rf = self.listing.files[name]
+                path = self._require_client(name).download(name, rf.size, rf.lfs_sha256)
                 try:
                     self._whole[name] = path.read_bytes()
                 except OSError as err:
