@@ -19,11 +19,11 @@ LOSSLESS_TEXT = {"identical": "[green]same[/]", "tie": "[yellow]tie[/]", "differ
 COLUMN_LEGEND = {
     "prompt": "the prompt's name",
     "new": "new tokens generated (the same count for T and D when the outputs match)",
-    "fwd T/D": "target forward passes, T / D (D verifies a whole block per pass)",
+    "fwd T/D": "target forward passes, T / D (T needs one per token; D verifies a whole block per pass)",
     "tau/acc": "tau = mean tokens per D step (bonus included); acc = mean drafts accepted per step (tau - 1)",
-    "T tok/s": "T's decode speed, new tokens per second after the prefill",
-    "D tok/s": "D's decode speed, new tokens per second after the prefill",
-    "speedup": "D tok/s / T tok/s",
+    "T tok/s": "T's decode speed: 1 / the median one-token step, timed over a short window",
+    "D tok/s": "D's decode speed: tau / the median draft+verify step",
+    "speedup": "D tok/s / T tok/s, measured side by side; withheld (—) when above tau (DF406)",
     "output": "D's tokens against T's: same, tie (first difference at a near tie), DIFFERS, or overflow",
 }
 COLUMNS = tuple(COLUMN_LEGEND)

@@ -134,6 +134,15 @@ class RotaryTable:
         cos, sin = self._cast[dtype]
         return cos[positions], sin[positions]
 
+    def gather(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """Like ``lookup`` but without reading ``positions`` on the host (no device sync, as the
+        static decoding path and CUDA graphs need): the caller has grown the table to cover
+        them (``new_cache`` does, for the cache's capacity)."""
+        if dtype not in self._cast:
+            self._cast[dtype] = (self.cos.to(dtype), self.sin.to(dtype))
+        cos, sin = self._cast[dtype]
+        return cos[positions], sin[positions]
+
     def span(self, start: int, length: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin for the contiguous positions ``start..start+length-1`` (a view, no gather)."""
         if start + length > self.capacity:
