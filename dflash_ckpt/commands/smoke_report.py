@@ -130,6 +130,8 @@ def verdict_line(res: SmokeResult) -> str:
     stats = res.overall() if res.runs else None
     tau = _num(stats["tau"]) if stats else "—"
     speed = _num(stats["speedup"], "{:.2f}x") if stats else "—"
+    if stats and not stats["speedup_plausible"]:
+        speed = "withheld (DF406)"
     same = sum(1 for r in res.runs if r.lossless.status in ("identical", "tie"))
     status = "[bold green]PASS[/]" if res.exit_code == 0 else "[bold red]FAIL[/]"
     return (f"{status}  tau {tau} (min {res.options.min_acceptance:g}), outputs match on {same}/{len(res.runs)} "
