@@ -33,8 +33,14 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = F.rms_norm(x.to(torch.float32), (x.shape[-1],), eps=self.eps)
-        return self.weight * h.to(x.dtype)
+        return rms_norm(x, self.weight, self.eps)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm over the last dim with HF's casts; ``weight`` broadcasts (``[d]``, or one row
+    per head for norms applied to several heads' groups at once)."""
+    h = F.rms_norm(x.to(torch.float32), (x.shape[-1],), eps=eps)
+    return weight * h.to(x.dtype)
 
 
 def fuse_linears(module: nn.Module, name: str, linears: list[nn.Linear]) -> None:

@@ -20,8 +20,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from dflash_ckpt.runtime.args import TargetArgs
-from dflash_ckpt.runtime.layers import MLP, KVCache, RMSNorm, attention, fuse_linears, head, use_fused
-from dflash_ckpt.runtime.rope import RotaryTable, apply_rope
+from dflash_ckpt.runtime.layers import MLP, KVCache, RMSNorm, attention, fuse_linears, head, rms_norm, use_fused
+from dflash_ckpt.runtime.rope import RotaryTable, rope_rows
 
 
 @dataclass
@@ -50,10 +50,20 @@ class TargetAttention(nn.Module):
             self.q_norm = self.k_norm = None
         self.register_buffer("qkv", None, persistent=False)
         self.register_buffer("qkv_bias", None, persistent=False)
+        self.register_buffer("qk_norm_w", None, persistent=False)
 
     def fuse_projections(self) -> None:
-        """One ``qkv`` matmul instead of three (see ``layers.fuse_linears``)."""
+        """One ``qkv`` matmul instead of three (see ``layers.fuse_linears``), and the q/k norm
+        weights as one ``[heads + kv_heads, head_dim]`` table (call it on final weights: the
+        table is a copy)."""
         fuse_linears(self, "qkv", [self.q_proj, self.k_proj, self.v_proj])
+        if self.q_norm is not None:
+            self.qk_norm_w = self._qk_norm_weight().detach()
+
+    def _qk_norm_weight(self) -> torch.Tensor:
+        assert self.q_norm is not None and self.k_norm is not None
+        d = self.head_dim
+        return torch.cat([self.q_norm.weight.expand(self.heads, d), self.k_norm.weight.expand(self.kv_heads, d)])
 
     def forward(
         self,
@@ -67,20 +77,27 @@ class TargetAttention(nn.Module):
     ) -> torch.Tensor:
         """``at``: the first position as an int (keys appended at ``at..``, the valid prefix of
         the cache attended), or the positions ``[n]`` as a device tensor (the static path: keys
-        written there, the whole preallocated cache attended under ``mask``)."""
+        written there, the whole preallocated cache attended under ``mask``). ``sin`` is a
+        signed table (``rope.apply_rope``).
+
+        Queries and keys are normalised and rotated together, as one ``[b, n, h + kv, d]``
+        slice of the qkv output (per-head operations, so the values are those of separate
+        calls, with half the kernels).
+        """
         b, n, _ = x.shape
-        q_out, kv_out = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        if use_fused(self.qkv, self.q_proj.weight):
-            q, k, v = F.linear(x, self.qkv, self.qkv_bias).split([q_out, kv_out, kv_out], dim=-1)
+        h, g, d = self.heads, self.kv_heads, self.head_dim
+        fused = use_fused(self.qkv, self.q_proj.weight)
+        if fused:
+            qkv = F.linear(x, self.qkv, self.qkv_bias)
         else:
-            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        q = q.view(b, n, self.heads, self.head_dim)
-        k = k.view(b, n, self.kv_heads, self.head_dim)
-        v = v.view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
+            qkv = torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)
+        qkv = qkv.view(b, n, h + 2 * g, d)
+        qk, v = qkv[:, :, : h + g], qkv[:, :, h + g:].transpose(1, 2)
         if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q = apply_rope(q.transpose(1, 2), cos, sin)
-        k = apply_rope(k.transpose(1, 2), cos, sin)
+            w = self.qk_norm_w if fused and self.qk_norm_w is not None else self._qk_norm_weight()
+            qk = rms_norm(qk, w, self.q_norm.eps)
+        qk = rope_rows(qk, cos[:, None], sin[:, None], signed=True)
+        q, k = qk[:, :, :h].transpose(1, 2), qk[:, :, h:].transpose(1, 2)
         if kv is not None:
             k_buf, v_buf = kv
             if isinstance(at, torch.Tensor):
@@ -176,7 +193,7 @@ class TargetModel(nn.Module):
         if self.rotary.inv_freq.device != ids.device:
             self.rotary.to(ids.device)
         h = self.embed_tokens(ids)
-        cos, sin = self.rotary.span(start, n, h.dtype)
+        cos, sin = self.rotary.span(start, n, h.dtype, signed=True)
         mask, causal = None, False
         if n > 1 and start == 0:
             causal = True
@@ -207,7 +224,7 @@ class TargetModel(nn.Module):
         (rejected drafts) are masked, so the caller never crops; ``cache.length`` is not used.
         """
         h = self.embed_tokens(ids)
-        cos, sin = self.rotary.gather(positions, h.dtype)
+        cos, sin = self.rotary.gather(positions, h.dtype, signed=True)
         mask = cache.slots[None, :] <= positions[:, None]
         return self._layers(h, cos, sin, cache, positions, mask, False, taps, logits)
 
