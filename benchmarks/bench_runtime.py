@@ -10,7 +10,8 @@ Prints, measured in one run:
 1. per step, for the generic eager path (any target; slices of the caches, blocks cut to the
    budget) and the static path (native targets: whole-cache attention under a mask row, fixed
    widths, device-side state), and on CUDA the static path replayed as CUDA graphs: the aten
-   ops one call dispatches, and its median milliseconds (min and max beside), for one target
+   ops one call dispatches / those that compute (kernels when run eagerly; the rest are
+   views), and its median milliseconds (min and max beside), for one target
    decode step (1 token), one draft call (fuse the context, draft a block, pick the tokens) and
    one verification (B tokens, taps, argmax, acceptance);
 2. on CUDA, the decode step against the memory-bound limit (bytes of weights read per step /
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -102,20 +104,29 @@ def build(preset: str, dtype: torch.dtype, device: torch.device, block: int | No
     return target.fuse_projections(), draft.fuse_projections()
 
 
-def count_ops(fn: Callable[[], Any]) -> int:
-    """aten operations one call of ``fn`` dispatches (each is at least one kernel, eagerly)."""
+def count_ops(fn: Callable[[], Any]) -> tuple[int, int]:
+    """aten operations one call of ``fn`` dispatches, and how many of them compute (write
+    memory: at least one kernel launch each when run eagerly) rather than return a view."""
     from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    counts = [0, 0]
+
+    def storages(tree: Any) -> list[int]:
+        return [t.untyped_storage().data_ptr() for t in tree_leaves(tree) if isinstance(t, torch.Tensor)]
 
     class Counter(TorchDispatchMode):
-        n = 0
-
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-            Counter.n += 1
-            return func(*args, **(kwargs or {}))
+            out = func(*args, **(kwargs or {}))
+            ins, outs = set(storages((args, kwargs))), storages(out)
+            counts[0] += 1
+            if func._schema.is_mutable or not outs or not all(o in ins for o in outs):
+                counts[1] += 1
+            return out
 
     with Counter():
         fn()
-    return Counter.n
+    return counts[0], counts[1]
 
 
 def timed(device: torch.device, reps: int, fn: Callable[[], Any]) -> dict[str, float]:
@@ -168,7 +179,7 @@ def step_figures(target: TargetModel, draft: DFlashDraft, context: int, reps: in
         o.logits.argmax(-1).tolist()
         tcache.crop(context)
 
-    out["generic"] = {name: {"ops": count_ops(fn), **timed(device, reps, fn)}
+    out["generic"] = {name: {"ops": "%d/%d" % count_ops(fn), **timed(device, reps, fn)}
                       for name, fn in (("decode", g_decode), ("draft", g_draft), ("verify", g_verify))}
 
     # Static: the runner's own step functions at fixed positions (state reset between calls).
@@ -191,11 +202,11 @@ def step_figures(target: TargetModel, draft: DFlashDraft, context: int, reps: in
 
     eager = StaticRunner(target, draft, context + 4 * block)
     steps = static_steps(eager)
-    out["static"] = {name: {"ops": count_ops(fn), **timed(device, reps, fn)} for name, fn in steps.items()}
+    out["static"] = {name: {"ops": "%d/%d" % count_ops(fn), **timed(device, reps, fn)} for name, fn in steps.items()}
     if graphs:
         graphed = StaticRunner(target, draft, context + 4 * block, graphs=True)
         steps = static_steps(graphed)
-        out["static + CUDA graphs"] = {name: {"ops": "1 replay", **timed(device, reps, fn)} for name, fn in steps.items()}
+        out["static + CUDA graphs"] = {name: {"ops": "1 graph", **timed(device, reps, fn)} for name, fn in steps.items()}
         out["static + CUDA graphs"]["capture_s"] = graphed.capture_s  # type: ignore[assignment]
     return out
 
@@ -222,27 +233,31 @@ def smoke_wall(repeats: int, threads: int | None) -> dict[str, Any]:
         smoke += ["--threads", str(threads)]
     floor = [sys.executable, "-c", "import torch"]
     times: dict[str, list[float]] = {"import torch": [], "smoke-run": []}
+    cpu: dict[str, list[float]] = {"import torch": [], "smoke-run": []}
     doc: dict[str, Any] = {}
     subprocess.run(floor, env=env, check=True)  # warm the page cache
     for _ in range(repeats):
         for name, cmd in (("import torch", floor), ("smoke-run", smoke)):
+            r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
             t0 = time.perf_counter()
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
             times[name].append(time.perf_counter() - t0)
+            r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu[name].append(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
             if name == "smoke-run":
                 if proc.returncode != 0:
                     raise SystemExit(f"smoke-run failed ({proc.returncode}): {proc.stderr.strip()}")
                 doc = json.loads(proc.stdout)
-    return {"times": times, "last": doc}
+    return {"times": times, "cpu": cpu, "last": doc}
 
 
 def print_steps(figs: dict[str, dict[str, Any]], block: int) -> None:
-    print(f"{'path':<22} {'step':<12} {'aten ops':>9} {'median ms':>10} {'min ms':>8} {'max ms':>8}")
+    print(f"{'path':<22} {'step':<14} {'ops/kernels':>11} {'median ms':>10} {'min ms':>8} {'max ms':>8}")
     for path, steps in figs.items():
         for name in ("decode", "draft", "verify"):
             f = steps[name]
             label = {"decode": "decode (1)", "draft": f"draft (B={block})", "verify": f"verify (B={block})"}[name]
-            print(f"{path:<22} {label:<12} {f['ops']!s:>9} {f['median']:>10.2f} {f['min']:>8.2f} {f['max']:>8.2f}")
+            print(f"{path:<22} {label:<14} {f['ops']!s:>11} {f['median']:>10.2f} {f['min']:>8.2f} {f['max']:>8.2f}")
         if "capture_s" in steps:
             print(f"{path:<22} capture (compile) time {steps['capture_s']:.2f} s, once per run")
 
@@ -310,6 +325,9 @@ def main() -> None:
             print(f"  {key:<14} median {med[key]:6.2f} s   min {min(ts):6.2f} s   max {max(ts):6.2f} s")
         print(f"  ratio of medians smoke-run / import torch: {med['smoke-run'] / med['import torch']:.2f}x (goal <= 2.5x); "
               f"of minima: {min(w['times']['smoke-run']) / min(w['times']['import torch']):.2f}x")
+        cpu = {k: statistics.median(v) for k, v in w["cpu"].items()}
+        print(f"  CPU time (user + sys, what a busy machine does not inflate): import torch {cpu['import torch']:.2f} s, "
+              f"smoke-run {cpu['smoke-run']:.2f} s, ratio {cpu['smoke-run'] / cpu['import torch']:.2f}x")
         o, s = w["last"]["overall"], w["last"]["settings"]
         speed = f"{o['speedup']:.2f}x" if o["speedup"] is not None else f"withheld (DF406, measured {o['speedup_measured']:.2f}x)"
         print(f"  smoke-run's own figures (last run, {s['threads']} thread(s)): tau {o['tau']:.2f}, "

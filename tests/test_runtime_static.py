@@ -176,3 +176,44 @@ def test_loading_does_not_import_dynamo(pair: tuple[Path, Path]) -> None:
         "sys.exit(3 if 'torch._dynamo' in sys.modules else 0)"
     )
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
+
+
+@pytest.mark.parametrize("mask_shape", [(5, 11), (1, 11), (1, 1, 5, 11)])
+def test_folded_grouped_query_attention_equals_expanded_keys(mask_shape: tuple[int, ...]) -> None:
+    """The CUDA static path folds each KV group's queries into one axis (no K/V copy, plain
+    SDPA for graph capture); on any device it must equal attention over expanded K/V."""
+    from dflash_ckpt.runtime.layers import folded_gqa_attention
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = torch.randn(1, 8, 5, 4, generator=g), torch.randn(1, 2, 11, 4, generator=g), torch.randn(1, 2, 11, 4, generator=g)
+    mask = torch.rand(mask_shape, generator=g) > 0.4
+    mask[..., 0] = True
+    want = torch.nn.functional.scaled_dot_product_attention(
+        q, k.repeat_interleave(4, 1), v.repeat_interleave(4, 1), attn_mask=mask, scale=0.5)
+    torch.testing.assert_close(folded_gqa_attention(q.transpose(1, 2).contiguous().transpose(1, 2), k, v, mask, 0.5), want)
+
+
+def test_steps_are_capturable_no_host_values_no_dynamic_shapes(fp32) -> None:
+    """What CUDA graph capture needs, checked where it can be on a CPU: the three step
+    functions dispatch no op that reads a value to the host or sizes its output by the data."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    target, draft, _, _ = fp32
+    runner = StaticRunner(target, draft, 128)
+    seen: set[str] = set()
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            seen.add(func.name())
+            return func(*args, **(kwargs or {}))
+
+    with torch.inference_mode():
+        runner._prefill(PROMPT, runner.taps)
+        runner.t_pos.fill_(len(PROMPT))
+        with Record():
+            for step in runner.steps.values():
+                step()
+    banned = {"aten::_local_scalar_dense", "aten::item", "aten::nonzero", "aten::masked_select", "aten::unique",
+              "aten::_unique2", "aten::is_nonzero", "aten::repeat_interleave"}
+    assert "aten::index_copy_" in seen and "aten::scaled_dot_product_attention" in seen
+    assert not seen & banned, seen & banned

@@ -101,14 +101,35 @@ def attention(
     causal: bool = False,
     scale: float,
 ) -> torch.Tensor:
-    """SDPA over ``q [b, h, n, d]`` and grouped ``k, v [b, kv, m, d]``; ``mask`` True = attend."""
+    """SDPA over ``q [b, h, n, d]`` and grouped ``k, v [b, kv, m, d]``; ``mask`` True = attend.
+
+    On CUDA with a mask (the static path), the queries of each KV group are folded into one
+    ``groups * n`` query axis instead of expanding keys and values: no copy of the cache, and
+    only plain SDPA, which CUDA graphs capture (query head ``j`` reads KV head ``j // groups``).
+    """
     groups = q.shape[1] // k.shape[1]
+    if groups > 1 and q.is_cuda and mask is not None and not causal:
+        return folded_gqa_attention(q, k, v, mask, scale)
     if groups > 1 and _SDPA_GQA:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale, enable_gqa=True)
     if groups > 1:
         k = k.repeat_interleave(groups, dim=1)
         v = v.repeat_interleave(groups, dim=1)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale)
+
+
+def folded_gqa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
+    """Grouped-query attention as plain SDPA: ``q [b, h, n, d]`` becomes ``[b, kv, groups * n, d]``
+    (HF's head order: query head ``j`` reads KV head ``j // groups``) and the mask's rows are
+    tiled to match; keys and values are read in place."""
+    b, h, n, d = q.shape
+    kv = k.shape[1]
+    groups = h // kv
+    rows = mask.expand(*mask.shape[:-2], n, mask.shape[-1])
+    rows = rows.unsqueeze(-3).expand(*rows.shape[:-2], groups, n, rows.shape[-1])
+    rows = rows.reshape(*rows.shape[:-3], groups * n, rows.shape[-1])
+    out = F.scaled_dot_product_attention(q.reshape(b, kv, groups * n, d), k, v, attn_mask=rows, scale=scale)
+    return out.view(b, h, n, d)
 
 
 def init_random_(module: nn.Module, seed: int, std: float | None = None) -> nn.Module:
