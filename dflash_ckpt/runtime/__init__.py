@@ -10,7 +10,9 @@ Modules, one job each:
 - ``loading``: safetensors (single or sharded) into the modules, never pickle;
 - ``target``: dense Qwen3 / Llama 3.x with a preallocated KV cache and tapped features;
 - ``draft``: the DFlash v1 draft;
-- ``generate``: prefill, target-only greedy decoding, greedy DFlash decoding.
+- ``generate``: prefill, target-only greedy decoding, greedy DFlash decoding (the generic path),
+  the teacher-forced lossless check;
+- ``static``: the same loops with fixed shapes and device-side state, captured as CUDA graphs on GPU.
 
 The ``smoke-run`` command around it (prompts, verdict, report) lives in ``dflash_ckpt.commands``.
 """
