@@ -206,7 +206,8 @@ def speed_figures(target_steps: list[float], dflash_steps: list[float], tau: flo
 class PromptRun:
     prompt: Prompt
     input_ids: list[int]
-    #: Target-only decoding over the timing window (``TIMING_TOKENS``).
+    #: Target-only decoding over the timing window (``TIMING_TOKENS``, in two runs whose tokens
+    #: and step times are concatenated here).
     target: Generation
     dflash: Generation
     lossless: Lossless
@@ -459,8 +460,16 @@ def run_smoke(opts: SmokeOptions, progress: Any = None, log: Callable[[str], Non
         advance = (lambda n: progress.advance(task, n)) if progress else None
         if progress:
             progress.update(task, description=f"{prompt.name}")
-        ref = run_target(ids, window)
+        # Target-only steps are timed in two halves around the DFlash run, so that both speeds
+        # sample the same stretch of the machine's load.
+        ref = run_target(ids, max(window // 2, 1))
         spec = run_dflash(ids, opts.max_new_tokens, advance)
+        if window - len(ref.tokens) >= 1 and not ref.overflow and not ref.stopped:
+            more = run_target(ids, window - len(ref.tokens))
+            ref.tokens += more.tokens
+            ref.step_s += more.step_s
+            ref.decode_s += more.decode_s
+            ref.overflow = more.overflow
         if progress:
             # Early stops leave part of the budget unused; count it so the bar ends full.
             progress.advance(task, opts.max_new_tokens - len(spec.tokens))
@@ -502,17 +511,14 @@ def judge(result: SmokeResult, draft_args: DraftArgs) -> list[Finding]:
                                             "report it"))
     stats = result.overall() if result.runs else None
     tau = stats["tau"] if stats else None
-    implausible = [(r.prompt.name, r.figures(result.block_size or 1)) for r in result.runs]
-    implausible = [(n, f) for n, f in implausible if not f["speedup_plausible"]]
     if stats and not stats["speedup_plausible"]:
-        implausible.append(("overall", stats))
-    if implausible:
-        where = ", ".join(f"{n} {f['speedup_measured']:.2f}x at tau {f['tau']:.2f}" for n, f in implausible)
+        # Judged on the overall figures (medians over every prompt's steps, the most robust);
+        # a single prompt's implausible figure is withheld in its row without a finding.
         out.append(finding(
             "DF406",
-            f"measured speedup above tau ({where}): impossible, since a DFlash step costs at least one target "
-            "step; the machine's load changed while timing, so the speedup is withheld; rerun on an idle "
-            "machine or with --threads 1"))
+            f"measured speedup {stats['speedup_measured']:.2f}x is above tau {stats['tau']:.2f}: impossible, since "
+            "a DFlash step costs at least one target step; the machine's load changed while timing, so the "
+            "speedup is withheld; rerun on an idle machine or with --threads 1"))
     if tau is not None and tau < opts.min_acceptance:
         ids = list(draft_args.target_layer_ids)
         out.append(finding(
