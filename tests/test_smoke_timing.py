@@ -35,6 +35,7 @@ def test_figures_are_medians_over_steps_with_their_spread(cli, pair) -> None:
     doc = smoke(cli, pair, *FAST, "--json", "--threads", "1").json()
     s = doc["settings"]
     assert (s["threads"], s["static_path"], s["cuda_graphs"], s["capture_s"], s["timing_tokens"]) == (1, True, False, 0.0, 24)
+    assert s["step_clock"] == "thread"  # one CPU thread: its CPU time, which other processes do not inflate
     for p in doc["prompts"]:
         t, d = p["timing"]["target_step_ms"], p["timing"]["dflash_step_ms"]
         check_spread(t, 22)  # two timed runs around the DFlash one; each first token comes with a prefill

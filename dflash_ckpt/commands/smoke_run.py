@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 import os
 import statistics
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -49,7 +50,7 @@ from dflash_ckpt.errors import InputError, UsageError
 from dflash_ckpt.checks.inspection import InspectResult, inspect_sources
 from dflash_ckpt.rules import Finding, Severity, finding
 from dflash_ckpt.runtime.args import DraftArgs, TargetArgs, ensure_supported
-from dflash_ckpt.runtime.generate import Generation, decode, dflash_decode, teacher_forced
+from dflash_ckpt.runtime.generate import Generation, decode, dflash_decode, step_clock, teacher_forced
 from dflash_ckpt.runtime.static import StaticRunner, supports_static
 from dflash_ckpt.runtime.loading import dtype_name, inventory, load_draft, load_target, parse_dtype, stored_dtype
 from dflash_ckpt.sources.prompts import Prompt, PromptEncoder, stop_token_ids
@@ -271,6 +272,8 @@ class SmokeResult:
     cuda_graphs: bool = False
     #: Seconds spent capturing CUDA graphs (the "compile time"), apart from every other figure.
     capture_s: float = 0.0
+    #: What times the steps: ``thread`` (the decoding thread's CPU time) or ``wall``.
+    step_clock: str = "wall"
 
     @property
     def exit_code(self) -> int:
@@ -321,6 +324,7 @@ class SmokeResult:
                 "static_path": self.static_path,
                 "cuda_graphs": self.cuda_graphs,
                 "capture_s": self.capture_s,
+                "step_clock": self.step_clock,
                 "timing_tokens": min(TIMING_TOKENS, o.max_new_tokens),
             },
             "overall": self.overall() if self.runs else None,
@@ -443,7 +447,6 @@ def run_smoke(opts: SmokeOptions, progress: Any = None, log: Callable[[str], Non
         result.capture_s = runner.capture_s
     else:
         tcache, dcache = target.new_cache(capacity), draft.new_cache(capacity)
-    window = min(TIMING_TOKENS, opts.max_new_tokens)
 
     def run_target(ids: list[int], budget: int) -> Generation:
         return decode(target, ids, max_new_tokens=budget, stop_ids=stops, cache=tcache, runner=runner)
@@ -452,6 +455,22 @@ def run_smoke(opts: SmokeOptions, progress: Any = None, log: Callable[[str], Non
         return dflash_decode(target, draft, ids, max_new_tokens=budget, stop_ids=stops, target_cache=tcache,
                              draft_cache=dcache, block_size=block, on_tokens=on_tokens, runner=runner)
 
+    # One CPU thread: time each step by the thread's own CPU time, which other processes do not
+    # inflate; otherwise (threads, or a GPU doing the work) by the wall clock at the step's sync.
+    result.step_clock = "thread" if device.type == "cpu" and result.threads == 1 else "wall"
+    with step_clock(time.thread_time if result.step_clock == "thread" else time.perf_counter):
+        decode_all(result, opts, prompts, encoded, encoder, run_target, run_dflash, target, tcache, runner, progress)
+    for run in result.runs:
+        run.input_text = encoder.render(run.prompt)
+    result.findings = judge(result, draft_args)
+    return result
+
+
+def decode_all(result: SmokeResult, opts: SmokeOptions, prompts: list[Prompt], encoded: list[list[int]], encoder: Any,
+               run_target: Callable[..., Generation], run_dflash: Callable[..., Generation], target: Any, tcache: Any,
+               runner: StaticRunner | None, progress: Any) -> None:
+    """Warm up, then per prompt: time target-only decoding, decode with DFlash, check it."""
+    window = min(TIMING_TOKENS, opts.max_new_tokens)
     if opts.warmup:
         run_target(encoded[0], min(WARMUP_TOKENS, opts.max_new_tokens))
         run_dflash(encoded[0], min(WARMUP_TOKENS, opts.max_new_tokens))
@@ -481,10 +500,6 @@ def run_smoke(opts: SmokeOptions, progress: Any = None, log: Callable[[str], Non
             lossless = compare_outputs(target_tokens, spec.tokens, top_v, top_i, result.tie_tolerance)
         result.runs.append(PromptRun(prompt, ids, ref, spec, lossless, target_tokens=target_tokens,
                                      target_text=encoder.decode(target_tokens), dflash_text=encoder.decode(spec.tokens)))
-    for run in result.runs:
-        run.input_text = encoder.render(run.prompt)
-    result.findings = judge(result, draft_args)
-    return result
 
 
 def judge(result: SmokeResult, draft_args: DraftArgs) -> list[Finding]:

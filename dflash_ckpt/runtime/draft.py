@@ -79,8 +79,8 @@ class DraftAttention(nn.Module):
             k, v = self.k_proj(both), self.v_proj(both)
         k = self.k_norm(k.reshape(b, m, self.kv_heads, self.head_dim)).transpose(1, 2)
         v = v.reshape(b, m, self.kv_heads, self.head_dim).transpose(1, 2)
-        q = apply_rope(q, *rope_q, signed=True)
-        k = apply_rope(k, *rope_k, signed=True)
+        q = apply_rope(q, *rope_q)
+        k = apply_rope(k, *rope_k)
         if kv is not None:
             k_buf, v_buf = kv
             if isinstance(at, tuple):
@@ -288,10 +288,10 @@ class DFlashDraft(nn.Module):
                 if table.inv_freq.device != dev:
                     table.to(dev)
                 if spans:
-                    cos, sin = table.span(start, c + n, h.dtype, signed=True)
+                    cos, sin = table.span(start, c + n, h.dtype)
                     ropes[id(table)] = ((cos[c:], sin[c:]), (cos, sin))
                 else:
-                    ropes[id(table)] = (table.lookup(q_pos, h.dtype, True), table.lookup(new_pos, h.dtype, True))
+                    ropes[id(table)] = (table.lookup(q_pos, h.dtype), table.lookup(new_pos, h.dtype))
             rope_q, rope_k = ropes[id(table)]
             attn = layer.self_attn
             key = (attn.causal, attn.window)
@@ -333,7 +333,7 @@ class DFlashDraft(nn.Module):
             if id(table) not in ropes:
                 if table.inv_freq.device != dev:
                     table.to(dev)
-                ropes[id(table)] = (table.gather(block_positions, h.dtype, True), table.gather(new_pos, h.dtype, True))
+                ropes[id(table)] = (table.gather(block_positions, h.dtype), table.gather(new_pos, h.dtype))
             rope_q, rope_k = ropes[id(table)]
             attn = layer.self_attn
             key = (attn.causal, attn.window)

@@ -20,8 +20,9 @@ as the z-lab reference records it.
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import torch
 
@@ -93,12 +94,31 @@ def accept(drafts: Sequence[int], posterior: Sequence[int], limit: int) -> int:
     return n
 
 
+#: The clock behind ``Generation.step_s`` (see ``step_clock``).
+_STEP_CLOCK: list[Callable[[], float]] = [time.perf_counter]
+
+
+@contextmanager
+def step_clock(clock: Callable[[], float]) -> Iterator[None]:
+    """Time decoding steps with ``clock`` inside the block (default: wall time). With one CPU
+    thread, ``time.thread_time`` measures a step's own work, which other processes on a shared
+    machine do not inflate (wall time counts the slices the scheduler gives them)."""
+    _STEP_CLOCK.append(clock)
+    try:
+        yield
+    finally:
+        _STEP_CLOCK.pop()
+
+
 class StepRecorder:
-    """Appends one step's new tokens to a ``Generation``: stop tokens, counts, timing, progress."""
+    """Appends one step's new tokens to a ``Generation``: stop tokens, counts, timing, progress.
+    Created right after the prefill's host sync: the first step is timed from there."""
 
     def __init__(self, gen: Generation, stop_ids: Sequence[int], on_tokens: Callable[[int], None] | None,
                  t_decode: float) -> None:
-        self.gen, self.stops, self.on_tokens, self.last = gen, frozenset(stop_ids), on_tokens, t_decode
+        self.gen, self.stops, self.on_tokens = gen, frozenset(stop_ids), on_tokens
+        self.clock = _STEP_CLOCK[-1]
+        self.last = t_decode if self.clock is time.perf_counter else self.clock()
 
     def add(self, new: list[int], *, step: bool = True) -> list[int]:
         """Record ``new`` (cut after a stop token); returns what was kept."""
@@ -109,7 +129,7 @@ class StepRecorder:
         self.gen.tokens.extend(new)
         if step:
             self.gen.acceptance_lengths.append(len(new))
-        t = time.perf_counter()
+        t = self.clock()
         self.gen.step_s.append(t - self.last)
         self.last = t
         if self.on_tokens:
