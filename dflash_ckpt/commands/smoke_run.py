@@ -69,7 +69,7 @@ TARGET_FILES = [*WEIGHT_FILES, "generation_config.json", "tokenizer.json", "toke
                 "special_tokens_map.json", "chat_template.jinja", "chat_template.json"]
 WARMUP_TOKENS = 4
 #: Target-only tokens timed per prompt (the first comes with the prefill and is not a step).
-TIMING_TOKENS = 32
+TIMING_TOKENS = 16
 #: At most this many logical CPUs counts as a small CPU: one thread there by default, because
 #: OpenMP threads spin-waiting against other processes made runs 10-100x slower.
 SMALL_CPU = 4
