@@ -146,7 +146,21 @@ def test_teacher_forced_check_equals_decoding(fp32) -> None:
 
 def test_cuda_graphs_are_refused_off_cuda_and_native_targets_only(fp32) -> None:
     target, draft, _, _ = fp32
-    assert supports_static(target) and not supports_static(object())
+    assert supports_static(target, draft) and not supports_static(object())
+    from dflash_ckpt.runtime.draft import DFlashDraft
+
+    class Picker(DFlashDraft):  # only the token choice changes: the static path still applies
+        def pick_tokens(self, hidden, head_w, anchor):  # type: ignore[no-untyped-def]
+            return super().pick_tokens(hidden, head_w, anchor)
+
+    class Reshaped(DFlashDraft):  # its own forward and no forward_static: generic only
+        def forward_fused(self, *a, **k):  # type: ignore[no-untyped-def]
+            return super().forward_fused(*a, **k)
+
+    for cls, want in ((Picker, True), (Reshaped, False)):
+        other = cls.__new__(cls)
+        other.__dict__.update(draft.__dict__)
+        assert supports_static(target, other) is want, cls
     with pytest.raises(ValueError, match="CUDA"):
         StaticRunner(target, draft, 64, graphs=True)
 

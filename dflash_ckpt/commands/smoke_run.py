@@ -440,7 +440,7 @@ def run_smoke(opts: SmokeOptions, progress: Any = None, log: Callable[[str], Non
     capacity = max(len(ids) for ids in encoded) + opts.max_new_tokens + block + 1
     runner: StaticRunner | None = None
     tcache = dcache = None
-    if supports_static(target):
+    if supports_static(target, draft):
         result.static_path = True
         result.cuda_graphs = device.type == "cuda" and opts.compile
         runner = StaticRunner(target, draft, capacity, block_size=block, graphs=result.cuda_graphs)

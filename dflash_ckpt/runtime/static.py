@@ -23,14 +23,26 @@ from typing import Callable, Sequence
 
 import torch
 
-from dflash_ckpt.runtime.draft import DFlashDraft
+from dflash_ckpt.runtime.draft import DFlashDraft, DraftLayer
 from dflash_ckpt.runtime.generate import Generation, Proposer, StepRecorder, now
 from dflash_ckpt.runtime.target import TargetModel
 
 
-def supports_static(target: object) -> bool:
-    """The static path needs ``forward_static``: the native target has it, others may not."""
-    return isinstance(target, TargetModel)
+def supports_static(target: object, draft: object | None = None) -> bool:
+    """Whether the static path runs this pair as the generic path would: a native target (it has
+    ``forward_static``) and, when given, a draft whose forward is v1's own (a subclass that
+    changes its layers or ``forward_fused`` without its own ``forward_static`` runs generically;
+    one that only overrides ``pick_tokens`` is fine)."""
+    if not isinstance(target, TargetModel):
+        return False
+    if draft is None:
+        return True
+    if not isinstance(draft, DFlashDraft):
+        return False
+    cls = type(draft)
+    own_static = cls.forward_static is not DFlashDraft.forward_static
+    v1_forward = cls.forward_fused is DFlashDraft.forward_fused and all(type(layer) is DraftLayer for layer in draft.layers)
+    return own_static or v1_forward
 
 
 class StaticRunner:
@@ -112,10 +124,12 @@ class StaticRunner:
         """One target-only token at ``pos``: argmax, finiteness and top-2 into ``dpack``."""
         out = self.target.forward_static(self.tok, self.pos, self.tcache, logits="all")
         scores = out.logits[0, -1].float()
-        top = scores.topk(2)
-        nxt = scores.argmax()
-        self.dpack.copy_(torch.cat([nxt[None].double(), torch.isfinite(scores).all()[None].double(),
-                                    top.values.double(), top.indices.double()]))
+        # Top-2 by two argmax passes (topk's large-vocabulary kernels are not needed in a graph).
+        nxt = scores.argmax()[None]
+        second = scores.index_fill(0, nxt, float("-inf")).argmax()[None]
+        values = torch.cat([scores.gather(0, nxt), scores.gather(0, second)])
+        self.dpack.copy_(torch.cat([nxt.double(), torch.isfinite(scores).all()[None].double(), values.double(),
+                                    nxt.double(), second.double()]))
         self.tok.copy_(nxt.view(1, 1))
         self.pos.add_(1)
 
