@@ -46,6 +46,7 @@ def render_smoke(console: Console, res: SmokeResult, *, quiet: bool = False, sho
         f"[bold]{escape(res.draft_label)}[/] on [bold]{escape(res.target_label)}[/]  device {res.device}  "
         f"draft {res.draft_dtype}  target {res.target_dtype}  block {res.block_size}  "
         f"chat template {'on' if res.chat_template else 'off'}"
+        + (f"  CUDA graphs (captured in {res.capture_s:.2f} s, not in any figure)" if res.cuda_graphs else "")
     )
     if res.precheck is not None:
         for f in res.precheck.findings:
