@@ -347,6 +347,12 @@ _RULES: list[Rule] = [
          "accepted, so tau measured this way understates the draft, and engines run the trained "
          "size anyway.",
          "Leave --block-size out, or give at most the draft's block_size."),
+    Rule("DF406", "speedup-implausible", W, "The measured speedup exceeds tau",
+         "A DFlash step yields tau tokens for one draft call plus one verify pass, each at least "
+         "as costly as a target decode step, so a speedup above tau cannot be real: the machine's "
+         "load changed between the timed runs (other processes, thread oversubscription, clock "
+         "changes). The figure is withheld, not reported as a result.",
+         "Rerun on an idle machine, or with fewer threads (--threads 1 on a small shared CPU)."),
     Rule("DF410", "taps-not-best", E, "Another tap set measures better than the configured one",
          "probe-taps measured the draft's acceptance with other target_layer_ids and found a set "
          "that beats the configured ids (or the configured ids cannot be right for fc.weight and "

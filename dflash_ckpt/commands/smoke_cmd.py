@@ -56,6 +56,14 @@ def register(app: typer.Typer) -> None:
                  "fp32 1e-3, fp16 0.0625, bf16 0.5)."),
         revision: Optional[str] = RevisionOpt,
         token: Optional[str] = TokenOpt,
+        threads: Optional[int] = typer.Option(
+            None, "--threads",
+            help="CPU threads for torch (default: 1 on CPUs with up to 4 logical cores, where spin-waiting "
+                 "threads slow tiny models down, unless OMP_NUM_THREADS is set; else torch's default)."),
+        no_compile: bool = typer.Option(
+            False, "--no-compile",
+            help="On CUDA, run eagerly instead of replaying CUDA graphs of the decode, draft and verify steps "
+                 "(captured once; the capture time is reported apart). The CPU always runs eagerly."),
         show_text: bool = typer.Option(False, "--show-text", help="Print each prompt's generated text under the table (the JSON always has it)."),
         json_out: bool = typer.Option(False, "--json", help="Print one JSON document with every figure, ids, texts and acceptance lengths."),
         quiet: bool = QuietOpt,
@@ -74,7 +82,7 @@ def register(app: typer.Typer) -> None:
             target_dtype=target_dtype, device=device, backend=backend, block_size=block_size, thinking=thinking,
             chat_template=not no_chat_template, tokenizer=tokenizer, ignore_eos=ignore_eos,
             tie_tolerance=tie_tolerance, revision=revision, token=token, json_out=json_out, quiet=quiet,
-            show_text=show_text,
+            show_text=show_text, threads=threads, compile=not no_compile,
         )
         raise typer.Exit(code)
 

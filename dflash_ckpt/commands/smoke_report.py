@@ -20,11 +20,11 @@ LOSSLESS_TEXT = {"identical": "[green]same[/]", "tie": "[yellow]tie[/]", "differ
 COLUMN_LEGEND = {
     "prompt": "the prompt's name",
     "new": "new tokens generated (the same count for T and D when the outputs match)",
-    "fwd T/D": "target forward passes, T / D (D verifies a whole block per pass)",
+    "fwd T/D": "target forward passes, T / D (T needs one per token; D verifies a whole block per pass)",
     "tau/acc": "tau = mean tokens per D step (bonus included); acc = mean drafts accepted per step (tau - 1)",
-    "T tok/s": "T's decode speed, new tokens per second after the prefill",
-    "D tok/s": "D's decode speed, new tokens per second after the prefill",
-    "speedup": "D tok/s / T tok/s",
+    "T tok/s": "T's decode speed: 1 / the median one-token step, timed over a short window",
+    "D tok/s": "D's decode speed: tau / the median draft+verify step",
+    "speedup": "D tok/s / T tok/s, measured side by side; withheld (—) when above tau (DF406)",
     "output": "D's tokens against T's: same, tie (first difference at a near tie), DIFFERS, or overflow",
 }
 COLUMNS = tuple(COLUMN_LEGEND)
@@ -48,6 +48,7 @@ def render_smoke(console: Console, res: SmokeResult, *, quiet: bool = False, sho
         f"backend {res.backend}  "
         f"draft {res.draft_dtype}  target {res.target_dtype}  block {res.block_size}  "
         f"chat template {'on' if res.chat_template else 'off'}"
+        + (f"  CUDA graphs (captured in {res.capture_s:.2f} s, not in any figure)" if res.cuda_graphs else "")
     )
     if res.precheck is not None:
         for f in res.precheck.findings:
@@ -133,6 +134,8 @@ def verdict_line(res: SmokeResult) -> str:
     stats = res.overall() if res.runs else None
     tau = _num(stats["tau"]) if stats else "—"
     speed = _num(stats["speedup"], "{:.2f}x") if stats else "—"
+    if stats and not stats["speedup_plausible"]:
+        speed = "withheld (DF406)"
     same = sum(1 for r in res.runs if r.lossless.status in ("identical", "tie"))
     status = "[bold green]PASS[/]" if res.exit_code == 0 else "[bold red]FAIL[/]"
     return (f"{status}  tau {tau} (min {res.options.min_acceptance:g}), outputs match on {same}/{len(res.runs)} "

@@ -1,9 +1,17 @@
 """``smoke-run``: prove that a draft/target pair works, and measure it.
 
 Steps: resolve both folders; run ``inspect``'s checks on the pair and refuse it on errors;
-refuse what the reference runtime does not implement (exit 2); load both models; for each
-prompt decode greedily with the target alone and with DFlash, in the same process, one after
-the other; compare the outputs token for token; gather acceptance and speed figures; judge.
+refuse what the reference runtime does not implement (exit 2); load both models; warm up; for
+each prompt time target-only decoding over a short window, decode with DFlash, and check the
+DFlash output with ONE teacher-forced target forward over prompt + output (every position's
+argmax and top-2 margin: greedy decoding reproduces the output exactly when every argmax is
+its token, so the target never decodes everything a second time); gather acceptance and speed
+figures; judge.
+
+Timing: each decoding step is timed at its one host sync; the figures are medians over steps
+(steps on the static path all have the same shape, so each is a repeat of the same work), with
+their spread in ``--json``: T tok/s = 1 / median T step, D tok/s = tau / median D step. A
+speedup above tau cannot be real (a D step costs at least a T step) and is withheld (DF406).
 
 Verdict (exit code): 0 pass; 1 when the pair was refused by the checks, DFlash's output differs
 from the target's beyond a tie (DF401), the mean acceptance length is below ``--min-acceptance``
@@ -29,6 +37,9 @@ Two thresholds are decisions of this tool:
 from __future__ import annotations
 
 import math
+import os
+import statistics
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -39,7 +50,8 @@ from dflash_ckpt.errors import InputError, UsageError
 from dflash_ckpt.checks.inspection import InspectResult, inspect_sources
 from dflash_ckpt.rules import Finding, Severity, finding
 from dflash_ckpt.runtime.args import DraftArgs
-from dflash_ckpt.runtime.generate import Generation, decode, dflash_decode
+from dflash_ckpt.runtime.generate import Generation, decode, dflash_decode, step_clock, teacher_forced
+from dflash_ckpt.runtime.static import StaticRunner, supports_static
 from dflash_ckpt.runtime.loading import dtype_name, inventory, load_draft, parse_dtype, stored_dtype
 from dflash_ckpt.runtime.memory import check_fits, needed_bytes
 from dflash_ckpt.sources.prompts import Prompt, PromptEncoder, stop_token_ids
@@ -58,6 +70,11 @@ WEIGHT_FILES = ["config.json", "*.safetensors", "*.safetensors.index.json"]
 TARGET_FILES = [*WEIGHT_FILES, "generation_config.json", "tokenizer.json", "tokenizer_config.json",
                 "special_tokens_map.json", "chat_template.jinja", "chat_template.json"]
 WARMUP_TOKENS = 4
+#: Target-only tokens timed per prompt (the first comes with the prefill and is not a step).
+TIMING_TOKENS = 16
+#: At most this many logical CPUs counts as a small CPU: one thread there by default, because
+#: OpenMP threads spin-waiting against other processes made runs 10-100x slower.
+SMALL_CPU = 4
 
 
 @dataclass
@@ -82,6 +99,8 @@ class SmokeOptions:
     warmup: bool = True
     #: ``auto``, ``native`` or ``transformers`` (commands/smoke_backend.py).
     backend: str = "auto"
+    threads: int | None = None
+    compile: bool = True
 
 
 # -- the lossless check ------------------------------------------------------------------------
@@ -155,38 +174,67 @@ def acceptance_stats(lengths: list[int], block_size: int) -> dict[str, Any]:
     }
 
 
-def _rate(tokens: int, seconds: float) -> float | None:
-    return tokens / seconds if seconds > 0 and tokens > 0 else None
-
-
 def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a and b else None
+
+
+def step_stats(steps: list[float]) -> dict[str, Any] | None:
+    """Median and spread of step times, in milliseconds."""
+    if not steps:
+        return None
+    ms = sorted(x * 1e3 for x in steps)
+    q1, _, q3 = statistics.quantiles(ms, n=4, method="inclusive") if len(ms) > 1 else (ms[0],) * 3
+    return {"n": len(ms), "median": statistics.median(ms), "min": ms[0], "p25": q1, "p75": q3, "max": ms[-1]}
+
+
+def speed_figures(target_steps: list[float], dflash_steps: list[float], tau: float | None) -> dict[str, Any]:
+    """T tok/s = 1 / median T step, D tok/s = tau / median D step, their ratio; a ratio above
+    tau is physically impossible (a D step costs at least a T step), so it is withheld
+    (``speedup`` None, ``speedup_plausible`` false) and flagged by ``judge`` (DF406)."""
+    t_med = statistics.median(target_steps) if target_steps else None
+    d_med = statistics.median(dflash_steps) if dflash_steps else None
+    target_tok_s = 1 / t_med if t_med else None
+    dflash_tok_s = tau / d_med if d_med and tau else None
+    measured = _ratio(dflash_tok_s, target_tok_s)
+    plausible = measured is None or tau is None or measured <= tau
+    return {
+        "target_tok_s": target_tok_s,
+        "dflash_tok_s": dflash_tok_s,
+        "speedup": measured if plausible else None,
+        "speedup_measured": measured,
+        "speedup_plausible": plausible,
+        "timing": {"target_step_ms": step_stats(target_steps), "dflash_step_ms": step_stats(dflash_steps)},
+    }
 
 
 @dataclass
 class PromptRun:
     prompt: Prompt
     input_ids: list[int]
+    #: Target-only decoding over the timing window (``TIMING_TOKENS``, in two runs whose tokens
+    #: and step times are concatenated here).
     target: Generation
     dflash: Generation
     lossless: Lossless
+    #: The target's greedy choice at each DFlash position (teacher forced): the target-only
+    #: output wherever the two agree, which is everywhere unless ``lossless`` says otherwise.
+    target_tokens: list[int] = field(default_factory=list)
     target_text: str = ""
     dflash_text: str = ""
     input_text: str = ""
 
     def figures(self, block_size: int) -> dict[str, Any]:
-        target_tok_s = _rate(self.target.decode_tokens, self.target.decode_s)
-        dflash_tok_s = _rate(self.dflash.decode_tokens, self.dflash.decode_s)
+        stats = acceptance_stats(self.dflash.acceptance_lengths, block_size)
         return {
             "new_tokens": len(self.dflash.tokens),
-            "target_forwards": {"target_only": self.target.target_forwards, "dflash": self.dflash.target_forwards},
+            # Target-only greedy decoding needs one forward per new token.
+            "target_forwards": {"target_only": len(self.dflash.tokens), "dflash": self.dflash.target_forwards},
             "draft_forwards": self.dflash.draft_forwards,
-            **acceptance_stats(self.dflash.acceptance_lengths, block_size),
+            **stats,
             "prefill_s": {"target_only": self.target.prefill_s, "dflash": self.dflash.prefill_s},
             "decode_s": {"target_only": self.target.decode_s, "dflash": self.dflash.decode_s},
-            "target_tok_s": target_tok_s,
-            "dflash_tok_s": dflash_tok_s,
-            "speedup": _ratio(dflash_tok_s, target_tok_s),
+            "timed_tokens": {"target_only": len(self.target.tokens), "dflash": len(self.dflash.tokens)},
+            **speed_figures(self.target.step_s, self.dflash.step_s, stats["tau"]),
         }
 
     def to_json(self, block_size: int) -> dict[str, Any]:
@@ -194,7 +242,7 @@ class PromptRun:
             **self.prompt.to_json(),
             "input_ids": self.input_ids,
             "output_ids": self.dflash.tokens,
-            "target_output_ids": self.target.tokens,
+            "target_output_ids": self.target_tokens,
             "acceptance_lengths": self.dflash.acceptance_lengths,
             "output_text": self.dflash_text,
             "target_output_text": self.target_text,
@@ -225,6 +273,13 @@ class SmokeResult:
     prompt_format: list[str] = field(default_factory=list)
     #: The runtime that ran the target: ``native`` or ``transformers``.
     backend: str | None = None
+    threads: int | None = None
+    static_path: bool = False
+    cuda_graphs: bool = False
+    #: Seconds spent capturing CUDA graphs (the "compile time"), apart from every other figure.
+    capture_s: float = 0.0
+    #: What times the steps: ``thread`` (the decoding thread's CPU time) or ``wall``.
+    step_clock: str = "wall"
 
     @property
     def exit_code(self) -> int:
@@ -234,22 +289,17 @@ class SmokeResult:
     def overall(self) -> dict[str, Any]:
         block = self.block_size or 1
         lengths = [n for r in self.runs for n in r.dflash.acceptance_lengths]
-        t_tok = sum(r.target.decode_tokens for r in self.runs)
-        t_s = sum(r.target.decode_s for r in self.runs)
-        d_tok = sum(r.dflash.decode_tokens for r in self.runs)
-        d_s = sum(r.dflash.decode_s for r in self.runs)
-        target_tok_s, dflash_tok_s = _rate(t_tok, t_s), _rate(d_tok, d_s)
+        stats = acceptance_stats(lengths, block)
         return {
             "prompts": len(self.runs),
             "new_tokens": sum(len(r.dflash.tokens) for r in self.runs),
             "target_forwards": {
-                "target_only": sum(r.target.target_forwards for r in self.runs),
+                "target_only": sum(len(r.dflash.tokens) for r in self.runs),
                 "dflash": sum(r.dflash.target_forwards for r in self.runs),
             },
-            **acceptance_stats(lengths, block),
-            "target_tok_s": target_tok_s,
-            "dflash_tok_s": dflash_tok_s,
-            "speedup": _ratio(dflash_tok_s, target_tok_s),
+            **stats,
+            **speed_figures([x for r in self.runs for x in r.target.step_s],
+                            [x for r in self.runs for x in r.dflash.step_s], stats["tau"]),
         }
 
     def to_json(self) -> dict[str, Any]:
@@ -278,6 +328,12 @@ class SmokeResult:
                 "trained_block_size": self.trained_block_size,
                 "custom_prompts": bool(o.prompts or o.prompts_file),
                 "stop_token_ids": self.stop_token_ids,
+                "threads": self.threads,
+                "static_path": self.static_path,
+                "cuda_graphs": self.cuda_graphs,
+                "capture_s": self.capture_s,
+                "step_clock": self.step_clock,
+                "timing_tokens": min(TIMING_TOKENS, o.max_new_tokens),
             },
             "overall": self.overall() if self.runs else None,
             "prompts": [r.to_json(self.block_size or 1) for r in self.runs],
@@ -320,9 +376,21 @@ def validate(opts: SmokeOptions) -> None:
         raise UsageError(f"--tie-tolerance {opts.tie_tolerance}: must be a number >= 0")
     if opts.backend not in BACKENDS:
         raise UsageError(f"--backend {opts.backend!r}: use auto, native or transformers")
+    if opts.threads is not None and opts.threads < 1:
+        raise UsageError(f"--threads {opts.threads}: must be at least 1")
     parse_dtype(opts.draft_dtype, "--draft-dtype")
     if opts.target_dtype is not None:
         parse_dtype(opts.target_dtype, "--target-dtype")
+
+
+def set_threads(requested: int | None, device: torch.device) -> int:
+    """``--threads``, else one thread on a small CPU (unless OMP_NUM_THREADS says otherwise),
+    else torch's default; returns the count in use."""
+    if requested is not None:
+        torch.set_num_threads(requested)
+    elif device.type == "cpu" and (os.cpu_count() or 1) <= SMALL_CPU and "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(1)
+    return torch.get_num_threads()
 
 
 def run_smoke(opts: SmokeOptions, progress: Any = None, log: Callable[[str], None] | None = None) -> SmokeResult:
@@ -381,41 +449,76 @@ def run_smoke(opts: SmokeOptions, progress: Any = None, log: Callable[[str], Non
                device, target_label)
     say(f"loading target {target_label} ({plan.model_type}, {result.target_dtype}, {plan.backend} backend) and draft "
         f"{draft_label} ({result.draft_dtype}) on {device}")
+    result.threads = set_threads(opts.threads, device)
     target = plan.load(Path(target_dir), target_dtype, device, target_label, target_inv)
     draft = load_draft(Path(draft_dir), draft_args, dtype=draft_dtype, device=device, label=draft_label, inv=draft_inv)
     capacity = max(len(ids) for ids in encoded) + opts.max_new_tokens + block + 1
-    tcache, dcache = target.new_cache(capacity), draft.new_cache(capacity)
+    runner: StaticRunner | None = None
+    tcache = dcache = None
+    if supports_static(target, draft):
+        result.static_path = True
+        result.cuda_graphs = device.type == "cuda" and opts.compile
+        runner = StaticRunner(target, draft, capacity, block_size=block, graphs=result.cuda_graphs)
+        result.capture_s = runner.capture_s
+    else:
+        tcache, dcache = target.new_cache(capacity), draft.new_cache(capacity)
 
-    def run_pair(ids: list[int], budget: int, on_tokens: Callable[[int], None] | None = None) -> tuple[Generation, Generation]:
-        ref = decode(target, ids, max_new_tokens=budget, stop_ids=stops, cache=tcache, on_tokens=on_tokens)
-        spec = dflash_decode(target, draft, ids, max_new_tokens=budget, stop_ids=stops, target_cache=tcache,
-                             draft_cache=dcache, block_size=block, on_tokens=on_tokens)
-        return ref, spec
+    def run_target(ids: list[int], budget: int) -> Generation:
+        return decode(target, ids, max_new_tokens=budget, stop_ids=stops, cache=tcache, runner=runner)
 
-    if opts.warmup:
-        run_pair(encoded[0], min(WARMUP_TOKENS, opts.max_new_tokens))
-    task = progress.add_task("generating", total=2 * opts.max_new_tokens * len(prompts)) if progress else None
-    for prompt, ids in zip(prompts, encoded):
-        advance = (lambda n: progress.advance(task, n)) if progress else None
-        if progress:
-            progress.update(task, description=f"{prompt.name}")
-        ref, spec = run_pair(ids, opts.max_new_tokens, advance)
-        if progress:
-            # Early stops leave part of the budget unused; count it so the bar ends full.
-            progress.advance(task, 2 * opts.max_new_tokens - len(ref.tokens) - len(spec.tokens))
-        if ref.overflow or spec.overflow:
-            lossless = Lossless("skipped", 0)
-        else:
-            lossless = compare_outputs(ref.tokens, spec.tokens, ref.top2_values, ref.top2_ids, result.tie_tolerance)
-        result.runs.append(PromptRun(prompt, ids, ref, spec, lossless, encoder.decode(ref.tokens), encoder.decode(spec.tokens)))
+    def run_dflash(ids: list[int], budget: int, on_tokens: Callable[[int], None] | None = None) -> Generation:
+        return dflash_decode(target, draft, ids, max_new_tokens=budget, stop_ids=stops, target_cache=tcache,
+                             draft_cache=dcache, block_size=block, on_tokens=on_tokens, runner=runner)
+
+    # One CPU thread: time each step by the thread's own CPU time, which other processes do not
+    # inflate; otherwise (threads, or a GPU doing the work) by the wall clock at the step's sync.
+    result.step_clock = "thread" if device.type == "cpu" and result.threads == 1 else "wall"
+    with step_clock(time.thread_time if result.step_clock == "thread" else time.perf_counter):
+        decode_all(result, opts, prompts, encoded, encoder, run_target, run_dflash, target, tcache, runner, progress)
     for run in result.runs:
         run.input_text = encoder.render(run.prompt)
     result.findings = judge(result, draft_args)
     return result
 
 
+def decode_all(result: SmokeResult, opts: SmokeOptions, prompts: list[Prompt], encoded: list[list[int]], encoder: Any,
+               run_target: Callable[..., Generation], run_dflash: Callable[..., Generation], target: Any, tcache: Any,
+               runner: StaticRunner | None, progress: Any) -> None:
+    """Warm up, then per prompt: time target-only decoding, decode with DFlash, check it."""
+    window = min(TIMING_TOKENS, opts.max_new_tokens)
+    if opts.warmup:
+        run_target(encoded[0], min(WARMUP_TOKENS, opts.max_new_tokens))
+        run_dflash(encoded[0], min(WARMUP_TOKENS, opts.max_new_tokens))
+    task = progress.add_task("generating", total=opts.max_new_tokens * len(prompts)) if progress else None
+    for prompt, ids in zip(prompts, encoded):
+        advance = (lambda n: progress.advance(task, n)) if progress else None
+        if progress:
+            progress.update(task, description=f"{prompt.name}")
+        # Target-only steps are timed in two halves around the DFlash run, so that both speeds
+        # sample the same stretch of the machine's load.
+        ref = run_target(ids, max(window // 2, 1))
+        spec = run_dflash(ids, opts.max_new_tokens, advance)
+        if window - len(ref.tokens) >= 1 and not ref.overflow and not ref.stopped:
+            more = run_target(ids, window - len(ref.tokens))
+            ref.tokens += more.tokens
+            ref.step_s += more.step_s
+            ref.decode_s += more.decode_s
+            ref.overflow = more.overflow
+        if progress:
+            # Early stops leave part of the budget unused; count it so the bar ends full.
+            progress.advance(task, opts.max_new_tokens - len(spec.tokens))
+        target_tokens: list[int] = []
+        if ref.overflow or spec.overflow:
+            lossless = Lossless("skipped", 0)
+        else:
+            target_tokens, top_v, top_i = teacher_forced(target, ids, spec.tokens, cache=tcache, runner=runner)
+            lossless = compare_outputs(target_tokens, spec.tokens, top_v, top_i, result.tie_tolerance)
+        result.runs.append(PromptRun(prompt, ids, ref, spec, lossless, target_tokens=target_tokens,
+                                     target_text=encoder.decode(target_tokens), dflash_text=encoder.decode(spec.tokens)))
+
+
 def judge(result: SmokeResult, draft_args: DraftArgs) -> list[Finding]:
-    """Findings DF401-DF405 from the settings and the runs."""
+    """Findings DF401-DF406 from the settings and the runs."""
     out: list[Finding] = block_size_findings(result.block_size or draft_args.block_size, draft_args.block_size)
     opts = result.options
     for run in result.runs:
@@ -438,6 +541,14 @@ def judge(result: SmokeResult, draft_args: DraftArgs) -> list[Finding]:
                                             "report it"))
     stats = result.overall() if result.runs else None
     tau = stats["tau"] if stats else None
+    if stats and not stats["speedup_plausible"]:
+        # Judged on the overall figures (medians over every prompt's steps, the most robust);
+        # a single prompt's implausible figure is withheld in its row without a finding.
+        out.append(finding(
+            "DF406",
+            f"measured speedup {stats['speedup_measured']:.2f}x is above tau {stats['tau']:.2f}: impossible, since "
+            "a DFlash step costs at least one target step; the machine's load changed while timing, so the "
+            "speedup is withheld; rerun on an idle machine or with --threads 1"))
     if tau is not None and tau < opts.min_acceptance:
         ids = list(draft_args.target_layer_ids)
         out.append(finding(

@@ -12,7 +12,9 @@ Modules, one job each:
 - ``target``: dense Qwen3 / Llama 3.x with a preallocated KV cache and tapped features;
 - ``draft``: the DFlash v1 draft;
 - ``draft2``: the DFlash2 draft (conv layers, candidate selector) and ``make_draft``, which picks one;
-- ``generate``: prefill, target-only greedy decoding, greedy DFlash decoding;
+- ``generate``: prefill, target-only greedy decoding, greedy DFlash decoding (the generic path),
+  the teacher-forced lossless check;
+- ``static``: the same loops with fixed shapes and device-side state, captured as CUDA graphs on GPU.
 - ``hf_target``: any target family transformers implements, behind the same target protocol,
   with exact cache rollback for sliding-window and Gated DeltaNet layers;
 - ``memory``: the bytes a checkpoint takes once loaded, against the device's free memory.

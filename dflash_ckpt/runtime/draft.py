@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dflash_ckpt.runtime.args import DraftArgs
-from dflash_ckpt.runtime.layers import MLP, KVCache, RMSNorm, attention, head
+from dflash_ckpt.runtime.layers import MLP, KVCache, RMSNorm, attention, fuse_linears, head, use_fused
 from dflash_ckpt.runtime.rope import RotaryTable, apply_rope
 
 
@@ -48,6 +48,12 @@ class DraftAttention(nn.Module):
         self.k_norm = RMSNorm(d.head_dim, d.rms_norm_eps)
         self.causal = args.layer_causal(index)
         self.window = args.layer_window(index)
+        self.register_buffer("kv", None, persistent=False)
+        self.register_buffer("kv_bias", None, persistent=False)
+
+    def fuse_projections(self) -> None:
+        """One matmul for keys and values (queries read the block only, so q stays apart)."""
+        fuse_linears(self, "kv", [self.k_proj, self.v_proj])
 
     def forward(
         self,
@@ -56,23 +62,38 @@ class DraftAttention(nn.Module):
         rope_q: tuple[torch.Tensor, torch.Tensor],
         rope_k: tuple[torch.Tensor, torch.Tensor],
         kv: tuple[torch.Tensor, torch.Tensor] | None,
-        cache_start: int,
+        at: int | tuple[torch.Tensor, torch.Tensor],
         mask: torch.Tensor | None,
     ) -> torch.Tensor:
+        """``at``: where the cache receives the new keys, as the first slot (context then block
+        appended contiguously, the valid prefix attended) or, on the static path, as device
+        slot tensors ``(context slots, block slots)`` written in that order (the block
+        overwrites context padding) with the whole cache attended under ``mask``."""
         b, n, _ = x.shape
         both = torch.cat([context, x], dim=1)
         m = both.shape[1]
         q = self.q_norm(self.q_proj(x).view(b, n, self.heads, self.head_dim)).transpose(1, 2)
-        k = self.k_norm(self.k_proj(both).view(b, m, self.kv_heads, self.head_dim)).transpose(1, 2)
-        v = self.v_proj(both).view(b, m, self.kv_heads, self.head_dim).transpose(1, 2)
+        if use_fused(self.kv, self.k_proj.weight):
+            k, v = F.linear(both, self.kv, self.kv_bias).chunk(2, dim=-1)
+        else:
+            k, v = self.k_proj(both), self.v_proj(both)
+        k = self.k_norm(k.reshape(b, m, self.kv_heads, self.head_dim)).transpose(1, 2)
+        v = v.reshape(b, m, self.kv_heads, self.head_dim).transpose(1, 2)
         q = apply_rope(q, *rope_q)
         k = apply_rope(k, *rope_k)
         if kv is not None:
             k_buf, v_buf = kv
-            end = cache_start + m
-            k_buf[:, :, cache_start:end] = k
-            v_buf[:, :, cache_start:end] = v
-            k, v = k_buf[:, :, :end], v_buf[:, :, :end]
+            if isinstance(at, tuple):
+                c = m - n
+                for slots, part in ((at[0], slice(0, c)), (at[1], slice(c, m))):
+                    k_buf.index_copy_(2, slots, k[:, :, part])
+                    v_buf.index_copy_(2, slots, v[:, :, part])
+                k, v = k_buf, v_buf
+            else:
+                end = at + m
+                k_buf[:, :, at:end] = k
+                v_buf[:, :, at:end] = v
+                k, v = k_buf[:, :, :end], v_buf[:, :, :end]
         out = attention(q, k, v, mask=mask, scale=self.scale)
         return self.o_proj(out.transpose(1, 2).reshape(b, n, self.heads * self.head_dim))
 
@@ -88,8 +109,8 @@ class DraftLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, context: torch.Tensor, rope_q: tuple[torch.Tensor, torch.Tensor],
                 rope_k: tuple[torch.Tensor, torch.Tensor], kv: tuple[torch.Tensor, torch.Tensor] | None,
-                cache_start: int, mask: torch.Tensor | None) -> torch.Tensor:
-        h = x + self.self_attn(self.input_layernorm(x), context, rope_q, rope_k, kv, cache_start, mask)
+                at: int | tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor | None) -> torch.Tensor:
+        h = x + self.self_attn(self.input_layernorm(x), context, rope_q, rope_k, kv, at, mask)
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
@@ -187,6 +208,13 @@ class DFlashDraft(nn.Module):
         v1: argmax of `self.logits(hidden, head_w)`; DFlash2 overrides it (candidate selector)."""
         return self.logits(hidden, head_w).argmax(dim=-1)
 
+    def fuse_projections(self) -> DFlashDraft:
+        """Fuse k/v and gate/up projections of every layer (after the weights are loaded)."""
+        for layer in self.layers:
+            layer.self_attn.fuse_projections()
+            layer.mlp.fuse_projections()
+        return self
+
     # -- forward ----------------------------------------------------------------------------
 
     def forward(
@@ -240,7 +268,9 @@ class DFlashDraft(nn.Module):
             k_pos = torch.arange(start + c + n, device=dev)
             new_pos = k_pos[start:]
             q_pos = k_pos[start + c:]
+            spans = True  # contiguous positions: rope as a slice, no gather and no host read
         else:
+            spans = False
             ctx_pos = torch.arange(c, device=dev) if context_positions is None else context_positions.to(dev)
             q_pos = torch.arange(c, c + n, device=dev) if block_positions is None else block_positions.to(dev)
             if ctx_pos.dim() == 1 and q_pos.dim() == 2:
@@ -257,7 +287,11 @@ class DFlashDraft(nn.Module):
             if id(table) not in ropes:
                 if table.inv_freq.device != dev:
                     table.to(dev)
-                ropes[id(table)] = (table.lookup(q_pos, h.dtype), table.lookup(new_pos, h.dtype))
+                if spans:
+                    cos, sin = table.span(start, c + n, h.dtype)
+                    ropes[id(table)] = ((cos[c:], sin[c:]), (cos, sin))
+                else:
+                    ropes[id(table)] = (table.lookup(q_pos, h.dtype), table.lookup(new_pos, h.dtype))
             rope_q, rope_k = ropes[id(table)]
             attn = layer.self_attn
             key = (attn.causal, attn.window)
@@ -267,4 +301,43 @@ class DFlashDraft(nn.Module):
             h = layer(h, context, rope_q, rope_k, kv, start, masks[key])
         if cache is not None:
             cache.length = start + c
+        return self.norm(h)
+
+    def forward_static(
+        self,
+        context: torch.Tensor,
+        block: torch.Tensor,
+        context_positions: torch.Tensor,
+        block_positions: torch.Tensor,
+        cache: KVCache,
+    ) -> torch.Tensor:
+        """Hidden states of the block on the static path (fixed shapes, no host reads).
+
+        ``context [1, c, H]`` (fused) sits at ``context_positions [c]``, of which only the
+        rows before ``block_positions[0]`` are valid: the rest is padding (a verify's rejected
+        rows), written to the cache and then overwritten by the block, which sits at
+        ``block_positions [n]`` with ``n + valid rows >= c``. Cache slot = position; every
+        query attends over the whole cache up to the block's last position under its layer's
+        causal/window rule. The cache keeps the valid context: the next call's context
+        starts at ``block_positions[0]``.
+        """
+        dev = block.device
+        slots = cache.slots
+        new_pos = torch.cat([context_positions, block_positions])
+        ropes: dict[int, tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]] = {}
+        masks: dict[tuple[bool, int | None], torch.Tensor | None] = {}
+        written = (slots <= block_positions[-1])[None, :]
+        h = block
+        for i, layer in enumerate(self.layers):
+            table = self.rotary[i]
+            if id(table) not in ropes:
+                if table.inv_freq.device != dev:
+                    table.to(dev)
+                ropes[id(table)] = (table.gather(block_positions, h.dtype), table.gather(new_pos, h.dtype))
+            rope_q, rope_k = ropes[id(table)]
+            attn = layer.self_attn
+            key = (attn.causal, attn.window)
+            if key not in masks:
+                masks[key] = layer_mask(block_positions, slots, causal=attn.causal, window=attn.window, extra=written)
+            h = layer(h, context, rope_q, rope_k, (cache.k[i], cache.v[i]), (context_positions, block_positions), masks[key])
         return self.norm(h)

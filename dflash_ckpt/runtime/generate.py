@@ -1,8 +1,15 @@
 """Greedy decoding, batch 1: target-only, and DFlash speculative (DESIGN section 6).
 
-Plain functions over the modules, in the spirit of gpt-fast. Each decoding step synchronises
-with the device once (the host needs the accepted length to crop the caches, and the tokens to
-check for stop tokens); the non-finite checks ride along in that same transfer.
+Plain functions over the modules, in the spirit of gpt-fast. Two paths share the loop logic:
+- the generic eager path here works with any target that implements the target protocol
+  (``target(ids, cache=, taps=, logits=)`` returning ``.logits``/``.features``, a cache with
+  ``reset``/``crop``): blocks are verified as far as the token budget needs, caches cropped;
+- the static path (``runtime/static.py``, native targets only, ``runner=``) has fixed shapes and
+  device-side state, so its steps can be captured as CUDA graphs.
+
+Each decoding step synchronises with the device once (the host needs the accepted tokens to
+check for stop tokens); the non-finite checks ride along in that same transfer, and each
+step's wall time is recorded at that sync (``Generation.step_s``).
 
 Counting: ``max_new_tokens`` counts every new token, the first one (the target's argmax after
 the prompt) included. An acceptance length is the number of new tokens a DFlash step yields:
@@ -13,14 +20,15 @@ as the z-lab reference records it.
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import torch
 
-from dflash_ckpt.runtime.draft import DFlashDraft
-from dflash_ckpt.runtime.layers import KVCache
-from dflash_ckpt.runtime.target import TargetModel
+if TYPE_CHECKING:
+    from dflash_ckpt.runtime.draft import DFlashDraft
+    from dflash_ckpt.runtime.static import StaticRunner
 
 #: ``proposer(start, anchor, k)``: ``k`` draft tokens for the block whose anchor token ``anchor``
 #: sits at position ``start``. Replaces the draft in tests and benchmarks.
@@ -39,6 +47,9 @@ class Generation:
     draft_forwards: int = 0
     prefill_s: float = 0.0
     decode_s: float = 0.0
+    #: Wall time of each decoding step (one token target-only, one draft+verify DFlash), taken
+    #: at the step's host sync; the prefill is not a step.
+    step_s: list[float] = field(default_factory=list)
     #: Target-only: the top-2 logits (float32) and their ids behind each new token.
     top2_values: list[list[float]] = field(default_factory=list)
     top2_ids: list[list[int]] = field(default_factory=list)
@@ -67,15 +78,70 @@ def now(device: torch.device) -> float:
     return time.perf_counter()
 
 
-def _first_stop(tokens: Sequence[int], stop_ids: frozenset[int]) -> int | None:
+def first_stop(tokens: Sequence[int], stop_ids: frozenset[int]) -> int | None:
     for i, tok in enumerate(tokens):
         if tok in stop_ids:
             return i
     return None
 
 
+def accept(drafts: Sequence[int], posterior: Sequence[int], limit: int) -> int:
+    """Accepted drafts: the longest prefix of ``drafts`` (at most ``limit``) equal to the
+    target's argmax at the position before each (``posterior[i]`` predicts ``drafts[i]``)."""
+    n = 0
+    while n < limit and drafts[n] == posterior[n]:
+        n += 1
+    return n
+
+
+#: The clock behind ``Generation.step_s`` (see ``step_clock``).
+_STEP_CLOCK: list[Callable[[], float]] = [time.perf_counter]
+
+
+@contextmanager
+def step_clock(clock: Callable[[], float]) -> Iterator[None]:
+    """Time decoding steps with ``clock`` inside the block (default: wall time). With one CPU
+    thread, ``time.thread_time`` measures a step's own work, which other processes on a shared
+    machine do not inflate (wall time counts the slices the scheduler gives them)."""
+    _STEP_CLOCK.append(clock)
+    try:
+        yield
+    finally:
+        _STEP_CLOCK.pop()
+
+
+class StepRecorder:
+    """Appends one step's new tokens to a ``Generation``: stop tokens, counts, timing, progress.
+    Created right after the prefill's host sync: the first step is timed from there."""
+
+    def __init__(self, gen: Generation, stop_ids: Sequence[int], on_tokens: Callable[[int], None] | None,
+                 t_decode: float) -> None:
+        self.gen, self.stops, self.on_tokens = gen, frozenset(stop_ids), on_tokens
+        self.clock = _STEP_CLOCK[-1]
+        self.last = t_decode if self.clock is time.perf_counter else self.clock()
+
+    def add(self, new: list[int], *, step: bool = True) -> list[int]:
+        """Record ``new`` (cut after a stop token); returns what was kept."""
+        cut = first_stop(new, self.stops)
+        if cut is not None:
+            new = new[: cut + 1]
+            self.gen.stopped = True
+        self.gen.tokens.extend(new)
+        if step:
+            self.gen.acceptance_lengths.append(len(new))
+        t = self.clock()
+        self.gen.step_s.append(t - self.last)
+        self.last = t
+        if self.on_tokens:
+            self.on_tokens(len(new))
+        return new
+
+
+# -- the generic eager path --------------------------------------------------------------------
+
+
 @torch.inference_mode()
-def prefill(target: TargetModel, prompt: torch.Tensor, cache: KVCache, taps: Sequence[int] = ()) -> tuple[torch.Tensor, torch.Tensor | None]:
+def prefill(target: Any, prompt: torch.Tensor, cache: Any, taps: Sequence[int] = ()) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Run the prompt ``[1, n]`` into an empty cache; the last position's logits and the taps."""
     cache.reset()
     out = target(prompt, cache=cache, taps=taps, logits="last")
@@ -84,17 +150,19 @@ def prefill(target: TargetModel, prompt: torch.Tensor, cache: KVCache, taps: Seq
 
 @torch.inference_mode()
 def decode(
-    target: TargetModel,
+    target: Any,
     prompt_ids: Sequence[int],
     *,
     max_new_tokens: int,
     stop_ids: Sequence[int] = (),
-    cache: KVCache,
+    cache: Any = None,
     on_tokens: Callable[[int], None] | None = None,
+    runner: StaticRunner | None = None,
 ) -> Generation:
-    """Target-only greedy decoding, one token per forward pass."""
+    """Target-only greedy decoding, one token per forward pass (``runner``: the static path)."""
+    if runner is not None:
+        return runner.decode(prompt_ids, max_new_tokens=max_new_tokens, stop_ids=stop_ids, on_tokens=on_tokens)
     dev = target.device
-    stops = frozenset(stop_ids)
     gen = Generation()
     prompt = torch.tensor([list(prompt_ids)], dtype=torch.long, device=dev)
     top_v = torch.empty(max_new_tokens, 2, dtype=torch.float32, device=dev)
@@ -103,7 +171,8 @@ def decode(
     logits, _ = prefill(target, prompt, cache)
     gen.target_forwards = 1
     step = torch.empty(1, 1, dtype=torch.long, device=dev)
-    t_decode = None
+    rec: StepRecorder | None = None
+    t_decode = t0
     for i in range(max_new_tokens):
         if i > 0:
             logits = target(step, cache=cache, logits="last").logits[:, -1]
@@ -113,52 +182,104 @@ def decode(
         top_v[i], top_i[i] = top.values[0], top.indices[0]
         nxt = scores.argmax(dim=-1)
         tok, finite = torch.stack([nxt[0], torch.isfinite(scores).all().long()]).tolist()
-        if t_decode is None:
+        if rec is None:
             t_decode = time.perf_counter()
             gen.prefill_s = t_decode - t0
+            rec = StepRecorder(gen, stop_ids, on_tokens, t_decode)
         if not finite:
             gen.overflow = "logits"
             break
-        gen.tokens.append(tok)
-        if on_tokens:
-            on_tokens(1)
-        if tok in stops:
-            gen.stopped = True
+        rec.add([tok], step=False)
+        if i == 0:
+            gen.step_s.pop()  # the first token comes with the prefill
+        if gen.stopped:
             break
         step[0, 0] = tok
-    gen.decode_s = now(dev) - (t_decode or t0)
+    gen.decode_s = now(dev) - t_decode
     n = len(gen.tokens)
     gen.top2_values = top_v[:n].tolist()
     gen.top2_ids = top_i[:n].tolist()
     return gen
 
 
+def draft_block(
+    draft: DFlashDraft,
+    context: torch.Tensor,
+    block_ids: torch.Tensor,
+    size: int,
+    *,
+    embed_w: torch.Tensor,
+    head_w: torch.Tensor,
+    cache: Any,
+) -> torch.Tensor:
+    """Fill ``block_ids[0, 1:size]`` with the draft's tokens for the block ``[anchor, mask...]``
+    given the tapped ``context`` features of the tokens accepted since the last call; returns
+    whether the fused context is finite (a device bool, read with the step's one sync)."""
+    fused = draft.fuse(context)
+    hidden = draft.forward_fused(fused, draft.embed(block_ids, embed_w), cache=cache)
+    block_ids[0, 1:size] = draft.pick_tokens(hidden[:, 1:size], head_w, block_ids[:, :1])[0]
+    return torch.isfinite(fused).all()
+
+
+@dataclass
+class Verified:
+    """One verification's outcome, on the host."""
+
+    drafts: list[int]
+    posterior: list[int]
+    accepted: int
+    #: ``None``, or which values were non-finite (``tapped features``, ``fused features``).
+    overflow: str | None
+    #: The verify pass's tapped features (device), the next draft call's context.
+    features: torch.Tensor | None = None
+
+
+def verify_and_accept(target: Any, block_ids: torch.Tensor, size: int, *, cache: Any, taps: Sequence[int],
+                      fused_ok: torch.Tensor) -> Verified:
+    """Run ``block_ids[:, :size]`` through the target (appended to its cache) and accept: the one
+    host sync of a step carries drafts, the target's argmax and the finite flags."""
+    out = target(block_ids[:, :size], cache=cache, taps=taps, logits="all")
+    scores = out.logits[0].float()
+    posterior = scores.argmax(dim=-1)
+    ok = torch.isfinite(out.features).all() & torch.isfinite(scores).all()
+    host = torch.cat([block_ids[0, 1:size], posterior, ok.long()[None], fused_ok.long()[None]]).tolist()
+    drafts, post = host[: size - 1], host[size - 1: 2 * size - 1]
+    overflow = None if host[-2] else "tapped features"
+    if overflow is None and not host[-1]:
+        overflow = "fused features"
+    return Verified(drafts, post, accept(drafts, post, size - 1), overflow, out.features)
+
+
 @torch.inference_mode()
 def dflash_decode(
-    target: TargetModel,
+    target: Any,
     draft: DFlashDraft,
     prompt_ids: Sequence[int],
     *,
     max_new_tokens: int,
     stop_ids: Sequence[int] = (),
-    target_cache: KVCache,
-    draft_cache: KVCache,
+    target_cache: Any = None,
+    draft_cache: Any = None,
     block_size: int | None = None,
     on_tokens: Callable[[int], None] | None = None,
     proposer: Proposer | None = None,
+    runner: StaticRunner | None = None,
 ) -> Generation:
     """Greedy DFlash speculative decoding; the output equals ``decode``'s up to logit ties.
 
     Each step drafts a block ``[last token, mask * (B-1)]`` conditioned on the tapped features
-    of the tokens accepted since the previous step, verifies it with one target forward, keeps
-    the longest prefix of drafts equal to the target's argmax plus the target's bonus token,
-    and crops both caches. Near the token budget the block is verified only as far as needed.
+    of the tokens accepted since the previous step (``draft_block``), verifies it with one
+    target forward and keeps the longest prefix of drafts equal to the target's argmax plus the
+    target's bonus token (``verify_and_accept``), and crops the target cache. Near the token
+    budget the block is verified only as far as needed. ``runner``: the static path instead.
     """
+    if runner is not None:
+        return runner.dflash(prompt_ids, max_new_tokens=max_new_tokens, stop_ids=stop_ids, on_tokens=on_tokens,
+                             proposer=proposer)
     args = draft.args
     dev = target.device
     block = block_size or args.block_size
     taps = list(args.target_layer_ids)
-    stops = frozenset(stop_ids)
     gen = Generation()
     prompt = torch.tensor([list(prompt_ids)], dtype=torch.long, device=dev)
     block_ids = torch.full((1, block), args.mask_token_id, dtype=torch.long, device=dev)
@@ -175,12 +296,10 @@ def dflash_decode(
     gen.prefill_s = t_decode - t0
     if not feats_ok:
         gen.overflow = "tapped features"
-        gen.decode_s = 0.0
         return gen
-    gen.tokens.append(first)
-    if on_tokens:
-        on_tokens(1)
-    gen.stopped = first in stops
+    rec = StepRecorder(gen, stop_ids, on_tokens, t_decode)
+    rec.add([first], step=False)
+    gen.step_s.clear()
     start = len(prompt_ids)  # position of the last token, not yet run through the target
     last = first
     while not gen.stopped and len(gen.tokens) < max_new_tokens:
@@ -193,40 +312,44 @@ def dflash_decode(
                 proposal = list(proposer(start, last, size - 1))
                 block_ids[0, 1:size] = torch.tensor(proposal, dtype=torch.long, device=dev)
             else:
-                fused = draft.fuse(context)
-                fused_ok = torch.isfinite(fused).all()
-                hidden = draft.forward_fused(fused, draft.embed(block_ids, embed_w), cache=draft_cache)
-                block_ids[0, 1:size] = draft.pick_tokens(hidden[:, 1:size], head_w, block_ids[:, 0])[0]
+                fused_ok = draft_block(draft, context, block_ids, size, embed_w=embed_w, head_w=head_w,
+                                       cache=draft_cache)
                 gen.draft_forwards += 1
-        out = target(block_ids[:, :size], cache=target_cache, taps=taps, logits="all")
+        v = verify_and_accept(target, block_ids, size, cache=target_cache, taps=taps, fused_ok=fused_ok)
         gen.target_forwards += 1
-        scores = out.logits[0].float()
-        posterior = scores.argmax(dim=-1)
-        ok = torch.isfinite(out.features).all() & torch.isfinite(scores).all()
-        host = torch.cat([block_ids[0, 1:size], posterior, ok.long()[None], fused_ok.long()[None]]).tolist()
-        drafts, post = host[: size - 1], host[size - 1: 2 * size - 1]
-        if not host[-2]:
-            gen.overflow = "tapped features"
+        if v.overflow:
+            gen.overflow = v.overflow
             break
-        if not host[-1]:
-            gen.overflow = "fused features"
-            break
-        accepted = 0
-        while accepted < size - 1 and drafts[accepted] == post[accepted]:
-            accepted += 1
-        new = drafts[:accepted] + [post[accepted]]
-        cut = _first_stop(new, stops)
-        if cut is not None:
-            new = new[: cut + 1]
-            gen.stopped = True
-        gen.tokens.extend(new)
-        gen.acceptance_lengths.append(len(new))
-        if on_tokens:
-            on_tokens(len(new))
+        new = rec.add(v.drafts[: v.accepted] + [v.posterior[v.accepted]])
         # Positions start..start+accepted now hold verified tokens; the bonus is not yet run.
-        target_cache.crop(start + accepted + 1)
-        context = out.features[:, : accepted + 1]
-        start += accepted + 1
+        target_cache.crop(start + v.accepted + 1)
+        context = v.features[:, : v.accepted + 1]
+        start += v.accepted + 1
         last = new[-1]
     gen.decode_s = now(dev) - t_decode
     return gen
+
+
+@torch.inference_mode()
+def teacher_forced(target: Any, prompt_ids: Sequence[int], tokens: Sequence[int], *, cache: Any = None,
+                   runner: StaticRunner | None = None) -> tuple[list[int], list[list[float]], list[list[int]]]:
+    """The target's greedy choice for each of ``tokens`` given the prompt and the tokens before
+    it, from ONE forward over ``prompt + tokens[:-1]``: argmax, top-2 logits and their ids.
+
+    Greedy decoding reproduces ``tokens`` exactly when every argmax equals its token, so this
+    checks a DFlash output against target-only decoding without decoding a second time.
+    """
+    if not tokens:
+        return [], [], []
+    seq = list(prompt_ids) + list(tokens[:-1])
+    start = len(prompt_ids) - 1
+    if runner is not None:
+        logits = runner.forward_all(seq)
+    else:
+        ids = torch.tensor([seq], dtype=torch.long, device=target.device)
+        if cache is not None:
+            cache.reset()
+        logits = target(ids, cache=cache, logits="all").logits
+    scores = logits[0, start:].float()
+    top = scores.topk(2, dim=-1)
+    return scores.argmax(dim=-1).tolist(), top.values.tolist(), top.indices.tolist()

@@ -21,7 +21,11 @@ def head(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
 
 class RMSNorm(nn.Module):
-    """Qwen3/Llama RMSNorm: normalise in float32, cast back, then scale (HF's order of casts)."""
+    """Qwen3/Llama RMSNorm: normalise in float32, cast back, then scale (HF's order of casts).
+
+    ``F.rms_norm`` without a weight is the normalisation alone (one fused kernel on CUDA); the
+    scale is applied after the cast back, as HF does, so bf16 results keep HF's rounding.
+    """
 
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
@@ -29,22 +33,62 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        h = x.to(torch.float32)
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(dtype)
+        return rms_norm(x, self.weight, self.eps)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm over the last dim with HF's casts; ``weight`` broadcasts (``[d]``, or one row
+    per head for norms applied to several heads' groups at once)."""
+    h = F.rms_norm(x.to(torch.float32), (x.shape[-1],), eps=eps)
+    return weight * h.to(x.dtype)
+
+
+def fuse_linears(module: nn.Module, name: str, linears: list[nn.Linear]) -> None:
+    """Concatenate the weights (and biases) of ``linears`` into one buffer ``name``(``_bias``).
+
+    One matmul then replaces several (fewer kernels per layer). The original parameters become
+    views of the fused storage, so checkpoint names, ``state_dict`` and training (which runs
+    the separate projections, see ``use_fused``) are unchanged and no weight is held twice.
+    """
+    weight = torch.cat([lin.weight.detach() for lin in linears])
+    biases = [lin.bias for lin in linears]
+    bias = torch.cat([b.detach() for b in biases]) if all(b is not None for b in biases) else None
+    start = 0
+    for lin in linears:
+        n = lin.weight.shape[0]
+        grad = lin.weight.requires_grad
+        lin.weight = nn.Parameter(weight[start:start + n], requires_grad=grad)
+        if bias is not None:
+            lin.bias = nn.Parameter(bias[start:start + n], requires_grad=grad)
+        start += n
+    module.register_buffer(name, weight, persistent=False)
+    module.register_buffer(name + "_bias", bias, persistent=False)
+
+
+def use_fused(fused: torch.Tensor | None, param: torch.Tensor) -> bool:
+    """Whether a forward may use a fused weight: it exists and no gradient is wanted (training
+    runs the separate parameters, which are what an optimiser holds)."""
+    return fused is not None and not (torch.is_grad_enabled() and param.requires_grad)
 
 
 class MLP(nn.Module):
-    """``down(silu(gate(x)) * up(x))``."""
+    """``down(silu(gate(x)) * up(x))``; ``fuse_projections`` merges gate and up into one matmul."""
 
     def __init__(self, hidden: int, intermediate: int, bias: bool = False) -> None:
         super().__init__()
         self.gate_proj = nn.Linear(hidden, intermediate, bias=bias)
         self.up_proj = nn.Linear(hidden, intermediate, bias=bias)
         self.down_proj = nn.Linear(intermediate, hidden, bias=bias)
+        self.register_buffer("gate_up", None, persistent=False)
+        self.register_buffer("gate_up_bias", None, persistent=False)
+
+    def fuse_projections(self) -> None:
+        fuse_linears(self, "gate_up", [self.gate_proj, self.up_proj])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if use_fused(self.gate_up, self.gate_proj.weight):
+            gate, up = F.linear(x, self.gate_up, self.gate_up_bias).chunk(2, dim=-1)
+            return self.down_proj(F.silu(gate) * up)
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
@@ -57,14 +101,35 @@ def attention(
     causal: bool = False,
     scale: float,
 ) -> torch.Tensor:
-    """SDPA over ``q [b, h, n, d]`` and grouped ``k, v [b, kv, m, d]``; ``mask`` True = attend."""
+    """SDPA over ``q [b, h, n, d]`` and grouped ``k, v [b, kv, m, d]``; ``mask`` True = attend.
+
+    On CUDA with a mask (the static path), the queries of each KV group are folded into one
+    ``groups * n`` query axis instead of expanding keys and values: no copy of the cache, and
+    only plain SDPA, which CUDA graphs capture (query head ``j`` reads KV head ``j // groups``).
+    """
     groups = q.shape[1] // k.shape[1]
+    if groups > 1 and q.is_cuda and mask is not None and not causal:
+        return folded_gqa_attention(q, k, v, mask, scale)
     if groups > 1 and _SDPA_GQA:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale, enable_gqa=True)
     if groups > 1:
         k = k.repeat_interleave(groups, dim=1)
         v = v.repeat_interleave(groups, dim=1)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale)
+
+
+def folded_gqa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
+    """Grouped-query attention as plain SDPA: ``q [b, h, n, d]`` becomes ``[b, kv, groups * n, d]``
+    (HF's head order: query head ``j`` reads KV head ``j // groups``) and the mask's rows are
+    tiled to match; keys and values are read in place."""
+    b, h, n, d = q.shape
+    kv = k.shape[1]
+    groups = h // kv
+    rows = mask.expand(*mask.shape[:-2], n, mask.shape[-1])
+    rows = rows.unsqueeze(-3).expand(*rows.shape[:-2], groups, n, rows.shape[-1])
+    rows = rows.reshape(*rows.shape[:-3], groups * n, rows.shape[-1])
+    out = F.scaled_dot_product_attention(q.reshape(b, kv, groups * n, d), k, v, attn_mask=rows, scale=scale)
+    return out.view(b, h, n, d)
 
 
 def init_random_(module: nn.Module, seed: int, std: float | None = None) -> nn.Module:
@@ -108,6 +173,8 @@ class KVCache:
         self.v = torch.zeros(shape, dtype=dtype, device=device)
         self.capacity = capacity
         self.length = 0
+        #: Slot indices ``0..capacity-1`` on the device: the static path's key positions.
+        self.slots = torch.arange(capacity, device=device)
 
     def reset(self) -> None:
         self.length = 0

@@ -2,7 +2,9 @@
 
 Only ``*.safetensors`` files are opened, through ``safetensors``; pickle files are never read.
 Modules are built on the meta device and receive the checkpoint's tensors directly, cast to the
-requested dtype, so a 4B target costs one copy of its weights and no random initialisation.
+requested dtype, so a 4B target costs one copy of its weights and no random initialisation. Then
+q/k/v and gate/up projections are fused (``fuse_projections``: one matmul each, the checkpoint's
+parameters kept as views of the fused weights, so nothing is held twice).
 
 Key layouts:
 - target: Hugging Face names, ``<prefix>embed_tokens.weight``, ``<prefix>layers.N.*``,
@@ -144,7 +146,7 @@ def load_target(folder: Path, args: TargetArgs, *, dtype: torch.dtype, device: t
     if names["lm_head.weight"] is None:
         model.tie_weights()
     model.rotary.to(device)
-    return model.eval()
+    return model.fuse_projections().eval()
 
 
 def load_draft(folder: Path, args: DraftArgs, *, dtype: torch.dtype, device: torch.device,
@@ -157,4 +159,4 @@ def load_draft(folder: Path, args: DraftArgs, *, dtype: torch.dtype, device: tor
     _load_into(model, folder, inv, names, dtype=dtype, device=device, config_where=str(folder / "config.json"))
     for table in model.rotary:
         table.to(device)
-    return model.eval()
+    return model.fuse_projections().eval()

@@ -101,7 +101,7 @@ class RotaryTable:
         self.inv_freq = freq.to(device)
         self.cos = torch.empty(0, head_dim, device=device)
         self.sin = torch.empty(0, head_dim, device=device)
-        self._cast: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._cast: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
         self.grow(capacity)
 
     @property
@@ -124,23 +124,43 @@ class RotaryTable:
         self._cast.clear()
         return self
 
-    def lookup(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    def _tables(self, dtype: torch.dtype, signed: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin (``signed``: sin with its first half negated, see ``apply_rope``) in ``dtype``."""
+        if dtype not in self._cast:
+            self._cast_tables(dtype)
+        cos, sin, signed_sin = self._cast[dtype]
+        return cos, signed_sin if signed else sin
+
+    @torch.inference_mode(False)
+    def _cast_tables(self, dtype: torch.dtype) -> None:
+        """Made outside inference mode, so that a table first used while decoding also serves
+        a later differentiable forward (inference tensors cannot be saved for backward)."""
+        with torch.no_grad():
+            half = self.head_dim // 2
+            cos, sin = self.cos.clone(), self.sin.clone()  # normal tensors even if the table was made in inference mode
+            signed_sin = torch.cat([-sin[:, :half], sin[:, half:]], dim=-1)
+            self._cast[dtype] = (cos.to(dtype), sin.to(dtype), signed_sin.to(dtype))
+
+    def lookup(self, positions: torch.Tensor, dtype: torch.dtype, signed: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin of shape ``positions.shape + (head_dim,)`` in ``dtype``."""
         top = int(positions.max()) + 1 if positions.numel() else 0
         if top > self.capacity:
             self.grow(max(top, 2 * self.capacity))
-        if dtype not in self._cast:
-            self._cast[dtype] = (self.cos.to(dtype), self.sin.to(dtype))
-        cos, sin = self._cast[dtype]
+        cos, sin = self._tables(dtype, signed)
         return cos[positions], sin[positions]
 
-    def span(self, start: int, length: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    def gather(self, positions: torch.Tensor, dtype: torch.dtype, signed: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """Like ``lookup`` but without reading ``positions`` on the host (no device sync, as the
+        static decoding path and CUDA graphs need): the caller has grown the table to cover
+        them (``new_cache`` does, for the cache's capacity)."""
+        cos, sin = self._tables(dtype, signed)
+        return cos[positions], sin[positions]
+
+    def span(self, start: int, length: int, dtype: torch.dtype, signed: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin for the contiguous positions ``start..start+length-1`` (a view, no gather)."""
         if start + length > self.capacity:
             self.grow(max(start + length, 2 * self.capacity))
-        if dtype not in self._cast:
-            self._cast[dtype] = (self.cos.to(dtype), self.sin.to(dtype))
-        cos, sin = self._cast[dtype]
+        cos, sin = self._tables(dtype, signed)
         return cos[start:start + length], sin[start:start + length]
 
 
@@ -149,8 +169,20 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate ``x`` ``[batch, heads, n, head_dim]`` by ``cos``/``sin`` ``[n, d]`` or ``[batch, n, d]``."""
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, signed: bool = False) -> torch.Tensor:
+    """Rotate ``x`` ``[batch, heads, n, head_dim]`` by ``cos``/``sin`` ``[n, d]`` or ``[batch, n, d]``.
+
+    ``signed``: ``sin`` comes from a ``signed=True`` table; ``rotate_half(x) * sin`` is then
+    ``roll(x) * signed_sin``, bit for bit (a sign moves between factors exactly), in one kernel
+    instead of four (two slices, a negation, a concatenation).
+    """
     if cos.dim() == 3:
         cos, sin = cos[:, None], sin[:, None]
+    return rope_rows(x, cos, sin, signed=signed)
+
+
+def rope_rows(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, signed: bool = False) -> torch.Tensor:
+    """``x * cos + rotate_half(x) * sin`` with ``cos``/``sin`` already broadcastable to ``x``."""
+    if signed:
+        return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * sin
     return x * cos + rotate_half(x) * sin

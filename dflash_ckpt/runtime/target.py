@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from dflash_ckpt.runtime.args import TargetArgs
-from dflash_ckpt.runtime.layers import MLP, KVCache, RMSNorm, attention, head
-from dflash_ckpt.runtime.rope import RotaryTable, apply_rope
+from dflash_ckpt.runtime.layers import MLP, KVCache, RMSNorm, attention, fuse_linears, head, rms_norm, use_fused
+from dflash_ckpt.runtime.rope import RotaryTable, rope_rows
 
 
 @dataclass
@@ -47,6 +48,22 @@ class TargetAttention(nn.Module):
             self.k_norm = RMSNorm(d.head_dim, d.rms_norm_eps)
         else:
             self.q_norm = self.k_norm = None
+        self.register_buffer("qkv", None, persistent=False)
+        self.register_buffer("qkv_bias", None, persistent=False)
+        self.register_buffer("qk_norm_w", None, persistent=False)
+
+    def fuse_projections(self) -> None:
+        """One ``qkv`` matmul instead of three (see ``layers.fuse_linears``), and the q/k norm
+        weights as one ``[heads + kv_heads, head_dim]`` table (call it on final weights: the
+        table is a copy)."""
+        fuse_linears(self, "qkv", [self.q_proj, self.k_proj, self.v_proj])
+        if self.q_norm is not None:
+            self.qk_norm_w = self._qk_norm_weight().detach()
+
+    def _qk_norm_weight(self) -> torch.Tensor:
+        assert self.q_norm is not None and self.k_norm is not None
+        d = self.head_dim
+        return torch.cat([self.q_norm.weight.expand(self.heads, d), self.k_norm.weight.expand(self.kv_heads, d)])
 
     def forward(
         self,
@@ -54,23 +71,43 @@ class TargetAttention(nn.Module):
         cos: torch.Tensor,
         sin: torch.Tensor,
         kv: tuple[torch.Tensor, torch.Tensor] | None,
-        start: int,
+        at: int | torch.Tensor,
         mask: torch.Tensor | None,
         causal: bool,
     ) -> torch.Tensor:
+        """``at``: the first position as an int (keys appended at ``at..``, the valid prefix of
+        the cache attended), or the positions ``[n]`` as a device tensor (the static path: keys
+        written there, the whole preallocated cache attended under ``mask``). ``sin`` is a
+        signed table (``rope.apply_rope``).
+
+        Queries and keys are normalised and rotated together, as one ``[b, n, h + kv, d]``
+        slice of the qkv output (per-head operations, so the values are those of separate
+        calls, with half the kernels).
+        """
         b, n, _ = x.shape
-        q = self.q_proj(x).view(b, n, self.heads, self.head_dim)
-        k = self.k_proj(x).view(b, n, self.kv_heads, self.head_dim)
-        v = self.v_proj(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
+        h, g, d = self.heads, self.kv_heads, self.head_dim
+        fused = use_fused(self.qkv, self.q_proj.weight)
+        if fused:
+            qkv = F.linear(x, self.qkv, self.qkv_bias)
+        else:
+            qkv = torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)
+        qkv = qkv.view(b, n, h + 2 * g, d)
+        qk, v = qkv[:, :, : h + g], qkv[:, :, h + g:].transpose(1, 2)
         if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q = apply_rope(q.transpose(1, 2), cos, sin)
-        k = apply_rope(k.transpose(1, 2), cos, sin)
+            w = self.qk_norm_w if fused and self.qk_norm_w is not None else self._qk_norm_weight()
+            qk = rms_norm(qk, w, self.q_norm.eps)
+        qk = rope_rows(qk, cos[:, None], sin[:, None], signed=True)
+        q, k = qk[:, :, :h].transpose(1, 2), qk[:, :, h:].transpose(1, 2)
         if kv is not None:
             k_buf, v_buf = kv
-            k_buf[:, :, start:start + n] = k
-            v_buf[:, :, start:start + n] = v
-            k, v = k_buf[:, :, :start + n], v_buf[:, :, :start + n]
+            if isinstance(at, torch.Tensor):
+                k_buf.index_copy_(2, at, k)
+                v_buf.index_copy_(2, at, v)
+                k, v = k_buf, v_buf
+            else:
+                k_buf[:, :, at:at + n] = k
+                v_buf[:, :, at:at + n] = v
+                k, v = k_buf[:, :, :at + n], v_buf[:, :, :at + n]
         out = attention(q, k, v, mask=mask, causal=causal, scale=self.scale)
         return self.o_proj(out.transpose(1, 2).reshape(b, n, self.heads * self.head_dim))
 
@@ -85,9 +122,9 @@ class TargetLayer(nn.Module):
         self.mlp = MLP(d.hidden_size, d.intermediate_size, bias=args.mlp_bias)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                kv: tuple[torch.Tensor, torch.Tensor] | None, start: int,
+                kv: tuple[torch.Tensor, torch.Tensor] | None, at: int | torch.Tensor,
                 mask: torch.Tensor | None, causal: bool) -> torch.Tensor:
-        h = x + self.self_attn(self.input_layernorm(x), cos, sin, kv, start, mask, causal)
+        h = x + self.self_attn(self.input_layernorm(x), cos, sin, kv, at, mask, causal)
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
@@ -98,13 +135,22 @@ class TargetModel(nn.Module):
         super().__init__()
         d = args.dims
         self.args = args
-        self.embed_tokens = nn.Embedding(d.vocab_size, d.hidden_size)
+        # ``_weight`` skips the random init: on the meta device, ``normal_`` would import
+        # torch._dynamo (about a second) on every load.
+        self.embed_tokens = nn.Embedding(d.vocab_size, d.hidden_size, _weight=torch.empty(d.vocab_size, d.hidden_size))
         self.layers = nn.ModuleList(TargetLayer(args) for _ in range(d.num_layers))
         self.norm = RMSNorm(d.hidden_size, d.rms_norm_eps)
         self.lm_head = nn.Linear(d.hidden_size, d.vocab_size, bias=False)
         self.rotary = RotaryTable(args.rope, d.head_dim)
         if args.tie_word_embeddings:
             self.tie_weights()
+
+    def fuse_projections(self) -> TargetModel:
+        """Fuse q/k/v and gate/up projections of every layer (after the weights are loaded)."""
+        for layer in self.layers:
+            layer.self_attn.fuse_projections()
+            layer.mlp.fuse_projections()
+        return self
 
     def tie_weights(self) -> None:
         """Share the embedding table with ``lm_head`` (``tie_word_embeddings``)."""
@@ -147,7 +193,7 @@ class TargetModel(nn.Module):
         if self.rotary.inv_freq.device != ids.device:
             self.rotary.to(ids.device)
         h = self.embed_tokens(ids)
-        cos, sin = self.rotary.span(start, n, h.dtype)
+        cos, sin = self.rotary.span(start, n, h.dtype, signed=True)
         mask, causal = None, False
         if n > 1 and start == 0:
             causal = True
@@ -155,19 +201,47 @@ class TargetModel(nn.Module):
             # Query i sits at position start+i and sees keys 0..start+i.
             keys = torch.arange(start + n, device=ids.device)
             mask = keys[None, :] <= (start + torch.arange(n, device=ids.device))[:, None]
+        out = self._layers(h, cos, sin, cache, start, mask, causal, taps, logits)
+        if cache is not None:
+            cache.length = start + n
+        return out
+
+    def forward_static(
+        self,
+        ids: torch.Tensor,
+        positions: torch.Tensor,
+        cache: KVCache,
+        *,
+        taps: Sequence[int] = (),
+        logits: str = "all",
+    ) -> TargetOutput:
+        """Run ``ids [1, n]`` at ``positions [n]`` (a device tensor): the static, gpt-fast shape.
+
+        Keys and values are written into the cache at ``positions``; every query attends over
+        the whole preallocated cache under a mask row (key position <= query position), so
+        decode, verify and prefill take one attention path, and no shape or host value depends
+        on the decoding state: what CUDA graphs need. Stale entries past a query's position
+        (rejected drafts) are masked, so the caller never crops; ``cache.length`` is not used.
+        """
+        h = self.embed_tokens(ids)
+        cos, sin = self.rotary.gather(positions, h.dtype, signed=True)
+        mask = cache.slots[None, :] <= positions[:, None]
+        return self._layers(h, cos, sin, cache, positions, mask, False, taps, logits)
+
+    def _layers(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: KVCache | None,
+                at: int | torch.Tensor, mask: torch.Tensor | None, causal: bool, taps: Sequence[int],
+                logits: str) -> TargetOutput:
         last = len(self.layers) - 1
         wanted = set(taps)
         feats: dict[int, torch.Tensor] = {}
         for i, layer in enumerate(self.layers):
             kv = (cache.k[i], cache.v[i]) if cache is not None else None
-            h = layer(h, cos, sin, kv, start, mask, causal)
+            h = layer(h, cos, sin, kv, at, mask, causal)
             if i in wanted and i != last:
                 feats[i] = h
         out = self.norm(h)
         if last in wanted:
             feats[last] = out  # HF's hidden_states[-1] is taken after the final norm
-        if cache is not None:
-            cache.length = start + n
         features = torch.cat([feats[i] for i in taps], dim=-1) if taps else None
         if logits == "none":
             return TargetOutput(None, features)

@@ -1,0 +1,291 @@
+"""The static decoding path for native targets: gpt-fast's shape, and CUDA graphs on top of it.
+
+What makes it static (docs/DESIGN.md section 6 is the algorithm; this is its layout):
+- KV caches are preallocated and written at positions held in device tensors; every query
+  attends over the whole cache under a mask row, so no shape depends on how far decoding got;
+- every verification is ``block_size`` wide (the last block is padded, acceptance limited to
+  what the token budget needs); every draft call after the first reads a ``block_size``-wide
+  context: the previous verify's tapped features, of which only the accepted rows are valid;
+- the decoding state (anchor position, draft cache end, next anchor token) lives on the device
+  and each step updates it there: acceptance is computed on the device, and the one host sync
+  per step only reads the tokens for the output and the stop check.
+
+With ``graphs=True`` (CUDA only) the draft call, the verify-and-accept and the one-token decode
+step are each captured once as a CUDA graph and replayed: a step is then a few launches, not
+thousands. Capture needs exactly the above: fixed shapes, static buffers, no host reads inside.
+On the CPU these functions run eagerly, the same code; ``graphs`` is refused there.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Sequence
+
+import torch
+
+from dflash_ckpt.runtime.draft import DFlashDraft, DraftLayer
+from dflash_ckpt.runtime.generate import Generation, Proposer, StepRecorder, now
+from dflash_ckpt.runtime.target import TargetModel
+
+
+def supports_static(target: object, draft: object | None = None) -> bool:
+    """Whether the static path runs this pair as the generic path would: a native target (it has
+    ``forward_static``) and, when given, a draft whose forward is v1's own (a subclass that
+    changes its layers or ``forward_fused`` without its own ``forward_static`` runs generically;
+    one that only overrides ``pick_tokens`` is fine)."""
+    if not isinstance(target, TargetModel):
+        return False
+    if draft is None:
+        return True
+    if not isinstance(draft, DFlashDraft):
+        return False
+    cls = type(draft)
+    own_static = cls.forward_static is not DFlashDraft.forward_static
+    v1_forward = cls.forward_fused is DFlashDraft.forward_fused and all(type(layer) is DraftLayer for layer in draft.layers)
+    return own_static or v1_forward
+
+
+class StaticRunner:
+    """Caches, device state and (optionally) CUDA graphs for one target/draft pair.
+
+    ``capacity`` must hold the longest prompt, the token budget and one block: verify writes
+    ``block_size`` positions past the last anchor.
+    """
+
+    def __init__(self, target: TargetModel, draft: DFlashDraft, capacity: int, *, block_size: int | None = None,
+                 graphs: bool = False) -> None:
+        dev = target.device
+        if graphs and dev.type != "cuda":
+            raise ValueError("CUDA graphs need a CUDA device")
+        self.target, self.draft, self.capacity = target, draft, capacity
+        self.block = b = block_size or draft.args.block_size
+        self.taps = list(draft.args.target_layer_ids)
+        self.mask_id = draft.args.mask_token_id
+        self.tcache = target.new_cache(capacity)
+        self.dcache = draft.new_cache(capacity)
+        width = len(self.taps) * target.args.dims.hidden_size
+        with torch.inference_mode():
+            long = {"dtype": torch.long, "device": dev}
+            self.ar = torch.arange(b, **long)
+            self.ids = torch.full((1, b), self.mask_id, **long)  # the block: anchor, then drafts
+            self.t_pos = torch.zeros(1, **long)  # the anchor's position
+            self.d_len = torch.zeros(1, **long)  # the draft cache holds context before this position
+            self.limit = torch.zeros(1, **long)  # drafts the budget lets this step accept
+            self.fok = torch.ones(1, **long)  # the last draft call's fused context was finite
+            self.ctx = torch.zeros(1, b, width, dtype=target.dtype, device=dev)  # the next draft context
+            self.packed = torch.zeros(2 * b + 2, **long)  # drafts, argmax, accepted, ok flags
+            self.tok = torch.zeros(1, 1, **long)  # target-only: the last token and its position
+            self.pos = torch.zeros(1, **long)
+            self.dpack = torch.zeros(6, dtype=torch.float64, device=dev)  # token, finite, top-2 values, ids
+        self.steps: dict[str, Callable[[], None]] = {
+            "draft": lambda: self._draft_step(self.ctx),
+            "verify": self._verify_step,
+            "decode": self._decode_step,
+        }
+        self.graphs: dict[str, torch.cuda.CUDAGraph] = {}
+        #: Seconds spent capturing the CUDA graphs (warm-up included); 0 without graphs.
+        self.capture_s = 0.0
+        if graphs:
+            self.capture()
+
+    # -- the steps (device only: no host reads, fixed shapes) ---------------------------------
+
+    def _draft_step(self, context: torch.Tensor) -> None:
+        """Draft the block ``[ids[0,0], mask...]`` into ``ids[0,1:]`` from ``context``."""
+        d, t = self.draft, self.target
+        c = context.shape[1]
+        ctx_pos = self.d_len + (self.ar if c == self.block else torch.arange(c, device=self.ar.device))
+        blk_pos = self.t_pos + self.ar
+        fused = d.fuse(context)
+        valid = ctx_pos < self.t_pos  # rows past the accepted tokens are padding
+        fused_ok = (torch.isfinite(fused[0]).all(-1) | ~valid).all()
+        block = torch.where(self.ar == 0, self.ids[0, :1], self.mask_id)[None]
+        hidden = d.forward_static(fused, d.embed(block, t.embed_tokens.weight), ctx_pos, blk_pos, self.dcache)
+        self.ids[:, 1:].copy_(d.pick_tokens(hidden[:, 1:], t.lm_head.weight, self.ids[:, :1]))
+        self.d_len.copy_(self.t_pos)
+        self.fok.copy_(fused_ok)
+
+    def _verify_step(self) -> None:
+        """Verify ``ids`` at the anchor's position, accept, and move the state to the next step."""
+        out = self.target.forward_static(self.ids, self.t_pos + self.ar, self.tcache, taps=self.taps, logits="all")
+        scores = out.logits[0].float()
+        post = scores.argmax(dim=-1)
+        drafts = self.ids[0, 1:]
+        match = (drafts == post[:-1]) & (self.ar[:-1] < self.limit)
+        accepted = match.long().cumprod(0).sum()
+        rows = self.ar <= self.limit  # rows the budget uses; the rest is padding
+        ok = ((torch.isfinite(out.features[0]).all(-1) & torch.isfinite(scores).all(-1)) | ~rows).all()
+        self.packed.copy_(torch.cat([drafts, post, accepted[None], ok.long()[None], self.fok]))
+        self.ctx.copy_(out.features)
+        self.ids[0, :1].copy_(post.gather(0, accepted[None]))  # the bonus token: the next anchor
+        self.t_pos.add_(accepted + 1)
+
+    def _decode_step(self) -> None:
+        """One target-only token at ``pos``: argmax, finiteness and top-2 into ``dpack``."""
+        out = self.target.forward_static(self.tok, self.pos, self.tcache, logits="all")
+        scores = out.logits[0, -1].float()
+        # Top-2 by two argmax passes (topk's large-vocabulary kernels are not needed in a graph).
+        nxt = scores.argmax()[None]
+        second = scores.index_fill(0, nxt, float("-inf")).argmax()[None]
+        values = torch.cat([scores.gather(0, nxt), scores.gather(0, second)])
+        self.dpack.copy_(torch.cat([nxt.double(), torch.isfinite(scores).all()[None].double(), values.double(),
+                                    nxt.double(), second.double()]))
+        self.tok.copy_(nxt.view(1, 1))
+        self.pos.add_(1)
+
+    def _run(self, name: str) -> None:
+        graph = self.graphs.get(name)
+        if graph is not None:
+            graph.replay()
+        else:
+            self.steps[name]()
+
+    def _reset_state(self) -> None:
+        self.ids.fill_(self.mask_id)
+        for buf in (self.t_pos, self.d_len, self.limit, self.pos, self.tok):
+            buf.zero_()
+        self.fok.fill_(1)
+
+    @torch.inference_mode()
+    def capture(self) -> None:
+        """Capture each step as a CUDA graph, after a warm-up on a side stream (what capture
+        needs: lazily made tensors such as the rope casts exist before it starts). Warm-up
+        writes land in cache slots every run overwrites before reading."""
+        dev = self.target.device
+        t0 = time.perf_counter()
+        side = torch.cuda.Stream(dev)
+        side.wait_stream(torch.cuda.current_stream(dev))
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                for step in self.steps.values():
+                    self._reset_state()
+                    step()
+        torch.cuda.current_stream(dev).wait_stream(side)
+        for name, step in self.steps.items():
+            self._reset_state()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                step()
+            self.graphs[name] = graph
+        self._reset_state()
+        torch.cuda.synchronize(dev)
+        self.capture_s = time.perf_counter() - t0
+
+    # -- eager pieces with a prompt-dependent shape ---------------------------------------------
+
+    def _prefill(self, prompt_ids: Sequence[int], taps: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        dev = self.target.device
+        ids = torch.tensor([list(prompt_ids)], dtype=torch.long, device=dev)
+        out = self.target.forward_static(ids, torch.arange(ids.shape[1], device=dev), self.tcache, taps=taps,
+                                         logits="last")
+        return out.logits[:, -1], out.features
+
+    @torch.inference_mode()
+    def forward_all(self, ids: Sequence[int]) -> torch.Tensor:
+        """Logits ``[1, n, V]`` of one forward over ``ids`` (the lossless check), on the same
+        attention path as decode and verify."""
+        dev = self.target.device
+        x = torch.tensor([list(ids)], dtype=torch.long, device=dev)
+        return self.target.forward_static(x, torch.arange(x.shape[1], device=dev), self.tcache, logits="all").logits
+
+    def _check_room(self, prompt_ids: Sequence[int], max_new_tokens: int) -> None:
+        need = len(prompt_ids) + max_new_tokens + self.block
+        if need > self.capacity:
+            raise ValueError(f"static caches hold {self.capacity} positions; this run needs {need}")
+
+    # -- the loops ---------------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def decode(self, prompt_ids: Sequence[int], *, max_new_tokens: int, stop_ids: Sequence[int] = (),
+               on_tokens: Callable[[int], None] | None = None) -> Generation:
+        """Target-only greedy decoding on the static path; the same tokens as ``generate.decode``."""
+        self._check_room(prompt_ids, max_new_tokens)
+        dev = self.target.device
+        gen = Generation()
+        t0 = now(dev)
+        logits, _ = self._prefill(prompt_ids, ())
+        gen.target_forwards = 1
+        scores = logits[0].float()
+        top = scores.topk(2)
+        host = torch.cat([scores.argmax()[None].double(), torch.isfinite(scores).all()[None].double(),
+                          top.values.double(), top.indices.double()]).tolist()
+        t_decode = time.perf_counter()
+        gen.prefill_s = t_decode - t0
+        rec = StepRecorder(gen, stop_ids, on_tokens, t_decode)
+        first = True
+        while True:
+            tok, finite, v0, v1, i0, i1 = host
+            if not finite:
+                gen.overflow = "logits"
+                break
+            gen.top2_values.append([v0, v1])
+            gen.top2_ids.append([int(i0), int(i1)])
+            rec.add([int(tok)], step=False)
+            if first:
+                gen.step_s.clear()
+                self.tok.fill_(int(tok))
+                self.pos.fill_(len(prompt_ids))
+                first = False
+            if gen.stopped or len(gen.tokens) >= max_new_tokens:
+                break
+            self._run("decode")
+            gen.target_forwards += 1
+            host = self.dpack.tolist()
+        gen.decode_s = now(dev) - t_decode
+        return gen
+
+    @torch.inference_mode()
+    def dflash(self, prompt_ids: Sequence[int], *, max_new_tokens: int, stop_ids: Sequence[int] = (),
+               on_tokens: Callable[[int], None] | None = None, proposer: Proposer | None = None) -> Generation:
+        """Greedy DFlash decoding on the static path; the same tokens as ``generate.dflash_decode``."""
+        self._check_room(prompt_ids, max_new_tokens)
+        b, dev = self.block, self.target.device
+        gen = Generation()
+        t0 = now(dev)
+        logits, feats = self._prefill(prompt_ids, self.taps)
+        gen.target_forwards = 1
+        scores = logits.float()
+        ok = torch.isfinite(feats).all() & torch.isfinite(scores).all()
+        first, feats_ok = torch.stack([scores.argmax(dim=-1)[0], ok.long()]).tolist()
+        t_decode = time.perf_counter()
+        gen.prefill_s = t_decode - t0
+        if not feats_ok:
+            gen.overflow = "tapped features"
+            return gen
+        rec = StepRecorder(gen, stop_ids, on_tokens, t_decode)
+        rec.add([first], step=False)
+        gen.step_s.clear()
+        self._reset_state()
+        self.ids[0, 0] = first
+        self.t_pos.fill_(len(prompt_ids))
+        context: torch.Tensor | None = feats  # the first draft call reads the prompt (eager: its width)
+        start, last = len(prompt_ids), first
+        while not gen.stopped and len(gen.tokens) < max_new_tokens:
+            size = min(b, max_new_tokens - len(gen.tokens))
+            self.limit.fill_(size - 1)
+            if size > 1:
+                if proposer is not None:
+                    proposal = list(proposer(start, last, size - 1)) + [self.mask_id] * (b - size)
+                    self.ids[0, 1:] = torch.tensor(proposal, dtype=torch.long, device=dev)
+                elif context is not None:
+                    self._draft_step(context)
+                    context = None
+                    gen.draft_forwards += 1
+                else:
+                    self._run("draft")
+                    gen.draft_forwards += 1
+            self._run("verify")
+            gen.target_forwards += 1
+            host = self.packed.tolist()
+            drafts, post, accepted = host[: b - 1], host[b - 1: 2 * b - 1], host[2 * b - 1]
+            if not host[2 * b]:
+                gen.overflow = "tapped features"
+                break
+            if not host[2 * b + 1]:
+                gen.overflow = "fused features"
+                break
+            new = rec.add(drafts[:accepted] + [post[accepted]])
+            start += accepted + 1
+            last = new[-1]
+        gen.decode_s = now(dev) - t_decode
+        return gen
