@@ -29,12 +29,13 @@ from dflash_ckpt.commands.json_out import SCHEMA_VERSION
 from dflash_ckpt.commands.normalize_run import fc_taps
 from dflash_ckpt.commands.probe_search import EXHAUSTIVE_MAX, KEEP_EXACT, Measured, SearchResult, TapSet, search_taps, valid
 from dflash_ckpt.commands.smoke_advice import check_positions
-from dflash_ckpt.commands.smoke_run import (DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_ACCEPTANCE, TARGET_FILES, WEIGHT_FILES,
+from dflash_ckpt.commands.smoke_run import (set_threads, DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_ACCEPTANCE, TARGET_FILES, WEIGHT_FILES,
                                             pick_device)
 from dflash_ckpt.errors import CheckFailed, InputError, UsageError
 from dflash_ckpt.rules import Finding, Severity, finding
 from dflash_ckpt.runtime.args import DraftArgs, TargetArgs, ensure_supported
 from dflash_ckpt.runtime.generate import dflash_decode
+from dflash_ckpt.runtime.static import StaticRunner, supports_static
 from dflash_ckpt.runtime.loading import dtype_name, inventory, load_draft, load_target, parse_dtype, stored_dtype
 from dflash_ckpt.runtime.probe import measure, reading_taps, record
 from dflash_ckpt.sources.local import LocalSource
@@ -360,6 +361,7 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None) -> P
 
     say(f"loading target {target_label} ({depth} layers, {result.target_dtype}) and draft {draft_label} "
         f"({k} taps, {result.draft_dtype}) on {device}")
+    set_threads(None, device)  # smoke-run's default, so the finalists' figures are smoke-run's
     target = load_target(Path(target_dir), target_args, dtype=target_dtype, device=device, label=target_label, inv=target_inv)
     draft = load_draft(Path(draft_dir), draft_args, dtype=draft_dtype, device=device, label=draft_label)
     capacity = max(len(ids) for ids in encoded) + opts.max_new_tokens + block + 1
@@ -402,9 +404,11 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None) -> P
     for cand in finalists:
         lengths = []
         with reading_taps(draft, cand.target_layer_ids):
+            # smoke-run's own path: the static loop where it runs the pair (its runner fixes the taps).
+            runner = StaticRunner(target, draft, capacity, block_size=block) if supports_static(target, draft) else None
             for ids in encoded:
                 gen = dflash_decode(target, draft, ids, max_new_tokens=opts.max_new_tokens, stop_ids=stops,
-                                    target_cache=tcache, draft_cache=dcache, block_size=block)
+                                    target_cache=tcache, draft_cache=dcache, block_size=block, runner=runner)
                 lengths += gen.acceptance_lengths
         cand.tau_loop = sum(lengths) / len(lengths) if lengths else 1.0
         cand.lengths = lengths
