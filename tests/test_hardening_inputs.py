@@ -313,3 +313,37 @@ def test_special_files_in_a_draft_are_named_for_what_they_are(tmp_path: Path, fi
         lines = [line for line in cli("inspect", str(d), "-q").stdout.splitlines() if ERROR_LINE.match(line)]
     ends = f" error: is {what}, not a regular file"
     assert any(line.startswith(f"{d / name}: DF") and line.endswith(ends) for line in lines), lines
+
+
+def test_from_file_reads_a_regular_file_only_and_capped(tmp_path: Path, fixtures_root: Path) -> None:
+    """``inspect --from-file``: a FIFO there is one line at once (a plain open would wait for a
+    writer forever), an oversized list is refused unread, and standard input is read no further
+    than the same cap."""
+    import os
+    import subprocess
+
+    from conftest import run_cli
+    from dflash_ckpt.limits import MAX_ARG_FILE_BYTES
+
+    fifo = tmp_path / "drafts.txt"
+    os.mkfifo(fifo)
+    res = run_cli("inspect", "--from-file", str(fifo), timeout=60)
+    no_traceback(res)
+    assert res.code == 2
+    line = error_line(res).splitlines()[0]
+    assert line == f"{fifo}: DF001 error: is a named pipe (FIFO), expected a regular --from-file list", line
+
+    big = tmp_path / "big.txt"
+    with open(big, "wb") as fh:  # sparse: costs no disk
+        fh.truncate(MAX_ARG_FILE_BYTES + 1)
+    res = run_cli("inspect", "--from-file", str(big), timeout=60)
+    assert res.code == 2 and "too large for a --from-file list (limit 16 MiB)" in error_line(res), res.stderr
+
+    listing = tmp_path / "ok.txt"
+    listing.write_text(f"# one draft\n{fixtures_root / 'mutants/base'}\n")
+    assert run_cli("inspect", "--from-file", str(listing), "-q", timeout=60).code == 0
+
+    proc = subprocess.run([sys.executable, "-m", "dflash_ckpt", "inspect", "--from-file", "-"], input=b"#" * (MAX_ARG_FILE_BYTES + 1),
+                          capture_output=True, timeout=60)
+    err = proc.stderr.decode()
+    assert proc.returncode == 2 and err.startswith("<stdin>: DF001 error: more than 16 MiB, too large for a --from-file list"), err
