@@ -96,20 +96,27 @@ def rules(
 
 
 def read_arg_file(path: str) -> list[str]:
-    """Arguments from a text file (``-``: standard input): one per line, blank lines and ``#`` comments ignored."""
-    from dflash_ckpt.errors import InputError
-    from dflash_ckpt.sources.base import describe_os_error
+    """Arguments from a text file (``-``: standard input): one per line, blank lines and ``#`` comments ignored.
 
-    try:
-        if path == "-":
-            text = sys.stdin.buffer.read().decode("utf-8")
-        else:
-            with open(path, encoding="utf-8") as fh:
-                text = fh.read()
-    except OSError as err:
-        raise InputError(describe_os_error(err, path), code="DF001") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{'<stdin>' if path == '-' else path}: not UTF-8 text", code="DF001") from None
+    Read as every side file is (``sources.files``): a regular file only, so a FIFO or ``/dev/zero``
+    named there is one line instead of a wait or an endless read, and at most
+    ``limits.MAX_ARG_FILE_BYTES`` (standard input too: it is read no further than that).
+    """
+    from dflash_ckpt.errors import InputError
+    from dflash_ckpt.limits import MAX_ARG_FILE_BYTES, human_bytes
+    from dflash_ckpt.sources.files import read_capped_text
+
+    what = "--from-file list"
+    if path == "-":
+        data = sys.stdin.buffer.read(MAX_ARG_FILE_BYTES + 1)
+        if len(data) > MAX_ARG_FILE_BYTES:
+            raise InputError(f"<stdin>: more than {human_bytes(MAX_ARG_FILE_BYTES)}, too large for a {what}", code="DF001")
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError as err:
+            raise InputError(f"<stdin>: not UTF-8 text (byte {err.start}); a {what} must be UTF-8", code="DF001") from None
+    else:
+        text = read_capped_text(path, MAX_ARG_FILE_BYTES, what=what)
     lines = (line.split("#", 1)[0].strip() for line in text.splitlines())
     return [line for line in lines if line]
 

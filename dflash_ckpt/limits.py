@@ -24,6 +24,8 @@ MAX_TOKENIZER_BYTES = 256 * MiB
 MAX_TEMPLATE_BYTES = 4 * MiB
 #: A --prompts JSONL file, and an --args-file.
 MAX_PROMPTS_BYTES = 64 * MiB
+#: An ``inspect --from-file`` list of DRAFT arguments (a thousand drafts, one a line: under 100 KiB).
+MAX_ARG_FILE_BYTES = 16 * MiB
 #: Nesting of any JSON document (configs are 3 levels deep, tokenizer.json about 6).
 MAX_JSON_DEPTH = 64
 #: Values in a config-like JSON file, counted as its commas before it is parsed: what keeps the

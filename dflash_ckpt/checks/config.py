@@ -45,7 +45,7 @@ def check_config(spec: DraftSpec) -> list[Finding]:
         if rk.conflict:
             out.append(finding(
                 "DF103",
-                f"{w}: key '{key}' is {_show(rk.nested)} in dflash_config but {_show(rk.top)} at the "
+                f"{w}: key '{key}' is {show_value(rk.nested)} in dflash_config but {show_value(rk.top)} at the "
                 "top level; engines disagree on which wins. Run `dflash-ckpt normalize --prefer "
                 "nested` or `--prefer top-level`",
             ))
@@ -56,7 +56,7 @@ def check_config(spec: DraftSpec) -> list[Finding]:
             if raw is not ABSENT and as_int(raw) is None:
                 out.append(finding(
                     "DF104",
-                    f"{w}: key '{key_path(place, key)}' must be an integer, found {json_type(raw)} {_show(raw)}",
+                    f"{w}: key '{key_path(place, key)}' must be an integer, found {json_type(raw)} {show_value(raw)}",
                 ))
 
     out += _check_bounds(spec)
@@ -82,11 +82,11 @@ def check_config(spec: DraftSpec) -> list[Finding]:
         if rk.top is not ABSENT and rk.top is not None and rk.nested is ABSENT:
             out.append(finding(
                 "DF134",
-                f"{w}: key '{key}' ({_show(rk.top)}) is only at the top level; SGLang reads it only "
+                f"{w}: key '{key}' ({show_value(rk.top)}) is only at the top level; SGLang reads it only "
                 "from dflash_config and serves the draft without it (`dflash-ckpt normalize` copies it)",
             ))
     if spec.generation == "unknown":
-        archs = _show(spec.architectures) if spec.architectures else "nothing"
+        archs = show_names(spec.architectures) if spec.architectures else "nothing"
         out.append(finding(
             "DF140",
             f"{w}: key 'architectures' is {archs}, not DFlashDraftModel or DFlash2DraftModel; "
@@ -95,14 +95,14 @@ def check_config(spec: DraftSpec) -> list[Finding]:
     if "auto_map" in spec.config:
         out.append(finding("DF141", f"{w}: key 'auto_map' names remote code; it was not run (and never is)"))
     for key, raw in spec.dims.invalid.items():
-        shown = "missing" if raw is ABSENT else (_show(raw)[1:-1] if isinstance(raw, str) else f"{json_type(raw)} {_show(raw)}")
+        shown = "missing" if raw is ABSENT else (show_value(raw)[1:-1] if isinstance(raw, str) else f"{json_type(raw)} {show_value(raw)}")
         out.append(finding("DF142", f"{w}: key '{key}' must be a positive integer ({shown}); tensor shapes follow from it"))
     for key in ("dtype", "torch_dtype"):
         dtype = spec.config.get(key)
         if isinstance(dtype, str) and dtype not in ("bfloat16", "auto"):
             out.append(finding(
                 "DF143",
-                f"{w}: key '{key}' is {_show(dtype)}; DFlash drafts run in bfloat16 (fp16 collapses "
+                f"{w}: key '{key}' is {show_value(dtype)}; DFlash drafts run in bfloat16 (fp16 collapses "
                 "acceptance on Qwen3 hidden-state outliers)",
             ))
             break
@@ -112,7 +112,7 @@ def check_config(spec: DraftSpec) -> list[Finding]:
 def _too_large(w: str, path: str, value: Any, bound: int, what: str = "") -> Finding:
     return finding(
         "DF145",
-        f"{w}: key '{path}' is {_show(value)}{what}, beyond the {bound:,} this tool accepts (no "
+        f"{w}: key '{path}' is {show_value(value)}{what}, beyond the {bound:,} this tool accepts (no "
         "real draft comes near); restore the published value",
     )
 
@@ -141,7 +141,7 @@ def _check_bounds(spec: DraftSpec) -> list[Finding]:
             out.append(_too_large(w, path, value, MAX_LIST_LEN, f" ({len(value):,} entries)"))
         elif (ids := as_int_list(value)) is not None and any(abs(i) > MAX_LAYERS for i in ids):
             big = next(i for i in ids if abs(i) > MAX_LAYERS)
-            out.append(_too_large(w, path, value, MAX_LAYERS, f" (holds {_show(big)})"))
+            out.append(_too_large(w, path, value, MAX_LAYERS, f" (holds {show_value(big)})"))
     lt = spec.config.get("layer_types")
     if isinstance(lt, list) and len(lt) > MAX_LIST_LEN:
         out.append(_too_large(w, "layer_types", lt, MAX_LIST_LEN, f" ({len(lt):,} entries)"))
@@ -156,7 +156,7 @@ def _check_layer_ids(spec: DraftSpec) -> list[Finding]:
     path = key_path(rk.source, "target_layer_ids")
     ids = as_int_list(rk.value)
     if ids is None:
-        return [finding("DF110", f"{w}: key '{path}' must be a list of integers, found {json_type(rk.value)} {_show(rk.value)}")]
+        return [finding("DF110", f"{w}: key '{path}' must be a list of integers, found {json_type(rk.value)} {show_value(rk.value)}")]
     if not ids:
         return [finding("DF111", f"{w}: key '{path}' is empty; restore the trained tap layers")]
     if spec.target_layer_ids is None:
@@ -164,11 +164,11 @@ def _check_layer_ids(spec: DraftSpec) -> list[Finding]:
     out: list[Finding] = []
     dupes = sorted(i for i, n in Counter(ids).items() if n > 1)
     if dupes:
-        out.append(finding("DF113", f"{w}: key '{path}' repeats layer(s) {_show(dupes)}; each tap must be distinct"))
+        out.append(finding("DF113", f"{w}: key '{path}' repeats layer(s) {show_value(dupes)}; each tap must be distinct"))
     if any(b <= a for a, b in zip(ids, ids[1:])) and not (dupes and ids == sorted(ids)):
         out.append(finding(
             "DF112",
-            f"{w}: key '{path}' {_show(ids)} is not strictly increasing; features are concatenated in "
+            f"{w}: key '{path}' {show_value(ids)} is not strictly increasing; features are concatenated in "
             "this order, restore the trained order",
         ))
     depth = spec.num_target_layers
@@ -177,9 +177,9 @@ def _check_layer_ids(spec: DraftSpec) -> list[Finding]:
         hint = ""
         if depth is not None and max(ids) == depth and min(ids) >= 1:
             hint = (f"; {depth} is the target's depth, so these look like hidden_states indices "
-                    f"(i+1, vLLM/GGUF convention): subtract 1 to get {_show([i - 1 for i in ids])}")
+                    f"(i+1, vLLM/GGUF convention): subtract 1 to get {show_value([i - 1 for i in ids])}")
         rng = f"0..{depth - 1}" if depth is not None else "non-negative"
-        out.append(finding("DF114", f"{w}: key '{path}' has {_show(bad)} outside {rng} (num_target_layers {depth}){hint}"))
+        out.append(finding("DF114", f"{w}: key '{path}' has {show_value(bad)} outside {rng} (num_target_layers {depth}){hint}"))
     return out
 
 
@@ -196,7 +196,7 @@ def _check_layer_types(spec: DraftSpec) -> list[Finding]:
             "(`dflash-ckpt normalize` writes it when the config determines it)",
         )]
         if cfg.get("use_sliding_window") is True and not has_window:
-            out.append(finding("DF132", f"{w}: use_sliding_window is true but key 'sliding_window' is {_show(window)}; set the trained window"))
+            out.append(finding("DF132", f"{w}: use_sliding_window is true but key 'sliding_window' is {show_value(window)}; set the trained window"))
         return out
     if not isinstance(lt, list):
         return [finding("DF131", f"{w}: key 'layer_types' must be a list, found {json_type(lt)}")]
@@ -206,7 +206,7 @@ def _check_layer_types(spec: DraftSpec) -> list[Finding]:
     n = spec.dims.num_hidden_layers
     if n is not None and len(lt) != n:
         out.append(finding("DF130", f"{w}: key 'layer_types' has {len(lt)} entries but num_hidden_layers is {n}; give one per draft layer"))
-    bad = sorted({_show(v) for v in lt if not isinstance(v, str) or v not in LAYER_KINDS})
+    bad = sorted({show_value(v) for v in lt if not isinstance(v, str) or v not in LAYER_KINDS})
     if bad:
         shown = ", ".join(bad[:4]) + (f" and {len(bad) - 4} more" if len(bad) > 4 else "")
         out.append(finding("DF131", f"{w}: key 'layer_types' holds {shown}; each entry must be 'full_attention' or 'sliding_attention'"))
@@ -214,17 +214,29 @@ def _check_layer_types(spec: DraftSpec) -> list[Finding]:
         out.append(finding(
             "DF132",
             f"{w}: layer_types has sliding_attention layers but key 'sliding_window' is "
-            f"{_show(window)}; set the trained window (a positive integer)",
+            f"{show_value(window)}; set the trained window (a positive integer)",
         ))
     return out
 
 
-def _show(value: Any) -> str:
+def show_names(names: list[str], limit: int = 4) -> str:
+    """Names (``architectures``) as names, the way a tensor name is shown: quoted with ``repr``,
+    so a control character reads as the same visible escape ``errors.inert`` writes, and shortened
+    (the first ``limit`` of them, each cut at 80 characters) so a hostile list stays one line."""
+    shown = []
+    for name in names[:limit]:
+        text = repr(name[:80])
+        shown.append(text if len(name) <= 80 else text[:-1] + "..." + text[-1])
+    more = f", and {len(names) - limit:,} more" if len(names) > limit else ""
+    return "[" + ", ".join(shown) + more + "]"
+
+
+def show_value(value: Any) -> str:
     """A value as JSON, shortened for a one-line message (without dumping a huge one first)."""
     if value is ABSENT:
         return "absent"
     if isinstance(value, list) and len(value) > 16:
-        return "[" + ", ".join(_show(v) for v in value[:8]) + f", ... ({len(value):,} entries)]"
+        return "[" + ", ".join(show_value(v) for v in value[:8]) + f", ... ({len(value):,} entries)]"
     if isinstance(value, dict) and len(value) > 16 or isinstance(value, (dict, list)) and json_depth(value, 8) > 8:
         return "{...}" if isinstance(value, dict) else "[...]"
     if isinstance(value, str) and len(value) > 60:

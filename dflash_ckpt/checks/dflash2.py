@@ -10,6 +10,7 @@ published files do not have.
 
 from __future__ import annotations
 
+from dflash_ckpt.checks.config import show_value
 from dflash_ckpt.rules import Finding, finding
 from dflash_ckpt.sources.jsonfile import json_type
 from dflash_ckpt.spec.resolve import DFLASH2_KEYS, DraftSpec, as_int
@@ -30,7 +31,7 @@ def check_dflash2_config(spec: DraftSpec) -> list[Finding]:
         if rk.conflict:
             out.append(finding(
                 "DF103",
-                f"{w}: key '{key}' is {rk.nested!r} in dflash_config but {rk.top!r} at the top level; "
+                f"{w}: key '{key}' is {show_value(rk.nested)} in dflash_config but {show_value(rk.top)} at the top level; "
                 "engines disagree on which wins, keep the trained value in dflash_config",
             ))
         if not rk.present:
@@ -45,7 +46,7 @@ def check_dflash2_config(spec: DraftSpec) -> list[Finding]:
             out.append(finding(
                 "DF146",
                 f"{w}: key 'dflash_config.{key}' must be a positive integer, found {json_type(rk.value)} "
-                f"{rk.value!r}; restore it from the published config",
+                f"{show_value(rk.value)}; restore it from the published config",
             ))
             continue
         vals[key] = val

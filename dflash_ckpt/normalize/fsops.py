@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from dflash_ckpt.errors import InputError, UsageError
+from dflash_ckpt.errors import InputError, UsageError, inert
 from dflash_ckpt.limits import FREE_SPACE_MARGIN
 from dflash_ckpt.limits import human_bytes as round_bytes
 from dflash_ckpt.sources.base import describe_os_error
@@ -235,7 +235,7 @@ def recover_stale(out: Path, *, say: Callable[[str], None] | None = None) -> lis
             else f"could not remove {folder}, a partial OUT left by an interrupted run; delete it by hand"
         )
     for line in notes:
-        (say or (lambda m: print(f"note: {m}", file=sys.stderr)))(line)
+        (say or (lambda m: print(f"note: {inert(m)}", file=sys.stderr)))(line)
     return notes
 
 
@@ -258,7 +258,7 @@ def plan_files(
     """
     import sys  # noqa: PLC0415
 
-    say = warn or (lambda m: print(f"warning: {m}", file=sys.stderr))
+    say = warn or (lambda m: print(f"warning: {inert(m)}", file=sys.stderr))
     actions: list[FileAction] = []
     try:
         out_dev = os.stat(_real(out).parent).st_dev

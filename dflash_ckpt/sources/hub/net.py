@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from dflash_ckpt import __version__, limits
+from dflash_ckpt.errors import inert
 from dflash_ckpt.sources.hub.cache import RemoteFile, RepoCache, RepoListing, is_commit
 from dflash_ckpt.sources.hub.download import (
     TooLarge, check_deadline, deadline_for, fetch_file, get_json, hf_headers, place_in_cache, progress_bar,
@@ -146,9 +147,9 @@ def with_retries(
                     unreachable=True,
                 ) from None
             wait = min(pause, settings.max_backoff) if asked is None else asked
-            print(
-                f"dflash-ckpt: {ctx.ref.label}: {what} failed ({_short(exc)}); "
-                f"retry {attempt}/{settings.retries} in {wait:g}s",
+            print(  # names from the listing and the server's words, made inert like every error line
+                inert(f"dflash-ckpt: {ctx.ref.label}: {what} failed ({_short(exc)}); "
+                      f"retry {attempt}/{settings.retries} in {wait:g}s"),
                 file=sys.stderr,
             )
             time.sleep(wait)
