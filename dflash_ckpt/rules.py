@@ -191,13 +191,6 @@ _RULES: list[Rule] = [
          "the run (exit 1), so CI catches a draft that one serving stack cannot read.",
          "Where the message says so, `dflash-ckpt normalize DRAFT OUT` writes a config every "
          "engine reads; otherwise supply the missing values it names (normalize's options)."),
-    Rule("DF146", "dflash2-key-invalid", E, "A DFlash2 key is missing or invalid",
-         "A DFlash2 draft needs conv_kernel_size, conv_group_size, selector_rank and selector_top_k "
-         "(in dflash_config) as positive integers: they fix the shapes of the conv kernels, the "
-         "kernel projections and the selector codebooks, and engines read them as required. "
-         "conv_group_size must divide hidden_size (one dynamic coefficient per group of channels) "
-         "and selector_top_k cannot exceed vocab_size.",
-         "Restore the keys from the published config of the draft."),
     Rule("DF145", "config-value-out-of-bounds", E, "A config number is beyond any real draft",
          "Numbers that size loops and allocations (block_size, num_hidden_layers, hidden_size, "
          "vocab_size, the length of target_layer_ids or layer_types, ...) are checked against "
@@ -205,6 +198,13 @@ _RULES: list[Rule] = [
          "value past them is corruption or a hostile file, and the checks that depend on it "
          "are skipped.",
          "Restore the value published with the draft."),
+    Rule("DF146", "dflash2-key-invalid", E, "A DFlash2 key is missing or invalid",
+         "A DFlash2 draft needs conv_kernel_size, conv_group_size, selector_rank and selector_top_k "
+         "(in dflash_config) as positive integers: they fix the shapes of the conv kernels, the "
+         "kernel projections and the selector codebooks, and engines read them as required. "
+         "conv_group_size must divide hidden_size (one dynamic coefficient per group of channels) "
+         "and selector_top_k cannot exceed vocab_size.",
+         "Restore the keys from the published config of the draft."),
     # -- DF2xx: the weights -----------------------------------------------------------------------
     Rule("DF201", "no-safetensors", E, "No safetensors weights",
          "The folder holds no *.safetensors file. This tool reads only safetensors (never pickle "
