@@ -132,3 +132,10 @@ def error_lines(res: CliResult) -> list[str]:
 def no_traceback(res: CliResult) -> None:
     """Errors are one line, never a Python traceback."""
     assert "Traceback" not in res.stderr and "Traceback" not in res.stdout, res.stderr
+
+
+def smoke(cli: Any, pair: tuple[str, str], *args: str) -> CliResult:
+    """``smoke-run DRAFT --target TARGET ARGS`` in process (the ``cli`` fixture), no traceback."""
+    res = cli("smoke-run", pair[0], "--target", pair[1], *args)
+    no_traceback(res)
+    return res

@@ -23,17 +23,6 @@ H = 64
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def _rms(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    return w * (x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps))
-
-
-def _rot(x: torch.Tensor, pos: torch.Tensor, freq: torch.Tensor) -> torch.Tensor:
-    ang = pos[:, None].double() * freq[None, :]
-    c, s = torch.cos(ang), torch.sin(ang)
-    a, b = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
-    return torch.cat([a * c - b * s, b * c + a * s], dim=-1)
-
-
 def naive_draft(folder: Path, feats: torch.Tensor, block: torch.Tensor, ctx_pos: torch.Tensor, blk_pos: torch.Tensor) -> torch.Tensor:
     """docs/DESIGN.md section 6, literally: fused context as extra K/V of every layer, k_norm on both,
     RoPE at absolute positions, per-layer causal/window rule, final norm. Float64, loops."""
@@ -41,7 +30,7 @@ def naive_draft(folder: Path, feats: torch.Tensor, block: torch.Tensor, ctx_pos:
     w = {k: v.double() for k, v in load_file(str(folder / "model.safetensors")).items()}
     nh, nkv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
     freq = torch.tensor([1.0 / cfg["rope_theta"] ** (i / hd) for i in range(0, hd, 2)], dtype=torch.float64)
-    fused = _rms(feats.double() @ w["fc.weight"].T, w["hidden_norm.weight"])
+    fused = tm.ref_rms(feats.double() @ w["fc.weight"].T, w["hidden_norm.weight"])
     c, n = fused.shape[0], block.shape[0]
     kpos = torch.cat([ctx_pos, blk_pos])
     h = block.double()
@@ -49,15 +38,15 @@ def naive_draft(folder: Path, feats: torch.Tensor, block: torch.Tensor, ctx_pos:
         p = f"layers.{i}."
         causal = cfg.get("is_causal") if cfg.get("is_causal") is not None else kind == "sliding_attention"
         window = cfg["sliding_window"] if kind == "sliding_attention" else None
-        x = _rms(h, w[p + "input_layernorm.weight"])
+        x = tm.ref_rms(h, w[p + "input_layernorm.weight"])
         kv_in = torch.cat([fused, x])
-        q = _rms((x @ w[p + "self_attn.q_proj.weight"].T).view(n, nh, hd), w[p + "self_attn.q_norm.weight"])
-        k = _rms((kv_in @ w[p + "self_attn.k_proj.weight"].T).view(c + n, nkv, hd), w[p + "self_attn.k_norm.weight"])
+        q = tm.ref_rms((x @ w[p + "self_attn.q_proj.weight"].T).view(n, nh, hd), w[p + "self_attn.q_norm.weight"])
+        k = tm.ref_rms((kv_in @ w[p + "self_attn.k_proj.weight"].T).view(c + n, nkv, hd), w[p + "self_attn.k_norm.weight"])
         v = (kv_in @ w[p + "self_attn.v_proj.weight"].T).view(c + n, nkv, hd)
         heads = []
         for j in range(nh):
             g = j // (nh // nkv)
-            qj, kj = _rot(q[:, j], blk_pos, freq), _rot(k[:, g], kpos, freq)
+            qj, kj = tm.ref_rope(q[:, j], blk_pos, freq), tm.ref_rope(k[:, g], kpos, freq)
             scores = qj @ kj.T / math.sqrt(hd)
             for a in range(n):
                 for b in range(c + n):
@@ -67,10 +56,10 @@ def naive_draft(folder: Path, feats: torch.Tensor, block: torch.Tensor, ctx_pos:
                         scores[a, b] = float("-inf")
             heads.append(torch.softmax(scores, -1) @ v[:, g])
         h = h + torch.cat(heads, -1) @ w[p + "self_attn.o_proj.weight"].T
-        y = _rms(h, w[p + "post_attention_layernorm.weight"])
+        y = tm.ref_rms(h, w[p + "post_attention_layernorm.weight"])
         gate, up = y @ w[p + "mlp.gate_proj.weight"].T, y @ w[p + "mlp.up_proj.weight"].T
         h = h + (gate * torch.sigmoid(gate) * up) @ w[p + "mlp.down_proj.weight"].T
-    return _rms(h, w["norm.weight"])
+    return tm.ref_rms(h, w["norm.weight"])
 
 
 def load(folder: Path) -> Any:

@@ -32,17 +32,6 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 # -- the float64 reference -------------------------------------------------------------------------
 
 
-def _rms(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    return w * (x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps))
-
-
-def _rot(x: torch.Tensor, pos: torch.Tensor, freq: torch.Tensor) -> torch.Tensor:
-    ang = pos[:, None].double() * freq[None, :]
-    c, s = torch.cos(ang), torch.sin(ang)
-    a, b = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
-    return torch.cat([a * c - b * s, b * c + a * s], dim=-1)
-
-
 def _weights(folder: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     cfg = json.loads((folder / "config.json").read_text())
     return cfg, {k: v.double() for k, v in load_file(str(folder / "model.safetensors")).items()}
@@ -74,7 +63,7 @@ def naive_forward(folder: Path, feats: torch.Tensor, block: torch.Tensor, ctx_po
     starts = starts or [0]
     nh, nkv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
     freq = torch.tensor([1.0 / cfg["rope_theta"] ** (i / hd) for i in range(0, hd, 2)], dtype=torch.float64)
-    fused = _rms(feats.double() @ w["fc.weight"].T, w["hidden_norm.weight"])
+    fused = tm.ref_rms(feats.double() @ w["fc.weight"].T, w["hidden_norm.weight"])
     c, n = fused.shape[0], block.shape[0]
     kpos = torch.cat([ctx_pos, blk_pos])
     h = block.double()
@@ -91,13 +80,13 @@ def naive_forward(folder: Path, feats: torch.Tensor, block: torch.Tensor, ctx_po
 
         def attn(x: torch.Tensor) -> torch.Tensor:
             kv_in = torch.cat([fused, x])
-            q = _rms((x @ w[p + "self_attn.q_proj.weight"].T).view(n, nh, hd), w[p + "self_attn.q_norm.weight"])
-            k = _rms((kv_in @ w[p + "self_attn.k_proj.weight"].T).view(c + n, nkv, hd), w[p + "self_attn.k_norm.weight"])
+            q = tm.ref_rms((x @ w[p + "self_attn.q_proj.weight"].T).view(n, nh, hd), w[p + "self_attn.q_norm.weight"])
+            k = tm.ref_rms((kv_in @ w[p + "self_attn.k_proj.weight"].T).view(c + n, nkv, hd), w[p + "self_attn.k_norm.weight"])
             v = (kv_in @ w[p + "self_attn.v_proj.weight"].T).view(c + n, nkv, hd)
             heads = []
             for j in range(nh):
                 grp = j // (nh // nkv)
-                scores = _rot(q[:, j], blk_pos, freq) @ _rot(k[:, grp], kpos, freq).T / math.sqrt(hd)
+                scores = tm.ref_rope(q[:, j], blk_pos, freq) @ tm.ref_rope(k[:, grp], kpos, freq).T / math.sqrt(hd)
                 for a in range(n):
                     for b in range(c + n):
                         qp, kp = int(blk_pos[a]), int(kpos[b])
@@ -111,9 +100,9 @@ def naive_forward(folder: Path, feats: torch.Tensor, block: torch.Tensor, ctx_po
             gate, up = y @ w[p + "mlp.gate_proj.weight"].T, y @ w[p + "mlp.up_proj.weight"].T
             return (gate * torch.sigmoid(gate) * up) @ w[p + "mlp.down_proj.weight"].T
 
-        h = h + conv_pair(p + "attention_conv.", _rms(h, w[p + "input_layernorm.weight"]), attn)
-        h = h + conv_pair(p + "mlp_conv.", _rms(h, w[p + "post_attention_layernorm.weight"]), mlp)
-    return _rms(h, w["norm.weight"])
+        h = h + conv_pair(p + "attention_conv.", tm.ref_rms(h, w[p + "input_layernorm.weight"]), attn)
+        h = h + conv_pair(p + "mlp_conv.", tm.ref_rms(h, w[p + "post_attention_layernorm.weight"]), mlp)
+    return tm.ref_rms(h, w["norm.weight"])
 
 
 def naive_select(folder: Path, hidden: torch.Tensor, head: torch.Tensor, anchor: int) -> tuple[list[int], list[list[float]]]:

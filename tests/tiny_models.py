@@ -373,3 +373,19 @@ def make_draft2(
     t["candidate_selector.successor_codebook" + codebook_suffix] = codebook_scale * r.embed(vocab, selector_rank)
     _save(folder, t, cfg["dtype"], 1)
     return folder
+
+
+# -- float64 reference pieces (the draft tests' transcriptions; no dflash_ckpt.runtime) ------------
+
+
+def ref_rms(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """RMSNorm: ``w * x / sqrt(mean(x^2) + eps)``."""
+    return w * (x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps))
+
+
+def ref_rope(x: torch.Tensor, pos: torch.Tensor, freq: torch.Tensor) -> torch.Tensor:
+    """Rotate-half RoPE of ``x [..., n, d]`` at positions ``pos [n]`` (in float64)."""
+    ang = pos[:, None].double() * freq[None, :]
+    c, s = torch.cos(ang), torch.sin(ang)
+    a, b = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat([a * c - b * s, b * c + a * s], dim=-1)
