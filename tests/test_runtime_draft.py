@@ -62,18 +62,6 @@ def naive_draft(folder: Path, feats: torch.Tensor, block: torch.Tensor, ctx_pos:
     return tm.ref_rms(h, w["norm.weight"])
 
 
-def load(folder: Path) -> Any:
-    from dflash_ckpt.runtime.loading import load_draft
-
-    args = DraftArgs.from_spec(read_draft(LocalSource(folder)))
-    return load_draft(folder, args, dtype=torch.float32, device=torch.device("cpu")).requires_grad_(False)
-
-
-def inputs(c: int, n: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(c, 3 * H, generator=g) * 3, torch.randn(n, H, generator=g)
-
-
 @pytest.mark.parametrize("kind", ["full", "mixed", "causal-override", "sliding-bidirectional"])
 def test_draft_matches_the_written_out_semantics(tmp_path: Path, kind: str) -> None:
     extra: dict[str, Any] = {}
@@ -86,8 +74,8 @@ def test_draft_matches_the_written_out_semantics(tmp_path: Path, kind: str) -> N
     if kind == "sliding-bidirectional":  # a window both ways within the block
         layer_types, window, extra = ["sliding_attention", "sliding_attention"], 3, {"is_causal": False}
     folder = tm.make_draft(tmp_path / kind, layer_types=layer_types, sliding_window=window, store_dtype="float32", extra_config=extra)
-    draft = load(folder)
-    feats, block = inputs(9, 8)
+    draft = tm.load_draft_only(folder)
+    feats, block = tm.draft_inputs(9, 8)
     ctx_pos, blk_pos = torch.arange(9), torch.arange(9, 17)
     want = naive_draft(folder, feats, block, ctx_pos, blk_pos)
     got = draft(feats[None], block[None])[0]
@@ -99,8 +87,8 @@ def test_cached_calls_equal_one_full_call(tmp_path: Path) -> None:
     same block output as one call with the whole context."""
     folder = tm.make_draft(tmp_path / "d", layer_types=["sliding_attention", "full_attention"], sliding_window=6,
                            store_dtype="float32")
-    draft = load(folder)
-    feats, block = inputs(14, 8, seed=3)
+    draft = tm.load_draft_only(folder)
+    feats, block = tm.draft_inputs(14, 8, seed=3)
     cache = draft.new_cache(64)
     ptr = cache.k.data_ptr()
     draft(feats[None, :6], block[None], cache=cache)
@@ -114,8 +102,8 @@ def test_cached_calls_equal_one_full_call(tmp_path: Path) -> None:
 
 def test_sliding_window_hides_old_context_and_full_layers_are_bidirectional(tmp_path: Path) -> None:
     folder = tm.make_draft(tmp_path / "s", layer_types=["sliding_attention"] * 2, sliding_window=4, store_dtype="float32")
-    draft = load(folder)
-    feats, block = inputs(12, 8, seed=5)
+    draft = tm.load_draft_only(folder)
+    feats, block = tm.draft_inputs(12, 8, seed=5)
     base = draft(feats[None], block[None])[0]
     far = feats.clone()
     far[:4] += 5.0  # positions 0..3; the block (12..19) sees back to 9 at most through two layers
@@ -130,15 +118,15 @@ def test_sliding_window_hides_old_context_and_full_layers_are_bidirectional(tmp_
     torch.testing.assert_close(out[:5], base[:5])
     assert not torch.allclose(out[5:], base[5:], atol=1e-4)
     # Full attention layers: every block position sees every other (mask filling).
-    full = load(tm.make_draft(tmp_path / "f", store_dtype="float32"))
+    full = tm.load_draft_only(tm.make_draft(tmp_path / "f", store_dtype="float32"))
     a, b = full(feats[None], block[None])[0], full(feats[None], later[None])[0]
     assert not torch.allclose(a[:5], b[:5], atol=1e-4)
 
 
 def test_training_layout_two_anchors_in_one_pass(tmp_path: Path) -> None:
     """Positions and a block-sparse mask let several anchors share a forward pass."""
-    draft = load(tm.make_draft(tmp_path / "t", store_dtype="float32"))
-    feats, _ = inputs(10, 1, seed=7)
+    draft = tm.load_draft_only(tm.make_draft(tmp_path / "t", store_dtype="float32"))
+    feats, _ = tm.draft_inputs(10, 1, seed=7)
     g = torch.Generator().manual_seed(8)
     blocks = torch.randn(2, 8, H, generator=g)
     anchors = [4, 7]
@@ -156,8 +144,8 @@ def test_training_layout_two_anchors_in_one_pass(tmp_path: Path) -> None:
 
 
 def test_draft_is_differentiable(tmp_path: Path) -> None:
-    draft = load(tm.make_draft(tmp_path / "g", store_dtype="float32")).requires_grad_(True)
-    feats, block = inputs(6, 8)
+    draft = tm.load_draft_only(tm.make_draft(tmp_path / "g", store_dtype="float32")).requires_grad_(True)
+    feats, block = tm.draft_inputs(6, 8)
     hidden = draft(feats[None], block[None])
     head = torch.randn(tm.VOCAB, H)
     loss = torch.nn.functional.cross_entropy(draft.logits(hidden[0, 1:], head), torch.arange(7))
@@ -167,8 +155,8 @@ def test_draft_is_differentiable(tmp_path: Path) -> None:
 
 
 def test_embedding_scale_multiplier_and_softcap(tmp_path: Path) -> None:
-    plain = load(tm.make_draft(tmp_path / "p", store_dtype="float32"))
-    scaled = load(tm.make_draft(tmp_path / "s", store_dtype="float32", extra_config={
+    plain = tm.load_draft_only(tm.make_draft(tmp_path / "p", store_dtype="float32"))
+    scaled = tm.load_draft_only(tm.make_draft(tmp_path / "s", store_dtype="float32", extra_config={
         "input_embedding_scale": 2.0, "dflash_config": {"mask_token_id": tm.MASK_ID, "target_layer_ids": [1, 3, 5],
                                                        "output_multiplier": 0.5, "final_logit_softcapping": 3.0}}))
     weight = torch.randn(tm.VOCAB, H)
