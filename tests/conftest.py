@@ -129,6 +129,27 @@ def error_lines(res: CliResult) -> list[str]:
     return [line for line in res.stderr.splitlines() if ERROR_LINE.match(line)]
 
 
+def config(folder: Path) -> dict[str, Any]:
+    """A checkpoint folder's config.json, parsed."""
+    return json.loads((folder / "config.json").read_text())
+
+
+def header(path: Path) -> dict[str, Any]:
+    """The safetensors header (8-byte little-endian length, then JSON), read by hand."""
+    with open(path, "rb") as fh:
+        n = int.from_bytes(fh.read(8), "little")
+        head = json.loads(fh.read(n))
+    head.pop("__metadata__", None)
+    return head
+
+
 def no_traceback(res: CliResult) -> None:
     """Errors are one line, never a Python traceback."""
     assert "Traceback" not in res.stderr and "Traceback" not in res.stdout, res.stderr
+
+
+def smoke(cli: Any, pair: tuple[str, str], *args: str) -> CliResult:
+    """``smoke-run DRAFT --target TARGET ARGS`` in process (the ``cli`` fixture), no traceback."""
+    res = cli("smoke-run", pair[0], "--target", pair[1], *args)
+    no_traceback(res)
+    return res

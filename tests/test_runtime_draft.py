@@ -23,17 +23,6 @@ H = 64
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def _rms(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    return w * (x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps))
-
-
-def _rot(x: torch.Tensor, pos: torch.Tensor, freq: torch.Tensor) -> torch.Tensor:
-    ang = pos[:, None].double() * freq[None, :]
-    c, s = torch.cos(ang), torch.sin(ang)
-    a, b = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
-    return torch.cat([a * c - b * s, b * c + a * s], dim=-1)
-
-
 def naive_draft(folder: Path, feats: torch.Tensor, block: torch.Tensor, ctx_pos: torch.Tensor, blk_pos: torch.Tensor) -> torch.Tensor:
     """docs/DESIGN.md section 6, literally: fused context as extra K/V of every layer, k_norm on both,
     RoPE at absolute positions, per-layer causal/window rule, final norm. Float64, loops."""
@@ -41,7 +30,7 @@ def naive_draft(folder: Path, feats: torch.Tensor, block: torch.Tensor, ctx_pos:
     w = {k: v.double() for k, v in load_file(str(folder / "model.safetensors")).items()}
     nh, nkv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
     freq = torch.tensor([1.0 / cfg["rope_theta"] ** (i / hd) for i in range(0, hd, 2)], dtype=torch.float64)
-    fused = _rms(feats.double() @ w["fc.weight"].T, w["hidden_norm.weight"])
+    fused = tm.ref_rms(feats.double() @ w["fc.weight"].T, w["hidden_norm.weight"])
     c, n = fused.shape[0], block.shape[0]
     kpos = torch.cat([ctx_pos, blk_pos])
     h = block.double()
@@ -49,15 +38,15 @@ def naive_draft(folder: Path, feats: torch.Tensor, block: torch.Tensor, ctx_pos:
         p = f"layers.{i}."
         causal = cfg.get("is_causal") if cfg.get("is_causal") is not None else kind == "sliding_attention"
         window = cfg["sliding_window"] if kind == "sliding_attention" else None
-        x = _rms(h, w[p + "input_layernorm.weight"])
+        x = tm.ref_rms(h, w[p + "input_layernorm.weight"])
         kv_in = torch.cat([fused, x])
-        q = _rms((x @ w[p + "self_attn.q_proj.weight"].T).view(n, nh, hd), w[p + "self_attn.q_norm.weight"])
-        k = _rms((kv_in @ w[p + "self_attn.k_proj.weight"].T).view(c + n, nkv, hd), w[p + "self_attn.k_norm.weight"])
+        q = tm.ref_rms((x @ w[p + "self_attn.q_proj.weight"].T).view(n, nh, hd), w[p + "self_attn.q_norm.weight"])
+        k = tm.ref_rms((kv_in @ w[p + "self_attn.k_proj.weight"].T).view(c + n, nkv, hd), w[p + "self_attn.k_norm.weight"])
         v = (kv_in @ w[p + "self_attn.v_proj.weight"].T).view(c + n, nkv, hd)
         heads = []
         for j in range(nh):
             g = j // (nh // nkv)
-            qj, kj = _rot(q[:, j], blk_pos, freq), _rot(k[:, g], kpos, freq)
+            qj, kj = tm.ref_rope(q[:, j], blk_pos, freq), tm.ref_rope(k[:, g], kpos, freq)
             scores = qj @ kj.T / math.sqrt(hd)
             for a in range(n):
                 for b in range(c + n):
@@ -67,22 +56,10 @@ def naive_draft(folder: Path, feats: torch.Tensor, block: torch.Tensor, ctx_pos:
                         scores[a, b] = float("-inf")
             heads.append(torch.softmax(scores, -1) @ v[:, g])
         h = h + torch.cat(heads, -1) @ w[p + "self_attn.o_proj.weight"].T
-        y = _rms(h, w[p + "post_attention_layernorm.weight"])
+        y = tm.ref_rms(h, w[p + "post_attention_layernorm.weight"])
         gate, up = y @ w[p + "mlp.gate_proj.weight"].T, y @ w[p + "mlp.up_proj.weight"].T
         h = h + (gate * torch.sigmoid(gate) * up) @ w[p + "mlp.down_proj.weight"].T
-    return _rms(h, w["norm.weight"])
-
-
-def load(folder: Path) -> Any:
-    from dflash_ckpt.runtime.loading import load_draft
-
-    args = DraftArgs.from_spec(read_draft(LocalSource(folder)))
-    return load_draft(folder, args, dtype=torch.float32, device=torch.device("cpu")).requires_grad_(False)
-
-
-def inputs(c: int, n: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(c, 3 * H, generator=g) * 3, torch.randn(n, H, generator=g)
+    return tm.ref_rms(h, w["norm.weight"])
 
 
 @pytest.mark.parametrize("kind", ["full", "mixed", "causal-override", "sliding-bidirectional"])
@@ -97,8 +74,8 @@ def test_draft_matches_the_written_out_semantics(tmp_path: Path, kind: str) -> N
     if kind == "sliding-bidirectional":  # a window both ways within the block
         layer_types, window, extra = ["sliding_attention", "sliding_attention"], 3, {"is_causal": False}
     folder = tm.make_draft(tmp_path / kind, layer_types=layer_types, sliding_window=window, store_dtype="float32", extra_config=extra)
-    draft = load(folder)
-    feats, block = inputs(9, 8)
+    draft = tm.load_draft_only(folder)
+    feats, block = tm.draft_inputs(9, 8)
     ctx_pos, blk_pos = torch.arange(9), torch.arange(9, 17)
     want = naive_draft(folder, feats, block, ctx_pos, blk_pos)
     got = draft(feats[None], block[None])[0]
@@ -110,8 +87,8 @@ def test_cached_calls_equal_one_full_call(tmp_path: Path) -> None:
     same block output as one call with the whole context."""
     folder = tm.make_draft(tmp_path / "d", layer_types=["sliding_attention", "full_attention"], sliding_window=6,
                            store_dtype="float32")
-    draft = load(folder)
-    feats, block = inputs(14, 8, seed=3)
+    draft = tm.load_draft_only(folder)
+    feats, block = tm.draft_inputs(14, 8, seed=3)
     cache = draft.new_cache(64)
     ptr = cache.k.data_ptr()
     draft(feats[None, :6], block[None], cache=cache)
@@ -125,8 +102,8 @@ def test_cached_calls_equal_one_full_call(tmp_path: Path) -> None:
 
 def test_sliding_window_hides_old_context_and_full_layers_are_bidirectional(tmp_path: Path) -> None:
     folder = tm.make_draft(tmp_path / "s", layer_types=["sliding_attention"] * 2, sliding_window=4, store_dtype="float32")
-    draft = load(folder)
-    feats, block = inputs(12, 8, seed=5)
+    draft = tm.load_draft_only(folder)
+    feats, block = tm.draft_inputs(12, 8, seed=5)
     base = draft(feats[None], block[None])[0]
     far = feats.clone()
     far[:4] += 5.0  # positions 0..3; the block (12..19) sees back to 9 at most through two layers
@@ -141,15 +118,15 @@ def test_sliding_window_hides_old_context_and_full_layers_are_bidirectional(tmp_
     torch.testing.assert_close(out[:5], base[:5])
     assert not torch.allclose(out[5:], base[5:], atol=1e-4)
     # Full attention layers: every block position sees every other (mask filling).
-    full = load(tm.make_draft(tmp_path / "f", store_dtype="float32"))
+    full = tm.load_draft_only(tm.make_draft(tmp_path / "f", store_dtype="float32"))
     a, b = full(feats[None], block[None])[0], full(feats[None], later[None])[0]
     assert not torch.allclose(a[:5], b[:5], atol=1e-4)
 
 
 def test_training_layout_two_anchors_in_one_pass(tmp_path: Path) -> None:
     """Positions and a block-sparse mask let several anchors share a forward pass."""
-    draft = load(tm.make_draft(tmp_path / "t", store_dtype="float32"))
-    feats, _ = inputs(10, 1, seed=7)
+    draft = tm.load_draft_only(tm.make_draft(tmp_path / "t", store_dtype="float32"))
+    feats, _ = tm.draft_inputs(10, 1, seed=7)
     g = torch.Generator().manual_seed(8)
     blocks = torch.randn(2, 8, H, generator=g)
     anchors = [4, 7]
@@ -167,8 +144,8 @@ def test_training_layout_two_anchors_in_one_pass(tmp_path: Path) -> None:
 
 
 def test_draft_is_differentiable(tmp_path: Path) -> None:
-    draft = load(tm.make_draft(tmp_path / "g", store_dtype="float32")).requires_grad_(True)
-    feats, block = inputs(6, 8)
+    draft = tm.load_draft_only(tm.make_draft(tmp_path / "g", store_dtype="float32")).requires_grad_(True)
+    feats, block = tm.draft_inputs(6, 8)
     hidden = draft(feats[None], block[None])
     head = torch.randn(tm.VOCAB, H)
     loss = torch.nn.functional.cross_entropy(draft.logits(hidden[0, 1:], head), torch.arange(7))
@@ -178,8 +155,8 @@ def test_draft_is_differentiable(tmp_path: Path) -> None:
 
 
 def test_embedding_scale_multiplier_and_softcap(tmp_path: Path) -> None:
-    plain = load(tm.make_draft(tmp_path / "p", store_dtype="float32"))
-    scaled = load(tm.make_draft(tmp_path / "s", store_dtype="float32", extra_config={
+    plain = tm.load_draft_only(tm.make_draft(tmp_path / "p", store_dtype="float32"))
+    scaled = tm.load_draft_only(tm.make_draft(tmp_path / "s", store_dtype="float32", extra_config={
         "input_embedding_scale": 2.0, "dflash_config": {"mask_token_id": tm.MASK_ID, "target_layer_ids": [1, 3, 5],
                                                        "output_multiplier": 0.5, "final_logit_softcapping": 3.0}}))
     weight = torch.randn(tm.VOCAB, H)

@@ -32,17 +32,6 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 # -- the float64 reference -------------------------------------------------------------------------
 
 
-def _rms(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    return w * (x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps))
-
-
-def _rot(x: torch.Tensor, pos: torch.Tensor, freq: torch.Tensor) -> torch.Tensor:
-    ang = pos[:, None].double() * freq[None, :]
-    c, s = torch.cos(ang), torch.sin(ang)
-    a, b = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
-    return torch.cat([a * c - b * s, b * c + a * s], dim=-1)
-
-
 def _weights(folder: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     cfg = json.loads((folder / "config.json").read_text())
     return cfg, {k: v.double() for k, v in load_file(str(folder / "model.safetensors")).items()}
@@ -74,7 +63,7 @@ def naive_forward(folder: Path, feats: torch.Tensor, block: torch.Tensor, ctx_po
     starts = starts or [0]
     nh, nkv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
     freq = torch.tensor([1.0 / cfg["rope_theta"] ** (i / hd) for i in range(0, hd, 2)], dtype=torch.float64)
-    fused = _rms(feats.double() @ w["fc.weight"].T, w["hidden_norm.weight"])
+    fused = tm.ref_rms(feats.double() @ w["fc.weight"].T, w["hidden_norm.weight"])
     c, n = fused.shape[0], block.shape[0]
     kpos = torch.cat([ctx_pos, blk_pos])
     h = block.double()
@@ -91,13 +80,13 @@ def naive_forward(folder: Path, feats: torch.Tensor, block: torch.Tensor, ctx_po
 
         def attn(x: torch.Tensor) -> torch.Tensor:
             kv_in = torch.cat([fused, x])
-            q = _rms((x @ w[p + "self_attn.q_proj.weight"].T).view(n, nh, hd), w[p + "self_attn.q_norm.weight"])
-            k = _rms((kv_in @ w[p + "self_attn.k_proj.weight"].T).view(c + n, nkv, hd), w[p + "self_attn.k_norm.weight"])
+            q = tm.ref_rms((x @ w[p + "self_attn.q_proj.weight"].T).view(n, nh, hd), w[p + "self_attn.q_norm.weight"])
+            k = tm.ref_rms((kv_in @ w[p + "self_attn.k_proj.weight"].T).view(c + n, nkv, hd), w[p + "self_attn.k_norm.weight"])
             v = (kv_in @ w[p + "self_attn.v_proj.weight"].T).view(c + n, nkv, hd)
             heads = []
             for j in range(nh):
                 grp = j // (nh // nkv)
-                scores = _rot(q[:, j], blk_pos, freq) @ _rot(k[:, grp], kpos, freq).T / math.sqrt(hd)
+                scores = tm.ref_rope(q[:, j], blk_pos, freq) @ tm.ref_rope(k[:, grp], kpos, freq).T / math.sqrt(hd)
                 for a in range(n):
                     for b in range(c + n):
                         qp, kp = int(blk_pos[a]), int(kpos[b])
@@ -111,9 +100,9 @@ def naive_forward(folder: Path, feats: torch.Tensor, block: torch.Tensor, ctx_po
             gate, up = y @ w[p + "mlp.gate_proj.weight"].T, y @ w[p + "mlp.up_proj.weight"].T
             return (gate * torch.sigmoid(gate) * up) @ w[p + "mlp.down_proj.weight"].T
 
-        h = h + conv_pair(p + "attention_conv.", _rms(h, w[p + "input_layernorm.weight"]), attn)
-        h = h + conv_pair(p + "mlp_conv.", _rms(h, w[p + "post_attention_layernorm.weight"]), mlp)
-    return _rms(h, w["norm.weight"])
+        h = h + conv_pair(p + "attention_conv.", tm.ref_rms(h, w[p + "input_layernorm.weight"]), attn)
+        h = h + conv_pair(p + "mlp_conv.", tm.ref_rms(h, w[p + "post_attention_layernorm.weight"]), mlp)
+    return tm.ref_rms(h, w["norm.weight"])
 
 
 def naive_select(folder: Path, hidden: torch.Tensor, head: torch.Tensor, anchor: int) -> tuple[list[int], list[list[float]]]:
@@ -141,18 +130,6 @@ def naive_select(folder: Path, hidden: torch.Tensor, head: torch.Tensor, anchor:
 # -- helpers -------------------------------------------------------------------------------------
 
 
-def load(folder: Path, dtype: torch.dtype = torch.float32) -> Any:
-    from dflash_ckpt.runtime.loading import load_draft
-
-    args = DraftArgs.from_spec(read_draft(LocalSource(folder)))
-    return load_draft(folder, args, dtype=dtype, device=torch.device("cpu")).requires_grad_(False)
-
-
-def inputs(c: int, n: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(c, 3 * H, generator=g) * 3, torch.randn(n, H, generator=g)
-
-
 # -- forward ---------------------------------------------------------------------------------------
 
 
@@ -166,21 +143,21 @@ def test_forward_matches_the_float64_reference(tmp_path: Path, kind: str) -> Non
     if kind == "sliding":
         kw = {"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 5}
     folder = tm.make_draft2(tmp_path / kind, store_dtype="float32", **kw)
-    feats, block = inputs(9, 8)
+    feats, block = tm.draft_inputs(9, 8)
     ctx_pos, blk_pos = torch.arange(9), torch.arange(9, 17)
     want = naive_forward(folder, feats, block, ctx_pos, blk_pos)
-    got = load(folder)(feats[None], block[None])[0]
+    got = tm.load_draft_only(folder)(feats[None], block[None])[0]
     torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-4)
     # the conv matters: the same weights without it (a v1 draft) give something else
     v1 = tm.make_draft(tmp_path / f"{kind}-v1", store_dtype="float32", **{k: v for k, v in kw.items() if "conv" not in k})
-    assert not torch.allclose(load(v1)(feats[None], block[None])[0], got, atol=1e-2)
+    assert not torch.allclose(tm.load_draft_only(v1)(feats[None], block[None])[0], got, atol=1e-2)
 
 
 def test_bf16_draft_stays_close_to_the_reference(tmp_path: Path) -> None:
     folder = tm.make_draft2(tmp_path / "b", store_dtype="bfloat16")
-    feats, block = inputs(7, 8, seed=2)
+    feats, block = tm.draft_inputs(7, 8, seed=2)
     want = naive_forward(folder, feats, block, torch.arange(7), torch.arange(7, 15))
-    got = load(folder, torch.bfloat16)(feats[None], block[None].to(torch.bfloat16))[0]
+    got = tm.load_draft_only(folder, torch.bfloat16)(feats[None], block[None].to(torch.bfloat16))[0]
     assert (got.double() - want).abs().max() < 0.1 * want.abs().max()
 
 
@@ -191,8 +168,8 @@ def test_conv_shift_is_zero_at_the_block_start(tmp_path: Path) -> None:
     in causal layers."""
     folder = tm.make_draft2(tmp_path / "z", store_dtype="float32",
                             layer_types=["sliding_attention"] * 2, sliding_window=64, extra_config={"is_causal": True})
-    draft = load(folder)
-    feats, block = inputs(6, 8, seed=4)
+    draft = tm.load_draft_only(folder)
+    feats, block = tm.draft_inputs(6, 8, seed=4)
     only_block = torch.zeros(8, 14, dtype=torch.bool)
     only_block[:, 6:] = True
     base = draft(feats[None], block[None], attention_mask=only_block)[0]
@@ -212,8 +189,8 @@ def test_training_layout_restarts_the_conv_at_each_anchor(tmp_path: Path) -> Non
     """Two anchors in one pass with ``block_len``: each block equals its own separate call, and
     equals the reference run on the packed layout (the conv restarting at each block start)."""
     folder = tm.make_draft2(tmp_path / "t", store_dtype="float32")
-    draft = load(folder)
-    feats, _ = inputs(10, 1, seed=7)
+    draft = tm.load_draft_only(folder)
+    feats, _ = tm.draft_inputs(10, 1, seed=7)
     g = torch.Generator().manual_seed(8)
     blocks = torch.randn(2, 8, H, generator=g)
     anchors = [4, 7]
@@ -242,8 +219,8 @@ def test_cached_calls_equal_one_full_call(tmp_path: Path) -> None:
     """Context over three cached calls (cropped to the context each time) equals one full call."""
     folder = tm.make_draft2(tmp_path / "c", store_dtype="float32",
                             layer_types=["sliding_attention", "full_attention"], sliding_window=6)
-    draft = load(folder)
-    feats, block = inputs(14, 8, seed=3)
+    draft = tm.load_draft_only(folder)
+    feats, block = tm.draft_inputs(14, 8, seed=3)
     cache = draft.new_cache(64)
     draft.forward_fused(draft.fuse(feats[None, :6]), block[None], cache=cache)
     assert cache.length == 6
@@ -255,8 +232,8 @@ def test_cached_calls_equal_one_full_call(tmp_path: Path) -> None:
 
 
 def test_draft_is_differentiable(tmp_path: Path) -> None:
-    draft = load(tm.make_draft2(tmp_path / "g", store_dtype="float32")).requires_grad_(True)
-    feats, block = inputs(5, 8)
+    draft = tm.load_draft_only(tm.make_draft2(tmp_path / "g", store_dtype="float32")).requires_grad_(True)
+    feats, block = tm.draft_inputs(5, 8)
     hidden = draft(feats[None], block[None], block_len=8)
     logits = draft.logits(hidden, torch.randn(tm.VOCAB, H))
     sel = draft.candidate_selector
@@ -274,7 +251,7 @@ def test_draft_is_differentiable(tmp_path: Path) -> None:
 
 def test_selector_matches_the_reference_and_is_not_the_argmax(tmp_path: Path) -> None:
     folder = tm.make_draft2(tmp_path / "s", store_dtype="float32", codebook_scale=3.0)
-    draft = load(folder)
+    draft = tm.load_draft_only(folder)
     g = torch.Generator().manual_seed(11)
     head = torch.randn(tm.VOCAB, H, generator=g) / 4
     differs = 0
@@ -297,13 +274,13 @@ def test_selector_matches_the_reference_and_is_not_the_argmax(tmp_path: Path) ->
 
 
 def test_selector_top_k_one_is_the_argmax(tmp_path: Path) -> None:
-    draft = load(tm.make_draft2(tmp_path / "k1", store_dtype="float32", selector_top_k=1, codebook_scale=3.0))
+    draft = tm.load_draft_only(tm.make_draft2(tmp_path / "k1", store_dtype="float32", selector_top_k=1, codebook_scale=3.0))
     hidden, head = torch.randn(1, 7, H), torch.randn(tm.VOCAB, H)
     assert draft.pick_tokens(hidden, head, torch.tensor([3])).tolist() == (hidden @ head.T).argmax(-1).tolist()
 
 
 def test_v1_pick_tokens_is_the_argmax(tmp_path: Path) -> None:
-    draft = load(tm.make_draft(tmp_path / "v1", store_dtype="float32"))
+    draft = tm.load_draft_only(tm.make_draft(tmp_path / "v1", store_dtype="float32"))
     hidden, head = torch.randn(1, 5, H), torch.randn(tm.VOCAB, H)
     assert draft.pick_tokens(hidden, head, torch.tensor([3])).tolist() == draft.logits(hidden, head).argmax(-1).tolist()
 
@@ -319,7 +296,7 @@ def test_args_and_loader_use_the_published_names(tmp_path: Path) -> None:
     assert args.generation == "DFlash2" and args.dflash2 is not None
     assert (args.dflash2.conv_kernel_size, args.dflash2.conv_group_size, args.dflash2.selector_rank,
             args.dflash2.selector_top_k) == (3, 16, 12, 5)
-    draft = load(folder)
+    draft = tm.load_draft_only(folder)
     assert isinstance(draft, DFlash2Draft)
     stored = load_file(str(folder / "model.safetensors"))
     assert set(dict(draft.named_parameters())) == set(stored)
@@ -332,7 +309,7 @@ def test_args_and_loader_use_the_published_names(tmp_path: Path) -> None:
 def test_codebooks_with_a_weight_suffix_do_not_load(tmp_path: Path) -> None:
     folder = tm.make_draft2(tmp_path / "w", codebook_suffix=".weight")
     with pytest.raises(InputError, match=r"tensor 'candidate_selector\.\w+_codebook' is missing"):
-        load(folder)
+        tm.load_draft_only(folder)
 
 
 @pytest.mark.parametrize("edit, text", [

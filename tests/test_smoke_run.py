@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import tiny_models as tm
-from conftest import no_traceback, run_cli
+from conftest import no_traceback, run_cli, smoke
 from dflash_ckpt.commands.smoke_run import compare_outputs
 
 FAST = ["--max-new-tokens", "24", "--draft-dtype", "float32"]
@@ -24,12 +24,6 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     draft, target = tm.make_pair(tmp_path_factory.mktemp("pair"))
     return str(draft), str(target)
-
-
-def smoke(cli, pair: tuple[str, str], *args: str):
-    res = cli("smoke-run", pair[0], "--target", pair[1], *args)
-    no_traceback(res)
-    return res
 
 
 def test_pass_with_every_figure_in_json(cli, pair) -> None:

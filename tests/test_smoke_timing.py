@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import tiny_models as tm
-from conftest import no_traceback
+from conftest import smoke
 
 FAST = ["-n", "24", "--draft-dtype", "float32", "--min-acceptance", "0", "--ignore-eos"]
 
@@ -17,12 +17,6 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     draft, target = tm.make_pair(tmp_path_factory.mktemp("pair"))
     return str(draft), str(target)
-
-
-def smoke(cli, pair: tuple[str, str], *args: str):
-    res = cli("smoke-run", pair[0], "--target", pair[1], *args)
-    no_traceback(res)
-    return res
 
 
 def check_spread(stats: dict, n: int) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import tiny_models as tm
-from conftest import ROOT, no_traceback
+from conftest import ROOT, no_traceback, smoke
 from dflash_ckpt.commands.smoke_report import COLUMN_LEGEND, COLUMNS
 from dflash_ckpt.errors import InputError
 from dflash_ckpt.sources.prompts import parse_conversation
@@ -26,12 +26,6 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     """A random (untrained) draft: tau stays near 1, so DF403 fires."""
     draft, target = tm.make_pair(tmp_path_factory.mktemp("pair"))
     return str(draft), str(target)
-
-
-def smoke(cli, pair: tuple[str, str], *args: str):
-    res = cli("smoke-run", pair[0], "--target", pair[1], *args)
-    no_traceback(res)
-    return res
 
 
 def df403(doc: dict) -> str:

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 import make_fixtures
-from conftest import CliResult, no_traceback, run_cli
+from conftest import CliResult, config, header, no_traceback, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 PAIR = ROOT / "fixtures" / "tiny-pair"
@@ -33,19 +33,6 @@ DRAFT, TOP, SHIFTED, FP16 = (PAIR / n for n in ("draft", "draft-top-level", "dra
 VARIANTS = (DRAFT, TOP, SHIFTED, FP16)
 MIN_TAU = 4.0  # the issue's bar for block 8
 MAX_SHIFTED_TAU = 2.0
-
-
-def config(folder: Path) -> dict[str, Any]:
-    return json.loads((folder / "config.json").read_text())
-
-
-def header(path: Path) -> dict[str, Any]:
-    """The safetensors header (8-byte little-endian length, then JSON), read by hand."""
-    with open(path, "rb") as fh:
-        n = int.from_bytes(fh.read(8), "little")
-        head = json.loads(fh.read(n))
-    head.pop("__metadata__", None)
-    return head
 
 
 def sha256(path: Path) -> str:

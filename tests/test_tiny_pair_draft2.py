@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 import make_fixtures
-from conftest import CliResult, no_traceback, run_cli
+from conftest import CliResult, config, header, no_traceback, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 PAIR = ROOT / "fixtures" / "tiny-pair"
@@ -28,18 +28,6 @@ TARGET = PAIR / "target"
 DRAFT2, SHIFTED2, DRAFT = PAIR / "draft2", PAIR / "draft2-shifted-taps", PAIR / "draft"
 MIN_TAU = 4.0
 MAX_SHIFTED_TAU = 2.0
-
-
-def config(folder: Path) -> dict[str, Any]:
-    return json.loads((folder / "config.json").read_text())
-
-
-def header(path: Path) -> dict[str, Any]:
-    with open(path, "rb") as fh:
-        n = int.from_bytes(fh.read(8), "little")
-        head = json.loads(fh.read(n))
-    head.pop("__metadata__", None)
-    return head
 
 
 @functools.lru_cache(maxsize=None)

@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from conftest import header as safetensors_header
+
 ROOT = Path(__file__).resolve().parents[1]
 PAIR = ROOT / "fixtures" / "tiny-pair"
 TARGET = PAIR / "target"
@@ -26,15 +28,6 @@ HF_FILES = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_con
 
 def load_json(name: str) -> Any:
     return json.loads((TARGET / name).read_text())
-
-
-def safetensors_header(path: Path) -> dict[str, Any]:
-    """The JSON header of a safetensors file, read by hand (8-byte length, then JSON)."""
-    with open(path, "rb") as fh:
-        n = int.from_bytes(fh.read(8), "little")
-        header = json.loads(fh.read(n))
-    header.pop("__metadata__", None)
-    return header
 
 
 def expected_shapes(cfg: dict[str, Any]) -> dict[str, list[int]]:

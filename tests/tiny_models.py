@@ -322,6 +322,24 @@ def load_runtime_pair(draft_dir: Path, target_dir: Path, *, draft_dtype: str = "
     return target, draft
 
 
+def load_draft_only(draft_dir: Path, dtype: torch.dtype = torch.float32) -> Any:
+    """The folder's draft runtime module (v1 or DFlash2, as its config says) on the CPU, frozen."""
+    from dflash_ckpt.runtime.args import DraftArgs
+    from dflash_ckpt.runtime.loading import load_draft
+    from dflash_ckpt.sources.local import LocalSource
+    from dflash_ckpt.spec.resolve import load_draft as read_draft
+
+    args = DraftArgs.from_spec(read_draft(LocalSource(draft_dir)))
+    return load_draft(draft_dir, args, dtype=dtype, device=torch.device("cpu")).requires_grad_(False)
+
+
+def draft_inputs(c: int, n: int, seed: int = 0, hidden: int = 64, taps: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random tapped features ``[c, taps * hidden]`` (scaled up, as a target's are) and block
+    embeddings ``[n, hidden]`` for a draft's forward."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(c, taps * hidden, generator=g) * 3, torch.randn(n, hidden, generator=g)
+
+
 def load_target_only(target_dir: Path, *, dtype: str = "float32") -> Any:
     from dflash_ckpt.runtime.args import TargetArgs
     from dflash_ckpt.runtime.loading import load_target
@@ -373,3 +391,19 @@ def make_draft2(
     t["candidate_selector.successor_codebook" + codebook_suffix] = codebook_scale * r.embed(vocab, selector_rank)
     _save(folder, t, cfg["dtype"], 1)
     return folder
+
+
+# -- float64 reference pieces (the draft tests' transcriptions; no dflash_ckpt.runtime) ------------
+
+
+def ref_rms(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """RMSNorm: ``w * x / sqrt(mean(x^2) + eps)``."""
+    return w * (x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps))
+
+
+def ref_rope(x: torch.Tensor, pos: torch.Tensor, freq: torch.Tensor) -> torch.Tensor:
+    """Rotate-half RoPE of ``x [..., n, d]`` at positions ``pos [n]`` (in float64)."""
+    ang = pos[:, None].double() * freq[None, :]
+    c, s = torch.cos(ang), torch.sin(ang)
+    a, b = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat([a * c - b * s, b * c + a * s], dim=-1)

@@ -54,6 +54,21 @@ def finding_text(f: Finding) -> str:
     return f"{f.path}: {f.message}" if f.path else f.message
 
 
+def render_findings(console: Console, findings: Iterable[Finding]) -> None:
+    """The "Findings" table (code, severity, message), errors first, then by code; nothing when
+    there are none. Every command's report shows its findings this one way."""
+    found = sorted(findings, key=lambda f: (-f.severity.rank, f.code))
+    if not found:
+        return
+    table = Table(title="Findings", title_justify="left", show_edge=False)
+    table.add_column("code", no_wrap=True)
+    table.add_column("severity", no_wrap=True)
+    table.add_column("message")
+    for f in found:
+        table.add_row(f.code, f"[{STYLE[f.severity]}]{f.severity.value}[/]", safe(finding_text(f)))
+    console.print(table)
+
+
 def print_line(console: Console, line: str) -> None:
     """A line printed exactly as given (no markup, no highlighting): error lines, already inert."""
     console.print(line, markup=False, highlight=False)
@@ -87,14 +102,7 @@ def render_result(console: Console, res: InspectResult, *, quiet: bool = False, 
             f"target [bold]{safe(t.label)}[/]: {safe(t.model_type or '?')}{via}, "
             f"{safe(_fmt(t.num_hidden_layers))} layers, hidden {safe(_fmt(t.hidden_size))}, vocab {safe(_fmt(t.vocab_size))}"
         )
-    if res.findings:
-        table = Table(title="Findings", title_justify="left", show_edge=False)
-        table.add_column("code", no_wrap=True)
-        table.add_column("severity", no_wrap=True)
-        table.add_column("message")
-        for f in sorted(res.findings, key=lambda f: (-f.severity.rank, f.code)):
-            table.add_row(f.code, f"[{STYLE[f.severity]}]{f.severity.value}[/]", safe(finding_text(f)))
-        console.print(table)
+    render_findings(console, res.findings)
     if res.readers:
         table = Table(title="Readers", title_justify="left", show_edge=False)
         table.add_column("reader", no_wrap=True)

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dflash_ckpt.commands.json_out import print_json
-from dflash_ckpt.commands.output import STYLE, finding_text, make_console, print_line, safe
+from dflash_ckpt.commands.output import STYLE, finding_text, make_console, print_line, render_findings, safe
 from dflash_ckpt.commands.probe_run import ProbeOptions, ProbeResult, run_probe, write_copy
 from dflash_ckpt.errors import DFlashCkptError
 from dflash_ckpt.rules import Severity
@@ -110,14 +110,7 @@ def render_probe(console: Console, res: ProbeResult) -> None:
             z = res.best.z_over(conf)
             console.print(f"the configured target_layer_ids {_ids(conf.target_layer_ids)} trail the best only within "
                           f"measurement noise ({'—' if z is None else f'{z:.1f}'} standard errors): they stay")
-    if res.findings:
-        ft = Table(title="Findings", title_justify="left", show_edge=False)
-        ft.add_column("code", no_wrap=True)
-        ft.add_column("severity", no_wrap=True)
-        ft.add_column("message")
-        for f in sorted(res.findings, key=lambda f: (-f.severity.rank, f.code)):
-            ft.add_row(f.code, f"[{STYLE[f.severity]}]{f.severity.value}[/]", safe(finding_text(f)))
-        console.print(ft)
+    render_findings(console, res.findings)
     best = res.best
     if best is None:
         return

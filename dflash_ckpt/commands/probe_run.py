@@ -29,18 +29,16 @@ from dflash_ckpt.commands.json_out import SCHEMA_VERSION
 from dflash_ckpt.commands.normalize_run import fc_taps
 from dflash_ckpt.commands.probe_search import EXHAUSTIVE_MAX, KEEP_EXACT, Measured, SearchResult, TapSet, search_taps, valid
 from dflash_ckpt.commands.smoke_advice import check_positions
-from dflash_ckpt.commands.smoke_run import (set_threads, DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_ACCEPTANCE, TARGET_FILES, WEIGHT_FILES,
-                                            pick_device)
+from dflash_ckpt.commands.run_setup import RunOptions, encode_prompts, resolve_dtypes, resolve_folders, set_threads
 from dflash_ckpt.errors import CheckFailed, InputError, UsageError
 from dflash_ckpt.rules import Finding, Severity, finding
 from dflash_ckpt.runtime.args import DraftArgs, TargetArgs, ensure_supported
 from dflash_ckpt.runtime.generate import dflash_decode
 from dflash_ckpt.runtime.static import StaticRunner, supports_static
-from dflash_ckpt.runtime.loading import dtype_name, inventory, load_draft, load_target, parse_dtype, stored_dtype
+from dflash_ckpt.runtime.loading import dtype_name, load_draft, load_target
 from dflash_ckpt.runtime.probe import measure, reading_taps, record
 from dflash_ckpt.sources.local import LocalSource
-from dflash_ckpt.sources.prompts import Prompt, PromptEncoder, gather_prompts, stop_token_ids
-from dflash_ckpt.sources.resolve import local_folder
+from dflash_ckpt.sources.prompts import stop_token_ids
 from dflash_ckpt.spec.resolve import DraftSpec, TargetSpec, build_spec, read_config
 from dflash_ckpt.spec.resolve import load_draft as read_draft
 from dflash_ckpt.spec.resolve import load_target as read_target
@@ -59,27 +57,19 @@ DEFAULT_TOP = 5
 
 
 @dataclass
-class ProbeOptions:
-    draft: str
-    target: str
-    prompts: list[str] = field(default_factory=list)
-    prompts_file: str | None = None
-    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+class ProbeOptions(RunOptions):
+    """``RunOptions`` and probe-taps' own."""
+
     budget: int | None = None
-    min_acceptance: float = DEFAULT_MIN_ACCEPTANCE
-    draft_dtype: str = "bfloat16"
-    target_dtype: str | None = None
-    device: str = "auto"
-    thinking: bool = False
-    chat_template: bool = True
-    tokenizer: str | None = None
-    block_size: int | None = None
-    ignore_eos: bool = False
     top: int = DEFAULT_TOP
     write: Path | None = None
     force: bool = False
-    revision: str | None = None
-    token: str | None = None
+
+    def validate_own(self) -> None:
+        if self.budget is not None and self.budget < 1:
+            raise UsageError(f"--budget {self.budget}: must be at least 1 candidate")
+        if self.top < 1:
+            raise UsageError(f"--top {self.top}: must be at least 1")
 
 
 @dataclass
@@ -291,26 +281,11 @@ def configured_problem(ids: Sequence[int] | None, k: int, depth: int) -> str | N
 # -- the run -----------------------------------------------------------------------------------
 
 
-def validate(opts: ProbeOptions) -> None:
-    if opts.max_new_tokens < 1:
-        raise UsageError(f"--max-new-tokens {opts.max_new_tokens}: must be at least 1")
-    if opts.block_size is not None and opts.block_size < 2:
-        raise UsageError(f"--block-size {opts.block_size}: must be at least 2 (anchor plus one draft)")
-    if opts.budget is not None and opts.budget < 1:
-        raise UsageError(f"--budget {opts.budget}: must be at least 1 candidate")
-    if opts.top < 1:
-        raise UsageError(f"--top {opts.top}: must be at least 1")
-    parse_dtype(opts.draft_dtype, "--draft-dtype")
-    if opts.target_dtype is not None:
-        parse_dtype(opts.target_dtype, "--target-dtype")
-
-
 def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None) -> ProbeResult:
     """Everything ``probe-taps`` does short of printing (and of ``--write``, see ``write_copy``)."""
-    validate(opts)
+    opts.validate()
     say = log or (lambda _msg: None)
-    draft_dir, draft_label = local_folder(opts.draft, revision=opts.revision, token=opts.token, role="draft", allow_patterns=WEIGHT_FILES)
-    target_dir, target_label = local_folder(opts.target, token=opts.token, role="target", allow_patterns=TARGET_FILES)
+    draft_dir, draft_label, target_dir, target_label = resolve_folders(opts)
     result = ProbeResult(draft_label, target_label, opts, draft_path=str(draft_dir), target_path=str(target_dir))
 
     spec0 = read_draft(LocalSource(Path(draft_dir), label=draft_label))
@@ -339,23 +314,12 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None) -> P
         return result
     draft_args = DraftArgs.from_spec(spec)
 
-    prompts: list[Prompt] = gather_prompts(opts.prompts, opts.prompts_file)
-    tok_dir = Path(opts.tokenizer).expanduser() if opts.tokenizer else Path(target_dir)
-    if opts.tokenizer and not tok_dir.is_dir():
-        raise InputError(f"--tokenizer {opts.tokenizer}: no such folder", code="DF001")
-    encoder = PromptEncoder(tok_dir, chat_template=opts.chat_template, thinking=opts.thinking)
-    encoded = [encoder.encode(p) for p in prompts]
-    for p, ids in zip(prompts, encoded):
-        if not ids:
-            raise UsageError(f"prompt {p.name!r} encodes to no tokens; give some text")
+    prompts, encoder, encoded = encode_prompts(opts, target_dir)
     block = opts.block_size or draft_args.block_size
     check_positions(prompts, encoded, opts.max_new_tokens, block, target_args.rope.max_position_embeddings, tspec.where)
     stops = [] if opts.ignore_eos else stop_token_ids(Path(target_dir), target_config, encoder.eos_token_id)
 
-    device = pick_device(opts.device)
-    draft_dtype = parse_dtype(opts.draft_dtype, "--draft-dtype")
-    target_inv = inventory(Path(target_dir), target_label)
-    target_dtype = parse_dtype(opts.target_dtype or target_args.dtype or stored_dtype(target_inv) or "float32", "--target-dtype")
+    device, draft_dtype, target_dtype, target_inv = resolve_dtypes(opts, target_dir, target_label, target_args.dtype)
     result.device, result.block_size, result.stop_token_ids = str(device), block, stops
     result.draft_dtype, result.target_dtype = dtype_name(draft_dtype), dtype_name(target_dtype)
 

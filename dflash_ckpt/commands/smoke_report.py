@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from dflash_ckpt.errors import inert
-from dflash_ckpt.commands.output import STYLE, finding_text, print_line, render_result, safe
+from dflash_ckpt.commands.output import finding_text, print_line, render_findings, render_result, safe
 from dflash_ckpt.rules import Severity
 from dflash_ckpt.commands.smoke_run import SmokeResult
 
@@ -73,14 +73,7 @@ def render_smoke(console: Console, res: SmokeResult, *, quiet: bool = False, sho
     stats = res.overall()
     if stats["steps"]:
         console.print(_histogram(stats["histogram"], stats["steps"]))
-    if res.findings:
-        ft = Table(title="Findings", title_justify="left", show_edge=False)
-        ft.add_column("code", no_wrap=True)
-        ft.add_column("severity", no_wrap=True)
-        ft.add_column("message")
-        for f in sorted(res.findings, key=lambda f: (-f.severity.rank, f.code)):
-            ft.add_row(f.code, f"[{STYLE[f.severity]}]{f.severity.value}[/]", safe(finding_text(f)))
-        console.print(ft)
+    render_findings(console, res.findings)
     console.print(verdict_line(res))
 
 

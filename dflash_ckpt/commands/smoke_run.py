@@ -37,7 +37,6 @@ Two thresholds are decisions of this tool:
 from __future__ import annotations
 
 import math
-import os
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -46,61 +45,49 @@ from typing import Any, Callable
 
 import torch
 
-from dflash_ckpt.errors import InputError, UsageError
+from dflash_ckpt.errors import UsageError
 from dflash_ckpt.checks.inspection import InspectResult, inspect_sources
 from dflash_ckpt.rules import Finding, Severity, finding
 from dflash_ckpt.runtime.args import DraftArgs
 from dflash_ckpt.runtime.generate import Generation, decode, dflash_decode, step_clock, teacher_forced
 from dflash_ckpt.runtime.static import StaticRunner, supports_static
-from dflash_ckpt.runtime.loading import dtype_name, inventory, load_draft, parse_dtype, stored_dtype
+from dflash_ckpt.runtime.loading import dtype_name, inventory, load_draft
 from dflash_ckpt.runtime.memory import check_fits, needed_bytes
-from dflash_ckpt.sources.prompts import Prompt, PromptEncoder, stop_token_ids
-from dflash_ckpt.sources.prompts import gather_prompts as read_prompts
+from dflash_ckpt.sources.prompts import Prompt, stop_token_ids
 from dflash_ckpt.commands.smoke_backend import BACKENDS, plan_target, select_backend
 from dflash_ckpt.commands.smoke_advice import (block_size_findings, check_positions, prompt_format_causes,
                                                prompt_format_note, special_token_texts)
+from dflash_ckpt.commands.run_setup import (DEFAULT_MIN_ACCEPTANCE, RunOptions, encode_prompts, pick_device, resolve_dtypes,
+                                           resolve_folders, set_threads)
 from dflash_ckpt.sources.local import LocalSource
-from dflash_ckpt.sources.resolve import local_folder
 from dflash_ckpt.commands.json_out import SCHEMA_VERSION as JSON_SCHEMA_VERSION  # one version for every document
 
-DEFAULT_MIN_ACCEPTANCE = 2.0
-DEFAULT_MAX_NEW_TOKENS = 128
 TIE_TOLERANCE: dict[torch.dtype, float] = {torch.float32: 1e-3, torch.float16: 0.0625, torch.bfloat16: 0.5}
-WEIGHT_FILES = ["config.json", "*.safetensors", "*.safetensors.index.json"]
-TARGET_FILES = [*WEIGHT_FILES, "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-                "special_tokens_map.json", "chat_template.jinja", "chat_template.json"]
 WARMUP_TOKENS = 4
 #: Target-only tokens timed per prompt (the first comes with the prefill and is not a step).
 TIMING_TOKENS = 16
-#: At most this many logical CPUs counts as a small CPU: one thread there by default, because
-#: OpenMP threads spin-waiting against other processes made runs 10-100x slower.
-SMALL_CPU = 4
 
 
 @dataclass
-class SmokeOptions:
-    draft: str
-    target: str
-    prompts: list[str] = field(default_factory=list)
-    prompts_file: str | None = None
-    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
-    min_acceptance: float = DEFAULT_MIN_ACCEPTANCE
-    draft_dtype: str = "bfloat16"
-    target_dtype: str | None = None
-    device: str = "auto"
-    thinking: bool = False
-    chat_template: bool = True
-    tokenizer: str | None = None
-    block_size: int | None = None
+class SmokeOptions(RunOptions):
+    """``RunOptions`` and smoke-run's own."""
+
     tie_tolerance: float | None = None
-    ignore_eos: bool = False
-    revision: str | None = None
-    token: str | None = None
     warmup: bool = True
     #: ``auto``, ``native`` or ``transformers`` (commands/smoke_backend.py).
     backend: str = "auto"
     threads: int | None = None
     compile: bool = True
+
+    def validate_own(self) -> None:
+        if not math.isfinite(self.min_acceptance) or self.min_acceptance < 0:
+            raise UsageError(f"--min-acceptance {self.min_acceptance}: must be a number >= 0")
+        if self.tie_tolerance is not None and (not math.isfinite(self.tie_tolerance) or self.tie_tolerance < 0):
+            raise UsageError(f"--tie-tolerance {self.tie_tolerance}: must be a number >= 0")
+        if self.backend not in BACKENDS:
+            raise UsageError(f"--backend {self.backend!r}: use auto, native or transformers")
+        if self.threads is not None and self.threads < 1:
+            raise UsageError(f"--threads {self.threads}: must be at least 1")
 
 
 # -- the lossless check ------------------------------------------------------------------------
@@ -343,62 +330,11 @@ class SmokeResult:
 # -- orchestration -----------------------------------------------------------------------------
 
 
-def pick_device(name: str) -> torch.device:
-    """``auto``: CUDA when present, else CPU; an explicit CUDA device must exist."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(name)
-    except RuntimeError:
-        raise UsageError(f"--device {name!r}: use auto, cpu, cuda or cuda:N") from None
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise UsageError(f"--device {name}: CUDA is not available here (torch {torch.__version__}); use --device cpu")
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise UsageError(f"--device {name}: only {torch.cuda.device_count()} CUDA device(s)")
-    elif dev.type != "cpu":
-        raise UsageError(f"--device {name!r}: the reference runtime runs on cpu or cuda")
-    return dev
-
-
-def gather_prompts(opts: SmokeOptions) -> list[Prompt]:
-    return read_prompts(opts.prompts, opts.prompts_file)
-
-
-def validate(opts: SmokeOptions) -> None:
-    if opts.max_new_tokens < 1:
-        raise UsageError(f"--max-new-tokens {opts.max_new_tokens}: must be at least 1")
-    if opts.block_size is not None and opts.block_size < 2:
-        raise UsageError(f"--block-size {opts.block_size}: must be at least 2 (anchor plus one draft)")
-    if not math.isfinite(opts.min_acceptance) or opts.min_acceptance < 0:
-        raise UsageError(f"--min-acceptance {opts.min_acceptance}: must be a number >= 0")
-    if opts.tie_tolerance is not None and (not math.isfinite(opts.tie_tolerance) or opts.tie_tolerance < 0):
-        raise UsageError(f"--tie-tolerance {opts.tie_tolerance}: must be a number >= 0")
-    if opts.backend not in BACKENDS:
-        raise UsageError(f"--backend {opts.backend!r}: use auto, native or transformers")
-    if opts.threads is not None and opts.threads < 1:
-        raise UsageError(f"--threads {opts.threads}: must be at least 1")
-    parse_dtype(opts.draft_dtype, "--draft-dtype")
-    if opts.target_dtype is not None:
-        parse_dtype(opts.target_dtype, "--target-dtype")
-
-
-def set_threads(requested: int | None, device: torch.device) -> int:
-    """``--threads``, else one thread on a small CPU (unless OMP_NUM_THREADS says otherwise),
-    else torch's default; returns the count in use."""
-    if requested is not None:
-        torch.set_num_threads(requested)
-    elif device.type == "cpu" and (os.cpu_count() or 1) <= SMALL_CPU and "OMP_NUM_THREADS" not in os.environ:
-        torch.set_num_threads(1)
-    return torch.get_num_threads()
-
-
 def run_smoke(opts: SmokeOptions, progress: Any = None, log: Callable[[str], None] | None = None) -> SmokeResult:
     """Everything ``smoke-run`` does short of printing. ``progress`` is a rich ``Progress`` (or None)."""
-    validate(opts)
+    opts.validate()
     say = log or (lambda _msg: None)
-    draft_dir, draft_label = local_folder(opts.draft, revision=opts.revision, token=opts.token, role="draft", allow_patterns=WEIGHT_FILES)
-    target_dir, target_label = local_folder(opts.target, token=opts.token, role="target", allow_patterns=TARGET_FILES)
+    draft_dir, draft_label, target_dir, target_label = resolve_folders(opts)
     result = SmokeResult(draft_label, target_label, opts)
 
     pre = inspect_sources(LocalSource(Path(draft_dir), label=draft_label), LocalSource(Path(target_dir), label=target_label))
@@ -414,15 +350,7 @@ def run_smoke(opts: SmokeOptions, progress: Any = None, log: Callable[[str], Non
     result.backend = plan.backend
     draft_args = DraftArgs.from_spec(pre.draft)
 
-    prompts = gather_prompts(opts)
-    tok_dir = Path(opts.tokenizer).expanduser() if opts.tokenizer else Path(target_dir)
-    if opts.tokenizer and not tok_dir.is_dir():
-        raise InputError(f"--tokenizer {opts.tokenizer}: no such folder", code="DF001")
-    encoder = PromptEncoder(tok_dir, chat_template=opts.chat_template, thinking=opts.thinking)
-    encoded = [encoder.encode(p) for p in prompts]
-    for p, ids in zip(prompts, encoded):
-        if not ids:
-            raise UsageError(f"prompt {p.name!r} encodes to no tokens; give some text")
+    prompts, encoder, encoded = encode_prompts(opts, target_dir)
     if plan.max_position_embeddings:
         check_positions(prompts, encoded, opts.max_new_tokens, opts.block_size or draft_args.block_size,
                         plan.max_position_embeddings, pre.target.where)
@@ -431,10 +359,7 @@ def run_smoke(opts: SmokeOptions, progress: Any = None, log: Callable[[str], Non
         custom=bool(opts.prompts or opts.prompts_file), special_tokens=special_token_texts(encoder.special_tokens))
     stops = [] if opts.ignore_eos else stop_token_ids(Path(target_dir), pre.target.config, encoder.eos_token_id)
 
-    device = pick_device(opts.device)
-    draft_dtype = parse_dtype(opts.draft_dtype, "--draft-dtype")
-    target_inv = inventory(Path(target_dir), target_label)
-    target_dtype = parse_dtype(opts.target_dtype or plan.dtype or stored_dtype(target_inv) or "float32", "--target-dtype")
+    device, draft_dtype, target_dtype, target_inv = resolve_dtypes(opts, target_dir, target_label, plan.dtype)
     block = opts.block_size or draft_args.block_size
     result.trained_block_size = draft_args.block_size
     result.device = str(device)

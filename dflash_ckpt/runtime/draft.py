@@ -24,6 +24,8 @@ the reference makes after every call.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -31,6 +33,9 @@ from torch import nn
 from dflash_ckpt.runtime.args import DraftArgs
 from dflash_ckpt.runtime.layers import MLP, KVCache, RMSNorm, attention, fuse_linears, head, use_fused
 from dflash_ckpt.runtime.rope import RotaryTable, apply_rope
+
+RopePair = tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+"""``(cos, sin)`` for the queries, then for the keys."""
 
 
 class DraftAttention(nn.Module):
@@ -256,52 +261,98 @@ class DFlashDraft(nn.Module):
         With a cache, the context continues the cached one: it sits at ``L..L+c-1`` and the
         block at ``L+c..L+c+n-1`` (``L`` = cache length), and the cache ends at ``L+c``.
         """
-        b, c, _ = context.shape
-        n = block.shape[1]
+        return self._forward_layers(
+            context, block, context_positions=context_positions, block_positions=block_positions,
+            attention_mask=attention_mask, cache=cache,
+        )
+
+    def _forward_layers(
+        self,
+        context: torch.Tensor,
+        block: torch.Tensor,
+        *,
+        context_positions: torch.Tensor | None,
+        block_positions: torch.Tensor | None,
+        attention_mask: torch.Tensor | None,
+        cache: KVCache | None,
+        extra: tuple[torch.Tensor, ...] = (),
+    ) -> torch.Tensor:
+        """``forward_fused``'s body, shared with subclasses: ``extra`` is passed to every layer
+        after the mask (DFlash2's conv offsets)."""
+        c, n = context.shape[1], block.shape[1]
         dev = block.device
-        start = 0
+        start, q_pos, new_pos, k_pos = self._positions(c, n, dev, context_positions, block_positions, cache)
+        dtype = block.dtype
+        if cache is not None:  # contiguous positions: rope as a slice, no gather and no host read
+            def rope(table: RotaryTable) -> RopePair:
+                cos, sin = table.span(start, c + n, dtype)
+                return (cos[c:], sin[c:]), (cos, sin)
+        else:
+            def rope(table: RotaryTable) -> RopePair:
+                return table.lookup(q_pos, dtype), table.lookup(new_pos, dtype)
+
+        def mask(causal: bool, window: int | None) -> torch.Tensor | None:
+            return layer_mask(q_pos, k_pos, causal=causal, window=window, extra=attention_mask)
+
+        h = block
+        for i, layer, rope_q, rope_k, layer_vis in self._layer_inputs(dev, rope, mask):
+            kv = (cache.k[i], cache.v[i]) if cache is not None else None
+            h = layer(h, context, rope_q, rope_k, kv, start, layer_vis, *extra)
+        if cache is not None:
+            cache.length = start + c
+        return self.norm(h)
+
+    @staticmethod
+    def _positions(
+        c: int,
+        n: int,
+        dev: torch.device,
+        context_positions: torch.Tensor | None,
+        block_positions: torch.Tensor | None,
+        cache: KVCache | None,
+    ) -> tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(start, query, new key, all key positions)`` of a ``forward_fused`` call: after the
+        cache's length (reserving room for ``c + n`` keys), or the given/default positions with
+        ``[c]``/``[n]`` broadcast against a per-batch ``[b, n]``/``[b, c]``."""
         if cache is not None:
             if context_positions is not None or block_positions is not None:
                 raise ValueError("positions are implied by the cache; pass neither")
             cache.reserve(c + n)
             start = cache.length
             k_pos = torch.arange(start + c + n, device=dev)
-            new_pos = k_pos[start:]
-            q_pos = k_pos[start + c:]
-            spans = True  # contiguous positions: rope as a slice, no gather and no host read
-        else:
-            spans = False
-            ctx_pos = torch.arange(c, device=dev) if context_positions is None else context_positions.to(dev)
-            q_pos = torch.arange(c, c + n, device=dev) if block_positions is None else block_positions.to(dev)
-            if ctx_pos.dim() == 1 and q_pos.dim() == 2:
-                ctx_pos = ctx_pos.expand(q_pos.shape[0], -1)
-            elif ctx_pos.dim() == 2 and q_pos.dim() == 1:
-                q_pos = q_pos.expand(ctx_pos.shape[0], -1)
-            new_pos = torch.cat([ctx_pos, q_pos], dim=-1)
-            k_pos = new_pos
-        ropes: dict[int, tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]] = {}
+            return start, k_pos[start + c:], k_pos[start:], k_pos
+        ctx_pos = torch.arange(c, device=dev) if context_positions is None else context_positions.to(dev)
+        q_pos = torch.arange(c, c + n, device=dev) if block_positions is None else block_positions.to(dev)
+        if ctx_pos.dim() == 1 and q_pos.dim() == 2:
+            ctx_pos = ctx_pos.expand(q_pos.shape[0], -1)
+        elif ctx_pos.dim() == 2 and q_pos.dim() == 1:
+            q_pos = q_pos.expand(ctx_pos.shape[0], -1)
+        new_pos = torch.cat([ctx_pos, q_pos], dim=-1)
+        return 0, q_pos, new_pos, new_pos
+
+    def _layer_inputs(
+        self,
+        dev: torch.device,
+        rope: Callable[[RotaryTable], RopePair],
+        mask: Callable[[bool, int | None], torch.Tensor | None],
+    ) -> Iterator[tuple[int, nn.Module, tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor],
+                        torch.Tensor | None]]:
+        """``(index, layer, rope_q, rope_k, mask)`` for each layer, each computed once: layers
+        sharing a rotary table share its cos/sin (``rope(table)``), layers sharing a
+        ``(causal, window)`` rule share its mask (``mask(causal, window)``)."""
+        ropes: dict[int, RopePair] = {}
         masks: dict[tuple[bool, int | None], torch.Tensor | None] = {}
-        h = block
         for i, layer in enumerate(self.layers):
             table = self.rotary[i]
             if id(table) not in ropes:
                 if table.inv_freq.device != dev:
                     table.to(dev)
-                if spans:
-                    cos, sin = table.span(start, c + n, h.dtype)
-                    ropes[id(table)] = ((cos[c:], sin[c:]), (cos, sin))
-                else:
-                    ropes[id(table)] = (table.lookup(q_pos, h.dtype), table.lookup(new_pos, h.dtype))
-            rope_q, rope_k = ropes[id(table)]
+                ropes[id(table)] = rope(table)
             attn = layer.self_attn
             key = (attn.causal, attn.window)
             if key not in masks:
-                masks[key] = layer_mask(q_pos, k_pos, causal=attn.causal, window=attn.window, extra=attention_mask)
-            kv = (cache.k[i], cache.v[i]) if cache is not None else None
-            h = layer(h, context, rope_q, rope_k, kv, start, masks[key])
-        if cache is not None:
-            cache.length = start + c
-        return self.norm(h)
+                masks[key] = mask(*key)
+            yield (i, layer, *ropes[id(table)], masks[key])
 
     def forward_static(
         self,
@@ -321,23 +372,18 @@ class DFlashDraft(nn.Module):
         causal/window rule. The cache keeps the valid context: the next call's context
         starts at ``block_positions[0]``.
         """
-        dev = block.device
         slots = cache.slots
         new_pos = torch.cat([context_positions, block_positions])
-        ropes: dict[int, tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]] = {}
-        masks: dict[tuple[bool, int | None], torch.Tensor | None] = {}
         written = (slots <= block_positions[-1])[None, :]
+        dtype = block.dtype
+
+        def rope(table: RotaryTable) -> RopePair:
+            return table.gather(block_positions, dtype), table.gather(new_pos, dtype)
+
+        def mask(causal: bool, window: int | None) -> torch.Tensor | None:
+            return layer_mask(block_positions, slots, causal=causal, window=window, extra=written)
+
         h = block
-        for i, layer in enumerate(self.layers):
-            table = self.rotary[i]
-            if id(table) not in ropes:
-                if table.inv_freq.device != dev:
-                    table.to(dev)
-                ropes[id(table)] = (table.gather(block_positions, h.dtype), table.gather(new_pos, h.dtype))
-            rope_q, rope_k = ropes[id(table)]
-            attn = layer.self_attn
-            key = (attn.causal, attn.window)
-            if key not in masks:
-                masks[key] = layer_mask(block_positions, slots, causal=attn.causal, window=attn.window, extra=written)
-            h = layer(h, context, rope_q, rope_k, (cache.k[i], cache.v[i]), (context_positions, block_positions), masks[key])
+        for i, layer, rope_q, rope_k, layer_vis in self._layer_inputs(block.device, rope, mask):
+            h = layer(h, context, rope_q, rope_k, (cache.k[i], cache.v[i]), (context_positions, block_positions), layer_vis)
         return self.norm(h)

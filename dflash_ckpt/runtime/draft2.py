@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from dflash_ckpt.runtime.args import DraftArgs
-from dflash_ckpt.runtime.draft import DFlashDraft, DraftAttention, layer_mask
+from dflash_ckpt.runtime.draft import DFlashDraft, DraftAttention
 from dflash_ckpt.runtime.layers import MLP, KVCache, RMSNorm
 
 
@@ -194,47 +194,10 @@ class DFlash2Draft(DFlashDraft):
         """As ``DFlashDraft.forward_fused``. ``block_len``: the ``n`` block positions are blocks of
         this many positions laid end to end (training with several anchors; the conv's shift
         restarts at each); ``None`` (decoding): one block."""
-        b, c, _ = context.shape
-        n = block.shape[1]
-        dev = block.device
-        start = 0
-        if cache is not None:
-            if context_positions is not None or block_positions is not None:
-                raise ValueError("positions are implied by the cache; pass neither")
-            cache.reserve(c + n)
-            start = cache.length
-            k_pos = torch.arange(start + c + n, device=dev)
-            new_pos = k_pos[start:]
-            q_pos = k_pos[start + c:]
-        else:
-            ctx_pos = torch.arange(c, device=dev) if context_positions is None else context_positions.to(dev)
-            q_pos = torch.arange(c, c + n, device=dev) if block_positions is None else block_positions.to(dev)
-            if ctx_pos.dim() == 1 and q_pos.dim() == 2:
-                ctx_pos = ctx_pos.expand(q_pos.shape[0], -1)
-            elif ctx_pos.dim() == 2 and q_pos.dim() == 1:
-                q_pos = q_pos.expand(ctx_pos.shape[0], -1)
-            new_pos = torch.cat([ctx_pos, q_pos], dim=-1)
-            k_pos = new_pos
-        offsets = block_offsets(n, block_len, dev)
-        ropes: dict[int, tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]] = {}
-        masks: dict[tuple[bool, int | None], torch.Tensor | None] = {}
-        h = block
-        for i, layer in enumerate(self.layers):
-            table = self.rotary[i]
-            if id(table) not in ropes:
-                if table.inv_freq.device != dev:
-                    table.to(dev)
-                ropes[id(table)] = (table.lookup(q_pos, h.dtype), table.lookup(new_pos, h.dtype))
-            rope_q, rope_k = ropes[id(table)]
-            attn = layer.self_attn
-            key = (attn.causal, attn.window)
-            if key not in masks:
-                masks[key] = layer_mask(q_pos, k_pos, causal=attn.causal, window=attn.window, extra=attention_mask)
-            kv = (cache.k[i], cache.v[i]) if cache is not None else None
-            h = layer(h, context, rope_q, rope_k, kv, start, masks[key], offsets)
-        if cache is not None:
-            cache.length = start + c
-        return self.norm(h)
+        return self._forward_layers(
+            context, block, context_positions=context_positions, block_positions=block_positions,
+            attention_mask=attention_mask, cache=cache, extra=(block_offsets(block.shape[1], block_len, block.device),),
+        )
 
 
 def make_draft(args: DraftArgs) -> DFlashDraft:

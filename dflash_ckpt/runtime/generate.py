@@ -117,6 +117,7 @@ class StepRecorder:
     def __init__(self, gen: Generation, stop_ids: Sequence[int], on_tokens: Callable[[int], None] | None,
                  t_decode: float) -> None:
         self.gen, self.stops, self.on_tokens = gen, frozenset(stop_ids), on_tokens
+        self.t_decode = t_decode  # when decoding began, for ``Generation.decode_s``
         self.clock = _STEP_CLOCK[-1]
         self.last = t_decode if self.clock is time.perf_counter else self.clock()
 
@@ -135,6 +136,27 @@ class StepRecorder:
         if self.on_tokens:
             self.on_tokens(len(new))
         return new
+
+
+def start_dflash(gen: Generation, logits: torch.Tensor, feats: torch.Tensor, t0: float, stop_ids: Sequence[int],
+                 on_tokens: Callable[[int], None] | None) -> tuple[StepRecorder, int] | None:
+    """After a DFlash prefill (one target forward, begun at ``t0``): the first token, recorded (it
+    is no step), read in the same host sync as whether the logits and the tapped ``feats`` are
+    finite. ``None`` when they are not (``gen.overflow`` says so): nothing can be drafted from
+    them. Shared by the eager loop and the static runner, whose prefill differs."""
+    gen.target_forwards = 1
+    scores = logits.float()
+    ok = torch.isfinite(feats).all() & torch.isfinite(scores).all()
+    first, feats_ok = torch.stack([scores.argmax(dim=-1)[0], ok.long()]).tolist()
+    t_decode = time.perf_counter()
+    gen.prefill_s = t_decode - t0
+    if not feats_ok:
+        gen.overflow = "tapped features"
+        return None
+    rec = StepRecorder(gen, stop_ids, on_tokens, t_decode)
+    rec.add([first], step=False)
+    gen.step_s.clear()
+    return rec, first
 
 
 # -- the generic eager path --------------------------------------------------------------------
@@ -288,18 +310,10 @@ def dflash_decode(
 
     t0 = now(dev)
     logits, context = prefill(target, prompt, target_cache, taps)
-    gen.target_forwards = 1
-    scores = logits.float()
-    ok = torch.isfinite(context).all() & torch.isfinite(scores).all()
-    first, feats_ok = torch.stack([scores.argmax(dim=-1)[0], ok.long()]).tolist()
-    t_decode = time.perf_counter()
-    gen.prefill_s = t_decode - t0
-    if not feats_ok:
-        gen.overflow = "tapped features"
+    started = start_dflash(gen, logits, context, t0, stop_ids, on_tokens)
+    if started is None:
         return gen
-    rec = StepRecorder(gen, stop_ids, on_tokens, t_decode)
-    rec.add([first], step=False)
-    gen.step_s.clear()
+    rec, first = started
     start = len(prompt_ids)  # position of the last token, not yet run through the target
     last = first
     while not gen.stopped and len(gen.tokens) < max_new_tokens:
@@ -326,7 +340,7 @@ def dflash_decode(
         context = v.features[:, : v.accepted + 1]
         start += v.accepted + 1
         last = new[-1]
-    gen.decode_s = now(dev) - t_decode
+    gen.decode_s = now(dev) - rec.t_decode
     return gen
 
 

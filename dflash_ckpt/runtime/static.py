@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 import torch
 
 from dflash_ckpt.runtime.draft import DFlashDraft, DraftLayer
-from dflash_ckpt.runtime.generate import Generation, Proposer, StepRecorder, now
+from dflash_ckpt.runtime.generate import Generation, Proposer, StepRecorder, now, start_dflash
 from dflash_ckpt.runtime.target import TargetModel
 
 
@@ -243,18 +243,10 @@ class StaticRunner:
         gen = Generation()
         t0 = now(dev)
         logits, feats = self._prefill(prompt_ids, self.taps)
-        gen.target_forwards = 1
-        scores = logits.float()
-        ok = torch.isfinite(feats).all() & torch.isfinite(scores).all()
-        first, feats_ok = torch.stack([scores.argmax(dim=-1)[0], ok.long()]).tolist()
-        t_decode = time.perf_counter()
-        gen.prefill_s = t_decode - t0
-        if not feats_ok:
-            gen.overflow = "tapped features"
+        started = start_dflash(gen, logits, feats, t0, stop_ids, on_tokens)
+        if started is None:
             return gen
-        rec = StepRecorder(gen, stop_ids, on_tokens, t_decode)
-        rec.add([first], step=False)
-        gen.step_s.clear()
+        rec, first = started
         self._reset_state()
         self.ids[0, 0] = first
         self.t_pos.fill_(len(prompt_ids))
@@ -287,5 +279,5 @@ class StaticRunner:
             new = rec.add(drafts[:accepted] + [post[accepted]])
             start += accepted + 1
             last = new[-1]
-        gen.decode_s = now(dev) - t_decode
+        gen.decode_s = now(dev) - rec.t_decode
         return gen
