@@ -111,6 +111,23 @@ class Fault:
     retry_after: str | None = None
 
 
+#: LFS files up to this size are listed with the sha256 of their content, which clients verify.
+#: Above it (the published-size sparse drafts, gigabytes of zeros), hashing per test run buys
+#: nothing and the listed digest is a stand-in: only range reads (inspect) may be made of them, a
+#: download that checks the digest is refused.
+REAL_SHA256_MAX = 64 * 1024 * 1024
+
+
+def _sha256_of(path: Path, repo_id: str, sha: str, name: str, size: int) -> str:
+    with open(path, "rb") as fh:
+        if size > REAL_SHA256_MAX:
+            return hashlib.sha256(f"{repo_id}@{sha}/{name}:{size}:".encode() + fh.read(64 * 1024)).hexdigest()
+        digest = hashlib.sha256()
+        while chunk := fh.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def _scan(folder: Path, repo_id: str, sha: str) -> dict[str, ServedFile]:
     files: dict[str, ServedFile] = {}
     for path in sorted(folder.rglob("*")):
@@ -119,11 +136,7 @@ def _scan(folder: Path, repo_id: str, sha: str) -> dict[str, ServedFile]:
         name = path.relative_to(folder).as_posix()
         size = path.stat().st_size
         if name.endswith(LFS_SUFFIXES) or size >= LFS_MIN_SIZE:
-            # A stand-in for the sha256 of the content: hashing gigabytes of sparse zeros per test
-            # run buys nothing, and clients use it only as the cache's blob name.
-            with open(path, "rb") as fh:
-                head = fh.read(64 * 1024)
-            digest = hashlib.sha256(f"{repo_id}@{sha}/{name}:{size}:".encode() + head).hexdigest()
+            digest = _sha256_of(path, repo_id, sha, name, size)
             blob = _sha1(f"version https://git-lfs.github.com/spec/v1\noid sha256:{digest}\nsize {size}\n".encode())
             files[name] = ServedFile(name, path, size, blob, digest)
         else:
