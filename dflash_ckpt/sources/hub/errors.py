@@ -112,7 +112,7 @@ def refused(exc: BaseException) -> bool:
 def describe(exc: BaseException, ctx: HubContext, what: str, *, attempts: int | None = None) -> HubError:
     """One ``HubError`` for ``exc`` raised while fetching ``what`` (e.g. ``repo info``, ``config.json``)."""
     stalled = any(isinstance(e, DeadlineExceeded) for e in chain(exc))
-    return HubError(_message(exc, ctx, what, attempts), unreachable=stalled or is_retryable(exc))
+    return HubError(_message(exc, ctx, what, attempts), unreachable=stalled or refused(exc) or is_retryable(exc))
 
 
 def _message(exc: BaseException, ctx: HubContext, what: str, attempts: int | None) -> str:
