@@ -24,7 +24,7 @@ answers (issue 10) are ``corrupt`` kinds too: ``oversize`` (a Content-Length ``e
 the file), ``overflow`` (no Content-Length, ``extra`` bytes more than the file, then close),
 ``gzip`` (a gzip bomb sent as ``Content-Encoding: gzip``), ``drip`` (the body one byte every
 ``interval`` seconds), ``drip-head`` (the response head itself that slowly), ``flip`` (the listed
-length with other bytes) and ``bad-name`` (repo info listing a file outside the repo); ``tamper``
+length with other bytes), ``cut`` (``extra`` bytes of the body, then the connection closed) and ``bad-name`` (repo info listing a file outside the repo); ``tamper``
 rewrites a repo's listing and ``raw_info`` replaces it with any bytes; ``fail`` takes a
 ``retry_after`` header value. Every loop is bounded, and the server only listens on 127.0.0.1.
 """
@@ -541,7 +541,7 @@ class _Handler(BaseHTTPRequestHandler):
                 headers["Content-Range"] = f"bytes {start + 8}-{end + 8}/{f.size}"
         length = end - start + 1
         hostile = self.fault.action if self.fault is not None else None
-        if hostile in ("oversize", "overflow", "gzip", "drip", "flip") and method == "GET":
+        if hostile in ("oversize", "overflow", "gzip", "drip", "flip", "cut") and method == "GET":
             return self._hostile_body(hostile, status, headers, f, start, length)
         self.send_response(status)
         headers = {"Content-Length": str(length), **headers}
@@ -583,6 +583,15 @@ class _Handler(BaseHTTPRequestHandler):
             self.end_headers()
             self._count_head(status, headers)
             self._write(body)
+            return
+        if kind == "cut":  # the listed length promised, ``extra`` bytes sent, then the connection closed
+            self.send_response(status)
+            for k, v in {**headers, "Content-Length": str(length)}.items():
+                self.send_header(k, v)
+            self.end_headers()
+            self._count_head(status, headers)
+            self._write(real[: self.fault.extra])
+            self.close_connection = True
             return
         if kind == "flip":  # the listed length, other bytes (the last one changed)
             self.send_response(status)

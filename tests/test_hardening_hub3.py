@@ -341,6 +341,22 @@ def test_other_bytes_of_the_listed_size_are_refused(hub: HubServer, home: Path, 
     assert not (home / "hub/models--tiny--draft/snapshots" / hub.commit_of("tiny/draft") / name).exists()
 
 
+@pytest.mark.parametrize("name", ["model.safetensors", "config.json"])
+def test_a_cut_download_is_resumed_with_a_range_request(hub: HubServer, home: Path, name: str) -> None:
+    lfs = name.endswith(".safetensors")
+    served = hub.repos["tiny/draft"].commits[hub.commit_of("tiny/draft")].files[name]
+    cut = served.size // 3
+    hub.corrupt(r"^/blobs/" if lfs else r"/resolve/[^/]+/config.json$", "cut", extra=cut, times=1, server="cdn" if lfs else "hub")
+    got = download(hub, home)
+    assert "path" in got, got
+    assert (Path(got["path"]) / name).read_bytes() == served.path.read_bytes()
+    gets = [r for r in hub.requests if r.method == "GET" and r.path.endswith(served.sha256 if lfs else "/config.json")]
+    assert len(gets) == 2, gets
+    assert "range" not in gets[0].headers and gets[1].headers.get("range") == f"bytes={cut}-"
+    assert gets[1].status == 206 and gets[0].body_bytes + gets[1].body_bytes == served.size  # nothing fetched twice
+    assert incomplete(home) == []
+
+
 def test_downloaded_blobs_match_what_hf_cache_verify_expects(hub: HubServer, home: Path) -> None:
     import hashlib
 

@@ -44,7 +44,7 @@ from typing import Any, TypeVar
 
 from dflash_ckpt import __version__, limits
 from dflash_ckpt.sources.hub.budget import Budget
-from dflash_ckpt.sources.hub.errors import ContentMismatch, DeadlineExceeded, ProtocolError
+from dflash_ckpt.sources.hub.errors import ContentMismatch, DeadlineExceeded, ProtocolError, is_retryable
 from dflash_ckpt.sources.hub.ids import inside, is_git_id, is_sha256
 
 T = TypeVar("T")
@@ -232,6 +232,25 @@ def get_json(
         raise json.JSONDecodeError("not JSON", "", 0) from None
 
 
+class Partial:
+    """What an interrupted attempt of one download leaves for the next: the temporary file, the
+    bytes in it, and the digests of those bytes. ``fetch_file`` fills it when the network fails
+    mid-body (a retryable failure) and the next attempt asks for the rest with a ``Range``
+    request; the caller removes the file when no attempt is left (``discard``)."""
+
+    def __init__(self) -> None:
+        self.path: str | None = None
+        self.written = 0
+        self.hashers: tuple[Any, Any] | None = None
+
+    def discard(self) -> None:
+        if self.path is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
+            _untrack(self.path)
+        self.path, self.written, self.hashers = None, 0, None
+
+
 def fetch_file(
     url: str,
     dest_dir: Path,
@@ -244,6 +263,7 @@ def fetch_file(
     sha256: str | None = None,
     blob_id: str | None = None,
     on_bytes: Callable[[int], None] | None = None,
+    partial: Partial | None = None,
 ) -> tuple[Path, str]:
     """Stream ``url`` into a temporary file in ``dest_dir``; its path and its blob name.
 
@@ -251,6 +271,8 @@ def fetch_file(
     ``X-Repo-Commit`` equal to ``commit``, as the Hub's resolve endpoint does. Its sha256 must be
     ``sha256`` when listed (an LFS file), else its git blob id ``blob_id`` when listed; the blob
     name returned is whichever of the two the listing gives (the computed git id when neither).
+    With ``partial`` holding an earlier attempt's bytes, only the rest is asked for (``Range``);
+    a server that answers with the whole file instead is read from the start.
     """
     from huggingface_hub.utils import get_session, hf_raise_for_status  # noqa: PLC0415
 
@@ -259,7 +281,10 @@ def fetch_file(
         raise TooLarge(f"a listed size of {size:,} bytes, more than the {limits.MAX_DOWNLOAD_BYTES:,} this tool downloads")
     dest_dir.mkdir(parents=True, exist_ok=True)
     sweep(dest_dir)
-    with get_session().stream("GET", url, headers=hf_headers(token), timeout=timeout, follow_redirects=True) as resp:
+    partial = partial if partial is not None else Partial()
+    start = partial.written if partial.path is not None and 0 < partial.written < size else 0
+    headers = hf_headers(token, **({"Range": f"bytes={start}-"} if start else {}))
+    with get_session().stream("GET", url, headers=headers, timeout=timeout, follow_redirects=True) as resp:
         hf_raise_for_status(resp)
         first = resp.history[0] if resp.history else resp
         got_commit = first.headers.get("X-Repo-Commit")
@@ -268,39 +293,60 @@ def fetch_file(
         if got_commit != commit:
             raise ProtocolError(f"commit {got_commit[:60]} where {commit} was asked for")
         refuse_encoding(resp)
+        if start and resp.status_code != 206:
+            start = 0  # the server offers no resume: the whole body, from the start
+        elif start and (resp.headers.get("Content-Range") or "").strip() != f"bytes {start}-{size - 1}/{size}":
+            raise ProtocolError(f"Content-Range {resp.headers.get('Content-Range', '')[:80]!r} for bytes {start}-{size - 1}")
         length = resp.headers.get("Content-Length")
-        if length is not None and length.strip().isdigit() and (len(length.strip()) > 20 or int(length) != size):
+        if length is not None and length.strip().isdigit() and (len(length.strip()) > 20 or int(length) != size - start):
             claim = f"{int(length):,}-byte" if len(length.strip()) <= 20 else "absurdly long"
-            raise TooLarge(f"a {claim} body where the repo lists {size:,} bytes (nothing kept)")
-        git = hashlib.sha1(b"blob %d\0" % size)  # noqa: S324 - the git blob id, not security
-        lfs = hashlib.sha256() if sha256 is not None else None
+            raise TooLarge(f"a {claim} body where the repo lists {size - start:,} bytes (nothing kept)")
         if _STOPPING.is_set():
             raise KeyboardInterrupt
-        fd, tmp = tempfile.mkstemp(dir=dest_dir, prefix=f"{PREFIX}{os.getpid()}-", suffix=SUFFIX)
+        if start:
+            tmp = str(partial.path)
+            git, lfs = partial.hashers  # type: ignore[misc]
+            fh = open(tmp, "r+b")  # noqa: SIM115 - closed below
+            fh.seek(start)
+            fh.truncate()
+            _untrack(tmp)
+        else:
+            partial.discard()
+            git = hashlib.sha1(b"blob %d\0" % size)  # noqa: S324 - the git blob id, not security
+            lfs = hashlib.sha256() if sha256 is not None else None
+            fd, tmp = tempfile.mkstemp(dir=dest_dir, prefix=f"{PREFIX}{os.getpid()}-", suffix=SUFFIX)
+            fh = os.fdopen(fd, "wb")
         _track(tmp)
+        written = start
         try:
-            got = 0
-            with os.fdopen(fd, "wb") as fh:
-                for chunk in resp.iter_raw(CHUNK):
-                    got += len(chunk)
-                    if got > cap:
+            with fh:
+                for chunk in resp.iter_raw():  # as the socket gives them: a cut keeps what arrived
+                    if written + len(chunk) > cap:
                         raise TooLarge(f"more than the {cap:,} bytes the repo lists (stopped there, nothing kept)")
                     if _STOPPING.is_set():
                         raise KeyboardInterrupt
                     fh.write(chunk)
                     (lfs or git).update(chunk)
+                    written += len(chunk)
                     if on_bytes is not None:
                         on_bytes(len(chunk))
                     budget.spend(len(chunk))
-            if got < size:
-                raise ProtocolError(f"{got:,} of the {size:,} bytes the repo lists (connection cut short)")
+            if written < size:
+                raise ProtocolError(f"{written:,} of the {size:,} bytes the repo lists (connection cut short)")
             name = _verified(lfs, git, sha256, blob_id)
             os.chmod(tmp, 0o666 & ~_umask())
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            _untrack(tmp)
+        except Exception as exc:
+            if is_retryable(exc) and 0 < written < size:  # the next attempt asks for the rest
+                partial.path, partial.written, partial.hashers = tmp, written, (git, lfs)
+            else:
+                partial.path = tmp
+                partial.discard()
             raise
+        except BaseException:
+            partial.path = tmp
+            partial.discard()
+            raise
+    partial.path = None
     return Path(tmp), name
 
 

@@ -29,7 +29,9 @@ from pathlib import Path
 from dflash_ckpt import __version__, limits
 from dflash_ckpt.sources.hub.budget import Budget
 from dflash_ckpt.sources.hub.cache import RepoCache, RepoListing, hf_hub_cache, hf_offline
-from dflash_ckpt.sources.hub.download import clean_on_signals, fetch_file, hf_headers, place_in_cache, progress_bar, refuse_encoding
+from dflash_ckpt.sources.hub.download import (
+    Partial, clean_on_signals, fetch_file, hf_headers, place_in_cache, progress_bar, refuse_encoding,
+)
 from dflash_ckpt.sources.hub.errors import HubContext, HubError, ProtocolError, describe
 from dflash_ckpt.sources.hub.ids import name_problem
 from dflash_ckpt.sources.hub.listing import fetch_listing
@@ -138,13 +140,14 @@ class HubClient:
             return path
         url = hf_hub_url(self.ctx.ref.repo_id, name, revision=self.commit, endpoint=self.settings.endpoint)
         bar = progress_bar(size, name)
+        partial = Partial()  # what a cut attempt leaves, resumed by the next with a Range request
         try:
             with clean_on_signals():
                 tmp, blob_name = with_retries(
                     lambda budget: fetch_file(
                         url, repo_folder / "blobs", token=self.token, size=size, commit=self.commit,
                         timeout=self.settings.download_timeout, budget=budget, sha256=sha256, blob_id=blob_id,
-                        on_bytes=bar.update if bar is not None else None,
+                        on_bytes=bar.update if bar is not None else None, partial=partial,
                     ),
                     self.settings, self.ctx, name,
                 )
@@ -154,6 +157,7 @@ class HubClient:
                 f"{self.settings.cache_dir} ({err.strerror or err}); free space there or set HF_HUB_CACHE"
             ) from None
         finally:
+            partial.discard()
             if bar is not None:
                 bar.close()
         try:
