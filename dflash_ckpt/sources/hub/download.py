@@ -1,4 +1,4 @@
-"""Bounded HTTP for the Hub: an overall deadline per request, bodies capped by the listed size.
+"""Bounded HTTP for the Hub: one deadline per command, bodies capped by and checked against the listing.
 
 huggingface_hub's downloads trust the server: a ``Content-Length`` far beyond the file's listed
 size, a gzip bomb or an answer that never ends are written to disk until it is full, and a server
@@ -20,7 +20,8 @@ by sha256 for LFS files or git blob id for others, ``snapshots/<commit>/<name>``
 to the blob), through a temporary file and a rename, mode 0644 less the umask as huggingface_hub
 writes them. Temporary files are ``blobs/.dflash-ckpt-<pid>-*.incomplete``: removed when a
 download fails, is abandoned, or the process is interrupted (SIGINT, SIGTERM, exit), and swept
-at the next download when their process is gone (or they are a day old) after a SIGKILL.
+at the next download when their process is gone (or they are a day old) after a SIGKILL. A body
+cut by the network is resumed by the next attempt with a ``Range`` request (``Partial``).
 
 huggingface_hub's own ``hf_hub_download`` is not used for whole files: it trusts the server's
 length, inflates what it is sent and has no overall deadline, which the hardening tests
