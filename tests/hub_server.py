@@ -262,10 +262,12 @@ class HubServer:
         return sum(s.body_bytes for s in self.requests)
 
     def reset(self) -> None:
-        """Forget requests and pending faults (repos stay)."""
+        """Forget requests, pending faults and hostile listings (repos stay)."""
         with self._lock:
             self._seen.clear()
             self._faults.clear()
+            self.tamper.clear()
+            self.raw_info.clear()
             self.max_in_flight = 0
 
     def enter(self) -> None:
