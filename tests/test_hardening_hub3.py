@@ -372,6 +372,12 @@ def test_downloaded_blobs_match_what_hf_cache_verify_expects(hub: HubServer, hom
             assert hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest() == name  # noqa: S324
     tree = json.loads((home / "hub/models--tiny--draft/trees" / f"{hub.commit_of('tiny/draft')}.json").read_text())
     assert tree["format_version"] == 1 and set(tree["files"]) == set(files)
+    hf = Path(sys.executable).with_name("hf")
+    if hf.exists():  # huggingface_hub's own check of the cache against the Hub's listing
+        proc = subprocess.run([str(hf), "cache", "verify", "tiny/draft", "--cache-dir", str(home / "hub"),
+                               "--fail-on-missing-files", "--json"], env={**os.environ, **hub_env(hub, home)},
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_stale_incomplete_files_of_dead_processes_are_swept(hub: HubServer, home: Path) -> None:
