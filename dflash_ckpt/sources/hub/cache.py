@@ -87,7 +87,7 @@ def is_commit(revision: str | None) -> bool:
     return revision is not None and COMMIT_RE.fullmatch(revision) is not None
 
 
-def count_problem(body: bytes) -> str | None:
+def count_problem(body: bytes | bytearray) -> str | None:
     """Why a listing's raw bytes are too many things to parse (``None`` when they are not): more
     files, JSON objects or values than ``limits.MAX_LISTING_*`` allow, counted by substring."""
     files = body.count(b'"rfilename"')

@@ -205,7 +205,7 @@ def hf_headers(token: str | bool, **extra: str) -> dict[str, str]:
 
 def get_json(
     url: str, *, token: str | bool, params: dict[str, Any], cap: int, timeout: float, budget: Budget,
-    precheck: Callable[[bytes], None] | None = None,
+    precheck: Callable[[bytearray], None] | None = None,
 ) -> Any:
     """A JSON API answer, streamed with a size cap under the budget (repo info); ``precheck`` sees
     the raw body before it is parsed (the listing's count caps)."""
@@ -226,7 +226,7 @@ def get_json(
                 raise TooLarge(f"an answer of more than the {cap:,} bytes allowed")
             budget.spend(len(chunk))
     if precheck is not None:
-        precheck(bytes(body))
+        precheck(body)
     try:
         return json.loads(body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):

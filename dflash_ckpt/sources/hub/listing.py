@@ -21,7 +21,7 @@ from dflash_ckpt.sources.hub.ids import is_git_id, is_sha256, name_problem, show
 from dflash_ckpt.sources.hub.retry import with_retries
 
 
-def _precheck(body: bytes) -> None:
+def _precheck(body: bytearray) -> None:
     problem = count_problem(body)
     if problem is not None:
         raise TooLarge(f"a listing of {problem} (nothing parsed)")
