@@ -141,6 +141,9 @@ def run(argv: list[str] | None = None) -> int:
     every other error, never a boxed panel; a ``DFlashCkptError`` from any command is printed as
     one line, never a traceback.
     """
+    hub_budget = sys.modules.get("dflash_ckpt.sources.hub.budget")
+    if hub_budget is not None:  # an earlier command in this process: its Hub deadline is not ours
+        hub_budget.reset()
     exc_mod = _click_exceptions()
     no_args_help = getattr(exc_mod, "NoArgsIsHelpError", ())
     args = sys.argv[1:] if argv is None else list(argv)

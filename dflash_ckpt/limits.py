@@ -66,14 +66,29 @@ MAX_TEMPLATE_OUTPUT = 4 * MiB
 MAX_PROMPT_CHARS = 4 * MiB
 
 # -- the Hub ------------------------------------------------------------------------------------
-#: Seconds one request may take from start to its last byte (env DFLASH_CKPT_HUB_DEADLINE);
-#: a download gets in addition one second per HUB_MIN_RATE bytes of its listed size.
+#: Seconds all the Hub requests of one command may take, retries, pauses and reconnects included
+#: (env DFLASH_CKPT_HUB_DEADLINE); every HUB_MIN_RATE bytes received add one second, so a
+#: download that keeps that pace is never cut, and a server that drips bytes gains nothing.
 HUB_DEADLINE = 120.0
 HUB_MIN_RATE = 256 * KiB
 #: The longest Retry-After honoured; a server asking for more gets our error instead.
 MAX_RETRY_AFTER = 60.0
-#: A repo-info answer (a listing of 10,000 files is about 2 MiB).
+#: A repo-info answer, or a cached listing (a listing of 10,000 files is about 2 MiB).
 MAX_LISTING_BYTES = 64 * MiB
+#: Files one repo listing may name, counted (``"rfilename"``) before the answer is parsed (the
+#: largest model repos hold a few thousand; each file costs a request and a cache entry).
+MAX_LISTING_FILES = 100_000
+#: JSON objects (``{``) and values (``,``) in a listing, counted before it is parsed: 64 MiB of
+#: ``[{}, ...]`` would otherwise become 20 million dicts (1.6 GB). A sibling takes 2 and 7.
+MAX_LISTING_OBJECTS = 4 * MAX_LISTING_FILES
+MAX_LISTING_ITEMS = 16 * MAX_LISTING_FILES
+#: A file name from a listing: bytes per folder or file name (NAME_MAX of ext4, xfs, btrfs, APFS)
+#: and in all (published repos: under 200).
+MAX_NAME_PART_BYTES = 255
+MAX_NAME_BYTES = 1024
+#: Incomplete downloads of ours older than this are swept from ``blobs/`` even when the process
+#: that wrote them may still live (a download has at most this long by the deadline's rate).
+STALE_DOWNLOAD_SECONDS = 24 * 3600
 #: Any single file downloaded, whatever the listing says (the largest safetensors shards: 10 GiB).
 MAX_DOWNLOAD_BYTES = 256 * GiB
 

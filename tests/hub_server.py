@@ -23,8 +23,9 @@ seen, with its status and the bytes on the wire) to assert what went over the ne
 answers (issue 10) are ``corrupt`` kinds too: ``oversize`` (a Content-Length ``extra`` bytes beyond
 the file), ``overflow`` (no Content-Length, ``extra`` bytes more than the file, then close),
 ``gzip`` (a gzip bomb sent as ``Content-Encoding: gzip``), ``drip`` (the body one byte every
-``interval`` seconds), ``drip-head`` (the response head itself that slowly) and ``bad-name`` (repo
-info listing a file outside the repo); ``fail`` takes a
+``interval`` seconds), ``drip-head`` (the response head itself that slowly), ``flip`` (the listed
+length with other bytes), ``cut`` (``extra`` bytes of the body, then the connection closed) and ``bad-name`` (repo info listing a file outside the repo); ``tamper``
+rewrites a repo's listing and ``raw_info`` replaces it with any bytes; ``fail`` takes a
 ``retry_after`` header value. Every loop is bounded, and the server only listens on 127.0.0.1.
 """
 
@@ -111,6 +112,23 @@ class Fault:
     retry_after: str | None = None
 
 
+#: LFS files up to this size are listed with the sha256 of their content, which clients verify.
+#: Above it (the published-size sparse drafts, gigabytes of zeros), hashing per test run buys
+#: nothing and the listed digest is a stand-in: only range reads (inspect) may be made of them, a
+#: download that checks the digest is refused.
+REAL_SHA256_MAX = 64 * 1024 * 1024
+
+
+def _sha256_of(path: Path, repo_id: str, sha: str, name: str, size: int) -> str:
+    with open(path, "rb") as fh:
+        if size > REAL_SHA256_MAX:
+            return hashlib.sha256(f"{repo_id}@{sha}/{name}:{size}:".encode() + fh.read(64 * 1024)).hexdigest()
+        digest = hashlib.sha256()
+        while chunk := fh.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def _scan(folder: Path, repo_id: str, sha: str) -> dict[str, ServedFile]:
     files: dict[str, ServedFile] = {}
     for path in sorted(folder.rglob("*")):
@@ -119,11 +137,7 @@ def _scan(folder: Path, repo_id: str, sha: str) -> dict[str, ServedFile]:
         name = path.relative_to(folder).as_posix()
         size = path.stat().st_size
         if name.endswith(LFS_SUFFIXES) or size >= LFS_MIN_SIZE:
-            # A stand-in for the sha256 of the content: hashing gigabytes of sparse zeros per test
-            # run buys nothing, and clients use it only as the cache's blob name.
-            with open(path, "rb") as fh:
-                head = fh.read(64 * 1024)
-            digest = hashlib.sha256(f"{repo_id}@{sha}/{name}:{size}:".encode() + head).hexdigest()
+            digest = _sha256_of(path, repo_id, sha, name, size)
             blob = _sha1(f"version https://git-lfs.github.com/spec/v1\noid sha256:{digest}\nsize {size}\n".encode())
             files[name] = ServedFile(name, path, size, blob, digest)
         else:
@@ -146,6 +160,10 @@ class HubServer:
         self.max_in_flight = 0
         self._lock = threading.Lock()
         self._blobs: dict[str, ServedFile] = {}
+        #: Hostile listings (issue 18): per repo, a function rewriting the repo-info siblings, or
+        #: the raw bytes to answer repo info with instead of the real document.
+        self.tamper: dict[str, Any] = {}
+        self.raw_info: dict[str, bytes] = {}
         self._hub = _QuietServer(("127.0.0.1", 0), _handler(self, "hub"))
         self._cdn = _QuietServer(("127.0.0.1", 0), _handler(self, "cdn"))
         for srv in (self._hub, self._cdn):
@@ -244,10 +262,12 @@ class HubServer:
         return sum(s.body_bytes for s in self.requests)
 
     def reset(self) -> None:
-        """Forget requests and pending faults (repos stay)."""
+        """Forget requests, pending faults and hostile listings (repos stay)."""
         with self._lock:
             self._seen.clear()
             self._faults.clear()
+            self.tamper.clear()
+            self.raw_info.clear()
             self.max_in_flight = 0
 
     def enter(self) -> None:
@@ -444,6 +464,10 @@ class _Handler(BaseHTTPRequestHandler):
                 if f.lfs:
                     entry["lfs"] = {"sha256": f.sha256, "size": f.size, "pointerSize": 134}
             siblings.append(entry)
+        if repo_id in self.hub.raw_info:
+            return self._send(200, self.hub.raw_info[repo_id], {"Content-Type": "application/json"})
+        if repo_id in self.hub.tamper:
+            siblings = self.hub.tamper[repo_id](siblings)
         if self.fault is not None and self.fault.action == "bad-name":  # a listing no Hub sends
             siblings.append({"rfilename": "../../../escape.safetensors.index.json", "size": 2, "blobId": "0" * 40})
         self._json(200, {
@@ -519,7 +543,7 @@ class _Handler(BaseHTTPRequestHandler):
                 headers["Content-Range"] = f"bytes {start + 8}-{end + 8}/{f.size}"
         length = end - start + 1
         hostile = self.fault.action if self.fault is not None else None
-        if hostile in ("oversize", "overflow", "gzip", "drip") and method == "GET":
+        if hostile in ("oversize", "overflow", "gzip", "drip", "flip", "cut") and method == "GET":
             return self._hostile_body(hostile, status, headers, f, start, length)
         self.send_response(status)
         headers = {"Content-Length": str(length), **headers}
@@ -561,6 +585,25 @@ class _Handler(BaseHTTPRequestHandler):
             self.end_headers()
             self._count_head(status, headers)
             self._write(body)
+            return
+        if kind == "cut":  # the listed length promised, ``extra`` bytes sent, then the connection closed
+            self.send_response(status)
+            for k, v in {**headers, "Content-Length": str(length)}.items():
+                self.send_header(k, v)
+            self.end_headers()
+            self._count_head(status, headers)
+            self._write(real[: self.fault.extra])
+            self.close_connection = True
+            return
+        if kind == "flip":  # the listed length, other bytes (the last one changed)
+            self.send_response(status)
+            for k, v in {**headers, "Content-Length": str(length)}.items():
+                self.send_header(k, v)
+            self.end_headers()
+            self._count_head(status, headers)
+            body = bytearray(real if len(real) == length else real + b"\0" * (length - len(real)))
+            body[-1] ^= 0xFF
+            self._write(bytes(body))
             return
         if kind == "drip":
             self.send_response(status)

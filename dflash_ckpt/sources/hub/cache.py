@@ -22,6 +22,11 @@ import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from dflash_ckpt import limits
+from dflash_ckpt.sources.hub.errors import HubError
+from dflash_ckpt.sources.hub.ids import inside, is_git_id, is_sha256, name_problem, shown
 
 # The Hugging Face cache is located without importing huggingface_hub (its constants are fixed
 # at import time; reading the environment at call time lets one process honour a changed HF_HOME).
@@ -82,6 +87,21 @@ def is_commit(revision: str | None) -> bool:
     return revision is not None and COMMIT_RE.fullmatch(revision) is not None
 
 
+def count_problem(body: bytes | bytearray) -> str | None:
+    """Why a listing's raw bytes are too many things to parse (``None`` when they are not): more
+    files, JSON objects or values than ``limits.MAX_LISTING_*`` allow, counted by substring."""
+    files = body.count(b'"rfilename"')
+    if files > limits.MAX_LISTING_FILES:
+        return f"{files:,} files, more than the {limits.MAX_LISTING_FILES:,} a listing may name"
+    objects = body.count(b"{")
+    if objects > limits.MAX_LISTING_OBJECTS:
+        return f"{objects:,} JSON objects, more than the {limits.MAX_LISTING_OBJECTS:,} a listing may hold"
+    items = body.count(b",")
+    if items > limits.MAX_LISTING_ITEMS:
+        return f"{items:,} JSON values, more than the {limits.MAX_LISTING_ITEMS:,} a listing may hold"
+    return None
+
+
 def _safe_part(name: str) -> bool:
     """A file or ref name that stays inside the folder it is joined to."""
     parts = name.split("/")
@@ -112,6 +132,15 @@ class RepoCache:
         self.repo_id = repo_id
         self.folder = cache_dir / ("models--" + repo_id.replace("/", "--"))
 
+    def holds(self, path: Path) -> bool:
+        """Whether ``path`` resolves inside this repo's cache folder (no link leads elsewhere)."""
+        return inside(path, self.folder)
+
+    def _write(self, path: Path, data: bytes) -> None:
+        """``write_atomic`` into the repo's folder only; a link out of it is not followed (best effort)."""
+        if self.holds(path):
+            write_atomic(path, data)
+
     # -- refs and snapshots (huggingface_hub's layout) -----------------------------------------
 
     def read_ref(self, revision: str) -> str | None:
@@ -131,7 +160,7 @@ class RepoCache:
         if is_commit(revision) or not _safe_part(revision) or self.read_ref(revision) == commit:
             return
         try:
-            write_atomic(self.folder / "refs" / revision, commit.encode())
+            self._write(self.folder / "refs" / revision, commit.encode())
         except OSError:
             pass
 
@@ -168,40 +197,87 @@ class RepoCache:
             },
         }
         try:
-            write_atomic(self._own(listing.commit) / "files.json", json.dumps(doc, indent=1).encode())
+            self._write(self._own(listing.commit) / "files.json", json.dumps(doc, indent=1).encode())
+        except OSError:
+            pass
+
+    def write_hf_tree(self, listing: RepoListing) -> None:
+        """huggingface_hub's ``trees/<commit>.json`` (its format 1), so that its own offline lookups
+        know the files; written only when every file has its git blob id (best effort)."""
+        if any(f.blob_id is None for f in listing.files.values()):
+            return
+        files: dict[str, Any] = {}
+        for f in sorted(listing.files.values(), key=lambda f: f.name):
+            files[f.name] = {"size": f.size, "blob_id": f.blob_id}
+            if f.lfs_sha256:
+                files[f.name].update(lfs_sha256=f.lfs_sha256, lfs_size=f.size)
+        try:
+            self._write(self.folder / "trees" / f"{listing.commit}.json",
+                        json.dumps({"format_version": 1, "files": files}, indent=1).encode())
         except OSError:
             pass
 
     def read_listing(self, commit: str) -> RepoListing | None:
-        """Our file list for ``commit``, else huggingface_hub's own tree listing for it, else ``None``."""
-        return self._read_own_listing(commit) or self._read_hf_tree(commit)
+        """Our file list for ``commit``, else huggingface_hub's own tree listing for it, else ``None``.
 
-    def _read_own_listing(self, commit: str) -> RepoListing | None:
-        try:
-            doc = json.loads((self._own(commit) / "files.json").read_text())
-            if doc.get("format") != LISTING_FORMAT or doc.get("commit") != commit:
-                return None
-            files = {
-                name: RemoteFile(name, int(info["size"]), info.get("lfs_sha256"), info.get("blob_id"))
-                for name, info in doc["files"].items()
-            }
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        Either is input like the Hub's answer: capped and counted before it is parsed, every name
+        and id checked; a hostile or broken one ends the command in one line naming the file
+        (``HubError``) rather than building a path from it.
+        """
+        if not is_commit(commit):
             return None
+        own = self._load(self._own(commit) / "files.json")
+        if own is not None and own.get("format") == LISTING_FORMAT and own.get("commit") == commit:
+            return self._listing(commit, self._own(commit) / "files.json", own.get("files"), "lfs_sha256", "size")
+        path = self.folder / "trees" / f"{commit}.json"
+        tree = self._load(path)
+        if tree is not None and tree.get("format_version") == 1:
+            return self._listing(commit, path, tree.get("files"), "lfs_sha256", "lfs_size")
+        return None
+
+    def _load(self, path: Path) -> dict[str, Any] | None:
+        try:
+            with open(path, "rb") as fh:
+                body = fh.read(limits.MAX_LISTING_BYTES + 1)
+        except OSError:
+            return None
+        problem = "larger than 64 MiB" if len(body) > limits.MAX_LISTING_BYTES else count_problem(body)
+        if problem is not None:
+            raise self._corrupt(path, f"a listing of {problem}")
+        try:
+            doc = json.loads(body)
+        except (ValueError, RecursionError):
+            return None  # a torn or foreign file: as if absent, the Hub is asked instead
+        return doc if isinstance(doc, dict) else None
+
+    def _listing(self, commit: str, path: Path, entries: object, sha_key: str, size_key: str) -> RepoListing:
+        if not isinstance(entries, dict):
+            raise self._corrupt(path, "its 'files' is not an object")
+        if len(entries) > limits.MAX_LISTING_FILES:
+            raise self._corrupt(path, f"{len(entries):,} files, more than the {limits.MAX_LISTING_FILES:,} a listing may name")
+        files: dict[str, RemoteFile] = {}
+        for name, info in entries.items():
+            problem = name_problem(name)
+            if problem is not None:
+                raise self._corrupt(path, f"the file name {shown(name)} is {problem}")
+            if not isinstance(info, dict):
+                raise self._corrupt(path, f"the entry of {shown(name)} is not an object")
+            size = info.get(size_key) if info.get(size_key) is not None else info.get("size")
+            sha256, blob_id = info.get(sha_key), info.get("blob_id")
+            if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= limits.MAX_USIZE:
+                raise self._corrupt(path, f"the size of {shown(name)} is {shown(size, 40)}")
+            if sha256 is not None and not is_sha256(sha256):
+                raise self._corrupt(path, f"'{sha_key}' of {shown(name)} is {shown(sha256, 40)}, not 64 hex digits")
+            if blob_id is not None and not is_git_id(blob_id):
+                raise self._corrupt(path, f"'blob_id' of {shown(name)} is {shown(blob_id, 40)}, not 40 hex digits")
+            files[name] = RemoteFile(name, size, sha256, blob_id)
         return RepoListing(self.repo_id, commit, files)
 
-    def _read_hf_tree(self, commit: str) -> RepoListing | None:
-        """``trees/<commit>.json``, which ``snapshot_download`` writes (huggingface_hub >= 2)."""
-        try:
-            doc = json.loads((self.folder / "trees" / f"{commit}.json").read_text())
-            if doc.get("format_version") != 1:
-                return None
-            files = {
-                name: RemoteFile(name, int(info.get("lfs_size") or info["size"]), info.get("lfs_sha256"), info.get("blob_id"))
-                for name, info in doc["files"].items()
-            }
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            return None
-        return RepoListing(self.repo_id, commit, files)
+    def _corrupt(self, path: Path, problem: str) -> HubError:
+        return HubError(
+            f"{path}: not a listing this tool trusts: {problem}; delete it (or the repo's folder: "
+            f"hf cache rm {self.repo_id}) and run again"
+        )
 
     def read_prefix(self, commit: str, name: str) -> bytes:
         """The first bytes of ``name`` read on an earlier run (empty when none)."""
@@ -216,6 +292,6 @@ class RepoCache:
         if not _safe_part(name) or "/" in name:
             return
         try:
-            write_atomic(self._own(commit) / f"{name}.head", data)
+            self._write(self._own(commit) / f"{name}.head", data)
         except OSError:
             pass

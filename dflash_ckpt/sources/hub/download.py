@@ -1,4 +1,4 @@
-"""Bounded HTTP for the Hub: an overall deadline per request, bodies capped by the listed size.
+"""Bounded HTTP for the Hub: one deadline per command, bodies capped by and checked against the listing.
 
 huggingface_hub's downloads trust the server: a ``Content-Length`` far beyond the file's listed
 size, a gzip bomb or an answer that never ends are written to disk until it is full, and a server
@@ -10,12 +10,23 @@ with one streamed GET:
 - a ``Content-Length`` that differs from the repo listing's size is refused before the body, and
   the body is cut off at the listed size (and at ``limits.MAX_DOWNLOAD_BYTES`` whatever the
   listing says);
-- the request as a whole, headers included, has a deadline (``DFLASH_CKPT_HUB_DEADLINE``,
-  plus one second per ``limits.HUB_MIN_RATE`` bytes of the listed size).
+- every request, headers included, runs under the command's Hub budget (``budget.py``,
+  ``DFLASH_CKPT_HUB_DEADLINE``), checked between chunks and by the thread that waits for it;
+- the body's sha256 (LFS files) or git blob id (others) must be the listing's before the file
+  is renamed into ``blobs/``: a server sending other bytes of the listed size leaves nothing.
 
 What is downloaded lands in the Hugging Face cache in huggingface_hub's layout (``blobs/`` named
 by sha256 for LFS files or git blob id for others, ``snapshots/<commit>/<name>`` a relative link
-to the blob), through a temporary file and a rename, so an aborted download leaves nothing.
+to the blob), through a temporary file and a rename, mode 0644 less the umask as huggingface_hub
+writes them. Temporary files are ``blobs/.dflash-ckpt-<pid>-*.incomplete``: removed when a
+download fails, is abandoned, or the process is interrupted (SIGINT, SIGTERM, exit), and swept
+at the next download when their process is gone (or they are a day old) after a SIGKILL. A body
+cut by the network is resumed by the next attempt with a ``Range`` request (``Partial``).
+
+huggingface_hub's own ``hf_hub_download`` is not used for whole files: it trusts the server's
+length, inflates what it is sent and has no overall deadline, which the hardening tests
+(``tests/test_hardening_hub*.py``) pin; and this tool's downloads are a config, an index and a
+few draft shards.
 """
 
 from __future__ import annotations
@@ -23,24 +34,32 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import signal
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 from dflash_ckpt import __version__, limits
-from dflash_ckpt.sources.hub.errors import ProtocolError
+from dflash_ckpt.sources.hub.budget import Budget
+from dflash_ckpt.sources.hub.errors import ContentMismatch, DeadlineExceeded, ProtocolError, is_retryable
+from dflash_ckpt.sources.hub.ids import inside, is_git_id, is_sha256
 
 T = TypeVar("T")
 CHUNK = 1 << 20
+PREFIX = ".dflash-ckpt-"
+SUFFIX = ".incomplete"
 
 #: Temporary files being written, by the worker thread writing them: an abandoned worker's file is
-#: removed by the thread that gave up on it (and any left at exit by ``_remove_all``).
+#: removed by the thread that gave up on it (and any left at exit or on a signal by ``_remove_all``).
 _IN_PROGRESS: dict[int, set[str]] = {}
 _IN_PROGRESS_LOCK = threading.Lock()
+#: Set on SIGINT/SIGTERM: workers stop before their next write instead of creating new files.
+_STOPPING = threading.Event()
+_SWEPT: set[str] = set()
 
 
 def _track(path: str) -> None:
@@ -54,7 +73,8 @@ def _track(path: str) -> None:
 
 def _untrack(path: str) -> None:
     with _IN_PROGRESS_LOCK:
-        _IN_PROGRESS.get(threading.get_ident(), set()).discard(path)
+        for paths in _IN_PROGRESS.values():
+            paths.discard(path)
 
 
 def _remove(thread_id: int | None) -> None:
@@ -70,38 +90,83 @@ def _remove_all() -> None:
         _remove(tid)
 
 
-class DeadlineExceeded(ProtocolError):
-    """A request that did not finish (headers and body) within its deadline."""
+def _on_signal(signum: int, frame: Any) -> None:  # noqa: ARG001
+    """SIGTERM during a download: remove what is half-written, then die of the signal as before."""
+    _STOPPING.set()
+    _remove_all()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
 
-    def __init__(self, seconds: float) -> None:
-        super().__init__(f"no complete answer within {seconds:.3g} s")
-        self.seconds = seconds
+
+@contextlib.contextmanager
+def clean_on_signals() -> Iterator[None]:
+    """While downloading: SIGTERM (whose default handler runs no cleanup) removes our temporary
+    files first. SIGINT raises ``KeyboardInterrupt``, which ``within`` and ``atexit`` clean after.
+    Only a default handler is replaced (a program's own stays), and only in the main thread."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+    signal.signal(signal.SIGTERM, _on_signal)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def sweep(blobs: Path) -> None:
+    """Remove the temporary files of our downloads that a killed process left in ``blobs`` (once
+    per folder and process): those whose process is gone, and any a day old."""
+    key = str(blobs)
+    if key in _SWEPT:
+        return
+    _SWEPT.add(key)
+    try:
+        entries = list(os.scandir(blobs))
+    except OSError:
+        return
+    now = time.time()
+    for entry in entries:
+        if not (entry.name.startswith(PREFIX) and entry.name.endswith(SUFFIX)):
+            continue
+        pid_text = entry.name[len(PREFIX):].split("-", 1)[0]
+        pid = int(pid_text) if pid_text.isdigit() and len(pid_text) < 10 else None
+        try:
+            old = now - entry.stat(follow_symlinks=False).st_mtime > limits.STALE_DOWNLOAD_SECONDS
+        except OSError:
+            continue
+        if old or (pid is not None and pid != os.getpid() and not _alive(pid)):
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
 
 
 class TooLarge(ProtocolError):
     """A body larger than the file it should be."""
 
 
-def deadline_for(settings: Any, size: int = 0) -> float:
-    """Seconds one request for a ``size``-byte body may take in all."""
-    return settings.deadline + size / limits.HUB_MIN_RATE
+def within(fn: Callable[[Budget], T], budget: Budget) -> T:
+    """``fn(budget)`` in a worker thread, abandoned when the budget runs out: ``DeadlineExceeded``.
 
-
-def within(fn: Callable[[float], T], seconds: float) -> T:
-    """``fn(deadline)`` in a worker thread, abandoned after ``seconds``: ``DeadlineExceeded``.
-
-    ``deadline`` is the ``time.monotonic()`` by which ``fn`` must be done; streaming loops check it
-    between chunks (so that an abandoned download stops writing), and the wait here bounds what
-    they cannot check: a server that drips the response head. The abandoned thread is a daemon
-    blocked on its socket; it ends with the process.
+    Streaming loops check the budget between chunks (so that an abandoned download stops
+    writing), and the wait here bounds what they cannot check: a server that drips the response
+    head. The abandoned thread is a daemon blocked on its socket; it ends with the process.
     """
-    deadline = time.monotonic() + seconds
+    budget.check()
     box: dict[str, Any] = {}
     done = threading.Event()
 
     def work() -> None:
         try:
-            box["value"] = fn(deadline)
+            box["value"] = fn(budget)
         except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
             box["error"] = exc
         finally:
@@ -109,24 +174,24 @@ def within(fn: Callable[[float], T], seconds: float) -> T:
 
     worker = threading.Thread(target=work, name="dflash-ckpt-hub", daemon=True)
     worker.start()
-    if not done.wait(seconds + 0.25):
-        _remove(worker.ident)  # what it was writing; it stops at its next chunk
-        raise DeadlineExceeded(seconds)
+    try:
+        while not done.wait(min(1.0, max(0.0, budget.left()) + 0.05)):
+            if budget.left() <= 0:
+                _remove(worker.ident)  # what it was writing; it stops at its next chunk
+                raise DeadlineExceeded(budget.allowed())
+    except BaseException:  # Ctrl-C while waiting: the half-written file goes too
+        _remove(worker.ident)
+        raise
     if "error" in box:
         raise box["error"]
     return box["value"]
-
-
-def check_deadline(deadline: float, seconds: float) -> None:
-    if time.monotonic() > deadline:
-        raise DeadlineExceeded(seconds)
 
 
 def refuse_encoding(resp: Any) -> None:
     """Bodies are taken as the bytes of the file: a compressed answer is refused, never inflated."""
     enc = (resp.headers.get("Content-Encoding") or "identity").strip().lower()
     if enc not in ("", "identity"):
-        raise ProtocolError(f"a compressed answer (Content-Encoding: {enc}) where the file was asked for as is")
+        raise ProtocolError(f"a compressed answer (Content-Encoding: {enc[:40]}) where the file was asked for as is")
 
 
 def hf_headers(token: str | bool, **extra: str) -> dict[str, str]:
@@ -138,8 +203,12 @@ def hf_headers(token: str | bool, **extra: str) -> dict[str, str]:
     return headers
 
 
-def get_json(url: str, *, token: str | bool, params: dict[str, Any], cap: int, timeout: float, deadline: float, seconds: float) -> Any:
-    """A JSON API answer, streamed with a size cap and the deadline (repo info)."""
+def get_json(
+    url: str, *, token: str | bool, params: dict[str, Any], cap: int, timeout: float, budget: Budget,
+    precheck: Callable[[bytearray], None] | None = None,
+) -> Any:
+    """A JSON API answer, streamed with a size cap under the budget (repo info); ``precheck`` sees
+    the raw body before it is parsed (the listing's count caps)."""
     import json  # noqa: PLC0415
 
     from huggingface_hub.utils import get_session, hf_raise_for_status  # noqa: PLC0415
@@ -149,17 +218,38 @@ def get_json(url: str, *, token: str | bool, params: dict[str, Any], cap: int, t
         refuse_encoding(resp)
         length = resp.headers.get("Content-Length")
         if length is not None and length.isdigit() and (len(length) > 20 or int(length) > cap):
-            raise TooLarge(f"a {int(length):,}-byte answer, more than the {cap:,} bytes allowed")
+            raise TooLarge(f"a {int(length[:21]):,}-byte answer, more than the {cap:,} bytes allowed")
         body = bytearray()
         for chunk in resp.iter_raw(CHUNK):
             body += chunk
             if len(body) > cap:
                 raise TooLarge(f"an answer of more than the {cap:,} bytes allowed")
-            check_deadline(deadline, seconds)
+            budget.spend(len(chunk))
+    if precheck is not None:
+        precheck(body)
     try:
         return json.loads(body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
         raise json.JSONDecodeError("not JSON", "", 0) from None
+
+
+class Partial:
+    """What an interrupted attempt of one download leaves for the next: the temporary file, the
+    bytes in it, and the digests of those bytes. ``fetch_file`` fills it when the network fails
+    mid-body (a retryable failure) and the next attempt asks for the rest with a ``Range``
+    request; the caller removes the file when no attempt is left (``discard``)."""
+
+    def __init__(self) -> None:
+        self.path: str | None = None
+        self.written = 0
+        self.hashers: tuple[Any, Any] | None = None
+
+    def discard(self) -> None:
+        if self.path is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
+            _untrack(self.path)
+        self.path, self.written, self.hashers = None, 0, None
 
 
 def fetch_file(
@@ -170,14 +260,20 @@ def fetch_file(
     size: int,
     commit: str,
     timeout: float,
-    deadline: float,
-    seconds: float,
+    budget: Budget,
+    sha256: str | None = None,
+    blob_id: str | None = None,
     on_bytes: Callable[[int], None] | None = None,
+    partial: Partial | None = None,
 ) -> tuple[Path, str]:
-    """Stream ``url`` into a temporary file in ``dest_dir``; its path and git blob id.
+    """Stream ``url`` into a temporary file in ``dest_dir``; its path and its blob name.
 
     The body must be exactly ``size`` bytes (the listing's), and the first answer must carry
-    ``X-Repo-Commit`` equal to ``commit``, as the Hub's resolve endpoint does.
+    ``X-Repo-Commit`` equal to ``commit``, as the Hub's resolve endpoint does. Its sha256 must be
+    ``sha256`` when listed (an LFS file), else its git blob id ``blob_id`` when listed; the blob
+    name returned is whichever of the two the listing gives (the computed git id when neither).
+    With ``partial`` holding an earlier attempt's bytes, only the rest is asked for (``Range``);
+    a server that answers with the whole file instead is read from the start.
     """
     from huggingface_hub.utils import get_session, hf_raise_for_status  # noqa: PLC0415
 
@@ -185,54 +281,126 @@ def fetch_file(
     if size > limits.MAX_DOWNLOAD_BYTES:
         raise TooLarge(f"a listed size of {size:,} bytes, more than the {limits.MAX_DOWNLOAD_BYTES:,} this tool downloads")
     dest_dir.mkdir(parents=True, exist_ok=True)
-    with get_session().stream("GET", url, headers=hf_headers(token), timeout=timeout, follow_redirects=True) as resp:
+    sweep(dest_dir)
+    partial = partial if partial is not None else Partial()
+    start = partial.written if partial.path is not None and 0 < partial.written < size else 0
+    headers = hf_headers(token, **({"Range": f"bytes={start}-"} if start else {}))
+    with get_session().stream("GET", url, headers=headers, timeout=timeout, follow_redirects=True) as resp:
         hf_raise_for_status(resp)
         first = resp.history[0] if resp.history else resp
         got_commit = first.headers.get("X-Repo-Commit")
         if got_commit is None:
             raise ProtocolError("a response without the X-Repo-Commit header, not as a Hub endpoint does")
         if got_commit != commit:
-            raise ProtocolError(f"commit {got_commit} where {commit} was asked for")
+            raise ProtocolError(f"commit {got_commit[:60]} where {commit} was asked for")
         refuse_encoding(resp)
+        if start and resp.status_code != 206:
+            start = 0  # the server offers no resume: the whole body, from the start
+        elif start and (resp.headers.get("Content-Range") or "").strip() != f"bytes {start}-{size - 1}/{size}":
+            raise ProtocolError(f"Content-Range {resp.headers.get('Content-Range', '')[:80]!r} for bytes {start}-{size - 1}")
         length = resp.headers.get("Content-Length")
-        if length is not None and length.strip().isdigit() and (len(length.strip()) > 20 or int(length) != size):
+        if length is not None and length.strip().isdigit() and (len(length.strip()) > 20 or int(length) != size - start):
             claim = f"{int(length):,}-byte" if len(length.strip()) <= 20 else "absurdly long"
-            raise TooLarge(f"a {claim} body where the repo lists {size:,} bytes (nothing kept)")
-        sha1 = hashlib.sha1(b"blob %d\0" % size)  # noqa: S324 - the git blob id, not security
-        fd, tmp = tempfile.mkstemp(dir=dest_dir, prefix=".dflash-ckpt-", suffix=".incomplete")
+            raise TooLarge(f"a {claim} body where the repo lists {size - start:,} bytes (nothing kept)")
+        if _STOPPING.is_set():
+            raise KeyboardInterrupt
+        if start:
+            tmp = str(partial.path)
+            git, lfs = partial.hashers  # type: ignore[misc]
+            fh = open(tmp, "r+b")  # noqa: SIM115 - closed below
+            fh.seek(start)
+            fh.truncate()
+            _untrack(tmp)
+        else:
+            partial.discard()
+            git = hashlib.sha1(b"blob %d\0" % size)  # noqa: S324 - the git blob id, not security
+            lfs = hashlib.sha256() if sha256 is not None else None
+            fd, tmp = tempfile.mkstemp(dir=dest_dir, prefix=f"{PREFIX}{os.getpid()}-", suffix=SUFFIX)
+            fh = os.fdopen(fd, "wb")
         _track(tmp)
+        written = start
         try:
-            got = 0
-            with os.fdopen(fd, "wb") as fh:
-                for chunk in resp.iter_raw(CHUNK):
-                    got += len(chunk)
-                    if got > cap:
+            with fh:
+                for chunk in resp.iter_raw():  # as the socket gives them: a cut keeps what arrived
+                    if written + len(chunk) > cap:
                         raise TooLarge(f"more than the {cap:,} bytes the repo lists (stopped there, nothing kept)")
+                    if _STOPPING.is_set():
+                        raise KeyboardInterrupt
                     fh.write(chunk)
-                    sha1.update(chunk)
+                    (lfs or git).update(chunk)
+                    written += len(chunk)
                     if on_bytes is not None:
                         on_bytes(len(chunk))
-                    check_deadline(deadline, seconds)
-            if got < size:
-                raise ProtocolError(f"{got:,} of the {size:,} bytes the repo lists (connection cut short)")
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            _untrack(tmp)
+                    budget.spend(len(chunk))
+            if written < size:
+                raise ProtocolError(f"{written:,} of the {size:,} bytes the repo lists (connection cut short)")
+            name = _verified(lfs, git, sha256, blob_id)
+            os.chmod(tmp, 0o666 & ~_umask())
+        except Exception as exc:
+            if is_retryable(exc) and 0 < written < size:  # the next attempt asks for the rest
+                partial.path, partial.written, partial.hashers = tmp, written, (git, lfs)
+            else:
+                partial.path = tmp
+                partial.discard()
             raise
-    return Path(tmp), sha1.hexdigest()
+        except BaseException:
+            partial.path = tmp
+            partial.discard()
+            raise
+    partial.path = None
+    return Path(tmp), name
+
+
+def _verified(lfs: Any, git: Any, sha256: str | None, blob_id: str | None) -> str:
+    """The blob name of a finished body, after comparing its digest with the listing's."""
+    if lfs is not None:
+        got = lfs.hexdigest()
+        if got != sha256:
+            raise ContentMismatch(f"sha256 {got[:12]}… where the listing gives {str(sha256)[:12]}…")
+        return got
+    got = git.hexdigest()
+    if blob_id is not None and got != blob_id:
+        raise ContentMismatch(f"git blob id {got[:12]}… where the listing gives {blob_id[:12]}…")
+    return got
+
+
+_UMASK: list[int] = []
+
+
+def _umask() -> int:
+    """The process umask (read once: reading it means setting it, which is not thread-safe)."""
+    if not _UMASK:
+        mask = os.umask(0o022)
+        os.umask(mask)
+        _UMASK.append(mask)
+    return _UMASK[0]
 
 
 def place_in_cache(repo_folder: Path, commit: str, name: str, tmp: Path, blob_name: str) -> Path:
-    """Move a finished download to ``blobs/<blob_name>`` and link ``snapshots/<commit>/<name>`` to it."""
+    """Move a finished download to ``blobs/<blob_name>`` and link ``snapshots/<commit>/<name>`` to it.
+
+    ``blob_name`` must be a sha256 or git id and ``commit`` a commit id, and both the blob and the
+    link must resolve inside ``repo_folder`` (no folder of it replaced by a link to elsewhere):
+    otherwise ``ProtocolError`` and the temporary file is removed.
+    """
     blob = repo_folder / "blobs" / blob_name
-    blob.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(tmp, blob)
-    with _IN_PROGRESS_LOCK:
-        for paths in _IN_PROGRESS.values():
-            paths.discard(str(tmp))
     link = repo_folder / "snapshots" / commit / name
+    try:
+        if not (is_sha256(blob_name) or is_git_id(blob_name)) or not is_git_id(commit):
+            raise ProtocolError(f"a blob name {blob_name[:80]!r} or commit {commit[:80]!r} that is not a hex id")
+        if not inside(blob, repo_folder) or not inside(link, repo_folder):
+            raise ProtocolError(f"a cache folder that leads outside {repo_folder} (a link in blobs/ or snapshots/)")
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(tmp, blob)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    finally:
+        _untrack(str(tmp))
     link.parent.mkdir(parents=True, exist_ok=True)
+    if not inside(link, repo_folder):  # a link planted while the folders were made
+        raise ProtocolError(f"a cache folder that leads outside {repo_folder}")
     rel = os.path.relpath(blob, link.parent)
     tmp_link = link.parent / f".{link.name}.dflash-ckpt-link"
     try:
@@ -243,6 +411,8 @@ def place_in_cache(repo_folder: Path, commit: str, name: str, tmp: Path, blob_na
     except OSError:  # no symlinks here (some Windows set-ups): a copy, as huggingface_hub falls back to
         import shutil  # noqa: PLC0415
 
+        if link.is_symlink():
+            link.unlink()
         shutil.copyfile(blob, link)
     return link
 

@@ -33,6 +33,18 @@ class ProtocolError(Exception):
     """A response that is not what the Hub sends: wrong type, wrong range, missing fields."""
 
 
+class DeadlineExceeded(ProtocolError):
+    """The command's Hub time (``budget.Budget``) ran out before an answer was complete."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"no complete answer within {seconds:.3g} s")
+        self.seconds = seconds
+
+
+class ContentMismatch(ProtocolError):
+    """A downloaded body of the listed size whose sha256 or git blob id is not the listed one."""
+
+
 @dataclass(frozen=True)
 class HubContext:
     """Who is asking, so that a message can name the repo, its role and the token in use."""
@@ -74,6 +86,8 @@ def is_retryable(exc: BaseException) -> bool:
     """Timeouts, dropped connections and 408/429/5xx answers: worth another try after a pause."""
     import httpx2  # noqa: PLC0415 - only Hub code paths get here
 
+    if refused(exc):  # nothing listens there: asking again in a second changes nothing
+        return False
     for e in chain(exc):
         if isinstance(e, (httpx2.TimeoutException, httpx2.NetworkError, httpx2.RemoteProtocolError)):
             return not isinstance(e, httpx2.ProxyError)
@@ -83,12 +97,22 @@ def is_retryable(exc: BaseException) -> bool:
     return False
 
 
+def refused(exc: BaseException) -> bool:
+    """A connection refused (ECONNREFUSED): the endpoint is wrong or down, not slow."""
+    import errno  # noqa: PLC0415
+
+    for e in chain(exc):
+        if isinstance(e, ConnectionRefusedError) or getattr(e, "errno", None) == errno.ECONNREFUSED:
+            return True
+        if type(e).__name__ == "ConnectError" and "connection refused" in str(e).lower():
+            return True
+    return False
+
+
 def describe(exc: BaseException, ctx: HubContext, what: str, *, attempts: int | None = None) -> HubError:
     """One ``HubError`` for ``exc`` raised while fetching ``what`` (e.g. ``repo info``, ``config.json``)."""
-    from dflash_ckpt.sources.hub.download import DeadlineExceeded  # noqa: PLC0415
-
     stalled = any(isinstance(e, DeadlineExceeded) for e in chain(exc))
-    return HubError(_message(exc, ctx, what, attempts), unreachable=stalled or is_retryable(exc))
+    return HubError(_message(exc, ctx, what, attempts), unreachable=stalled or refused(exc) or is_retryable(exc))
 
 
 def _message(exc: BaseException, ctx: HubContext, what: str, attempts: int | None) -> str:
@@ -156,11 +180,17 @@ def _message(exc: BaseException, ctx: HubContext, what: str, attempts: int | Non
                 f"{label}: cannot reach {ep} for {what}{tried} ({first_line(e) or type(e).__name__}); "
                 "check the network and HF_ENDPOINT, or set HF_HUB_OFFLINE=1 to use the local cache"
             )
-        if isinstance(e, ProtocolError) and type(e).__name__ == "DeadlineExceeded":
+        if isinstance(e, DeadlineExceeded):
             return (
-                f"{label}: {ep} did not finish answering {what} within {getattr(e, 'seconds', 0):.3g} s "
-                "(DFLASH_CKPT_HUB_DEADLINE, seconds per request; downloads get 1 s more per 256 KiB); "
-                "the connection is too slow or the server stalls, try again later or raise it"
+                f"{label}: {ep} did not finish answering {what} within {e.seconds:.3g} s "
+                "(DFLASH_CKPT_HUB_DEADLINE, seconds for all Hub requests of a command, retries included; "
+                "each 256 KiB received adds 1 s); the connection is too slow or the server stalls, "
+                "try again later or raise it"
+            )
+        if isinstance(e, ContentMismatch):
+            return (
+                f"{label}: {ep} sent {what} with other content than the repo lists ({first_line(e)}); "
+                "nothing was kept, try again or check HF_ENDPOINT"
             )
         if isinstance(e, ProtocolError):
             return f"{label}: {ep} answered {what} with {first_line(e)}; check HF_ENDPOINT"

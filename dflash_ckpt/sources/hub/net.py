@@ -9,7 +9,8 @@
    (its auth headers, user agent, proxy settings and redirect rules), checked against
    ``Content-Range``: how a safetensors header is read without its tensor data.
 
-Each request runs under an overall deadline and the retry policy of ``with_retries``
+Every request draws on the command's one Hub budget (``budget.py``) under the retry policy of
+``retry.with_retries``
 (``DFLASH_CKPT_HUB_DEADLINE``, ``DFLASH_CKPT_HUB_RETRIES``, ``DFLASH_CKPT_HUB_BACKOFF``,
 ``DFLASH_CKPT_HUB_MAX_RETRY_AFTER``; README, Limits).
 
@@ -21,25 +22,21 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
 
 from dflash_ckpt import __version__, limits
-from dflash_ckpt.errors import inert
-from dflash_ckpt.sources.hub.cache import RemoteFile, RepoCache, RepoListing, is_commit
+from dflash_ckpt.sources.hub.budget import Budget
+from dflash_ckpt.sources.hub.cache import RepoCache, RepoListing, hf_hub_cache, hf_offline
 from dflash_ckpt.sources.hub.download import (
-    TooLarge, check_deadline, deadline_for, fetch_file, get_json, hf_headers, place_in_cache, progress_bar,
-    refuse_encoding, within,
+    Partial, clean_on_signals, fetch_file, hf_headers, place_in_cache, progress_bar, refuse_encoding,
 )
-from dflash_ckpt.sources.hub.errors import HubContext, HubError, ProtocolError, describe, first_line, http_status, is_retryable
-from dflash_ckpt.sources.hub.cache import hf_hub_cache, hf_offline
+from dflash_ckpt.sources.hub.errors import HubContext, HubError, ProtocolError, describe
+from dflash_ckpt.sources.hub.ids import name_problem
+from dflash_ckpt.sources.hub.listing import fetch_listing
+from dflash_ckpt.sources.hub.retry import with_retries
 
-T = TypeVar("T")
 DEFAULT_ENDPOINT = "https://huggingface.co"
 CONTENT_RANGE_RE = re.compile(r"^bytes (\d{1,20})-(\d{1,20})/(\d{1,20}|\*)$")
 #: The longest ``Retry-After`` honoured by default (``DFLASH_CKPT_HUB_MAX_RETRY_AFTER``); a server
@@ -78,7 +75,7 @@ class HubSettings:
     #: Pause before the first retry; it doubles on each further one, up to ``max_backoff``.
     backoff: float
     max_backoff: float = 8.0
-    #: Seconds one request may take from start to its last byte (plus size / HUB_MIN_RATE for a file).
+    #: Seconds all Hub requests of one command may take (plus 1 s per HUB_MIN_RATE bytes received).
     deadline: float = limits.HUB_DEADLINE
     #: The longest ``Retry-After`` waited for.
     max_retry_after: float = MAX_RETRY_AFTER
@@ -114,136 +111,6 @@ def resolve_token(token: str | None) -> tuple[str | bool, str | None]:
     return (saved, "the saved login (hf auth login)") if saved else (False, None)
 
 
-def with_retries(
-    fn: Callable[[float], T], settings: HubSettings, ctx: HubContext, what: str, *, size: int = 0,
-) -> T:
-    """``fn(deadline)``, asked again after retryable failures with exponential backoff; ``HubError`` at the end.
-
-    Each attempt runs under its overall deadline (``download.within``); a ``Retry-After`` longer
-    than ``settings.max_retry_after`` ends the attempts at once, with a line saying so.
-    """
-    attempts = settings.retries + 1
-    pause = settings.backoff
-    seconds = deadline_for(settings, size)
-    for attempt in range(1, attempts + 1):
-        try:
-            return within(fn, seconds)
-        except HubError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - every failure becomes one line below
-            if _cache_write_error(exc):
-                raise HubError(
-                    f"{ctx.ref.label}: {what} cannot be written into the Hugging Face cache at {settings.cache_dir} "
-                    f"({getattr(exc, 'strerror', None) or exc}); free space there, or point HF_HUB_CACHE elsewhere"
-                ) from None
-            if attempt == attempts or not is_retryable(exc):
-                raise describe(exc, ctx, what, attempts=attempt) from None
-            asked = _retry_after(exc)
-            if asked is not None and asked > settings.max_retry_after:
-                raise HubError(
-                    f"{ctx.ref.label}: the Hub at {ctx.endpoint} answered HTTP {http_status(exc)} to {what} and asks "
-                    f"to retry after {asked:g} s, longer than the {settings.max_retry_after:g} s this tool waits "
-                    "(DFLASH_CKPT_HUB_MAX_RETRY_AFTER); try again later",
-                    unreachable=True,
-                ) from None
-            wait = min(pause, settings.max_backoff) if asked is None else asked
-            print(  # names from the listing and the server's words, made inert like every error line
-                inert(f"dflash-ckpt: {ctx.ref.label}: {what} failed ({_short(exc)}); "
-                      f"retry {attempt}/{settings.retries} in {wait:g}s"),
-                file=sys.stderr,
-            )
-            time.sleep(wait)
-            pause *= 2
-    raise AssertionError("unreachable")
-
-
-def _cache_write_error(exc: BaseException) -> bool:
-    """An OS error of our own file writes: huggingface_hub's HTTP errors are OSErrors too (without
-    an errno), and the network's are httpx's, which are not."""
-    return isinstance(exc, OSError) and exc.errno is not None and not type(exc).__module__.startswith("huggingface_hub")
-
-
-def _retry_after(exc: BaseException) -> float | None:
-    """Seconds a 429/503 answer asks us to wait (``Retry-After``: seconds or an HTTP date), if it says."""
-    response = getattr(exc, "response", None)
-    value = getattr(response, "headers", {}).get("Retry-After", "") if response is not None else ""
-    if not isinstance(value, str) or not value.strip():
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value[:12])  # a 4300-digit number is still just "too long"
-    from email.utils import parsedate_to_datetime  # noqa: PLC0415
-
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError, OverflowError):
-        return None
-    if when is None:
-        return None
-    import datetime as _dt  # noqa: PLC0415
-
-    now = _dt.datetime.now(when.tzinfo or _dt.timezone.utc)
-    return max(0.0, (when - now).total_seconds())
-
-
-def _short(exc: BaseException) -> str:
-    status = getattr(getattr(exc, "response", None), "status_code", None)
-    return f"HTTP {status}" if isinstance(status, int) else type(exc).__name__
-
-
-def fetch_listing(ctx: HubContext, settings: HubSettings, token: str | bool) -> RepoListing:
-    """The commit ``ctx.ref`` points to now and the repo's files there (one API request, retried).
-
-    The request huggingface_hub's ``model_info(files_metadata=True)`` sends, read as a capped
-    stream under the deadline (``limits.MAX_LISTING_BYTES``).
-    """
-    from urllib.parse import quote  # noqa: PLC0415
-
-    from huggingface_hub.hf_api import ModelInfo  # noqa: PLC0415
-    from huggingface_hub.utils import validate_repo_id  # noqa: PLC0415
-
-    try:
-        validate_repo_id(ctx.ref.repo_id)
-    except Exception as exc:  # noqa: BLE001 - HFValidationError: one line
-        raise describe(exc, ctx, "repo info") from None
-    url = f"{settings.endpoint}/api/models/{ctx.ref.repo_id}"
-    if ctx.ref.revision is not None:
-        url += f"/revision/{quote(ctx.ref.revision, safe='')}"
-
-    def call(deadline: float) -> Any:
-        data = get_json(
-            url, token=token, params={"blobs": True}, cap=limits.MAX_LISTING_BYTES,
-            timeout=settings.api_timeout, deadline=deadline, seconds=settings.deadline,
-        )
-        if not isinstance(data, dict):
-            raise ProtocolError("repo info that is not a JSON object")
-        try:
-            return ModelInfo(**data)
-        except (KeyError, TypeError, AttributeError, ValueError) as err:
-            raise ProtocolError(f"repo info missing a field ({first_line(err)})") from None
-
-    info = with_retries(call, settings, ctx, "repo info")
-    sha = getattr(info, "sha", None)
-    if not isinstance(sha, str) or not is_commit(sha):
-        raise describe(ProtocolError(f"repo info without a commit id (sha={str(sha)[:60]!r})"), ctx, "repo info")
-    files: dict[str, RemoteFile] = {}
-    for sib in info.siblings or []:
-        size = sib.lfs.size if sib.lfs is not None else sib.size
-        if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= limits.MAX_USIZE:
-            raise describe(ProtocolError(f"repo info without a valid size for {str(sib.rfilename)[:200]}"), ctx, "repo info")
-        if not isinstance(sib.rfilename, str) or not _safe_name(sib.rfilename) or sib.rfilename.startswith("/"):
-            shown = repr(sib.rfilename)[:80]
-            raise describe(ProtocolError(f"repo info listing the file name {shown}, which no repo can hold"), ctx, "repo info")
-        sha256 = sib.lfs.sha256 if sib.lfs is not None else None
-        blob_id = getattr(sib, "blob_id", None)
-        files[sib.rfilename] = RemoteFile(
-            sib.rfilename, size,
-            sha256 if isinstance(sha256, str) and re.fullmatch(r"[0-9a-f]{64}", sha256) else None,
-            blob_id if isinstance(blob_id, str) and re.fullmatch(r"[0-9a-f]{40}", blob_id) else None,
-        )
-    return RepoListing(ctx.ref.repo_id, sha, files)
-
-
 class HubClient:
     """Requests for the files of one repo at one commit; counts the bytes it receives."""
 
@@ -255,39 +122,51 @@ class HubClient:
         self.bytes_fetched = 0
         self._lock = threading.Lock()
 
-    def download(self, name: str, size: int, sha256: str | None = None) -> Path:
+    def download(self, name: str, size: int, sha256: str | None = None, blob_id: str | None = None) -> Path:
         """``name`` (``size`` bytes, as listed) in the Hugging Face cache, downloaded unless there.
 
-        One streamed GET under our retry policy and deadline, capped at the listed size
-        (``download.fetch_file``); the file lands in huggingface_hub's cache layout.
+        One streamed GET under our retry policy and the command's budget, capped at the listed
+        size and checked against the listed sha256 or git blob id (``download.fetch_file``); the
+        file lands in huggingface_hub's cache layout, inside the repo's cache folder only.
         """
         from huggingface_hub import hf_hub_url  # noqa: PLC0415
 
+        problem = name_problem(name)
+        if problem is not None:
+            raise HubError(f"{self.ctx.ref.label}: the listing names a file {name[:80]!r}…, {problem}; nothing was downloaded")
         repo_folder = self.settings.cache_dir / ("models--" + self.ctx.ref.repo_id.replace("/", "--"))
         path = repo_folder / "snapshots" / self.commit / name
         if path.is_file():
             return path
         url = hf_hub_url(self.ctx.ref.repo_id, name, revision=self.commit, endpoint=self.settings.endpoint)
         bar = progress_bar(size, name)
+        partial = Partial()  # what a cut attempt leaves, resumed by the next with a Range request
         try:
-            tmp, git_id = with_retries(
-                lambda deadline: fetch_file(
-                    url, repo_folder / "blobs", token=self.token, size=size, commit=self.commit,
-                    timeout=self.settings.download_timeout, deadline=deadline,
-                    seconds=deadline_for(self.settings, size), on_bytes=bar.update if bar is not None else None,
-                ),
-                self.settings, self.ctx, name, size=size,
-            )
+            with clean_on_signals():
+                tmp, blob_name = with_retries(
+                    lambda budget: fetch_file(
+                        url, repo_folder / "blobs", token=self.token, size=size, commit=self.commit,
+                        timeout=self.settings.download_timeout, budget=budget, sha256=sha256, blob_id=blob_id,
+                        on_bytes=bar.update if bar is not None else None, partial=partial,
+                    ),
+                    self.settings, self.ctx, name,
+                )
         except OSError as err:
             raise HubError(
                 f"{self.ctx.ref.label}: {name} cannot be written to the Hugging Face cache at "
                 f"{self.settings.cache_dir} ({err.strerror or err}); free space there or set HF_HUB_CACHE"
             ) from None
         finally:
+            partial.discard()
             if bar is not None:
                 bar.close()
         try:
-            path = place_in_cache(repo_folder, self.commit, name, tmp, sha256 or git_id)
+            path = place_in_cache(repo_folder, self.commit, name, tmp, blob_name)
+        except ProtocolError as err:
+            raise HubError(
+                f"{self.ctx.ref.label}: {name} not stored: the Hugging Face cache at {self.settings.cache_dir} has "
+                f"{err}; remove that link (or the repo's folder: hf cache rm)"
+            ) from None
         except OSError as err:
             raise HubError(
                 f"{self.ctx.ref.label}: {name} cannot be stored in the Hugging Face cache at "
@@ -300,13 +179,12 @@ class HubClient:
     def fetch_range(self, name: str, start: int, end: int, size: int) -> bytes:
         """Bytes ``start..end`` (inclusive) of ``name``, whose listed size is ``size``."""
         what = f"bytes {start}-{end} of {name}"
-        data = with_retries(lambda deadline: self._get_range(name, start, end, size, deadline), self.settings, self.ctx, what,
-                            size=end - start + 1)
+        data = with_retries(lambda budget: self._get_range(name, start, end, size, budget), self.settings, self.ctx, what)
         with self._lock:
             self.bytes_fetched += len(data)
         return data
 
-    def _get_range(self, name: str, start: int, end: int, size: int, deadline: float) -> bytes:
+    def _get_range(self, name: str, start: int, end: int, size: int, budget: Budget) -> bytes:
         from huggingface_hub import hf_hub_url  # noqa: PLC0415
         from huggingface_hub.utils import get_session, hf_raise_for_status  # noqa: PLC0415
 
@@ -314,7 +192,6 @@ class HubClient:
         # identity: sizes and offsets are of the file, not of a compressed body
         headers = hf_headers(self.token, Range=f"bytes={start}-{end}")
         want = end - start + 1
-        seconds = deadline_for(self.settings, want)
         with get_session().stream(
             "GET", url, headers=headers, timeout=self.settings.download_timeout, follow_redirects=True,
         ) as resp:
@@ -334,7 +211,7 @@ class HubClient:
                 body += chunk
                 if len(body) >= want:
                     break
-                check_deadline(deadline, seconds)
+                budget.spend(len(chunk))
             if resp.status_code == 206 and len(body) > want:
                 raise ProtocolError(f"{len(body)} bytes for a {want}-byte range")
         if len(body) < want:
@@ -366,7 +243,7 @@ def snapshot(
     """The snapshot folder of ``commit`` holding the files ``allow_patterns`` match.
 
     Online, each file the cache lacks is fetched by ``HubClient.download`` (capped at its listed
-    size, under the deadline), after checking that they all fit on the cache's disk. With
+    size, checked against its listed digest, under the command's budget), after checking that they all fit on the cache's disk. With
     ``offline_reason`` the cache alone must hold the files (``HF_HUB_OFFLINE``, or a Hub that
     cannot be reached): huggingface_hub's ``snapshot_download(local_files_only=True)`` finds them.
     """
@@ -379,25 +256,24 @@ def snapshot(
     if listing is None or listing.commit != commit:
         listing = cache.read_listing(commit) or fetch_listing(ctx, settings, token)
         cache.write_listing(listing)
-    names = [n for n in filter_repo_objects(sorted(listing.files), allow_patterns=allow_patterns)
-             if _safe_name(n)]
+    names = filter_repo_objects(sorted(listing.files), allow_patterns=allow_patterns)
     snap = cache.snapshot_dir(commit)
+    if not cache.holds(snap):
+        raise HubError(
+            f"{snap}: leads outside the Hugging Face cache folder {cache.folder} (a link); remove it "
+            "(or the repo's folder: hf cache rm) and run again"
+        )
     missing = [listing.files[n] for n in names if not (snap / n).is_file()]
     _check_cache_space(ctx, settings, sum(f.size for f in missing))
     client = HubClient(ctx, settings, token, commit)
     for f in missing:
-        client.download(f.name, f.size, f.lfs_sha256)
+        client.download(f.name, f.size, f.lfs_sha256, f.blob_id)
     try:
         snap.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise HubError(f"{ctx.ref.label}: cannot create {snap} ({err.strerror or err}); check HF_HUB_CACHE") from None
-    _write_tree(cache, listing)
+    cache.write_hf_tree(listing)
     return snap
-
-
-def _safe_name(name: str) -> bool:
-    parts = name.split("/")
-    return bool(name) and all(p not in ("", ".", "..") for p in parts) and "\\" not in name and "\0" not in name
 
 
 def _check_cache_space(ctx: HubContext, settings: HubSettings, needed: int) -> None:
@@ -420,21 +296,6 @@ def _check_cache_space(ctx: HubContext, settings: HubSettings, needed: int) -> N
             f"cache at {settings.cache_dir} has {limits.human_bytes(free)} free (a margin of "
             f"{limits.human_bytes(margin)} is kept); free space, or point HF_HUB_CACHE elsewhere"
         )
-
-
-def _write_tree(cache: RepoCache, listing: RepoListing) -> None:
-    """huggingface_hub's ``trees/<commit>.json``, so that its own offline lookups know the files."""
-    if any(f.blob_id is None for f in listing.files.values()):
-        return
-    try:
-        from huggingface_hub._tree_cache import TreeCacheEntry, write_tree_cache  # noqa: PLC0415
-    except ImportError:
-        return
-    entries = {
-        f.name: TreeCacheEntry(size=f.size, blob_id=f.blob_id, lfs_sha256=f.lfs_sha256, lfs_size=f.size if f.lfs_sha256 else None)
-        for f in listing.files.values()
-    }
-    write_tree_cache(str(cache.folder), listing.commit, entries)
 
 
 def _cached_snapshot(

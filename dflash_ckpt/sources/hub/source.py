@@ -99,7 +99,7 @@ class HubSource(Source):
         with self._lock:
             if name not in self._whole:
                 rf = self.listing.files[name]
-                path = self._require_client(name).download(name, rf.size, rf.lfs_sha256)
+                path = self._require_client(name).download(name, rf.size, rf.lfs_sha256, rf.blob_id)
                 try:
                     self._whole[name] = path.read_bytes()
                 except OSError as err:
