@@ -222,7 +222,7 @@ _RULES: list[Rule] = [
          "nothing about the checkpoint. smoke-run stops before loading anything (exit 2).",
          "Measure the draft in an engine that applies the key (see `dflash-ckpt inspect` readers)."),
     Rule("DF152", "dflash2-labelled-v1", E, "A DFlash2 draft's architectures says DFlashDraftModel",
-         "The draft holds DFlash2 keys or tensors, but architectures names the v1 model (vLLM 0.23's "
+         "The config holds the DFlash2 keys (conv_kernel_size, ...), but architectures names the v1 model (vLLM 0.23's "
          "speculators update rewrote it that way). Engines pick the model class by that name: they "
          "build DFlash v1, drop the conv layers and the candidate selector, and accept almost nothing.",
          "Set architectures to [\"DFlash2DraftModel\"]."),

@@ -131,7 +131,7 @@ SGLANG_PAIRS = (("conv_kernel_size", "conv_group_size", "conv layers"), ("select
 def generation_problems(reader: str, spec: DraftSpec, target: TargetSpec | None) -> list[str]:
     """Why ``reader`` cannot run this draft's generation, beyond where it finds the DFlash keys."""
     if runs_as_v1(spec):
-        return ["architectures says DFlashDraftModel over DFlash2 keys or tensors, so it runs the draft as "
+        return ["architectures says DFlashDraftModel over the DFlash2 keys, so it runs the draft as "
                 "DFlash v1 without its conv layers and selector, and accepts almost nothing (DF152)"]
     if spec.generation != "DFlash2":
         return []

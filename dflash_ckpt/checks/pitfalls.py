@@ -48,11 +48,9 @@ def target_lm_head_quantized(target: TargetSpec) -> bool:
 
 
 def dflash2_content(spec: DraftSpec) -> bool:
-    """DFlash2 keys or tensors, whatever ``architectures`` says."""
-    if any(spec.extra_keys[k].present for k in DFLASH2_KEYS):
-        return True
-    names = spec.weights.tensors if spec.weights is not None else {}
-    return any("_conv." in n or "candidate_selector." in n for n in names)
+    """DFlash2 keys in the config, whatever ``architectures`` says (DFlash2 tensors alone, without
+    the keys, are DF222's: the keys are what a rewritten config keeps)."""
+    return any(spec.extra_keys[k].present for k in DFLASH2_KEYS)
 
 
 def runs_as_v1(spec: DraftSpec) -> bool:
@@ -68,7 +66,7 @@ def check_draft_pitfalls(spec: DraftSpec) -> list[Finding]:
     if runs_as_v1(spec):
         out.append(finding(
             "DF152",
-            f"{w}: key 'architectures' is {spec.architectures} but the draft holds DFlash2 keys or tensors; "
+            f"{w}: key 'architectures' is {spec.architectures} but the config holds the DFlash2 keys; "
             "every engine builds the DFlash v1 model from it, drops the conv layers and selector and accepts "
             "almost nothing; set architectures to [\"DFlash2DraftModel\"]",
         ))
