@@ -54,9 +54,9 @@ def serve_commands(spec: DraftSpec, target: TargetSpec, readers: dict[str, Verdi
                 f"speculative_dflash_block_size={block})); print(pipe([\"Hello\"]))")
         out["lmdeploy"] = ["python", "-c", code]
     if readers.get("tensorrt-llm", Verdict(False, "")).loads:
-        options = "\n".join(("speculative_config:", "  decoding_type: DFlash", f"  max_draft_len: {n}",
-                             f"  speculative_model_dir: {json.dumps(draft)}", ""))
-        script = (f"printf %s {shlex.quote(options)} > dflash-options.yaml && "
+        lines = ("speculative_config:", "  decoding_type: DFlash", f"  max_draft_len: {n}",
+                 f"  speculative_model_dir: {json.dumps(draft)}")
+        script = (f"printf '%s\\n' {' '.join(map(shlex.quote, lines))} > dflash-options.yaml && "
                   f"exec trtllm-serve {shlex.quote(target_name)} --backend pytorch --extra_llm_api_options dflash-options.yaml")
         out["tensorrt-llm"] = ["sh", "-c", script]
     return out
