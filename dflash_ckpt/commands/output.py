@@ -122,7 +122,7 @@ def render_result(console: Console, res: InspectResult, *, quiet: bool = False, 
 
         console.print("serve it with (argv in --json 'serve'; add the engine's tensor-parallel option for several GPUs):")
         for engine, argv in res.serve.items():
-            print_line(console, f"  {engine}: {shell_line(argv)}")
+            print_line(console, inert(f"  {engine}: {shell_line(argv)}"))
 
 
 def _summary_line(res: InspectResult, strict: bool) -> str:
