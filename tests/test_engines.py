@@ -214,6 +214,23 @@ def test_hub_draft_without_a_commit_gets_the_commit(hub_server: HubServer, tmp_p
     assert pinned.code == 0 and "DF314" not in {f["code"] for f in pinned.result()["findings"]}
 
 
+def test_hub_pair_serve_lines_pin_the_draft_commit(hub_server: HubServer, tmp_path: Path) -> None:
+    hub_server.reset()
+    env = hub_env(hub_server, tmp_path / "hf")
+    res = run_cli("inspect", "z-lab/Qwen3-4B-DFlash-b16", "--target", "Qwen/Qwen3-4B", "--json", env=env, timeout=120)
+    assert res.code == 0, res.stderr
+    doc = res.result()
+    [pin] = [f for f in doc["findings"] if f["code"] == "DF314"]
+    commit = pin["message"].rsplit("@", 1)[1]
+    vllm = doc["serve"]["vllm"]
+    assert vllm[:3] == ["vllm", "serve", "Qwen/Qwen3-4B"]
+    assert json.loads(vllm[-1]) == {"method": "dflash", "model": "z-lab/Qwen3-4B-DFlash-b16",
+                                    "num_speculative_tokens": 15, "revision": commit}
+    sglang = doc["serve"]["sglang"]
+    assert sglang[sglang.index("--speculative-draft-model-path") + 1] == "z-lab/Qwen3-4B-DFlash-b16"
+    assert sglang[sglang.index("--speculative-draft-model-revision") + 1] == commit
+
+
 # -- serve lines -------------------------------------------------------------------------------
 
 

@@ -110,8 +110,14 @@ def inspect_sources(draft_src: Source, target_src: Source | None = None) -> Insp
     if result.target is not None and target_src is not None and not result.failed():
         from dflash_ckpt.checks.serve import serve_commands
 
-        result.serve = serve_commands(result.draft, result.target, result.readers,
-                                      draft=draft_src.label, target_name=target_src.label)
+        ref = getattr(draft_src, "ref", None) if draft_src.kind == "hub" else None
+        tref = getattr(target_src, "ref", None) if target_src.kind == "hub" else None
+        result.serve = serve_commands(
+            result.draft, result.target, result.readers,
+            draft=ref.repo_id if ref is not None else draft_src.label,
+            revision=getattr(draft_src, "commit", None) if ref is not None else None,
+            target_name=tref.repo_id if tref is not None else target_src.label,
+            target_revision=tref.revision if tref is not None else None)
     result.normalize_fixes, result.normalize_command = normalize_fixes(result.draft, result.target, result.readers)
     result.bytes_read = draft_src.bytes_read + (target_src.bytes_read if target_src else 0)
     return result

@@ -30,8 +30,13 @@ def mixed_attention(spec: DraftSpec) -> bool:
 
 
 def serve_commands(spec: DraftSpec, target: TargetSpec, readers: dict[str, Verdict], *,
-                   draft: str, target_name: str) -> dict[str, list[str]]:
-    """engine -> argv for each engine in ``SERVE_ENGINES`` whose verdict loads the draft."""
+                   draft: str, target_name: str, revision: str | None = None,
+                   target_revision: str | None = None) -> dict[str, list[str]]:
+    """engine -> argv for each engine in ``SERVE_ENGINES`` whose verdict loads the draft.
+
+    ``revision`` is the commit a Hub draft resolved to: vLLM and SGLang are told to load that one
+    (the repo may change layout under its branch, DF314); ``target_revision`` the revision a Hub
+    target was named with."""
     block = spec.block_size
     if block is None or block < 2:
         return {}
@@ -39,13 +44,17 @@ def serve_commands(spec: DraftSpec, target: TargetSpec, readers: dict[str, Verdi
     dflash2 = spec.generation == "DFlash2"
     out: dict[str, list[str]] = {}
     if readers.get("vllm", Verdict(False, "")).loads:
-        config = json.dumps({"method": "dflash", "model": draft, "num_speculative_tokens": n})
+        spec_config: dict[str, object] = {"method": "dflash", "model": draft, "num_speculative_tokens": n}
+        if revision:
+            spec_config["revision"] = revision
+        config = json.dumps(spec_config)
         env = ["env", "VLLM_USE_V2_MODEL_RUNNER=1"] if mixed_attention(spec) else []
-        out["vllm"] = [*env, "vllm", "serve", target_name, "--speculative-config", config]
+        out["vllm"] = [*env, "vllm", "serve", target_name, *_revision(target_revision), "--speculative-config", config]
     if readers.get("sglang", Verdict(False, "")).loads:
-        out["sglang"] = ["python", "-m", "sglang.launch_server", "--model-path", target_name,
+        out["sglang"] = ["python", "-m", "sglang.launch_server", "--model-path", target_name, *_revision(target_revision),
                          "--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", draft,
-                         "--speculative-num-draft-tokens", str(block)]
+                         "--speculative-num-draft-tokens", str(block),
+                         *(["--speculative-draft-model-revision", revision] if revision else [])]
     if readers.get("lmdeploy", Verdict(False, "")).loads:
         algo = "dflash2" if dflash2 else "dflash"
         code = ("from lmdeploy import TurbomindEngineConfig, pipeline; "
@@ -60,6 +69,10 @@ def serve_commands(spec: DraftSpec, target: TargetSpec, readers: dict[str, Verdi
                   f"exec trtllm-serve {shlex.quote(target_name)} --backend pytorch --extra_llm_api_options dflash-options.yaml")
         out["tensorrt-llm"] = ["sh", "-c", script]
     return out
+
+
+def _revision(rev: str | None) -> list[str]:
+    return ["--revision", rev] if rev else []
 
 
 def shell_line(argv: list[str]) -> str:
