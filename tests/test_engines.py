@@ -16,7 +16,6 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
 
 import tiny_models as tm
 from conftest import no_traceback, run_cli, smoke

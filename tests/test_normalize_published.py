@@ -44,6 +44,8 @@ def test_published_draft_normalizes_losslessly(cli, fixtures_root: Path, publish
     assert doc["ok"] and doc["written"] and doc["changed"], doc
     # every published draft lacks something of the canonical form
     assert doc["diff"].startswith("---") and doc["changes"]
+    # every reader, the TensorRT-LLM, MLX and exllamav3 ones included, loads the canonical form
+    assert {"tensorrt-llm", "zlab-mlx", "mlx-vlm", "exllamav3-legacy", "exllamav3"} <= set(doc["readers_after"])
     assert {k: v["loads"] for k, v in doc["readers_after"].items()} == dict.fromkeys(doc["readers_after"], True)
     assert doc["resolved_before"] == doc["resolved_after"]
 

@@ -9,7 +9,7 @@ but ignores KEY"), and DFlash2 content an engine cannot run (``checks.engines_mo
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from typing import Callable, NamedTuple
 
 from dflash_ckpt.checks import engines_more as more
 from dflash_ckpt.checks.acceptance import ignored_by
