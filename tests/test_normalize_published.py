@@ -57,6 +57,8 @@ def test_published_draft_normalizes_losslessly(cli, fixtures_root: Path, publish
         assert nested[key] == resolved(original)[key], key
     assert new["block_size"] == nested["block_size"] and new["num_target_layers"] == nested["num_target_layers"]
     assert isinstance(new["layer_types"], list) and len(new["layer_types"]) == new["num_hidden_layers"]
+    rope = original.get("rope_parameters") or {}
+    assert new.get("rope_theta") == original.get("rope_theta", rope.get("rope_theta"))  # the MLX loaders' mirror
     for key in SCALING_KEYS:
         if original.get(key) is not None:
             assert nested[key] == original[key]
@@ -123,6 +125,7 @@ def test_published_draft_no_mirrors(cli, fixtures_root: Path, tmp_path: Path, na
     assert res.code == 0, res.stdout + res.stderr
     new = read_json(tmp_path / "out" / "config.json")
     assert not any(k in new for k in DFLASH_KEYS)
+    assert ("rope_theta" in new) == ("rope_theta" in original)  # no mirrors of any kind
     assert resolved(new) == resolved(original)
     doc = res.json()
     # readers that look only at the top level are told, not silently broken
