@@ -45,12 +45,11 @@ def edited(src: Path, dst: Path, edit: Any) -> Path:
 
 
 def test_new_readers_on_the_two_published_layouts(fixtures_root: Path) -> None:
-    """Older layout (block_size at the top): TensorRT-LLM, exllamav3 before #276 and the MLX ports
-    load, exllamav3 after #276 does not; nested layout: the reverse for block_size readers."""
+    """Older layout (block_size at the top): every new reader loads it; nested layout: the readers
+    of a top-level block_size (TensorRT-LLM, exllamav3 before #276, z-lab's v1 MLX loader) fail,
+    exllamav3 after #276 reads both places."""
     older = inspect(fixtures_root / "drafts/Qwen3-4B-DFlash-b16")["readers"]
-    assert all(older[r]["loads"] for r in ("tensorrt-llm", "zlab-mlx", "mlx-vlm", "exllamav3-legacy")), older
-    assert older["exllamav3"]["loads"] is False and "block_size" in older["exllamav3"]["reason"]
-    assert older["exllamav3"]["fixed_by_normalize"] is True
+    assert all(older[r]["loads"] for r in NEW_READERS), older
     assert "max_draft_len at most 15" in older["tensorrt-llm"]["reason"]
     newer = inspect(fixtures_root / "drafts/Qwen3.5-122B-A10B-DFlash")["readers"]
     for r in ("tensorrt-llm", "exllamav3-legacy"):
@@ -73,7 +72,7 @@ def test_tensorrt_llm_mask_id_falling_back_to_vocab_is_an_error(fixtures_root: P
 
 def test_require_engines_takes_the_new_names(fixtures_root: Path) -> None:
     draft = str(fixtures_root / "drafts/Qwen3.5-122B-A10B-DFlash")
-    ok = run_cli("inspect", draft, "--require-engines", "exllamav3,mlx-vlm", "--json")
+    ok = run_cli("inspect", draft, "--require-engines", "exllamav3,mlx-vlm,sglang", "--json")
     assert ok.code == 0, ok.stdout
     bad = run_cli("inspect", draft, "--require-engines", "tensorrt-llm", "--json")
     assert bad.code == 1
@@ -98,11 +97,13 @@ def test_acceptance_keys_warn_and_name_the_engines(fixtures_root: Path, tmp_path
     msgs = {f["key"]: f["message"] for f in doc["findings"] if f["code"] == "DF150"}
     assert set(msgs) == {"dflash_config.attention_sink_bias", "dflash_config.use_swa"}
     sink = msgs["dflash_config.attention_sink_bias"]
-    assert "(applied by SGLang, vLLM)" in sink and "lmdeploy 0.18" in sink and "TensorRT-LLM" in sink.split("applied by")[0]
+    assert "(applied by SGLang, vLLM, exllamav3)" in sink and "lmdeploy 0.18" in sink and "TensorRT-LLM" in sink.split("applied by")[0]
     assert "applied by vLLM, TensorRT-LLM" in msgs["dflash_config.use_swa"]
     readers = doc["readers"]
     assert readers["zlab"]["reason"].startswith("loads, but ignores dflash_config.attention_sink_bias, dflash_config.use_swa")
     assert readers["sglang"]["reason"].startswith("loads, but ignores dflash_config.use_swa")
+    assert readers["exllamav3"]["reason"].startswith("loads, but ignores dflash_config.use_swa")
+    assert readers["exllamav3-legacy"]["reason"].startswith("loads, but ignores dflash_config.attention_sink_bias")
     assert "ignores" not in readers["vllm"]["reason"]  # vLLM applies both
     assert "ignores" not in readers["speculators"]["reason"]  # a converter, not a server
     strict = run_cli("inspect", str(draft), "--strict", "--json")

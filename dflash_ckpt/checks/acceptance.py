@@ -6,7 +6,8 @@ if the key were absent, so the draft accepts far less than it was trained to. Wh
 reads which key, and where, comes from the engines' sources as shared/DESIGN.md section 10
 lists them (vLLM ``models/qwen3_dflash.py``/``qwen3_dflash2.py``, SGLang
 ``speculative/dflash_utils.py``, TensorRT-LLM ``_torch/models/modeling_dflash.py`` at
-009d8fa431bd, z-lab ``dflash/model_mlx.py`` at 0a7587c04af4); a key counts only when it is set
+009d8fa431bd, z-lab ``dflash/model_mlx.py`` at 0a7587c04af4, exllamav3 ``architecture/dflash.py``:
+``checks.engines_more`` cites each); a key counts only when it is set
 to something other than its neutral value, since an engine that ignores ``use_swa: false``
 does what the draft asks.
 """
@@ -42,9 +43,10 @@ class AcceptanceKey(NamedTuple):
 
 
 ACCEPTANCE_KEYS: tuple[AcceptanceKey, ...] = (
-    AcceptanceKey("attention_sink_bias", (None, False, 0), (Reads("vllm", (NESTED,)), Reads("sglang", (NESTED,))), False),
+    AcceptanceKey("attention_sink_bias", (None, False, 0), (Reads("vllm", (NESTED,)), Reads("sglang", (NESTED,)),
+                                                            Reads("exllamav3", BOTH)), False),
     AcceptanceKey("use_swa", (None, False), (Reads("vllm", (NESTED,)), Reads("tensorrt-llm", (NESTED,))), False),
-    AcceptanceKey("attention_value_scale", (None, 1), (Reads("sglang", (NESTED,)),), False),
+    AcceptanceKey("attention_value_scale", (None, 1), (Reads("sglang", (NESTED,)), Reads("exllamav3", BOTH)), False),
     AcceptanceKey("partial_rotary_factor", (None, 1), (Reads("zlab", BOTH), Reads("zlab-legacy", (TOP_LEVEL,))), False),
     AcceptanceKey("output_multiplier", (None, 1), (
         Reads("zlab", BOTH), Reads("sglang", (NESTED,)), Reads("zlab-mlx", (NESTED,), "DFlash2"),
@@ -53,7 +55,7 @@ ACCEPTANCE_KEYS: tuple[AcceptanceKey, ...] = (
         Reads("zlab", BOTH), Reads("sglang", (NESTED,)), Reads("zlab-mlx", BOTH, "DFlash2"),
         Reads("vllm", (NESTED,), "DFlash2")), True),
     AcceptanceKey("is_causal", (None, False), (Reads("vllm", (TOP_LEVEL,)), Reads("zlab", (TOP_LEVEL,)),
-                                               Reads("zlab-mlx", (TOP_LEVEL,), "DFlash2")), True),
+                                               Reads("zlab-mlx", (TOP_LEVEL,), "DFlash2"), Reads("exllamav3", (TOP_LEVEL,))), True),
     AcceptanceKey("causal", (None, False), (Reads("vllm", (NESTED,)),), False),
 )
 

@@ -15,8 +15,16 @@ Sources, re-read for this module (late 2026):
   0a7587c04af47b56024ef80f44c0926e795a540b reads them (an adapter per ``architectures[0]``,
   ``block_size`` nested then top, default 16). Main dropped the v1 adapter; pin the older commit
   for v1 drafts.
-- mlx-vlm 0.6.4 ``DFlashConfig.from_dict`` and exllamav3 (before and after its PR #276): sources not
-  reachable from here; modelled from shared/DESIGN.md section 10 (Rapid-MLX#2195, omlx#827, omlx#2557).
+- exllamav3 ``exllamav3/architecture/dflash.py``: before PR #276 as at
+  001c952b71be2277e3fd8b762e72d9ef5d05f861 (``read_cfg(int, "block_size")``: top level only;
+  ``dflash_config->mask_token_id`` and ``->target_layer_ids``). After it, as the newest stored
+  version of that file reads them (the index gave no commit for it): ``["block_size",
+  "dflash_config->block_size"]`` (top level first, then nested), mask id and taps nested first,
+  then top; it also applies ``attention_sink_bias``, ``attention_value_scale`` and ``is_causal``
+  (``checks.acceptance``). shared/DESIGN.md section 10 says "dflash_config only" after #276; the
+  source reads both places, and the source wins.
+- mlx-vlm 0.6.4 ``DFlashConfig.from_dict``: source not reachable from here; modelled from
+  shared/DESIGN.md section 10 (Rapid-MLX#2195, omlx#827, omlx#2557).
 - vLLM ``models/qwen3_dflash2.py`` (PR #52816) and SGLang ``speculative/dflash_utils.py``
   ``parse_dflash_draft_config`` for DFlash2: shared/DESIGN.md section 10.
 """
@@ -24,7 +32,7 @@ Sources, re-read for this module (late 2026):
 from __future__ import annotations
 
 from dflash_ckpt.checks.pitfalls import runs_as_v1, target_lm_head_quantized
-from dflash_ckpt.checks.reading import NESTED_ONLY, NESTED_THEN_TOP, TOP_ONLY, Reading, Verdict
+from dflash_ckpt.checks.reading import NESTED_ONLY, NESTED_THEN_TOP, TOP_ONLY, TOP_THEN_NESTED, Reading, Verdict
 from dflash_ckpt.spec.resolve import ABSENT, DraftSpec, TargetSpec, as_int, resolve_key
 
 #: The block size MLX ports run when they do not find one.
@@ -119,9 +127,9 @@ def exllamav3_legacy(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
 
 def exllamav3(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
     r = Reading(spec)
-    r.read("block_size", NESTED_ONLY)
-    r.read("mask_token_id", NESTED_ONLY)
-    r.read("target_layer_ids", NESTED_ONLY, kind="list")
+    r.read("block_size", TOP_THEN_NESTED)
+    r.read("mask_token_id", NESTED_THEN_TOP)
+    r.read("target_layer_ids", NESTED_THEN_TOP, kind="list")
     return r.verdict()
 
 
