@@ -25,8 +25,15 @@ Sources, re-read for this module (late 2026):
   source reads both places, and the source wins.
 - mlx-vlm 0.6.4 ``DFlashConfig.from_dict``: source not reachable from here; modelled from
   shared/DESIGN.md section 10 (Rapid-MLX#2195, omlx#827, omlx#2557).
-- vLLM ``models/qwen3_dflash2.py`` (PR #52816) and SGLang ``speculative/dflash_utils.py``
-  ``parse_dflash_draft_config`` for DFlash2: shared/DESIGN.md section 10.
+- SGLang ``python/sglang/srt/speculative/dflash_utils.py`` ``parse_dflash_draft_config`` at
+  00731f0bc9fa81c39802754fb4b62e9cce967582: ``conv_kernel_size``/``conv_group_size`` and
+  ``selector_rank``/``selector_top_k`` from ``dflash_config`` only, each pair together or a
+  ValueError, absent pair = feature off; ``output_multiplier``, ``final_logit_softcapping``,
+  ``attention_sink_bias``, ``attention_value_scale`` from ``dflash_config`` only.
+- vLLM ``vllm/model_executor/models/qwen3_dflash.py`` at 036a00d1f5d00d449d02dce9babdd15a5b4d06c9:
+  top-level ``is_causal``, ``dflash_config.causal``, ``dflash_config.use_swa``/``swa_window_size``,
+  ``dflash_config.attention_sink_bias``; mixed sliding/full layers raise unless
+  ``VLLM_USE_V2_MODEL_RUNNER=1``. ``qwen3_dflash2.py`` (PR #52816): shared/DESIGN.md section 10.
 """
 
 from __future__ import annotations
