@@ -128,7 +128,7 @@ def test_smoke_run_refuses_keys_the_runtime_lacks(cli, tmp_path: Path) -> None:
     res = smoke(cli, (str(draft), str(target)), "-n", "4")
     assert res.code == 2
     [line] = [ln for ln in res.stderr.splitlines() if ln.strip()]
-    assert "DF151 error" in line and "'dflash_config.attention_sink_bias' (True)" in line and str(cfg_path) in line
+    assert "DF151 error" in line and "'dflash_config.attention_sink_bias' (true)" in line and str(cfg_path) in line
     cfg["dflash_config"]["attention_sink_bias"] = False
     cfg["draft_vocab_size"] = 17
     cfg_path.write_text(json.dumps(cfg))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from dflash_ckpt.checks.config import show_value
 from dflash_ckpt.checks.reading import TITLES
 from dflash_ckpt.errors import UsageError
 from dflash_ckpt.rules import Finding, finding
@@ -114,7 +115,7 @@ def check_acceptance_keys(spec: DraftSpec) -> list[Finding]:
         by = ", ".join(TITLES[r] for r in applying) or "no engine modelled here"
         out.append(finding(
             "DF150",
-            f"{spec.where}: key '{_path(key.name, place)}' is {value!r}: it changes what the draft accepts, "
+            f"{spec.where}: key '{_path(key.name, place)}' is {show_value(value)}: it changes what the draft accepts, "
             f"and {', '.join(TITLES[r] for r in ignoring)} load the draft without applying it "
             f"(applied by {by}); serve it with an engine that applies it",
         ))
@@ -124,10 +125,10 @@ def check_acceptance_keys(spec: DraftSpec) -> list[Finding]:
 def runtime_gaps(spec: DraftSpec) -> list[str]:
     """What in this draft the reference runtime would silently run without: acceptance keys it
     does not implement, and a reduced draft vocabulary (``draft_vocab_size`` with d2t/t2d)."""
-    gaps = [f"'{_path(k.name, p)}' ({v!r})" for k, p, v in set_keys(spec) if not k.runtime]
+    gaps = [f"'{_path(k.name, p)}' ({show_value(v)})" for k, p, v in set_keys(spec) if not k.runtime]
     dvs = spec.config.get("draft_vocab_size")
     if dvs is not None and dvs != spec.dims.vocab_size:
-        gaps.append(f"'draft_vocab_size' ({dvs!r}: a reduced draft vocabulary mapped through d2t)")
+        gaps.append(f"'draft_vocab_size' ({show_value(dvs)}: a reduced draft vocabulary mapped through d2t)")
     return gaps
 
 

@@ -38,6 +38,7 @@ Sources, re-read for this module (late 2026):
 
 from __future__ import annotations
 
+from dflash_ckpt.checks.config import show_value
 from dflash_ckpt.checks.pitfalls import runs_as_v1, target_lm_head_quantized
 from dflash_ckpt.checks.reading import NESTED_ONLY, NESTED_THEN_TOP, TOP_ONLY, TOP_THEN_NESTED, Reading, Verdict
 from dflash_ckpt.spec.resolve import ABSENT, DraftSpec, TargetSpec, as_int, resolve_key
@@ -87,7 +88,7 @@ def zlab_mlx(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
     if spec.generation == "DFlash2":
         archs = spec.architectures
         if not archs or archs[0] != "DFlash2DraftModel":
-            r.problems.append(f"picks its loader by architectures[0] and has none for {archs[0] if archs else 'nothing'}")
+            r.problems.append(f"picks its loader by architectures[0] and has none for {show_value(archs[0]) if archs else 'nothing'}")
         _top_required(r, shapes)
         if r.read("block_size", NESTED_THEN_TOP, required=False) is None and not spec.keys["block_size"].present:
             r.problems.append(f"block_size is absent, so it runs at its default {MLX_DEFAULT_BLOCK}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dflash_ckpt.checks.config import show_value
 from dflash_ckpt.limits import MAX_VOCAB
 from dflash_ckpt.rules import Finding, finding
 from dflash_ckpt.spec.resolve import DFLASH2_KEYS, DraftSpec, TargetSpec, as_int, bounded_int, decoder_config
@@ -66,7 +67,7 @@ def check_draft_pitfalls(spec: DraftSpec) -> list[Finding]:
     if runs_as_v1(spec):
         out.append(finding(
             "DF152",
-            f"{w}: key 'architectures' is {spec.architectures} but the config holds the DFlash2 keys; "
+            f"{w}: key 'architectures' is {show_value(spec.architectures)} but the config holds the DFlash2 keys; "
             "every engine builds the DFlash v1 model from it, drops the conv layers and selector and accepts "
             "almost nothing; set architectures to [\"DFlash2DraftModel\"]",
         ))
@@ -75,7 +76,7 @@ def check_draft_pitfalls(spec: DraftSpec) -> list[Finding]:
         vocab = spec.dims.vocab_size
         n = bounded_int(dvs, MAX_VOCAB)
         if n is None or n < 1:
-            out.append(finding("DF153", f"{w}: key 'draft_vocab_size' must be a positive integer, found {dvs!r}; "
+            out.append(finding("DF153", f"{w}: key 'draft_vocab_size' must be a positive integer, found {show_value(dvs)}; "
                                         "restore it from the published config"))
         elif vocab is not None and n != vocab:
             out.append(finding(
@@ -87,10 +88,10 @@ def check_draft_pitfalls(spec: DraftSpec) -> list[Finding]:
             out += _check_vocab_maps(spec, n, vocab)
     q = spec.config.get("quantization_config")
     if isinstance(q, dict):
-        method = q.get("quant_method", "unknown")
+        method = show_value(q.get("quant_method", "unknown"))
         out.append(finding(
             "DF154",
-            f"{w}: key 'quantization_config' (quant_method {method!r}) quantizes the draft: vLLM and SGLang "
+            f"{w}: key 'quantization_config' (quant_method {method}) quantizes the draft: vLLM and SGLang "
             "load it through the quantizer it names, z-lab, lmdeploy and the MLX ports expect bf16 tensors; "
             "quantized DFlash2 drafts are reported at ~0% acceptance or crashing (sglang#39087), keep the draft in bf16",
         ))
@@ -203,7 +204,7 @@ def _unknown_family(target: TargetSpec) -> list[Finding]:
         return []
     return [finding(
         "DF313",
-        f"{target.where}: key 'model_type' is {mt!r}, a target family no engine modelled here serves DFlash "
+        f"{target.where}: key 'model_type' is {show_value(mt)}, a target family no engine modelled here serves DFlash "
         "drafts for and the reference runtime does not run; check that --target names the target model, "
         "then check the engine's supported models before planning on it",
     )]
