@@ -12,6 +12,7 @@ from enum import Enum
 from typing import NamedTuple
 
 from dflash_ckpt.errors import error_line, split_location
+from dflash_ckpt.rules_engines import ENGINE_RULES
 
 
 class Severity(str, Enum):
@@ -367,6 +368,9 @@ _RULES: list[Rule] = [
          "Check the draft's target; rerun with the built-in prompts and the chat template, or a "
          "larger --budget."),
 ]
+
+_RULES += [Rule(code, name, Severity(sev), *texts) for code, name, sev, *texts in ENGINE_RULES]
+_RULES.sort(key=lambda rule: rule.code)
 
 RULES: dict[str, Rule] = {rule.code: rule for rule in _RULES}
 

@@ -15,10 +15,12 @@ def test_json_schema(fixtures_root: Path) -> None:
     assert res.code == 0
     doc = res.result()
     assert {"draft", "ok", "exit_code", "error", "layout", "generation", "resolved", "sources",
-            "target", "findings", "readers", "counts", "bytes_read", "normalize_command"} <= set(doc)
+            "target", "findings", "readers", "counts", "bytes_read", "normalize_command", "serve"} <= set(doc)
     assert doc["resolved"] == {"block_size": 16, "mask_token_id": 248070, "target_layer_ids": [1, 16, 31, 46, 61], "num_target_layers": 64}
     assert doc["sources"] == {"block_size": "top_level", "mask_token_id": "dflash_config", "target_layer_ids": "dflash_config", "num_target_layers": "top_level"}
-    assert set(doc["readers"]) == {"zlab-legacy", "zlab", "sglang", "vllm", "lmdeploy", "speculators"}
+    assert set(doc["readers"]) == {"zlab-legacy", "zlab", "sglang", "vllm", "lmdeploy", "speculators", "tensorrt-llm",
+                                   "zlab-mlx", "mlx-vlm", "exllamav3-legacy", "exllamav3"}
+    assert set(doc["serve"]) == {"vllm", "sglang", "tensorrt-llm"}  # block_size at the top: lmdeploy 0.18 fails
     for verdict in doc["readers"].values():
         assert isinstance(verdict["loads"], bool) and verdict["reason"] and isinstance(verdict["fixed_by_normalize"], bool)
     for f in doc["findings"]:

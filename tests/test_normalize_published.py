@@ -44,6 +44,8 @@ def test_published_draft_normalizes_losslessly(cli, fixtures_root: Path, publish
     assert doc["ok"] and doc["written"] and doc["changed"], doc
     # every published draft lacks something of the canonical form
     assert doc["diff"].startswith("---") and doc["changes"]
+    # every reader, the TensorRT-LLM, MLX and exllamav3 ones included, loads the canonical form
+    assert {"tensorrt-llm", "zlab-mlx", "mlx-vlm", "exllamav3-legacy", "exllamav3"} <= set(doc["readers_after"])
     assert {k: v["loads"] for k, v in doc["readers_after"].items()} == dict.fromkeys(doc["readers_after"], True)
     assert doc["resolved_before"] == doc["resolved_after"]
 
@@ -55,6 +57,8 @@ def test_published_draft_normalizes_losslessly(cli, fixtures_root: Path, publish
         assert nested[key] == resolved(original)[key], key
     assert new["block_size"] == nested["block_size"] and new["num_target_layers"] == nested["num_target_layers"]
     assert isinstance(new["layer_types"], list) and len(new["layer_types"]) == new["num_hidden_layers"]
+    rope = original.get("rope_parameters") or {}
+    assert new.get("rope_theta") == original.get("rope_theta", rope.get("rope_theta"))  # the MLX loaders' mirror
     for key in SCALING_KEYS:
         if original.get(key) is not None:
             assert nested[key] == original[key]
@@ -121,6 +125,7 @@ def test_published_draft_no_mirrors(cli, fixtures_root: Path, tmp_path: Path, na
     assert res.code == 0, res.stdout + res.stderr
     new = read_json(tmp_path / "out" / "config.json")
     assert not any(k in new for k in DFLASH_KEYS)
+    assert ("rope_theta" in new) == ("rope_theta" in original)  # no mirrors of any kind
     assert resolved(new) == resolved(original)
     doc = res.json()
     # readers that look only at the top level are told, not silently broken

@@ -15,7 +15,7 @@ OLDER = {
     "dflash_config": {"mask_token_id": 151669, "target_layer_ids": [1, 9, 17, 25, 33]},
     "hidden_size": 2560, "num_hidden_layers": 5, "num_attention_heads": 32, "num_key_value_heads": 8,
     "head_dim": 128, "intermediate_size": 9728, "vocab_size": 151936,
-    "layer_types": ["full_attention"] * 5,
+    "layer_types": ["full_attention"] * 5, "rope_theta": 1000000,
 }
 
 

@@ -2,68 +2,22 @@
 
 Each reader is modelled by where it looks for every DFlash key and what else it demands. The
 models are deliberately small: they encode the lookup order the engines document or implement
-(late 2026), not their whole loaders.
+(late 2026), not their whole loaders. On top of each verdict, ``judge_readers`` adds what loads
+but will not work: acceptance-changing keys the engine ignores (``checks.acceptance``: "loads,
+but ignores KEY"), and DFlash2 content an engine cannot run (``checks.engines_more``).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from typing import Callable, NamedTuple
 
-from dflash_ckpt.spec.resolve import ABSENT, NESTED, TOP_LEVEL, DraftSpec, TargetSpec, as_int, as_int_list, same_json
+from dflash_ckpt.checks import engines_more as more
+from dflash_ckpt.checks.acceptance import ignored_by
+from dflash_ckpt.checks.reading import NESTED_ONLY, NESTED_THEN_TOP, TITLES, TOP_ONLY, TOP_THEN_NESTED, Verdict
+from dflash_ckpt.checks.reading import Reading as _Reading
+from dflash_ckpt.spec.resolve import ABSENT, DraftSpec, TargetSpec, as_int
 
-
-class Verdict(NamedTuple):
-    loads: bool
-    reason: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"loads": self.loads, "reason": self.reason}
-
-
-Order = tuple[str, ...]
-NESTED_ONLY: Order = (NESTED,)
-TOP_ONLY: Order = (TOP_LEVEL,)
-NESTED_THEN_TOP: Order = (NESTED, TOP_LEVEL)
-TOP_THEN_NESTED: Order = (TOP_LEVEL, NESTED)
-
-_PLACE = {NESTED: "dflash_config", TOP_LEVEL: "the top level"}
-
-
-class _Reading:
-    """Collects what one reader sees, its blocking problems and its caveats."""
-
-    def __init__(self, spec: DraftSpec) -> None:
-        self.spec = spec
-        self.problems: list[str] = []
-        self.notes: list[str] = []
-
-    def read(self, key: str, order: Order, *, required: bool = True, kind: str = "int") -> Any:
-        rk = self.spec.keys.get(key) or self.spec.extra_keys[key]
-        for place in order:
-            raw = rk.at(place)
-            if raw is ABSENT:
-                continue
-            valid = as_int(raw) is not None if kind == "int" else as_int_list(raw) is not None
-            if not valid:
-                self.problems.append(f"{key} read from {_PLACE[place]} is not {'an integer' if kind == 'int' else 'a list of integers'}")
-                return None
-            other = rk.at(TOP_LEVEL if place == NESTED else NESTED)
-            if other is not ABSENT and not same_json(other, raw):
-                self.notes.append(f"reads {key}={raw} from {_PLACE[place]}, ignoring the conflicting {other}")
-            return raw
-        if required:
-            if len(order) > 1:
-                self.problems.append(f"{key} is in neither dflash_config nor the top level")
-            else:
-                elsewhere = rk.at(TOP_LEVEL if order[0] == NESTED else NESTED)
-                there = f" (it is only in {_PLACE[TOP_LEVEL if order[0] == NESTED else NESTED]})" if elsewhere is not ABSENT else ""
-                self.problems.append(f"reads {key} only from {_PLACE[order[0]]}, where it is absent{there}")
-        return None
-
-    def verdict(self, ok_text: str = "loads as is") -> Verdict:
-        if self.problems:
-            return Verdict(False, "fails: " + "; ".join(self.problems))
-        return Verdict(True, ok_text + ("; " + "; ".join(self.notes) if self.notes else ""))
+__all__ = ["READERS", "READER_TITLES", "Reader", "Verdict", "judge_readers"]
 
 
 def _zlab_legacy(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
@@ -156,18 +110,40 @@ class Reader(NamedTuple):
     judge: Callable[[DraftSpec, TargetSpec | None], Verdict]
 
 
-READERS: tuple[Reader, ...] = (
-    Reader("zlab-legacy", "z-lab (older)", _zlab_legacy),
-    Reader("zlab", "z-lab (main)", _zlab),
-    Reader("sglang", "SGLang", _sglang),
-    Reader("vllm", "vLLM", _vllm),
-    Reader("lmdeploy", "lmdeploy 0.18", _lmdeploy),
-    Reader("speculators", "speculators", _speculators),
-)
+_JUDGES: dict[str, Callable[[DraftSpec, TargetSpec | None], Verdict]] = {
+    "zlab-legacy": _zlab_legacy,
+    "zlab": _zlab,
+    "sglang": _sglang,
+    "vllm": _vllm,
+    "lmdeploy": _lmdeploy,
+    "speculators": _speculators,
+    "tensorrt-llm": more.tensorrt_llm,
+    "zlab-mlx": more.zlab_mlx,
+    "mlx-vlm": more.mlx_vlm,
+    "exllamav3-legacy": more.exllamav3_legacy,
+    "exllamav3": more.exllamav3,
+}
 
-READER_TITLES: dict[str, str] = {r.key: r.title for r in READERS}
+READERS: tuple[Reader, ...] = tuple(Reader(key, TITLES[key], judge) for key, judge in _JUDGES.items())
+
+READER_TITLES: dict[str, str] = dict(TITLES)
 
 
 def judge_readers(spec: DraftSpec, target: TargetSpec | None = None) -> dict[str, Verdict]:
-    """Verdict of every reader, keyed by its short name."""
-    return {reader.key: reader.judge(spec, target) for reader in READERS}
+    """Verdict of every reader, keyed by its short name: where it reads the keys, then what it
+    cannot run (DFlash2 content, ``engines_more.generation_problems``) and the acceptance-changing
+    keys it loads the draft without."""
+    out: dict[str, Verdict] = {}
+    for reader in READERS:
+        verdict = reader.judge(spec, target)
+        problems = more.generation_problems(reader.key, spec, target)
+        if problems:
+            old = verdict.reason.removeprefix("fails: ") if not verdict.loads else ""
+            verdict = Verdict(False, "fails: " + "; ".join(p for p in (old, *problems) if p))
+        elif verdict.loads:
+            ignored = ignored_by(spec, reader.key)
+            if ignored:
+                rest = verdict.reason.removeprefix("loads as is").lstrip("; ")
+                verdict = Verdict(True, f"loads, but ignores {', '.join(ignored)} (acceptance drops)" + (f"; {rest}" if rest else ""))
+        out[reader.key] = verdict
+    return out

@@ -27,6 +27,8 @@ class InspectResult:
         #: Readers that fail now and would load the config ``normalize_command`` writes.
         self.normalize_fixes: set[str] = set()
         self.normalize_command: str | None = None
+        #: engine -> argv that serves the pair (``checks.serve``), for a pair that passes.
+        self.serve: dict[str, list[str]] = {}
         if fatal is not None:
             self.set_fatal(fatal)
 
@@ -86,6 +88,7 @@ class InspectResult:
             "findings": [f.to_json() for f in self.findings],
             "readers": {k: {**v.to_json(), "fixed_by_normalize": k in self.normalize_fixes} for k, v in self.readers.items()},
             "normalize_command": self.normalize_command if self.normalize_fixes else None,
+            "serve": self.serve if not self.failed(strict) else {},
             "counts": {s.value: self.count(s) for s in Severity},
             "bytes_read": self.bytes_read,
         }
@@ -102,11 +105,41 @@ def inspect_sources(draft_src: Source, target_src: Source | None = None) -> Insp
         result.set_fatal(err)
         result.bytes_read = draft_src.bytes_read
         return result
-    result.findings = run_checks(result.draft, result.target)
+    result.findings = run_checks(result.draft, result.target) + pin_finding(draft_src)
     result.readers = judge_readers(result.draft, result.target)
+    if result.target is not None and target_src is not None and not result.failed():
+        from dflash_ckpt.checks.serve import serve_commands
+
+        ref = getattr(draft_src, "ref", None) if draft_src.kind == "hub" else None
+        tref = getattr(target_src, "ref", None) if target_src.kind == "hub" else None
+        result.serve = serve_commands(
+            result.draft, result.target, result.readers,
+            draft=ref.repo_id if ref is not None else draft_src.label,
+            revision=getattr(draft_src, "commit", None) if ref is not None else None,
+            target_name=tref.repo_id if tref is not None else target_src.label,
+            target_revision=tref.revision if tref is not None else None)
     result.normalize_fixes, result.normalize_command = normalize_fixes(result.draft, result.target, result.readers)
     result.bytes_read = draft_src.bytes_read + (target_src.bytes_read if target_src else 0)
     return result
+
+
+def pin_finding(source: Source) -> list[Finding]:
+    """DF314: a Hub draft named without a commit, with the commit it resolved to."""
+    commit = getattr(source, "commit", None)
+    ref = getattr(source, "ref", None)
+    if source.kind != "hub" or not isinstance(commit, str) or ref is None:
+        return []
+    from dflash_ckpt.sources.hub.cache import is_commit
+
+    if is_commit(ref.revision):
+        return []
+    asked = f"revision {ref.revision!r}" if ref.revision else "no revision"
+    return [finding(
+        "DF314",
+        f"{source.label}: given with {asked}, it resolved to commit {commit}; Hub drafts have changed "
+        f"layout between revisions (z-lab/dflash#152), pin it as {ref.repo_id}@{commit}",
+        path=source.label,
+    )]
 
 
 def normalize_fixes(spec: DraftSpec, target: TargetSpec | None, readers: dict[str, Verdict]) -> tuple[set[str], str | None]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+from dflash_ckpt.checks.pitfalls import VOCAB_MAPS, side_file_owner
 from dflash_ckpt.checks.pairing import short_list
 from dflash_ckpt.rules import Finding, finding
 from dflash_ckpt.spec.resolve import DraftSpec
@@ -22,10 +23,11 @@ def check_weights(spec: DraftSpec) -> list[Finding]:
     assert inv is not None
     label = spec.label
     out: list[Finding] = list(inv.problems)
-    if inv.pickle_files:
+    weight_pickles = [f for f in inv.pickle_files if side_file_owner(f) is None]  # side files: DF226
+    if weight_pickles:
         out.append(finding(
             "DF202",
-            f"{label}: {', '.join(inv.pickle_files)} not opened (pickle can run code); only "
+            f"{label}: {', '.join(weight_pickles)} not opened (pickle can run code); only "
             "safetensors are read",
         ))
     if not inv.safetensors_files and not inv.index_file:
@@ -89,7 +91,7 @@ def check_weights(spec: DraftSpec) -> list[Finding]:
         out.append(finding("DF213", f"{label}: {len(wrong)} tensor(s) do not match the config: {_list(wrong, sep='; ')}"))
     # DFlash2 tensors in a v1 config are DF222's finding; in a DFlash2 config they are expected by name.
     v2_extra = has_v2 and not v2_config
-    tolerated = set(borrowed) | ({n for n in shapes if "_conv." in n or n.startswith("candidate_selector.")} if v2_extra else set())
+    tolerated = set(borrowed) | (set(VOCAB_MAPS) if "draft_vocab_size" in spec.config else set()) | ({n for n in shapes if "_conv." in n or n.startswith("candidate_selector.")} if v2_extra else set())
     unexpected = [n for n in shapes if n not in expected and n not in tolerated]
     if unexpected:
         layers = spec.dims.num_hidden_layers

@@ -117,6 +117,12 @@ def render_result(console: Console, res: InspectResult, *, quiet: bool = False, 
             names = ", ".join(r.title for r in READERS if r.key in res.normalize_fixes)
             console.print(f"{safe(names)} would load it after [bold]{safe(res.normalize_command)}[/] (weights untouched)")
     console.print(_summary_line(res, strict))
+    if res.serve and not res.failed(strict):
+        from dflash_ckpt.checks.serve import shell_line
+
+        console.print("serve it with (argv in --json 'serve'; add the engine's tensor-parallel option for several GPUs):")
+        for engine, argv in res.serve.items():
+            print_line(console, inert(f"  {engine}: {shell_line(argv)}"))
 
 
 def _summary_line(res: InspectResult, strict: bool) -> str:

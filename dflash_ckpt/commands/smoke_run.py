@@ -46,6 +46,7 @@ from typing import Any, Callable
 import torch
 
 from dflash_ckpt.errors import UsageError
+from dflash_ckpt.checks.acceptance import refuse_unimplemented
 from dflash_ckpt.checks.inspection import InspectResult, inspect_sources
 from dflash_ckpt.rules import Finding, Severity, finding
 from dflash_ckpt.runtime.args import DraftArgs
@@ -342,6 +343,7 @@ def run_smoke(opts: SmokeOptions, progress: Any = None, log: Callable[[str], Non
     if pre.fatal is not None:
         raise pre.fatal
     assert pre.draft is not None and pre.target is not None
+    refuse_unimplemented(pre.draft)  # DF151, exit 2: never measure a draft without its acceptance keys
     backend = select_backend(opts.backend, pre.draft, pre.target.config, pre.target.where)
     if pre.failed():
         result.refused = True

@@ -218,6 +218,9 @@ def plan_normalize(
                 b.put((key,), value, f"--prefer {prefer}: the top-level copy now equals dflash_config.{key}")
     if layer_types is not None:
         b.put(("layer_types",), layer_types, lt_reason)
+    params = config.get("rope_parameters")
+    if mirrors and "rope_theta" not in config and isinstance(params, dict) and "rope_theta" in params:
+        b.put(("rope_theta",), params["rope_theta"], "mirrors rope_parameters.rope_theta: the MLX loaders read cfg['rope_theta']")
     return Plan(before=config, after=b.config, edits=b.edits, changes=b.changes)
 
 

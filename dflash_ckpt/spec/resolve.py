@@ -343,6 +343,8 @@ class TargetSpec(NamedTuple):
     pad_token_id: Any
     text_config_used: bool
     config: dict[str, Any]
+    #: ``generation_config.json`` when the target has one (its eos/bos/pad ids), else empty.
+    generation_config: dict[str, Any] = {}  # noqa: RUF012 - NamedTuple default, never mutated
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -394,4 +396,8 @@ def target_from_config(config: dict[str, Any], *, label: str, where: str) -> Tar
 
 def load_target(source: Source) -> TargetSpec:
     config, _ = read_config(source)
-    return target_from_config(config, label=source.label, where=source.where("config.json"))
+    spec = target_from_config(config, label=source.label, where=source.where("config.json"))
+    if source.exists("generation_config.json"):
+        gen, _ = read_config(source, "generation_config.json")
+        spec = spec._replace(generation_config=gen)
+    return spec

@@ -1,0 +1,210 @@
+"""The checks behind the failures users file: drafts that load and then accept almost nothing.
+
+Each rule here catches something an engine accepts silently (shared/DESIGN.md section 10, "pain
+points"): a DFlash2 draft labelled as v1 (DF152), a reduced draft vocabulary (DF153, DF225), a
+quantized draft (DF154), pickled side files (DF226), a mask id that is a special token of the
+target (DF310), a quantized target ``lm_head`` under a DFlash2 draft (DF312) and a target family
+no engine serves (DF313). Nothing here opens a file: the inventory lists names, the configs are
+already parsed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dflash_ckpt.checks.config import show_value
+from dflash_ckpt.limits import MAX_VOCAB
+from dflash_ckpt.rules import Finding, finding
+from dflash_ckpt.spec.resolve import DFLASH2_KEYS, DraftSpec, TargetSpec, as_int, bounded_int, decoder_config
+
+#: Pickled side files engines load next to the safetensors, and who loads them.
+SIDE_FILES = {"mask_embedding.pt": "vLLM (models/qwen3_dflash.py) loads it with torch.load"}
+PICKLE_SIDE_SUFFIXES = (".pt", ".pth", ".pkl", ".pickle")
+
+#: Target decoder ``model_type``s some engine's DFlash path serves (the published drafts' targets,
+#: shared/DESIGN.md sections 8-10), on top of the reference runtime's tables (``runtime/families``).
+ENGINE_TARGET_TYPES = frozenset({
+    "llama", "qwen2", "qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe",
+    "qwen3_5_moe_text", "gpt_oss", "deepseek_v3", "kimi_k2", "kimi_k25", "gemma4", "gemma4_text",
+    "mimo_v2", "glm4_moe", "minimax_m2",
+})
+
+#: Keys of ``quantization_config`` that list the modules left unquantized, by quantizer.
+_EXCLUDE_KEYS = ("modules_to_not_convert", "ignore", "exclude_modules", "ignored_layers", "skip_modules")
+
+
+def target_lm_head_quantized(target: TargetSpec) -> bool:
+    """Whether the target's ``quantization_config`` quantizes ``lm_head``: said outright
+    (``lm_head: true``, GPTQ/AWQ style), or an exclusion list exists and does not name it."""
+    for cfg in (target.config, decoder_config(target.config)):
+        q = cfg.get("quantization_config")
+        if not isinstance(q, dict):
+            continue
+        if q.get("lm_head") is True:
+            return True
+        lists = [q[k] for k in _EXCLUDE_KEYS if isinstance(q.get(k), list)]
+        if lists and not any(isinstance(m, str) and "lm_head" in m for lst in lists for m in lst):
+            return True
+    return False
+
+
+def dflash2_content(spec: DraftSpec) -> bool:
+    """DFlash2 keys in the config, whatever ``architectures`` says (DFlash2 tensors alone, without
+    the keys, are DF222's: the keys are what a rewritten config keeps)."""
+    return any(spec.extra_keys[k].present for k in DFLASH2_KEYS)
+
+
+def runs_as_v1(spec: DraftSpec) -> bool:
+    """DFlash2 content under ``architectures: [DFlashDraftModel]`` (as vLLM 0.23's speculators
+    update rewrote it): engines build the v1 model and drop the conv and selector."""
+    return "DFlashDraftModel" in spec.architectures and "DFlash2DraftModel" not in spec.architectures and dflash2_content(spec)
+
+
+def check_draft_pitfalls(spec: DraftSpec) -> list[Finding]:
+    """DF152, DF153, DF154 (config) and DF225, DF226 (files)."""
+    w = spec.where
+    out: list[Finding] = []
+    if runs_as_v1(spec):
+        out.append(finding(
+            "DF152",
+            f"{w}: key 'architectures' is {show_value(spec.architectures)} but the config holds the DFlash2 keys; "
+            "every engine builds the DFlash v1 model from it, drops the conv layers and selector and accepts "
+            "almost nothing; set architectures to [\"DFlash2DraftModel\"]",
+        ))
+    dvs = spec.config.get("draft_vocab_size")
+    if dvs is not None:
+        vocab = spec.dims.vocab_size
+        n = bounded_int(dvs, MAX_VOCAB)
+        if n is None or n < 1:
+            out.append(finding("DF153", f"{w}: key 'draft_vocab_size' must be a positive integer, found {show_value(dvs)}; "
+                                        "restore it from the published config"))
+        elif vocab is not None and n != vocab:
+            out.append(finding(
+                "DF153",
+                f"{w}: key 'draft_vocab_size' is {n} of vocab_size {vocab}: a reduced draft vocabulary whose "
+                "ids map to the target's through the d2t tensor; only vLLM maps them, other engines read draft "
+                "ids as target ids, and smoke-run refuses it",
+            ))
+            out += _check_vocab_maps(spec, n, vocab)
+    q = spec.config.get("quantization_config")
+    if isinstance(q, dict):
+        method = show_value(q.get("quant_method", "unknown"))
+        out.append(finding(
+            "DF154",
+            f"{w}: key 'quantization_config' (quant_method {method}) quantizes the draft: vLLM and SGLang "
+            "load it through the quantizer it names, z-lab, lmdeploy and the MLX ports expect bf16 tensors; "
+            "quantized DFlash2 drafts are reported at ~0% acceptance or crashing (sglang#39087), keep the draft in bf16",
+        ))
+    out += _side_files(spec)
+    return out
+
+
+def _check_vocab_maps(spec: DraftSpec, draft_vocab: int, vocab: int) -> list[Finding]:
+    """DF225: ``d2t`` is ``[draft_vocab_size]`` (offsets to target ids), ``t2d`` ``[vocab_size]``."""
+    if spec.weights is None or not spec.weights.readable:
+        return []
+    tensors = spec.weights.tensors
+    wrong = []
+    for name, want in zip(VOCAB_MAPS, ((draft_vocab,), (vocab,))):
+        info = tensors.get(name)
+        if info is None:
+            wrong.append(f"'{name}' is missing (expected {list(want)})")
+        elif tuple(info.shape) != want:
+            wrong.append(f"'{name}' is {list(info.shape)}, expected {list(want)}")
+    if not wrong:
+        return []
+    return [finding(
+        "DF225",
+        f"{spec.label}: tensor {'; tensor '.join(wrong)}: draft_vocab_size {draft_vocab} needs both maps to "
+        "turn draft ids into target ids; re-download the weights with the config they were published with",
+    )]
+
+
+#: The reduced-vocabulary maps (speculators format) a draft with ``draft_vocab_size`` carries.
+VOCAB_MAPS = ("d2t", "t2d")
+
+
+def side_file_owner(name: str) -> str | None:
+    """Who loads the pickled side file ``name`` (``None``: a weight file, DF202's business)."""
+    base = name.rsplit("/", 1)[-1]
+    if base in SIDE_FILES:
+        return SIDE_FILES[base]
+    if base.endswith(PICKLE_SIDE_SUFFIXES) and not base.startswith(("pytorch_model", "model", "consolidated")):
+        return "an engine that loads it unpickles it"
+    return None
+
+
+def _side_files(spec: DraftSpec) -> list[Finding]:
+    """DF226: pickled files an engine loads next to the weights; listed, never opened."""
+    if spec.weights is None:
+        return []
+    out = []
+    for name in spec.weights.pickle_files:
+        who = side_file_owner(name)
+        if who is None:
+            continue
+        out.append(finding(
+            "DF226",
+            f"{spec.label}: {name} is a pickled side file ({who}); unpickling can run code and it was not "
+            "opened: read what produced it, or drop it if the engine you use does not need it",
+        ))
+    return out
+
+
+def special_ids(target: TargetSpec) -> dict[str, tuple[int, str]]:
+    """Target eos/bos/pad ids from config.json (text_config first) and generation_config.json:
+    id -> (name, file) for a message; lists (several eos) give every id."""
+    out: dict[str, tuple[int, str]] = {}
+    sources: list[tuple[dict[str, Any], str]] = [(decoder_config(target.config), "config.json"),
+                                                 (target.config, "config.json"),
+                                                 (target.generation_config, "generation_config.json")]
+    for cfg, file in sources:
+        for key in ("eos_token_id", "bos_token_id", "pad_token_id"):
+            raw = cfg.get(key)
+            for v in raw if isinstance(raw, list) else [raw]:
+                i = as_int(v)
+                if i is not None and str(i) not in out:
+                    out[str(i)] = (i, f"{key} in {file}")
+    return out
+
+
+def check_target_pitfalls(spec: DraftSpec, target: TargetSpec) -> list[Finding]:
+    """DF310, DF312, DF313."""
+    w = spec.where
+    out: list[Finding] = []
+    mask = spec.mask_token_id
+    pad = bounded_int(target.pad_token_id, MAX_VOCAB)
+    if mask is not None:
+        hit = special_ids(target).get(str(mask))
+        if hit is not None and not (mask == pad and hit[1].startswith("pad_token_id in config.json")):  # DF305's
+            out.append(finding(
+                "DF310",
+                f"{w}: mask_token_id {mask} is the target's {hit[1]}; masked positions would be filled "
+                "with that token's embedding, not the mask the draft was trained on: use the family's "
+                "dedicated mask id",
+            ))
+    if spec.generation == "DFlash2" and target_lm_head_quantized(target):
+        out.append(finding(
+            "DF312",
+            f"{target.where}: key 'quantization_config' quantizes the target's lm_head, which a DFlash2 "
+            "draft's selector reads: vLLM refuses the pair and SGLang accepts ~0% (sglang#35534); use a target "
+            "whose lm_head is left unquantized (list it in the quantizer's ignore list)",
+        ))
+    out += _unknown_family(target)
+    return out
+
+
+def _unknown_family(target: TargetSpec) -> list[Finding]:
+    """DF313: a target ``model_type`` neither any engine's DFlash path nor our runtime knows."""
+    from dflash_ckpt.runtime.families import FAMILIES, HF_FAMILIES  # no torch: plain tables
+
+    mt = target.model_type
+    known = ENGINE_TARGET_TYPES | set(FAMILIES) | set(HF_FAMILIES) | {w for f in HF_FAMILIES.values() for w in f.wrappers}
+    if mt is None or mt in known:
+        return []
+    return [finding(
+        "DF313",
+        f"{target.where}: key 'model_type' is {show_value(mt)}, a target family no engine modelled here serves DFlash "
+        "drafts for and the reference runtime does not run; check that --target names the target model, "
+        "then check the engine's supported models before planning on it",
+    )]
