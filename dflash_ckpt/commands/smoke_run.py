@@ -47,6 +47,7 @@ import torch
 
 from dflash_ckpt.errors import UsageError
 from dflash_ckpt.checks.inspection import InspectResult, inspect_sources
+from dflash_ckpt.checks.target_config import check_target_config
 from dflash_ckpt.rules import Finding, Severity, finding
 from dflash_ckpt.runtime.args import DraftArgs
 from dflash_ckpt.runtime.generate import Generation, decode, dflash_decode, step_clock, teacher_forced
@@ -342,6 +343,9 @@ def run_smoke(opts: SmokeOptions, progress: Any = None, log: Callable[[str], Non
     if pre.fatal is not None:
         raise pre.fatal
     assert pre.draft is not None and pre.target is not None
+    check_target_config(pre.target.config, pre.target.where)  # either backend, before anything is read or built
+    target_inv = inventory(Path(target_dir), target_label)
+    check_target_config(pre.target.config, pre.target.where, target_inv.tensors)
     backend = select_backend(opts.backend, pre.draft, pre.target.config, pre.target.where)
     if pre.failed():
         result.refused = True
@@ -359,7 +363,7 @@ def run_smoke(opts: SmokeOptions, progress: Any = None, log: Callable[[str], Non
         custom=bool(opts.prompts or opts.prompts_file), special_tokens=special_token_texts(encoder.special_tokens))
     stops = [] if opts.ignore_eos else stop_token_ids(Path(target_dir), pre.target.config, encoder.eos_token_id)
 
-    device, draft_dtype, target_dtype, target_inv = resolve_dtypes(opts, target_dir, target_label, plan.dtype)
+    device, draft_dtype, target_dtype, target_inv = resolve_dtypes(opts, target_dir, target_label, plan.dtype, target_inv)
     block = opts.block_size or draft_args.block_size
     result.trained_block_size = draft_args.block_size
     result.device = str(device)
