@@ -48,6 +48,7 @@ import torch
 from dflash_ckpt.errors import UsageError
 from dflash_ckpt.checks.inspection import InspectResult, inspect_sources
 from dflash_ckpt.checks.target_config import check_target_config
+from dflash_ckpt.sources.weights import load_inventory
 from dflash_ckpt.rules import Finding, Severity, finding
 from dflash_ckpt.runtime.args import DraftArgs
 from dflash_ckpt.runtime.generate import Generation, decode, dflash_decode, step_clock, teacher_forced
@@ -343,10 +344,11 @@ def run_smoke(opts: SmokeOptions, progress: Any = None, log: Callable[[str], Non
     if pre.fatal is not None:
         raise pre.fatal
     assert pre.draft is not None and pre.target is not None
-    check_target_config(pre.target.config, pre.target.where)  # either backend, before anything is read or built
-    target_inv = inventory(Path(target_dir), target_label)
-    check_target_config(pre.target.config, pre.target.where, target_inv.tensors)
+    check_target_config(pre.target.config, pre.target.where)  # either backend, before anything is built
     backend = select_backend(opts.backend, pre.draft, pre.target.config, pre.target.where)
+    headers = load_inventory(LocalSource(Path(target_dir), label=target_label))  # unreadable: refused below
+    check_target_config(pre.target.config, pre.target.where, headers.tensors)
+    target_inv = headers if headers.tensors and not headers.problems else None
     if pre.failed():
         result.refused = True
         return result
