@@ -105,15 +105,30 @@ def test_a_named_template_with_a_name_that_is_not_a_string_names_nothing(tmp_pat
     assert PromptEncoder(folder2).template is None  # no default: the prompt goes in as it is
 
 
-def test_the_rendering_runs_once_per_prompt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_all_prompts_render_in_one_child_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import dflash_ckpt.sources.chat_template as chat_template
     import dflash_ckpt.sources.prompts as prompts
 
-    calls: list[int] = []
-    real = prompts.render
-    monkeypatch.setattr(prompts, "render", lambda *a: calls.append(1) or real(*a))
+    forks: list[int] = []
+    real_fork = chat_template.os.fork
+    monkeypatch.setattr(chat_template.os, "fork", lambda: forks.append(1) or real_fork())
     enc = prompts.PromptEncoder(tokenizer_folder(tmp_path / "tok", BENIGN))
-    p = prompts.Prompt("p", "hello")
-    assert enc.render(p) == enc.render(p) and enc.encode(p) and len(calls) == 1
+    batch = [prompts.Prompt(f"p{i}", f"hello {i}") for i in range(5)]
+    enc.prepare(batch)
+    assert len(forks) == 1
+    assert [enc.render(p) for p in batch] == [f"<|im_start|>user\nhello {i}<|im_end|>\n<|im_start|>assistant" for i in range(5)]
+    assert enc.encode(batch[0]) and len(forks) == 1  # rendered once, reused
+
+
+def test_a_hostile_prompt_in_a_batch_names_that_prompt(tmp_path: Path) -> None:
+    from dflash_ckpt.errors import InputError
+    from dflash_ckpt.sources.prompts import Prompt, PromptEncoder
+
+    tpl = '{% if messages[0].content == "boom" %}{{ "%999999999d"|format(1) }}{% endif %}ok'
+    enc = PromptEncoder(tokenizer_folder(tmp_path / "tok", tpl))
+    with pytest.raises(InputError, match="prompt 'second'") as info:
+        enc.prepare([Prompt("first", "fine"), Prompt("second", "boom"), Prompt("third", "fine")])
+    assert info.value.code == "DF002"
 
 
 def test_invalid_utf8_in_a_command_line_prompt_is_one_line(tmp_path: Path) -> None:
@@ -122,7 +137,7 @@ def test_invalid_utf8_in_a_command_line_prompt_is_one_line(tmp_path: Path) -> No
                           capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     line = proc.stderr.strip().splitlines()[-1]
-    assert "DF002 error:" in line and "-p prompt 1" in line and "0xFF, not UTF-8" in line
+    assert "DF002 error:" in line and "-p prompt 1" in line and "0xFF (not UTF-8)" in line
 
 
 @pytest.mark.parametrize("record, where", [

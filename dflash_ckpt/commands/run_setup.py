@@ -83,6 +83,7 @@ def encode_prompts(opts: RunOptions, target_dir: str | Path) -> tuple[list[Promp
     if opts.tokenizer and not tok_dir.is_dir():
         raise InputError(f"--tokenizer {opts.tokenizer}: no such folder", code="DF001")
     encoder = PromptEncoder(tok_dir, chat_template=opts.chat_template, thinking=opts.thinking)
+    encoder.prepare(prompts)  # every rendering in one child process
     encoded = [encoder.encode(p) for p in prompts]
     for p, ids in zip(prompts, encoded):
         if not ids:

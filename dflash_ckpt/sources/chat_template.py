@@ -207,73 +207,101 @@ def compile_template(source: str, where: str = "chat template") -> Any:
 
 
 def render(template: Any, context: dict[str, Any], where: str) -> str:
-    """``template`` rendered with ``context`` in a child process under memory and CPU limits.
+    """``template`` rendered with ``context`` in a child process under memory and CPU limits."""
+    return render_all(template, [context], [where])[0]
 
-    Where ``fork`` is missing (not POSIX), it renders here under the in-process limits only.
+
+def render_all(template: Any, contexts: list[dict[str, Any]], wheres: list[str]) -> list[str]:
+    """Each context rendered, in one child process under memory and CPU limits (one fork for
+    all: a fork of a process that loaded torch costs about 60 ms). The first failure is raised.
+
+    Where ``fork`` is missing (not POSIX), they render here under the in-process limits only.
     """
     if not hasattr(os, "fork"):
-        return render_here(template, context, where)
+        return [render_here(template, c, w) for c, w in zip(contexts, wheres)]
     read_end, write_end = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the child: render, send back ``T<text>`` or ``E<message>``, never return
+    if pid == 0:  # the child: send ``T<text>`` or ``E<message>`` per context, never return
         status = 0
         try:
             os.close(read_end)
-            _limit_child()
-            try:
-                payload = b"T" + render_here(template, context, where).encode("utf-8", "surrogatepass")
-            except InputError as err:
-                payload = b"E" + err.message.encode("utf-8", "replace")
-            view = memoryview(payload)
-            while view:
-                view = view[os.write(write_end, view):]
-        except BaseException:  # noqa: BLE001 - the parent reports a child that says nothing
+            _limit_memory()
+            for context, where in zip(contexts, wheres):
+                _limit_cpu()
+                try:
+                    frame = b"T" + render_here(template, context, where).encode("utf-8", "surrogatepass")
+                except InputError as err:
+                    frame = b"E" + err.message.encode("utf-8", "replace")
+                _write_all(write_end, len(frame).to_bytes(8, "little") + frame)
+                if frame[:1] == b"E":
+                    break
+        except BaseException:  # noqa: BLE001 - the parent reports a child that stops early
             status = 1
         finally:
             os._exit(status)
     os.close(write_end)
+    texts: list[str] = []
     try:
-        payload = _read_capped(read_end, 4 * limits.MAX_TEMPLATE_OUTPUT + 1)
+        for where in wheres:
+            head = _read_exactly(read_end, 8)
+            size = int.from_bytes(head, "little") if len(head) == 8 else 0
+            frame = _read_exactly(read_end, size) if 0 < size <= 4 * limits.MAX_TEMPLATE_OUTPUT + 1 else b""
+            if frame[:1] == b"T" and len(frame) == size:
+                texts.append(frame[1:].decode("utf-8", "surrogatepass"))
+            elif frame[:1] == b"E":
+                raise InputError(frame[1:].decode("utf-8", "replace"), code="DF002")
+            else:
+                raise InputError(
+                    f"{where}: stopped: the rendering passed its limits of "
+                    f"{limits.human_bytes(limits.TEMPLATE_MEMORY_BYTES)} of memory or {limits.TEMPLATE_CPU_SECONDS:g} s "
+                    "of CPU time (README, Limits)", code="DF002")
     finally:
         os.close(read_end)
-        _, status = os.waitpid(pid, 0)
-    if payload[:1] == b"T" and status == 0:
-        return payload[1:].decode("utf-8", "surrogatepass")
-    if payload[:1] == b"E":
-        raise InputError(payload[1:].decode("utf-8", "replace"), code="DF002")
-    why = (f"killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
-           else "out of memory or CPU time" if status else "no output")
-    raise InputError(
-        f"{where}: stopped: the rendering passed its limits of {limits.human_bytes(limits.TEMPLATE_MEMORY_BYTES)} "
-        f"of memory or {limits.TEMPLATE_CPU_SECONDS:g} s of CPU time ({why}; README, Limits)", code="DF002")
+        os.waitpid(pid, 0)
+    return texts
 
 
-def _limit_child() -> None:
-    """In the forked child: its address space may grow by ``TEMPLATE_MEMORY_BYTES``, its CPU time
-    is capped a second past the timer's limit (the timer gives the clearer message)."""
+def _limit_memory() -> None:
+    """In the forked child: its address space may grow by ``TEMPLATE_MEMORY_BYTES`` at most."""
     import resource
 
     try:
         with open("/proc/self/statm") as fh:
             now = int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
-        now = None
-    if now is not None:
-        cap = now + limits.TEMPLATE_MEMORY_BYTES
-        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
-    cpu = math.ceil(limits.TEMPLATE_CPU_SECONDS) + 1
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        return
+    cap = now + limits.TEMPLATE_MEMORY_BYTES
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
 
-def _read_capped(fd: int, cap: int) -> bytes:
+def _limit_cpu() -> None:
+    """In the forked child, before each rendering: the kernel stops it (SIGXCPU) a second past
+    the timer's limit, in case one C call never lets the timer's signal run."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    soft = math.ceil(usage.ru_utime + usage.ru_stime + limits.TEMPLATE_CPU_SECONDS) + 1
+    hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _read_exactly(fd: int, size: int) -> bytes:
     chunks: list[bytes] = []
-    total = 0
-    while total <= cap:
-        chunk = os.read(fd, min(1 << 20, cap + 1 - total))
+    left = size
+    while left:
+        chunk = os.read(fd, min(1 << 20, left))
         if not chunk:
             break
         chunks.append(chunk)
-        total += len(chunk)
+        left -= len(chunk)
     return b"".join(chunks)
 
 
@@ -309,4 +337,4 @@ def _first_line(err: BaseException, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-__all__ = ["TemplateLimit", "compile_template", "cpu_limit", "render", "render_here"]
+__all__ = ["TemplateLimit", "compile_template", "cpu_limit", "render", "render_all", "render_here"]

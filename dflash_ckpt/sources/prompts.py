@@ -21,7 +21,7 @@ from typing import Any
 
 from dflash_ckpt import limits
 from dflash_ckpt.errors import InputError, UsageError
-from dflash_ckpt.sources.chat_template import compile_template, render
+from dflash_ckpt.sources.chat_template import compile_template, render_all
 from dflash_ckpt.sources.files import read_capped, read_capped_text
 from dflash_ckpt.sources.jsonfile import decode_json_bytes
 
@@ -120,7 +120,7 @@ def check_text(text: str, where: str) -> str:
         text.encode("utf-8")
     except UnicodeEncodeError as err:
         bad = text[err.start]
-        what = f"the byte 0x{ord(bad) - 0xDC00:02X}, not UTF-8" if 0xDC80 <= ord(bad) <= 0xDCFF else f"a lone surrogate U+{ord(bad):04X}"
+        what = f"the byte 0x{ord(bad) - 0xDC00:02X} (not UTF-8)" if 0xDC80 <= ord(bad) <= 0xDCFF else f"a lone surrogate U+{ord(bad):04X}"
         raise InputError(f"{where}: the text holds {what} at character {err.start}; give valid UTF-8 text", code="DF002") from None
     return text
 
@@ -237,7 +237,7 @@ class PromptEncoder:
             self.special_tokens["additional_special_tokens"] = [t for t in map(_token_text, extra) if t is not None]
         self.template = self._find_template(config) if chat_template else None
         self._compiled = None
-        #: Renderings by prompt: each runs in a child process (``chat_template.render``), once.
+        #: Renderings by prompt, made once each, in a child process (``chat_template.render_all``).
         self._rendered: dict[tuple[str, str | None, str], str] = {}
 
     def _find_template(self, config: dict[str, Any]) -> str | None:
@@ -268,16 +268,25 @@ class PromptEncoder:
             if prompt.messages is not None:
                 raise UsageError(f"prompt {prompt.name!r} is a conversation ('messages'); it needs the chat template")
             return prompt.text or ""
+        self.prepare([prompt])
+        return self._rendered[_key(prompt)]
+
+    def prepare(self, prompts: list[Prompt]) -> None:
+        """Render every prompt not rendered yet, all in one child process (``render_all``)."""
+        if self.template is None:
+            return
+        todo = list({_key(p): p for p in prompts if _key(p) not in self._rendered}.values())
+        if not todo:
+            return
         if self._compiled is None:
             self._compiled = compile_template(self.template, f"{self.folder}: chat template")
-        context = {
-            "messages": prompt.conversation(), "tools": None, "documents": None, "add_generation_prompt": True,
+        contexts = [{
+            "messages": p.conversation(), "tools": None, "documents": None, "add_generation_prompt": True,
             **self.special_tokens, "enable_thinking": self.thinking,
-        }
-        key = (prompt.name, prompt.text, repr(prompt.messages))
-        if key not in self._rendered:
-            self._rendered[key] = render(self._compiled, context, f"{self.folder}: the chat template fails on prompt {prompt.name!r}")
-        return self._rendered[key]
+        } for p in todo]
+        wheres = [f"{self.folder}: the chat template fails on prompt {p.name!r}" for p in todo]
+        for p, text in zip(todo, render_all(self._compiled, contexts, wheres)):
+            self._rendered[_key(p)] = text
 
     def encode(self, prompt: Prompt) -> list[int]:
         text = check_text(self.render(prompt), f"prompt {prompt.name!r} after the chat template")
@@ -291,6 +300,10 @@ class PromptEncoder:
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False)
+
+
+def _key(prompt: Prompt) -> tuple[str, str | None, str]:
+    return prompt.name, prompt.text, repr(prompt.messages)
 
 
 def stop_token_ids(folder: Path, config: dict[str, Any], tokenizer_eos: int | None) -> list[int]:
