@@ -170,7 +170,8 @@ def run(argv: list[str] | None = None) -> int:
         from dflash_ckpt.errors import InputError
         from dflash_ckpt.sources.base import describe_os_error
 
-        print(InputError(describe_os_error(err, str(err.filename or "?"))).line(_command_path(args)), file=sys.stderr)
+        message = describe_os_error(err, str(err.filename)) if err.filename else (err.strerror or str(err))
+        print(InputError(message).line(_command_path(args)), file=sys.stderr)
         return 2
     except SystemExit as exc:
         code = exc.code
