@@ -15,7 +15,7 @@ from test_normalize_cli import refused, small_draft
 from test_normalize_inplace import make_cache
 
 
-@pytest.mark.parametrize("kind", ["symlink", "dangling-symlink", "hardlink", "foreign-content", "fifo"])
+@pytest.mark.parametrize("kind", ["symlink", "dangling-symlink", "hardlink", "foreign-content", "fifo", "folder"])
 def test_a_planted_lock_file_is_refused_and_never_written(cli: Any, tmp_path: Path, kind: str) -> None:
     draft = small_draft(tmp_path / "d")
     victim = tmp_path / "precious.txt"
@@ -29,8 +29,10 @@ def test_a_planted_lock_file_is_refused_and_never_written(cli: Any, tmp_path: Pa
         os.link(victim, lock)
     elif kind == "foreign-content":
         lock.write_text("not a pid, the user's notes\n")
-    else:
+    elif kind == "fifo":
         os.mkfifo(lock)
+    else:
+        lock.mkdir()
     res = cli("normalize", str(draft), str(tmp_path / "o"))
     line = refused(res, 2, str(lock), "lock file")
     assert len(res.stderr.strip().splitlines()) == 1, res.stderr

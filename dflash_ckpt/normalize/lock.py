@@ -54,6 +54,8 @@ def _open_lock(path: Path) -> tuple[int, bool]:
         except OSError as err:
             if err.errno == errno.ELOOP:
                 raise _refuse_foreign(path, "is a symbolic link") from None
+            if err.errno == errno.EISDIR:
+                raise _refuse_foreign(path, "is a folder") from None
             if err.errno != errno.ENOENT:
                 raise InputError(describe_os_error(err, str(path)) + "; OUT's lock file cannot be opened there") from None
         try:
