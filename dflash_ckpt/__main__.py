@@ -1,3 +1,3 @@
-from dflash_ckpt.cli import main
+from dflash_ckpt.entry import main
 
 main()

@@ -169,9 +169,18 @@ def run(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except OSError as err:  # the last net: a path no check foresaw (ENAMETOOLONG, EIO, ...)
+        from dflash_ckpt.errors import InputError
+        from dflash_ckpt.sources.base import describe_os_error
+
+        message = describe_os_error(err, str(err.filename)) if err.filename else (err.strerror or str(err))
+        print(InputError(message).line(_command_path(args)), file=sys.stderr)
+        return 2
     except SystemExit as exc:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
+    if result == 130:  # typer turns Ctrl-C inside a command into a silent Exit(130)
+        print("interrupted", file=sys.stderr)
     return result if isinstance(result, int) else 0
 
 
@@ -205,5 +214,7 @@ def _usage_line(exc: Any, args: list[str]) -> str:
 
 
 def main() -> None:
-    """Console entry point."""
-    sys.exit(run())
+    """Console entry point (``dflash_ckpt.entry.main`` is the one installed: it also covers the imports)."""
+    from dflash_ckpt.entry import main as entry_main
+
+    entry_main()

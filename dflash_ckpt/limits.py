@@ -24,6 +24,9 @@ MAX_TOKENIZER_BYTES = 256 * MiB
 MAX_TEMPLATE_BYTES = 4 * MiB
 #: A --prompts JSONL file, and an --args-file.
 MAX_PROMPTS_BYTES = 64 * MiB
+#: Prompts in one run (-p and --prompts together), counted before the file is parsed: each is
+#: decoded twice, so ten thousand already take hours; 4 million one-byte prompts fit in 16 MiB.
+MAX_PROMPTS = 10_000
 #: An ``inspect --from-file`` list of DRAFT arguments (a thousand drafts, one a line: under 100 KiB).
 MAX_ARG_FILE_BYTES = 16 * MiB
 #: Nesting of any JSON document (configs are 3 levels deep, tokenizer.json about 6).
@@ -62,6 +65,9 @@ MAX_LIST_LEN = MAX_LAYERS
 TEMPLATE_CPU_SECONDS = 5.0
 #: Characters one rendering may produce (a prompt is kilobytes).
 MAX_TEMPLATE_OUTPUT = 4 * MiB
+#: Memory one rendering may add (it runs in a child process under this RLIMIT_AS margin): filters
+#: and formatting that build gigabytes in one call stop here (real templates need kilobytes).
+TEMPLATE_MEMORY_BYTES = 256 * MiB
 #: Characters of one prompt, after the template (also bounds what the tokenizer is given).
 MAX_PROMPT_CHARS = 4 * MiB
 

@@ -179,7 +179,10 @@ _RULES: list[Rule] = [
     Rule("DF142", "shape-key-invalid", E, "A key that fixes tensor shapes is missing or invalid",
          "hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, "
          "intermediate_size, vocab_size (and head_dim when given) must be positive integers; "
-         "the expected tensor shapes follow from them.",
+         "the expected tensor shapes follow from them. smoke-run and probe-taps check a target's "
+         "config the same way before building it (both backends), and also its dtype, "
+         "quantization_config and pad_token_id, and that the shapes it implies match its "
+         "safetensors headers.",
          "Restore the key from the published config."),
     Rule("DF143", "config-dtype", W, "The config declares a dtype other than bfloat16",
          "DFlash drafts are trained and published in bf16. Qwen3 hidden states hold outliers that "

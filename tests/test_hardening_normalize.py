@@ -167,6 +167,7 @@ def test_relative_folder_link_never_resolves_elsewhere(cli: Any, tmp_path: Path)
     ("copy_file", errno.ENOSPC), ("copy_file", errno.EDQUOT), ("link", errno.ENOSPC), ("config", errno.ENOSPC),
 ], ids=["copy-full", "copy-quota", "no-inodes-for-link", "config-full"])
 def test_full_disk_while_writing_out_names_out(cli: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, where: str, err: int) -> None:
+    import dflash_ckpt.normalize.build as build
     import dflash_ckpt.normalize.fsops as fsops
 
     draft = small_draft(tmp_path / "d", extra={"README.md": b"# draft\n"})
@@ -176,7 +177,7 @@ def test_full_disk_while_writing_out_names_out(cli: Any, monkeypatch: pytest.Mon
         raise OSError(err, os.strerror(err))
 
     if where == "copy_file":
-        monkeypatch.setattr(fsops, "copy_file", fail)
+        monkeypatch.setattr(build, "copy_file", fail)
     elif where == "link":
         monkeypatch.setattr(fsops.os, "link", fail)
     else:  # fchmod is called on the new config.json only

@@ -466,11 +466,11 @@ def test_copy_flag_and_link_fallback(cli, monkeypatch: pytest.MonkeyPatch, tmp_p
 
 @pytest.mark.parametrize("exc", [KeyboardInterrupt, OSError])
 def test_interrupted_run_leaves_no_out(cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, exc: type[BaseException]) -> None:
-    import dflash_ckpt.normalize.fsops as fsops
+    import dflash_ckpt.normalize.build as build
 
     draft = small_draft(tmp_path / "d", shards=3)
     state = tree_state(draft)
-    real = fsops.copy_file
+    real = build.copy_file
     calls: list[int] = []
 
     def flaky(src: Path, dst: Path, on_bytes: Any = None) -> None:
@@ -479,7 +479,7 @@ def test_interrupted_run_leaves_no_out(cli, monkeypatch: pytest.MonkeyPatch, tmp
             raise exc(errno.EIO, "disk gone") if exc is OSError else exc()
         real(src, dst, on_bytes)
 
-    monkeypatch.setattr(fsops, "copy_file", flaky)
+    monkeypatch.setattr(build, "copy_file", flaky)
     res = cli("normalize", str(draft), str(tmp_path / "out"), "--copy")
     no_traceback(res)
     assert res.code == (130 if exc is KeyboardInterrupt else 2)
@@ -587,7 +587,7 @@ def test_progress_bar_follows_a_large_copy(cli, monkeypatch: pytest.MonkeyPatch,
     import contextlib
 
     import dflash_ckpt.commands.normalize_run as cmd
-    import dflash_ckpt.normalize.fsops as fsops
+    import dflash_ckpt.normalize.build as build
 
     draft = small_draft(tmp_path / "d", shards=2)
     weights = sum((draft / f).stat().st_size for f in files_under(draft) if f.endswith(".safetensors"))
@@ -599,7 +599,7 @@ def test_progress_bar_follows_a_large_copy(cli, monkeypatch: pytest.MonkeyPatch,
         yield lambda n: seen.__setitem__("done", seen["done"] + n)
 
     real = cmd._progress_bar
-    monkeypatch.setattr(fsops, "PROGRESS_MIN_BYTES", 1)
+    monkeypatch.setattr(build, "PROGRESS_MIN_BYTES", 1)
     monkeypatch.setattr(cmd, "_progress_bar", recording)
     assert cli("normalize", str(draft), str(tmp_path / "o"), "--copy").code == 0
     assert seen == {"total": weights + (draft / "model.safetensors.index.json").stat().st_size, "done": seen["total"]}

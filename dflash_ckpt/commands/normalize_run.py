@@ -2,7 +2,7 @@
 
 Reads the draft (config.json and safetensors headers, never tensor data), plans the edits
 (``dflash_ckpt.normalize.plan``), applies them to the text (``dflash_ckpt.normalize.config_text``), checks the
-result with inspect's checks, and only then writes: a new OUT folder (``dflash_ckpt.normalize.fsops``),
+result with inspect's checks, and only then writes: a new OUT folder (``dflash_ckpt.normalize.build``),
 the draft's config.json in place, or nothing (``--check``, ``--dry-run``).
 
 Imported only when the command runs; the report for people is in ``normalize_report``.
@@ -140,9 +140,9 @@ def run_normalize(req: Request) -> int:
             _run(req, outcome)
         finally:
             if req.out is not None:
-                from dflash_ckpt.normalize.fsops import unlock_out
+                from dflash_ckpt.normalize.lock import unlock_out
 
-                unlock_out(req.out)  # the lock check_out_path took (normalize/fsops.py)
+                unlock_out(req.out)  # the lock check_out_path took (normalize/lock.py)
     except DFlashCkptError as err:
         outcome.error = err
         outcome.exit_code = err.exit_code
@@ -232,7 +232,8 @@ def _run(req: Request, oc: Outcome) -> None:
             oc.written = True
         return
     assert req.out is not None and draft_dir is not None
-    from dflash_ckpt.normalize.fsops import build_out, check_out_path
+    from dflash_ckpt.normalize.build import build_out
+    from dflash_ckpt.normalize.fsops import check_out_path
 
     created = make_parents(req.out)
     try:
@@ -241,7 +242,7 @@ def _run(req: Request, oc: Outcome) -> None:
         actions = _plan_out(req, draft_dir)
         mode = stat.S_IMODE((draft_dir / "config.json").stat().st_mode)
         progress = None if req.quiet or req.json_out else _progress_bar
-        oc.files = build_out(draft_dir, req.out, new, mode, actions, progress=progress)
+        oc.files = build_out(draft_dir, req.out, new, mode, actions, progress=progress, force=req.force)
     except BaseException:
         remove_empty(created)
         raise
@@ -310,18 +311,6 @@ def remove_empty(created: list[Path]) -> None:
             return
 
 
-def hub_cache_snapshot(folder: Path) -> str | None:
-    """The repo id when ``folder`` is a snapshot in a Hugging Face cache
-    (``.../models--org--name/snapshots/<commit>``), else ``None``."""
-    snapshots, repo_dir = folder.absolute().parent, folder.absolute().parent.parent
-    if snapshots.name != "snapshots" or not (repo_dir / "blobs").is_dir():
-        return None
-    kind, sep, rest = repo_dir.name.partition("--")
-    if not sep or kind not in ("models", "datasets", "spaces") or "--" not in rest:
-        return None
-    return rest.replace("--", "/", 1)
-
-
 def _refuse_cache_in_place(req: Request, draft_dir: Path | None) -> None:
     """``--in-place`` on a Hub cache snapshot changes what every other tool loads from the cache
     (and fails ``hf cache verify``): refused unless ``--force``, pointing to a copy instead.
@@ -338,6 +327,8 @@ def _refuse_cache_in_place(req: Request, draft_dir: Path | None) -> None:
             return
         repo, where = req.draft.split("@", 1)[0], "its Hugging Face cache snapshot"
     else:
+        from dflash_ckpt.sources.hub.cache import hub_cache_snapshot
+
         found = hub_cache_snapshot(draft_dir)
         if found is None:
             return

@@ -25,6 +25,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from dflash_ckpt.checks import run_checks
+from dflash_ckpt.checks.target_config import check_target_config
 from dflash_ckpt.commands.json_out import SCHEMA_VERSION
 from dflash_ckpt.commands.normalize_run import fc_taps
 from dflash_ckpt.commands.probe_search import EXHAUSTIVE_MAX, KEEP_EXACT, Measured, SearchResult, TapSet, search_taps, valid
@@ -35,7 +36,7 @@ from dflash_ckpt.rules import Finding, Severity, finding
 from dflash_ckpt.runtime.args import DraftArgs, TargetArgs, ensure_supported
 from dflash_ckpt.runtime.generate import dflash_decode
 from dflash_ckpt.runtime.static import StaticRunner, supports_static
-from dflash_ckpt.runtime.loading import dtype_name, load_draft, load_target
+from dflash_ckpt.runtime.loading import dtype_name, inventory, load_draft, load_target
 from dflash_ckpt.runtime.probe import measure, reading_taps, record
 from dflash_ckpt.sources.local import LocalSource
 from dflash_ckpt.sources.prompts import stop_token_ids
@@ -297,6 +298,8 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None) -> P
             f"{draft_dir}: no fc.weight of shape [hidden_size, k * hidden_size] in the safetensors files, so the "
             "number of tap layers is unknown; probe-taps needs the draft's trained fc", code="DF210")
     target_config = read_config(LocalSource(Path(target_dir), label=target_label))[0]
+    target_inv = inventory(Path(target_dir), target_label)
+    check_target_config(target_config, tspec.where, target_inv.tensors)  # as smoke-run, before anything is built
     target_args = TargetArgs.from_config(target_config, tspec.where)
     depth = target_args.dims.num_layers
     if k > depth:
@@ -319,7 +322,7 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None) -> P
     check_positions(prompts, encoded, opts.max_new_tokens, block, target_args.rope.max_position_embeddings, tspec.where)
     stops = [] if opts.ignore_eos else stop_token_ids(Path(target_dir), target_config, encoder.eos_token_id)
 
-    device, draft_dtype, target_dtype, target_inv = resolve_dtypes(opts, target_dir, target_label, target_args.dtype)
+    device, draft_dtype, target_dtype, target_inv = resolve_dtypes(opts, target_dir, target_label, target_args.dtype, target_inv)
     result.device, result.block_size, result.stop_token_ids = str(device), block, stops
     result.draft_dtype, result.target_dtype = dtype_name(draft_dtype), dtype_name(target_dtype)
 

@@ -83,6 +83,7 @@ def encode_prompts(opts: RunOptions, target_dir: str | Path) -> tuple[list[Promp
     if opts.tokenizer and not tok_dir.is_dir():
         raise InputError(f"--tokenizer {opts.tokenizer}: no such folder", code="DF001")
     encoder = PromptEncoder(tok_dir, chat_template=opts.chat_template, thinking=opts.thinking)
+    encoder.prepare(prompts)  # every rendering in one child process
     encoded = [encoder.encode(p) for p in prompts]
     for p, ids in zip(prompts, encoded):
         if not ids:
@@ -90,13 +91,15 @@ def encode_prompts(opts: RunOptions, target_dir: str | Path) -> tuple[list[Promp
     return prompts, encoder, encoded
 
 
-def resolve_dtypes(opts: RunOptions, target_dir: str | Path, target_label: str,
-                   config_dtype: str | None) -> tuple[torch.device, torch.dtype, torch.dtype, WeightInventory]:
+def resolve_dtypes(opts: RunOptions, target_dir: str | Path, target_label: str, config_dtype: str | None,
+                   target_inv: WeightInventory | None = None) -> tuple[torch.device, torch.dtype, torch.dtype, WeightInventory]:
     """``(device, draft dtype, target dtype, target inventory)``. The target runs in
-    ``--target-dtype``, else its config's dtype (``config_dtype``), else its stored one."""
+    ``--target-dtype``, else its config's dtype (``config_dtype``), else its stored one. The
+    inventory is read here unless the caller read it already (``target_inv``)."""
     device = pick_device(opts.device)
     draft_dtype = parse_dtype(opts.draft_dtype, "--draft-dtype")
-    target_inv = inventory(Path(target_dir), target_label)
+    if target_inv is None:
+        target_inv = inventory(Path(target_dir), target_label)
     target_dtype = parse_dtype(opts.target_dtype or config_dtype or stored_dtype(target_inv) or "float32", "--target-dtype")
     return device, draft_dtype, target_dtype, target_inv
 

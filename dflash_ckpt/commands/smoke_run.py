@@ -48,6 +48,8 @@ import torch
 from dflash_ckpt.errors import UsageError
 from dflash_ckpt.checks.acceptance import refuse_unimplemented
 from dflash_ckpt.checks.inspection import InspectResult, inspect_sources
+from dflash_ckpt.checks.target_config import check_target_config
+from dflash_ckpt.sources.weights import load_inventory
 from dflash_ckpt.rules import Finding, Severity, finding
 from dflash_ckpt.runtime.args import DraftArgs
 from dflash_ckpt.runtime.generate import Generation, decode, dflash_decode, step_clock, teacher_forced
@@ -344,7 +346,11 @@ def run_smoke(opts: SmokeOptions, progress: Any = None, log: Callable[[str], Non
         raise pre.fatal
     assert pre.draft is not None and pre.target is not None
     refuse_unimplemented(pre.draft)  # DF151, exit 2: never measure a draft without its acceptance keys
+    check_target_config(pre.target.config, pre.target.where)  # either backend, before anything is built
     backend = select_backend(opts.backend, pre.draft, pre.target.config, pre.target.where)
+    headers = load_inventory(LocalSource(Path(target_dir), label=target_label))  # unreadable: refused below
+    check_target_config(pre.target.config, pre.target.where, headers.tensors)
+    target_inv = headers if headers.tensors and not headers.problems else None
     if pre.failed():
         result.refused = True
         return result
@@ -361,7 +367,7 @@ def run_smoke(opts: SmokeOptions, progress: Any = None, log: Callable[[str], Non
         custom=bool(opts.prompts or opts.prompts_file), special_tokens=special_token_texts(encoder.special_tokens))
     stops = [] if opts.ignore_eos else stop_token_ids(Path(target_dir), pre.target.config, encoder.eos_token_id)
 
-    device, draft_dtype, target_dtype, target_inv = resolve_dtypes(opts, target_dir, target_label, plan.dtype)
+    device, draft_dtype, target_dtype, target_inv = resolve_dtypes(opts, target_dir, target_label, plan.dtype, target_inv)
     block = opts.block_size or draft_args.block_size
     result.trained_block_size = draft_args.block_size
     result.device = str(device)

@@ -1,6 +1,6 @@
-"""File operations of ``normalize``: build OUT atomically, or rewrite config.json in place.
+"""File operations of ``normalize``: check OUT, plan its files, or rewrite config.json in place.
 
-The promises: DRAFT is only read; OUT appears whole or not at all (it is built in a temporary
+Building OUT is ``normalize/build.py``, OUT's lock ``normalize/lock.py``. The promises: DRAFT is only read; OUT appears whole or not at all (it is built in a temporary
 sibling folder and renamed); an in-place rewrite goes through a temporary file, fsync and
 rename, so a crash leaves the old or the new file, never half of one; in a Hugging Face cache
 snapshot ``config.json`` is a link to a shared blob, and renaming over the link replaces the link
@@ -24,6 +24,7 @@ from typing import Callable, Iterator
 from dflash_ckpt.errors import InputError, UsageError, inert
 from dflash_ckpt.limits import FREE_SPACE_MARGIN
 from dflash_ckpt.limits import human_bytes as round_bytes
+from dflash_ckpt.normalize.lock import lock_out, recover_stale
 from dflash_ckpt.sources.base import describe_os_error
 
 #: Files that are linked rather than copied: big, and never edited by hand. Small files (JSON,
@@ -33,8 +34,6 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5
 #: Top-level folders that are tool state, not part of the draft (``hf download --local-dir``
 #: metadata, a git clone's history).
 SKIP_DIRS = (".cache", ".git")
-#: Copies at least this large show a progress bar (when stderr is a terminal).
-PROGRESS_MIN_BYTES = 256 * 2**20
 #: Room left free beyond the copy itself (stated in the message that refuses a copy).
 FREE_MARGIN = FREE_SPACE_MARGIN
 #: What DRAFT's links to files outside it become in OUT: the file's content (hard-linked or
@@ -42,8 +41,6 @@ FREE_MARGIN = FREE_SPACE_MARGIN
 EXTERNAL_COPY, EXTERNAL_LINK = "copy", "link"
 #: Write errors that are about the destination whatever file was being copied.
 OUT_FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EMLINK}
-CHUNK = 8 * 2**20
-SENDFILE_CHUNK = 64 * 2**20
 LINK_FALLBACK_ERRNOS = {errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP}
 
 
@@ -109,134 +106,6 @@ def check_out_path(draft_dir: Path, out: Path, *, force: bool) -> None:
             raise InputError(describe_os_error(err, str(out))) from None
         if not empty and not force:
             raise UsageError(f"OUT {out} exists and is not empty; give a new folder or pass --force to replace it")
-
-
-# -- one writer per OUT, and what a killed writer leaves ----------------------------------------
-
-_LOCKS: dict[str, int] = {}
-
-
-def lock_path(out: Path) -> Path:
-    """The lock file of OUT: a hidden sibling, like the partial folders."""
-    return _real(out).parent / f".{out.name}.dflash-ckpt.lock"
-
-
-def lock_out(out: Path) -> None:
-    """Hold an exclusive ``flock`` on OUT's lock file, or fail at once naming the other run.
-
-    The kernel drops the lock when the holder exits, even by SIGKILL, so a stale lock file never
-    blocks a later run. Held until ``unlock_out`` (``build_out`` calls it) or the process ends.
-    """
-    import fcntl  # noqa: PLC0415 - POSIX only, like the rest of this module
-
-    path = lock_path(out)
-    key = str(path)
-    if key in _LOCKS:
-        return
-    while True:
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except OSError as err:
-            raise InputError(describe_os_error(err, str(path)) + "; OUT's lock file cannot be created there") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as err:
-            os.close(fd)
-            if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                holder = _read_pid(path)
-                who = f" (process {holder})" if holder else ""
-                raise UsageError(
-                    f"OUT {out} is being written by another dflash-ckpt normalize{who}, which holds "
-                    f"{path}; wait for it to finish, or give another OUT"
-                ) from None
-            raise InputError(describe_os_error(err, str(path))) from None
-        try:
-            same = os.fstat(fd).st_ino == os.stat(path).st_ino
-        except OSError:
-            same = False
-        if same:  # not unlinked by a finishing run between our open and our flock
-            break
-        os.close(fd)
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode())
-    if not _LOCKS:
-        import atexit  # noqa: PLC0415
-
-        atexit.register(_unlock_all)
-    _LOCKS[key] = fd
-
-
-def _unlock_all() -> None:
-    for key in list(_LOCKS):
-        with contextlib.suppress(OSError):
-            os.unlink(key)
-        os.close(_LOCKS.pop(key))
-
-
-def unlock_out(out: Path) -> None:
-    """Release OUT's lock (and remove its file while still holding it)."""
-    key = str(lock_path(out))
-    fd = _LOCKS.pop(key, None)
-    if fd is None:
-        return
-    with contextlib.suppress(OSError):
-        os.unlink(key)
-    os.close(fd)
-
-
-def _read_pid(path: Path) -> str | None:
-    try:
-        text = path.read_text().strip()
-    except (OSError, UnicodeDecodeError):
-        return None
-    return text if text.isdigit() else None
-
-
-def stale_folders(out: Path) -> tuple[list[Path], list[Path]]:
-    """Hidden siblings a killed run of ``build_out`` left: partial OUTs, and moved-aside old OUTs."""
-    parent = _real(out).parent
-    partial, old = [], []
-    try:
-        entries = list(os.scandir(parent))
-    except OSError:
-        return [], []
-    for e in entries:
-        if e.name.startswith(f".{out.name}.partial-") and e.is_dir(follow_symlinks=False):
-            partial.append(Path(e.path))
-        elif e.name.startswith(f".{out.name}.old-") and e.is_dir(follow_symlinks=False):
-            old.append(Path(e.path))
-    return sorted(partial), sorted(old)
-
-
-def recover_stale(out: Path, *, say: Callable[[str], None] | None = None) -> list[str]:
-    """With OUT's lock held, every partial folder of OUT is dead: remove it. An old OUT moved
-    aside by a run killed mid-swap is put back when OUT is missing (it was the user's), else
-    removed. Returns what was done, one line each (also said on stderr)."""
-    import sys  # noqa: PLC0415
-
-    notes: list[str] = []
-    partial, old = stale_folders(out)
-    for folder in old:
-        inner = folder / "out"
-        if inner.is_dir() and not (out.exists() or out.is_symlink()):
-            try:
-                os.rename(inner, out)
-                notes.append(f"restored OUT {out} from {folder}, where an interrupted run had moved it")
-            except OSError as err:
-                notes.append(f"could not restore OUT {out} from {folder}: {err.strerror}; move it back by hand")
-                continue
-        shutil.rmtree(folder, ignore_errors=True)
-        if not folder.exists():
-            notes.append(f"removed {folder}, left by an interrupted run")
-    for folder in partial:
-        shutil.rmtree(folder, ignore_errors=True)
-        notes.append(
-            f"removed {folder}, a partial OUT left by an interrupted run" if not folder.exists()
-            else f"could not remove {folder}, a partial OUT left by an interrupted run; delete it by hand"
-        )
-    for line in notes:
-        (say or (lambda m: print(f"note: {inert(m)}", file=sys.stderr)))(line)
-    return notes
 
 
 def plan_files(
@@ -358,173 +227,6 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def copy_file(src: Path, dst: Path, on_bytes: Callable[[int], None] | None = None) -> None:
-    """Copy data, mode and times; ``on_bytes`` hears about every chunk (for a progress bar)."""
-    with open(src, "rb") as fi, open(dst, "xb") as fo:
-        done = _sendfile(fi.fileno(), fo.fileno(), on_bytes)
-        fi.seek(done)
-        fo.seek(done)
-        buf = bytearray(CHUNK)
-        view = memoryview(buf)
-        while True:
-            n = fi.readinto(buf)
-            if not n:
-                break
-            fo.write(view[:n])
-            if on_bytes is not None:
-                on_bytes(n)
-        fo.flush()
-        os.fsync(fo.fileno())
-    shutil.copystat(src, dst)
-
-
-def _sendfile(fd_in: int, fd_out: int, on_bytes: Callable[[int], None] | None) -> int:
-    """Copy in the kernel while it allows (about a third faster here); bytes done so far."""
-    done = 0
-    if not hasattr(os, "sendfile"):
-        return done
-    while True:
-        try:
-            n = os.sendfile(fd_out, fd_in, done, SENDFILE_CHUNK)
-        except OSError as err:
-            if err.errno in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EBADF):
-                return done  # the read/write loop takes over from here
-            raise
-        if n == 0:
-            return done
-        done += n
-        if on_bytes is not None:
-            on_bytes(n)
-
-
-ProgressFactory = Callable[[int], contextlib.AbstractContextManager[Callable[[int], None]]]
-
-
-def build_out(
-    draft_dir: Path,
-    out: Path,
-    config_bytes: bytes,
-    config_mode: int,
-    actions: list[FileAction],
-    *,
-    progress: ProgressFactory | None = None,
-) -> BuildReport:
-    """Write OUT: DRAFT's files (linked or copied) and the new ``config.json``, all or nothing."""
-    lock_out(out)
-    try:
-        return _build_out(draft_dir, out, config_bytes, config_mode, actions, progress=progress)
-    except OSError as err:
-        raise out_error(err, out) from None
-    finally:
-        unlock_out(out)
-
-
-def out_error(err: OSError, out: Path) -> InputError:
-    """One line for a failure to write OUT, naming OUT (not the file being copied into it)."""
-    if err.errno in (errno.ENOSPC, errno.EDQUOT):
-        what = "no space (or no free inodes) left" if err.errno == errno.ENOSPC else "disk quota exceeded"
-        return InputError(
-            f"OUT {out}: {what} on its filesystem while writing it; nothing was kept, free space "
-            "(`df -h`, `df -i`) or give an OUT on another filesystem"
-        )
-    if err.errno == errno.EROFS:
-        return InputError(f"OUT {out}: its filesystem is read-only; give an OUT on a writable one")
-    return InputError(f"OUT {out}: writing it failed ({err.strerror or err}); nothing was kept")
-
-
-def _build_out(
-    draft_dir: Path,
-    out: Path,
-    config_bytes: bytes,
-    config_mode: int,
-    actions: list[FileAction],
-    *,
-    progress: ProgressFactory | None = None,
-) -> BuildReport:
-    parent = _real(out).parent
-    report = BuildReport()
-    to_copy = sum(a.size for a in actions if a.how == "copy") + len(config_bytes)
-    check_free_space(parent, to_copy)
-    try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=parent))
-    except OSError as err:
-        raise InputError(describe_os_error(err, str(parent)) + "; OUT cannot be created there") from None
-    try:
-        with _term_as_interrupt():
-            copy_total = sum(a.size for a in actions if a.how == "copy")
-            bar = progress(copy_total) if progress is not None and copy_total >= PROGRESS_MIN_BYTES else contextlib.nullcontext(None)
-            with bar as on_bytes:
-                for a in actions:
-                    _place(a, tmp, parent, report, on_bytes)
-            cfg = tmp / "config.json"
-            with open(cfg, "xb") as fh:
-                fh.write(config_bytes)
-                fh.flush()
-                os.fchmod(fh.fileno(), config_mode)
-                os.fsync(fh.fileno())
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o777 & ~umask)
-            for root, _dirs, _files in os.walk(tmp):
-                _fsync_dir(Path(root))
-            _swap_into_place(tmp, out)
-            _fsync_dir(parent)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return report
-
-
-def _place(a: FileAction, tmp: Path, parent: Path, report: BuildReport, on_bytes: Callable[[int], None] | None) -> None:
-    dst = tmp / a.rel
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    if a.how == "symlink":
-        os.symlink(a.link_text if a.link_text is not None else os.readlink(a.src), dst)
-        return
-    if a.how == "link":
-        try:
-            os.link(a.src, dst)
-            report.linked.append(a.rel)
-            report.bytes_linked += a.size
-            return
-        except OSError as err:
-            if err.errno in OUT_FULL_ERRNOS - {errno.EMLINK}:
-                raise
-            if err.errno not in LINK_FALLBACK_ERRNOS:
-                raise InputError(describe_os_error(err, str(a.src))) from None
-            check_free_space(parent, a.size)  # this one was counted as a link
-    try:
-        copy_file(a.src, dst, on_bytes)
-    except OSError as err:
-        if err.errno in OUT_FULL_ERRNOS:
-            raise  # about OUT: build_out names it
-        raise InputError(describe_os_error(err, str(a.src)) + " (while copying into OUT)") from None
-    report.copied.append(a.rel)
-    report.bytes_copied += a.size
-
-
-def _swap_into_place(tmp: Path, out: Path) -> None:
-    """Rename the finished folder to OUT; an existing OUT (checked empty, or --force) is replaced."""
-    if not (out.exists() or out.is_symlink()):
-        os.rename(tmp, out)
-        return
-    try:
-        os.rename(tmp, out)  # POSIX replaces an empty folder in one step
-        return
-    except OSError as err:
-        if err.errno not in (errno.ENOTEMPTY, errno.EEXIST):
-            raise InputError(describe_os_error(err, str(out))) from None
-    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=tmp.parent))
-    os.rename(out, old / "out")
-    try:
-        os.rename(tmp, out)
-    except BaseException:
-        os.rename(old / "out", out)
-        shutil.rmtree(old, ignore_errors=True)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def atomic_write(path: Path, data: bytes, mode: int) -> None:

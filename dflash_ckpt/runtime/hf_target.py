@@ -9,9 +9,14 @@ same protocol the DFlash loop in ``runtime/generate.py`` uses: ``device``, ``emb
 ``crop(length)``. transformers is imported when this module is, so only ``smoke-run`` (after
 choosing this backend), the benchmarks and the tests import it.
 
-Loading: ``AutoModelForCausalLM.from_pretrained(use_safetensors=True)``, never
-``trust_remote_code``; a config whose model_type transformers does not know (an ``auto_map`` that
-only custom code could serve) is refused. Multimodal wrappers (a ``text_config``: Qwen3.5/3.6,
+Loading: ``AutoModelForCausalLM.from_pretrained(use_safetensors=True, local_files_only=True)``,
+never ``trust_remote_code``; a config whose model_type transformers does not know (an ``auto_map``
+that only custom code could serve) is refused. transformers sees the config only after
+``hf_config.clean_config`` has removed every key it would turn into an import, a download or code
+(a Hub attention kernel named in ``_attn_implementation``, ``auto_map``, ``quantization_config``...:
+the audited list is in ``runtime/hf_config.py`` and the README), from a private folder that holds
+nothing else of the target's but links to its safetensors files; the attention implementation is
+pinned here (``sdpa``, or ``eager`` where the model class lacks it). Multimodal wrappers (a ``text_config``: Qwen3.5/3.6,
 gemma-4, Kimi-K2.5) load their text decoder only, from the text config, with the checkpoint's
 text prefix renamed; the vision tower is never built. gpt-oss MXFP4 experts are dequantized on
 the CPU while loading (``Mxfp4Config(dequantize=True)``), then the model moves to the device.
@@ -44,7 +49,11 @@ Cache rollback after a rejected draft (``crop(length)`` keeps the first ``length
 from __future__ import annotations
 
 import inspect
+import json
+import os
 import re
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -59,6 +68,7 @@ from transformers.utils import logging as _hf_logging
 
 from dflash_ckpt.errors import InputError, UsageError
 from dflash_ckpt.runtime.families import HF_FAMILIES, HF_SUPPORTED_TEXT, hf_family_of
+from dflash_ckpt.runtime.hf_config import clean_config, pinned_attention
 from dflash_ckpt.runtime.target import TargetOutput
 
 
@@ -280,6 +290,26 @@ def _text_prefix_mapping(names: Sequence[str]) -> dict[str, str] | None:
     return mapping
 
 
+def _staging_folder(folder: Path) -> Path:
+    """A private folder for transformers: the cleaned config.json and links to the safetensors
+    files (and their index), nothing else of the target's (no code, no adapter_config.json)."""
+    from dflash_ckpt.sources.local import LocalSource
+    from dflash_ckpt.spec.resolve import read_config
+
+    config, _ = read_config(LocalSource(folder, label=str(folder)))
+    clean, _removed = clean_config(config)
+    staging = Path(tempfile.mkdtemp(prefix="dflash-ckpt-hf-"))
+    try:
+        (staging / "config.json").write_text(json.dumps(clean))
+        for entry in os.scandir(folder):
+            if entry.name.endswith((".safetensors", ".safetensors.index.json")) and "/" not in entry.name:
+                os.symlink(os.path.realpath(entry.path), staging / entry.name)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return staging
+
+
 def load_hf_target(folder: Path, info: HFTargetInfo, *, dtype: torch.dtype, device: torch.device,
                    tensor_names: Sequence[str]) -> HFTarget:
     """Load the text decoder of ``folder`` with transformers, safetensors only, onto ``device``."""
@@ -288,8 +318,9 @@ def load_hf_target(folder: Path, info: HFTargetInfo, *, dtype: torch.dtype, devi
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()  # unused vision weights and tied-head notes are expected
     hf_logging.disable_progress_bar()  # smoke-run draws its own progress
+    staging = _staging_folder(folder)
     try:
-        config = AutoConfig.from_pretrained(str(folder), trust_remote_code=False)
+        config = AutoConfig.from_pretrained(str(staging), trust_remote_code=False, local_files_only=True)
         text = config.get_text_config(decoder=True)
         kwargs: dict[str, Any] = {}
         if info.mxfp4:
@@ -305,13 +336,15 @@ def load_hf_target(folder: Path, info: HFTargetInfo, *, dtype: torch.dtype, devi
                 kwargs["key_mapping"] = mapping
         # Loaded on the CPU (a device_map would need accelerate), MXFP4 experts dequantized there,
         # then moved to the device.
+        attention = pinned_attention(AutoModelForCausalLM._model_mapping[type(text)])
         model, loading = AutoModelForCausalLM.from_pretrained(
-            str(folder), config=text, dtype=dtype, use_safetensors=True, trust_remote_code=False,
-            output_loading_info=True, **kwargs)
+            str(staging), config=text, dtype=dtype, use_safetensors=True, trust_remote_code=False,
+            local_files_only=True, attn_implementation=attention, output_loading_info=True, **kwargs)
     except (OSError, ValueError, KeyError) as exc:
         raise InputError(f"{folder}: transformers could not load the target: {str(exc).splitlines()[0]}",
                          code="DF212") from None
     finally:
+        shutil.rmtree(staging, ignore_errors=True)  # links and a config: the weights stay where they are
         hf_logging.set_verbosity(verbosity)
         if bars:
             hf_logging.enable_progress_bar()

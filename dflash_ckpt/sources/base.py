@@ -82,4 +82,8 @@ def describe_os_error(err: OSError, path: str) -> str:
         return f"{path}: is a folder, expected a file"
     if err.errno == errno.ENOTDIR:
         return f"{path}: a part of the path is not a folder"
+    if err.errno == errno.ENAMETOOLONG:
+        shown = path if len(path) <= 160 else f"{path[:100]}...{path[-40:]}"
+        return (f"{shown}: path too long ({len(path)} characters; the system allows 255 bytes a name, "
+                "4096 a path); give a shorter one")
     return f"{path}: {err.strerror or err}"

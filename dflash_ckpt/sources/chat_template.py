@@ -12,12 +12,23 @@ building huge strings: ``{{ 'a' * 10**10 }}``, ``'a'|center(10**10)``, nested lo
   checked *before* they run, so that one C-level operation cannot allocate gigabytes first;
 - every failure, whatever jinja2 or the template raises (a ``TemplateError``, a ``TypeError``, a
   ``ZeroDivisionError``, a ``RecursionError``...), is one ``InputError`` naming the folder.
+
+Those checks see operands, not what a filter or format does with them: ``"%999999999d"|format(1)``,
+``("{0:>{1}}"*200).format("a", 4000000)``, ``|indent(4000000)``, ``"%*d" % (n, 1)``, ``~``
+doubling inside a loop each pass one check and still build gigabytes in one C call. So the
+rendering itself runs in a forked child process whose address space may grow by at most
+``limits.TEMPLATE_MEMORY_BYTES`` (``RLIMIT_AS``) and whose CPU time is capped (``RLIMIT_CPU``,
+beside the timer above); whatever the template does, the cost stays there, and a child stopped by
+either limit is one DF002 line. Only the text (at most ``MAX_TEMPLATE_OUTPUT`` characters) comes
+back, through a pipe read no further than that.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
+import os
 import re
 import signal
 import threading
@@ -86,14 +97,35 @@ def _check_args(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
 
 
 def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` with its arguments checked first, and marked ``pass_context``: jinja2 folds a filter
+    with constant arguments while *compiling* (``{{ "%999999999d"|format(1) }}``), in this process
+    and outside every limit of ``render``, unless the filter asks for the context."""
+    from jinja2.utils import _PassArg, pass_context
+
+    kind = _PassArg.from_obj(fn)
+
+    @pass_context
+    def guarded(context: Any, *args: Any, **kwargs: Any) -> Any:
+        _check_args(fn, args, kwargs)
+        if kind is _PassArg.context:
+            return fn(context, *args, **kwargs)
+        if kind is _PassArg.eval_context:
+            return fn(context.eval_ctx, *args, **kwargs)
+        if kind is _PassArg.environment:
+            return fn(context.environment, *args, **kwargs)
+        return fn(*args, **kwargs)
+
+    guarded.__name__ = getattr(fn, "__name__", "filter")
+    return guarded
+
+
+def _guard_global(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A global function (``range``, ``raise_exception``...) with its arguments checked first."""
     def guarded(*args: Any, **kwargs: Any) -> Any:
         _check_args(fn, args, kwargs)
         return fn(*args, **kwargs)
 
-    for attr in ("jinja_pass_arg", "environmentfilter", "contextfilter", "evalcontextfilter"):
-        if hasattr(fn, attr):
-            setattr(guarded, attr, getattr(fn, attr))
-    guarded.__name__ = getattr(fn, "__name__", "filter")
+    guarded.__name__ = getattr(fn, "__name__", "function")
     return guarded
 
 
@@ -158,12 +190,14 @@ def compile_template(source: str, where: str = "chat template") -> Any:
     def strftime_now(fmt: str) -> str:
         return datetime.now().strftime(fmt)
 
-    env = GuardedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[GenerationTag, loopcontrols])
+    # optimized=False: jinja2's optimizer folds constant expressions while compiling, which would
+    # run ``"%999999999d"|format(1)`` here, in this process, outside every limit of ``render``.
+    env = GuardedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[GenerationTag, loopcontrols], optimized=False)
     env.filters["tojson"] = tojson
     env.filters = {name: _guard(f) for name, f in env.filters.items()}
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
-    env.globals = {k: _guard(v) if callable(v) and k not in ("namespace", "dict") else v for k, v in env.globals.items()}
+    env.globals = {k: _guard_global(v) if callable(v) and k not in ("namespace", "dict") else v for k, v in env.globals.items()}
     try:
         return env.from_string(source)
     except jinja2.TemplateSyntaxError as err:
@@ -173,7 +207,106 @@ def compile_template(source: str, where: str = "chat template") -> Any:
 
 
 def render(template: Any, context: dict[str, Any], where: str) -> str:
-    """``template`` rendered with ``context`` under the CPU-time and output-size limits."""
+    """``template`` rendered with ``context`` in a child process under memory and CPU limits."""
+    return render_all(template, [context], [where])[0]
+
+
+def render_all(template: Any, contexts: list[dict[str, Any]], wheres: list[str]) -> list[str]:
+    """Each context rendered, in one child process under memory and CPU limits (one fork for
+    all: a fork of a process that loaded torch costs about 60 ms). The first failure is raised.
+
+    Where ``fork`` is missing (not POSIX), they render here under the in-process limits only.
+    """
+    if not hasattr(os, "fork"):
+        return [render_here(template, c, w) for c, w in zip(contexts, wheres)]
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: send ``T<text>`` or ``E<message>`` per context, never return
+        status = 0
+        try:
+            os.close(read_end)
+            _limit_memory()
+            for context, where in zip(contexts, wheres):
+                _limit_cpu()
+                try:
+                    frame = b"T" + render_here(template, context, where).encode("utf-8", "surrogatepass")
+                except InputError as err:
+                    frame = b"E" + err.message.encode("utf-8", "replace")
+                _write_all(write_end, len(frame).to_bytes(8, "little") + frame)
+                if frame[:1] == b"E":
+                    break
+        except BaseException:  # noqa: BLE001 - the parent reports a child that stops early
+            status = 1
+        finally:
+            os._exit(status)
+    os.close(write_end)
+    texts: list[str] = []
+    try:
+        for where in wheres:
+            head = _read_exactly(read_end, 8)
+            size = int.from_bytes(head, "little") if len(head) == 8 else 0
+            frame = _read_exactly(read_end, size) if 0 < size <= 4 * limits.MAX_TEMPLATE_OUTPUT + 1 else b""
+            if frame[:1] == b"T" and len(frame) == size:
+                texts.append(frame[1:].decode("utf-8", "surrogatepass"))
+            elif frame[:1] == b"E":
+                raise InputError(frame[1:].decode("utf-8", "replace"), code="DF002")
+            else:
+                raise InputError(
+                    f"{where}: stopped: the rendering passed its limits of "
+                    f"{limits.human_bytes(limits.TEMPLATE_MEMORY_BYTES)} of memory or {limits.TEMPLATE_CPU_SECONDS:g} s "
+                    "of CPU time (README, Limits)", code="DF002")
+    finally:
+        os.close(read_end)
+        os.waitpid(pid, 0)
+    return texts
+
+
+def _limit_memory() -> None:
+    """In the forked child: its address space may grow by ``TEMPLATE_MEMORY_BYTES`` at most."""
+    import resource
+
+    try:
+        with open("/proc/self/statm") as fh:
+            now = int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return
+    cap = now + limits.TEMPLATE_MEMORY_BYTES
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+
+def _limit_cpu() -> None:
+    """In the forked child, before each rendering: the kernel stops it (SIGXCPU) a second past
+    the timer's limit, in case one C call never lets the timer's signal run."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    soft = math.ceil(usage.ru_utime + usage.ru_stime + limits.TEMPLATE_CPU_SECONDS) + 1
+    hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _read_exactly(fd: int, size: int) -> bytes:
+    chunks: list[bytes] = []
+    left = size
+    while left:
+        chunk = os.read(fd, min(1 << 20, left))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def render_here(template: Any, context: dict[str, Any], where: str) -> str:
+    """``template`` rendered with ``context`` in this process, under the CPU-time and output-size limits."""
     cap = limits.MAX_TEMPLATE_OUTPUT
     parts: list[str] = []
     total = 0
@@ -189,7 +322,8 @@ def render(template: Any, context: dict[str, Any], where: str) -> str:
     except RecursionError:
         raise InputError(f"{where}: recursion too deep (a macro that calls itself without end?)", code="DF002") from None
     except MemoryError:
-        raise InputError(f"{where}: ran out of memory", code="DF002") from None
+        raise InputError(f"{where}: stopped: it needed more than {limits.human_bytes(limits.TEMPLATE_MEMORY_BYTES)} "
+                         "of memory (README, Limits)", code="DF002") from None
     except Exception as err:  # noqa: BLE001 - TemplateError, TypeError, ZeroDivisionError...: all one line
         import jinja2
 
@@ -203,4 +337,4 @@ def _first_line(err: BaseException, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-__all__ = ["TemplateLimit", "compile_template", "cpu_limit", "render"]
+__all__ = ["TemplateLimit", "compile_template", "cpu_limit", "render", "render_all", "render_here"]

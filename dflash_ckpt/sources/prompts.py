@@ -13,13 +13,15 @@ encoded with them (``tokenizer(text)``), which adds Llama's BOS.
 
 from __future__ import annotations
 
+import itertools
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dflash_ckpt import limits
 from dflash_ckpt.errors import InputError, UsageError
-from dflash_ckpt.sources.chat_template import compile_template, render
+from dflash_ckpt.sources.chat_template import compile_template, render_all
 from dflash_ckpt.sources.files import read_capped, read_capped_text
 from dflash_ckpt.sources.jsonfile import decode_json_bytes
 
@@ -98,7 +100,7 @@ def parse_conversation(turns: Any, where: str, key: str) -> tuple[dict[str, str]
                 f"{where}: '{key}' turn {number} is from {speaker!r}; use one of {', '.join(sorted(ROLE_ALIASES))}",
                 code="DF002",
             )
-        out.append({"role": role, "content": text})
+        out.append({"role": role, "content": check_text(text, f"{where}: '{key}' turn {number}")})
     while out and out[-1]["role"] == "assistant":
         out.pop()
     if not any(t["role"] == "user" for t in out):
@@ -106,12 +108,41 @@ def parse_conversation(turns: Any, where: str, key: str) -> tuple[dict[str, str]
     return tuple(out)
 
 
+#: A line holding something other than blanks (what ``read_prompts_file`` turns into a prompt).
+_PROMPT_LINE = re.compile(r"^[ \t\r\f\v]*\S", re.M)
+
+
+def check_text(text: str, where: str) -> str:
+    """``text`` if it is valid Unicode; a lone surrogate (``"\\ud800"`` in JSON, or invalid UTF-8
+    from the command line, which Python carries as surrogates) is one DF002 line, not a
+    TypeError from the tokenizer."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        bad = text[err.start]
+        what = f"the byte 0x{ord(bad) - 0xDC00:02X} (not UTF-8)" if 0xDC80 <= ord(bad) <= 0xDCFF else f"a lone surrogate U+{ord(bad):04X}"
+        raise InputError(f"{where}: the text holds {what} at character {err.start}; give valid UTF-8 text", code="DF002") from None
+    return text
+
+
+def _check_count(count: int, where: str) -> None:
+    if count > limits.MAX_PROMPTS:
+        raise InputError(
+            f"{where}: more than {limits.MAX_PROMPTS:,} prompts (each is decoded twice); split the file, "
+            "a few dozen prompts measure a draft well", code="DF002")
+
+
 def read_prompts_file(path: str, first_position: int = 1) -> list[Prompt]:
     """JSONL: per line an object with ``prompt`` (or ``text``), ``messages`` or ShareGPT
     ``conversations``, and optionally ``name`` (or ``id``); a bare JSON string is a prompt too.
     Blank lines are skipped. Unnamed prompts are named by position, counting from
     ``first_position`` (the prompts given before this file come first)."""
-    lines = read_capped_text(path, limits.MAX_PROMPTS_BYTES, what="prompts file").splitlines()
+    text = read_capped_text(path, limits.MAX_PROMPTS_BYTES, what="prompts file")
+    room = limits.MAX_PROMPTS - (first_position - 1)
+    # counted before anything is parsed, stopping at the first line past the cap
+    _check_count(first_position - 1 + sum(1 for _ in itertools.islice(_PROMPT_LINE.finditer(text), max(room, 0) + 1)), path)
+    lines = text.splitlines()
+    del text
     prompts: list[Prompt] = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -120,14 +151,14 @@ def read_prompts_file(path: str, first_position: int = 1) -> list[Prompt]:
         item = decode_json_bytes(line.encode(), where)
         default_name = default_prompt_name(first_position + len(prompts))
         if isinstance(item, str):
-            prompts.append(Prompt(default_name, item))
+            prompts.append(Prompt(default_name, check_text(item, where)))
             continue
         if not isinstance(item, dict):
             raise InputError(f"{where}: each line must be a JSON object or string, found {type(item).__name__}", code="DF002")
         name = item.get("name", item.get("id"))
         if name is not None and not isinstance(name, (str, int)) or isinstance(name, bool):
             raise InputError(f"{where}: 'name' must be a string (or an integer id), found {type(name).__name__}", code="DF002")
-        name = default_name if name is None else str(name)
+        name = default_name if name is None else check_text(str(name), f"{where}: 'name'")
         if len(name) > 200:
             raise InputError(f"{where}: 'name' has {len(name):,} characters; keep names under 200", code="DF002")
         text = item.get("prompt", item.get("text"))
@@ -135,7 +166,7 @@ def read_prompts_file(path: str, first_position: int = 1) -> list[Prompt]:
         if conv_key is not None:
             prompts.append(Prompt(name, None, parse_conversation(item[conv_key], where, conv_key)))
         elif isinstance(text, str):
-            prompts.append(Prompt(name, text))
+            prompts.append(Prompt(name, check_text(text, where)))
         else:
             raise InputError(f"{where}: give 'prompt' (a string), 'messages' or 'conversations' (a list)", code="DF002")
     if not prompts:
@@ -145,7 +176,8 @@ def read_prompts_file(path: str, first_position: int = 1) -> list[Prompt]:
 
 def gather_prompts(texts: list[str], prompts_file: str | None) -> list[Prompt]:
     """``-p`` texts, then the file's prompts, named by position where unnamed; else the built-in set."""
-    prompts = [Prompt(default_prompt_name(i), text) for i, text in enumerate(texts, 1)]
+    _check_count(len(texts), "-p")
+    prompts = [Prompt(default_prompt_name(i), check_text(text, f"-p prompt {i}")) for i, text in enumerate(texts, 1)]
     if prompts_file:
         prompts += read_prompts_file(prompts_file, first_position=len(prompts) + 1)
     check_unique_names(prompts)
@@ -205,12 +237,14 @@ class PromptEncoder:
             self.special_tokens["additional_special_tokens"] = [t for t in map(_token_text, extra) if t is not None]
         self.template = self._find_template(config) if chat_template else None
         self._compiled = None
+        #: Renderings by prompt, made once each, in a child process (``chat_template.render_all``).
+        self._rendered: dict[tuple[str, str | None, str], str] = {}
 
     def _find_template(self, config: dict[str, Any]) -> str | None:
         tpl = config.get("chat_template")
         if isinstance(tpl, list):  # named templates: [{"name": "default", "template": ...}, ...]
-            named = {t.get("name"): t.get("template") for t in tpl if isinstance(t, dict)}
-            tpl = named.get("default")
+            named = {t.get("name"): t.get("template") for t in tpl if isinstance(t, dict) and isinstance(t.get("name"), str)}
+            tpl = named.get("default")  # a name that is not a string (a list, a number) names nothing
         if isinstance(tpl, str):
             return tpl
         jinja_file = self.folder / "chat_template.jinja"
@@ -234,16 +268,28 @@ class PromptEncoder:
             if prompt.messages is not None:
                 raise UsageError(f"prompt {prompt.name!r} is a conversation ('messages'); it needs the chat template")
             return prompt.text or ""
+        self.prepare([prompt])
+        return self._rendered[_key(prompt)]
+
+    def prepare(self, prompts: list[Prompt]) -> None:
+        """Render every prompt not rendered yet, all in one child process (``render_all``)."""
+        if self.template is None:
+            return
+        todo = list({_key(p): p for p in prompts if _key(p) not in self._rendered}.values())
+        if not todo:
+            return
         if self._compiled is None:
             self._compiled = compile_template(self.template, f"{self.folder}: chat template")
-        context = {
-            "messages": prompt.conversation(), "tools": None, "documents": None, "add_generation_prompt": True,
+        contexts = [{
+            "messages": p.conversation(), "tools": None, "documents": None, "add_generation_prompt": True,
             **self.special_tokens, "enable_thinking": self.thinking,
-        }
-        return render(self._compiled, context, f"{self.folder}: the chat template fails on prompt {prompt.name!r}")
+        } for p in todo]
+        wheres = [f"{self.folder}: the chat template fails on prompt {p.name!r}" for p in todo]
+        for p, text in zip(todo, render_all(self._compiled, contexts, wheres)):
+            self._rendered[_key(p)] = text
 
     def encode(self, prompt: Prompt) -> list[int]:
-        text = self.render(prompt)
+        text = check_text(self.render(prompt), f"prompt {prompt.name!r} after the chat template")
         if len(text) > limits.MAX_PROMPT_CHARS:
             raise InputError(
                 f"prompt {prompt.name!r}: {len(text):,} characters after the template, more than the "
@@ -254,6 +300,10 @@ class PromptEncoder:
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False)
+
+
+def _key(prompt: Prompt) -> tuple[str, str | None, str]:
+    return prompt.name, prompt.text, repr(prompt.messages)
 
 
 def stop_token_ids(folder: Path, config: dict[str, Any], tokenizer_eos: int | None) -> list[int]:

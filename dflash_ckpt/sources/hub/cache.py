@@ -295,3 +295,20 @@ class RepoCache:
             self._write(self._own(commit) / f"{name}.head", data)
         except OSError:
             pass
+
+
+def hub_cache_snapshot(folder: Path) -> str | None:
+    """The repo id when ``folder`` is a snapshot in a Hugging Face cache
+    (``.../models--org--name/snapshots/<commit>``), else ``None``.
+
+    The real path is judged, so that a link to a snapshot, or ``snapshots/<c>/../<c>``, is the
+    snapshot it reaches (``normalize --in-place`` refuses all three alike).
+    """
+    real = Path(os.path.realpath(folder))
+    snapshots, repo_dir = real.parent, real.parent.parent
+    if snapshots.name != "snapshots" or not (repo_dir / "blobs").is_dir():
+        return None
+    kind, sep, rest = repo_dir.name.partition("--")
+    if not sep or kind not in ("models", "datasets", "spaces") or "--" not in rest:
+        return None
+    return rest.replace("--", "/", 1)
