@@ -128,7 +128,7 @@ def test_max_new_tokens_past_the_target_positions_is_a_usage_error(cli, pair) ->
 
 
 def test_position_check_boundary() -> None:
-    from dflash_ckpt.commands.smoke_advice import check_positions
+    from dflash_ckpt.runtime.plan import check_positions
     from dflash_ckpt.errors import UsageError
     from dflash_ckpt.sources.prompts import Prompt
 

@@ -10,7 +10,7 @@ from dflash_ckpt.checks.engines import READER_TITLES, Verdict, judge_readers
 from dflash_ckpt.errors import DFlashCkptError, split_location
 from dflash_ckpt.rules import Finding, Severity, finding
 from dflash_ckpt.sources.base import Source
-from dflash_ckpt.spec.resolve import DraftSpec, TargetSpec, load_draft, load_target
+from dflash_ckpt.spec.resolve import DraftSpec, TargetSpec, read_draft_spec, read_target_spec
 
 
 class InspectResult:
@@ -95,9 +95,9 @@ def inspect_sources(draft_src: Source, target_src: Source | None = None) -> Insp
     """Check one draft (and its pairing with a target); input errors end up in ``fatal``."""
     result = InspectResult(label=draft_src.label)
     try:
-        result.draft = load_draft(draft_src)
+        result.draft = read_draft_spec(draft_src)
         if target_src is not None:
-            result.target = load_target(target_src)
+            result.target = read_target_spec(target_src)
     except DFlashCkptError as err:
         result.set_fatal(err)
         result.bytes_read = draft_src.bytes_read

@@ -5,15 +5,14 @@ Reads the draft (config.json and safetensors headers, never tensor data), plans 
 result with inspect's checks, and only then writes: a new OUT folder (``dflash_ckpt.normalize.fsops``),
 the draft's config.json in place, or nothing (``--check``, ``--dry-run``).
 
-Imported only when the command runs; the report for people is in ``normalize_report``.
+Imported only when the command runs; the report (for people, or JSON) is in ``normalize_report``.
+``run_normalize`` is the command's work with the CLI's long options as keywords.
 """
 
 from __future__ import annotations
 
-import difflib
 import re
 import stat
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
@@ -83,6 +82,14 @@ class Outcome:
     error: DFlashCkptError | None = None
     exit_code: int = 0
 
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``--json`` document."""
+        return self.to_json()
+
     def to_json(self) -> dict[str, Any]:
         plan, req = self.plan, self.req
         from dflash_ckpt.commands.json_out import SCHEMA_VERSION
@@ -130,14 +137,70 @@ def parse_layer_ids(text: str) -> list[int]:
     return ids
 
 
-def run_normalize(req: Request) -> int:
-    """Do the run; print the report (or JSON); return the exit code."""
+def run_normalize(draft: str, out: str | Path | None = None, *, in_place: bool = False, no_backup: bool = False,
+                  check: bool = False, dry_run: bool = False, force: bool = False, copy: bool = False,
+                  external_links: str = "copy", target_layer_ids: str | list[int] | None = None,
+                  block_size: int | None = None, mask_token_id: int | None = None, num_target_layers: int | None = None,
+                  layer_types: str | list[str] | None = None, prefer: str | None = None, no_mirrors: bool = False,
+                  target: str | None = None, revision: str | None = None, token: str | None = None,
+                  progress: bool = False) -> Outcome:
+    """``dflash-ckpt normalize DRAFT [OUT]``: keywords are its long options. Prints nothing
+    (``progress``: a bar on stderr while weights are copied); raises ``DFlashCkptError`` for a
+    refusal, with nothing written; returns the outcome (``.ok``, ``.exit_code``, ``.to_dict()``)."""
+    req = make_request(
+        draft, None if out is None else Path(out), in_place=in_place, no_backup=no_backup, check=check,
+        dry_run=dry_run, force=force, copy=copy, external_links=external_links, target_layer_ids=target_layer_ids,
+        block_size=block_size, mask_token_id=mask_token_id, num_target_layers=num_target_layers,
+        layer_types=layer_types, prefer=prefer, no_mirrors=no_mirrors, target=target, revision=revision,
+        token=token, json_out=not progress, quiet=not progress)
+    outcome = execute(req)
+    if outcome.error is not None:
+        raise outcome.error
+    return outcome
+
+
+def make_request(draft: str, out: Path | None, *, in_place: bool, no_backup: bool, check: bool, dry_run: bool,
+                 force: bool, copy: bool, external_links: str, target_layer_ids: str | list[int] | None,
+                 block_size: int | None, mask_token_id: int | None, num_target_layers: int | None,
+                 layer_types: str | list[str] | None, prefer: str | None, no_mirrors: bool, target: str | None,
+                 revision: str | None, token: str | None, json_out: bool, quiet: bool) -> Request:
+    """The options checked against each other (usage errors, exit 2) and parsed into a ``Request``."""
+    from dflash_ckpt.errors import UsageError
+    from dflash_ckpt.normalize.plan import Overrides, parse_layer_types
+
+    if out is not None and in_place:
+        raise UsageError("give OUT or --in-place, not both")
+    if check and (out is not None or in_place):
+        raise UsageError("--check writes nothing; drop OUT and --in-place")
+    if out is None and not (in_place or check or dry_run):
+        raise UsageError("give OUT (a new folder), or --in-place, --check or --dry-run")
+    if no_backup and not in_place:
+        raise UsageError("--no-backup only applies to --in-place")
+    if copy and out is None:
+        raise UsageError("--copy only applies to OUT")
+    overrides = Overrides(
+        block_size=block_size,
+        mask_token_id=mask_token_id,
+        target_layer_ids=parse_layer_ids(target_layer_ids) if isinstance(target_layer_ids, str) else target_layer_ids,
+        num_target_layers=num_target_layers,
+        layer_types=parse_layer_types(layer_types) if isinstance(layer_types, str) else layer_types,
+    )
+    return Request(
+        draft=draft, out=out.expanduser() if out is not None else None, in_place=in_place,
+        backup=not no_backup, check=check, dry_run=dry_run, force=force, copy=copy,
+        external_links=external_links, prefer=prefer, mirrors=not no_mirrors,
+        overrides=overrides, target=target, revision=revision, token=token, json_out=json_out, quiet=quiet,
+    )
+
+
+def execute(req: Request) -> Outcome:
+    """Do the run; a refusal lands in ``outcome.error`` (and its exit code), beside what was found."""
     from dflash_ckpt.errors import DFlashCkptError
 
     outcome = Outcome(req=req, label=req.draft)
     try:
         try:
-            _run(req, outcome)
+            normalize_into(req, outcome)
         finally:
             if req.out is not None:
                 from dflash_ckpt.normalize.fsops import unlock_out
@@ -146,22 +209,12 @@ def run_normalize(req: Request) -> int:
     except DFlashCkptError as err:
         outcome.error = err
         outcome.exit_code = err.exit_code
-    if req.json_out:  # rich stays unimported on the machine path
-        from dflash_ckpt.commands.json_out import print_json
-
-        print_json(outcome.to_json())
-        if outcome.error is not None:  # stdout stays one document; the line is for the log
-            print(outcome.error.line("dflash-ckpt normalize"), file=sys.stderr)
-        return outcome.exit_code
-    from dflash_ckpt.commands.normalize_report import render_normalize
-
-    render_normalize(outcome)
-    if outcome.error is not None:
-        raise outcome.error  # the CLI prints its line after the failed checks
-    return outcome.exit_code
+    return outcome
 
 
-def _run(req: Request, oc: Outcome) -> None:
+def normalize_into(req: Request, oc: Outcome) -> None:
+    """Fill ``oc`` with the run's findings and what it wrote; raises on a refusal (the caller
+    unlocks OUT: ``execute``)."""
     from dflash_ckpt.checks import run_checks
     from dflash_ckpt.normalize.config_text import ConfigText
     from dflash_ckpt.errors import CheckFailed
@@ -169,8 +222,10 @@ def _run(req: Request, oc: Outcome) -> None:
     from dflash_ckpt.checks.engines import judge_readers
     from dflash_ckpt.rules import Severity
     from dflash_ckpt.sources.resolve import open_source
-    from dflash_ckpt.spec.resolve import build_spec, load_target, read_config
+    from dflash_ckpt.spec.resolve import build_spec, read_config, read_target_spec
     from dflash_ckpt.sources.weights import load_inventory
+    from dflash_ckpt.normalize.config_text import unified_diff
+    from dflash_ckpt.normalize.outdir import check_new_parents, make_parents, missing_parents, remove_empty
 
     _refuse_cache_in_place(req, None)
     config_src, weights_src = _open_draft(req)
@@ -186,7 +241,7 @@ def _run(req: Request, oc: Outcome) -> None:
         else:
             check_out_path(draft_dir, req.out, force=req.force)
     if req.target is not None:
-        oc.target = load_target(open_source(req.target, token=req.token, role="target"))
+        oc.target = read_target_spec(open_source(req.target, token=req.token, role="target"))
 
     config, raw = read_config(config_src)
     where = config_src.where("config.json")
@@ -253,61 +308,6 @@ def _located(f: Finding, where: str) -> Finding:
     if f.path is None and f.message.startswith(where + ": "):
         return f._replace(path=where, message=f.message[len(where) + 2:])
     return f
-
-
-def missing_parents(out: Path) -> list[Path]:
-    """OUT's ancestors that do not exist yet, outermost first (normalize creates them)."""
-    missing: list[Path] = []
-    parent = out.absolute().parent
-    while not parent.exists() and not parent.is_symlink() and parent != parent.parent:
-        missing.append(parent)
-        parent = parent.parent
-    return missing[::-1]
-
-
-def check_new_parents(draft_dir: Path, out: Path) -> None:
-    """Before anything is created: the folders normalize would make for OUT can be made, outside DRAFT."""
-    import os
-
-    from dflash_ckpt.errors import InputError, UsageError
-
-    missing = missing_parents(out)
-    base = missing[0].parent
-    if not base.is_dir():
-        raise UsageError(f"OUT {out}: {base} is not a folder, so OUT's parent folders cannot be created there")
-    real_out = Path(os.path.realpath(base)) / out.absolute().relative_to(base)
-    real_draft = Path(os.path.realpath(draft_dir))
-    if real_draft == real_out or real_draft in real_out.parents:
-        raise UsageError(f"OUT {out} is inside DRAFT {draft_dir}; give a folder outside it")
-    if not os.access(base, os.W_OK | os.X_OK):
-        raise InputError(f"{base}: not writable by this user; OUT's parent folders cannot be created there (choose another folder or fix its permissions)")
-
-
-def make_parents(out: Path) -> list[Path]:
-    """Create OUT's missing parent folders; the ones created, outermost first."""
-    from dflash_ckpt.errors import InputError
-    from dflash_ckpt.sources.base import describe_os_error
-
-    created: list[Path] = []
-    for folder in missing_parents(out):
-        try:
-            folder.mkdir()
-        except FileExistsError:
-            continue
-        except OSError as err:
-            remove_empty(created)
-            raise InputError(describe_os_error(err, str(folder))) from None
-        created.append(folder)
-    return created
-
-
-def remove_empty(created: list[Path]) -> None:
-    """Undo ``make_parents`` after a failure: remove the folders it made, innermost first, if empty."""
-    for folder in reversed(created):
-        try:
-            folder.rmdir()
-        except OSError:
-            return
 
 
 def hub_cache_snapshot(folder: Path) -> str | None:
@@ -382,7 +382,7 @@ def _plan_out(req: Request, draft_dir: Path) -> list[Any]:
 
 def _known(inventory: WeightInventory, spec: DraftSpec, target: TargetSpec | None) -> Known:
     from dflash_ckpt.normalize.plan import Known
-    from dflash_ckpt.spec.resolve import as_int
+    from dflash_ckpt.spec.resolve import as_int, fc_taps
 
     return Known(
         fc_taps=fc_taps(inventory, spec.dims.hidden_size),
@@ -391,28 +391,6 @@ def _known(inventory: WeightInventory, spec: DraftSpec, target: TargetSpec | Non
         target_vocab=as_int(target.vocab_size) if target else None,
         target_pad=as_int(target.pad_token_id) if target else None,
     )
-
-
-def fc_taps(inventory: WeightInventory, hidden: int | None) -> int | None:
-    """k in ``fc.weight [H, k*H]`` (a ``model.``-style prefix tolerated); ``None`` if unknown."""
-    for name, info in inventory.tensors.items():
-        if name == "fc.weight" or (name.endswith(".fc.weight") and name.count(".") == 2):
-            shape = tuple(info.shape)
-            h = hidden if hidden else (shape[0] if len(shape) == 2 else None)
-            if len(shape) == 2 and h and shape[0] == h and shape[1] % h == 0 and shape[1] > 0:
-                return shape[1] // h
-            return None
-    return None
-
-
-def unified_diff(old: bytes, new: bytes, old_name: str, new_name: str) -> str:
-    """The change to config.json as a unified diff ('' when nothing changes)."""
-    if old == new:
-        return ""
-    a = old.decode("utf-8-sig").splitlines(keepends=True)
-    b = new.decode("utf-8-sig").splitlines(keepends=True)
-    lines = list(difflib.unified_diff(a, b, old_name, new_name))
-    return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
 
 
 def _progress_bar(total: int) -> Any:

@@ -8,6 +8,10 @@ checks or the runtime refuse, as ``smoke-run`` does; load both models; record ea
 ``runtime.probe.simulate`` (draft calls only); re-measure the finalists (the best ones and the
 configured ids) with ``generate.dflash_decode``, the loop ``smoke-run`` measures with, so the
 reported tau of the winner is smoke-run's tau; judge; optionally write a normalized copy.
+The pair is planned as smoke-run plans it (``runtime/plan.py``), on the backend ``--backend`` picks.
+
+``run_probe_taps`` is the command's work with the CLI's long options as keywords: no printing, no
+``sys.exit``; it raises ``DFlashCkptError`` for one-line errors and returns a ``ProbeResult``.
 
 Verdict (exit code): 0 when the best tap set reaches ``--min-acceptance`` and the configured ids
 (if any) are the best; 1 when the configured ids measure worse than another set (DF410) or no set
@@ -22,26 +26,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import torch
-
 from dflash_ckpt.checks import run_checks
 from dflash_ckpt.commands.json_out import SCHEMA_VERSION
-from dflash_ckpt.commands.normalize_run import fc_taps
+from dflash_ckpt.commands.options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_ACCEPTANCE
 from dflash_ckpt.commands.probe_search import EXHAUSTIVE_MAX, KEEP_EXACT, Measured, SearchResult, TapSet, search_taps, valid
-from dflash_ckpt.commands.smoke_advice import check_positions
-from dflash_ckpt.commands.run_setup import RunOptions, encode_prompts, resolve_dtypes, resolve_folders, set_threads
-from dflash_ckpt.errors import CheckFailed, InputError, UsageError
+from dflash_ckpt.errors import CheckFailed, DFlashCkptError, InputError, UsageError
 from dflash_ckpt.rules import Finding, Severity, finding
-from dflash_ckpt.runtime.args import DraftArgs, TargetArgs, ensure_supported
-from dflash_ckpt.runtime.generate import dflash_decode
-from dflash_ckpt.runtime.static import StaticRunner, supports_static
-from dflash_ckpt.runtime.loading import dtype_name, load_draft, load_target
+from dflash_ckpt.runtime.backend import select_backend
+from dflash_ckpt.runtime.loading import dtype_name, load_draft
+from dflash_ckpt.runtime.loops import make_loop
+from dflash_ckpt.runtime.plan import RunOptions, encode_prompts, plan_run, resolve_folders, set_threads
 from dflash_ckpt.runtime.probe import measure, reading_taps, record
 from dflash_ckpt.sources.local import LocalSource
 from dflash_ckpt.sources.prompts import stop_token_ids
-from dflash_ckpt.spec.resolve import DraftSpec, TargetSpec, build_spec, read_config
-from dflash_ckpt.spec.resolve import load_draft as read_draft
-from dflash_ckpt.spec.resolve import load_target as read_target
+from dflash_ckpt.spec.resolve import DraftSpec, TargetSpec, as_int, build_spec, fc_taps, read_draft_spec, read_target_spec
 
 #: Finalists re-measured with the real loop (the best and the runner-up: the gap is between them).
 CONFIRM = 2
@@ -152,6 +150,9 @@ class ProbeResult:
     block_size: int | None = None
     stop_token_ids: list[int] = field(default_factory=list)
     write: dict[str, Any] | None = None
+    #: Why ``--write`` wrote nothing (the run itself may have passed).
+    write_error: DFlashCkptError | None = None
+    backend: str | None = None
 
     @property
     def best(self) -> Candidate | None:
@@ -168,7 +169,17 @@ class ProbeResult:
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.refused or any(f.severity == Severity.ERROR for f in self.findings) else 0
+        if self.refused or any(f.severity == Severity.ERROR for f in self.findings):
+            return 1
+        return self.write_error.exit_code if self.write_error is not None else 0
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``--json`` document."""
+        return self.to_json()
 
     def confidence(self) -> dict[str, Any]:
         """Best against runner-up: the gap in tau, relative to the best, and in standard errors."""
@@ -206,7 +217,7 @@ class ProbeResult:
             "precheck": [f.to_json() for f in self.refused],
             "findings": [f.to_json() for f in self.findings],
             "settings": {
-                "device": self.device, "draft_dtype": self.draft_dtype, "target_dtype": self.target_dtype,
+                "device": self.device, "backend": self.backend, "draft_dtype": self.draft_dtype, "target_dtype": self.target_dtype,
                 "block_size": self.block_size, "max_new_tokens": o.max_new_tokens,
                 "min_acceptance": o.min_acceptance, "chat_template": o.chat_template, "thinking": o.thinking,
                 "custom_prompts": bool(o.prompts or o.prompts_file), "stop_token_ids": self.stop_token_ids,
@@ -281,6 +292,35 @@ def configured_problem(ids: Sequence[int] | None, k: int, depth: int) -> str | N
 # -- the run -----------------------------------------------------------------------------------
 
 
+def run_probe_taps(draft: str, target: str, *, prompt: Sequence[str] = (), prompts: str | None = None,
+                   budget: int | None = None, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+                   min_acceptance: float = DEFAULT_MIN_ACCEPTANCE, write: str | Path | None = None, force: bool = False,
+                   top: int = DEFAULT_TOP, draft_dtype: str = "bfloat16", target_dtype: str | None = None,
+                   device: str = "auto", backend: str = "auto", block_size: int | None = None, thinking: bool = False,
+                   no_chat_template: bool = False, tokenizer: str | None = None, ignore_eos: bool = False,
+                   revision: str | None = None, token: str | None = None,
+                   log: Callable[[str], None] | None = None, copy_progress: bool = False) -> ProbeResult:
+    """``dflash-ckpt probe-taps DRAFT --target TARGET``: keywords are its long options (``prompt`` is
+    ``-p``, repeatable; ``prompts`` the JSONL file). With ``write``, a normalized copy with the winner
+    is written when the run found one; why it was not lands in ``write_error`` (and the exit code).
+    ``copy_progress``: a bar on stderr while weights are copied. Raises ``DFlashCkptError`` for
+    one-line errors."""
+    opts = ProbeOptions(
+        draft=draft, target=target, prompts=list(prompt), prompts_file=prompts, budget=budget,
+        max_new_tokens=max_new_tokens, min_acceptance=min_acceptance, write=Path(write) if write is not None else None,
+        force=force, top=top, draft_dtype=draft_dtype, target_dtype=target_dtype, device=device, backend=backend,
+        block_size=block_size, thinking=thinking, chat_template=not no_chat_template, tokenizer=tokenizer,
+        ignore_eos=ignore_eos, revision=revision, token=token)
+    res = run_probe(opts, log=log)
+    if opts.write is not None and not res.refused and res.best is not None:
+        try:
+            res.write = write_copy(res, quiet=not copy_progress)
+        except DFlashCkptError as err:
+            res.write_error = err
+            res.write = {"written": False, "error": {"code": err.code, "message": err.message}}
+    return res
+
+
 def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None) -> ProbeResult:
     """Everything ``probe-taps`` does short of printing (and of ``--write``, see ``write_copy``)."""
     opts.validate()
@@ -288,17 +328,18 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None) -> P
     draft_dir, draft_label, target_dir, target_label = resolve_folders(opts)
     result = ProbeResult(draft_label, target_label, opts, draft_path=str(draft_dir), target_path=str(target_dir))
 
-    spec0 = read_draft(LocalSource(Path(draft_dir), label=draft_label))
-    tspec: TargetSpec = read_target(LocalSource(Path(target_dir), label=target_label))
+    spec0 = read_draft_spec(LocalSource(Path(draft_dir), label=draft_label))
+    tspec: TargetSpec = read_target_spec(LocalSource(Path(target_dir), label=target_label))
     assert spec0.weights is not None
     k = fc_taps(spec0.weights, spec0.dims.hidden_size)
     if k is None:
         raise InputError(
             f"{draft_dir}: no fc.weight of shape [hidden_size, k * hidden_size] in the safetensors files, so the "
             "number of tap layers is unknown; probe-taps needs the draft's trained fc", code="DF210")
-    target_config = read_config(LocalSource(Path(target_dir), label=target_label))[0]
-    target_args = TargetArgs.from_config(target_config, tspec.where)
-    depth = target_args.dims.num_layers
+    depth = as_int(tspec.num_hidden_layers)
+    if depth is None or depth < 1:
+        raise InputError(f"{tspec.where}: num_hidden_layers {tspec.num_hidden_layers!r} is not a positive integer, so "
+                         "probe-taps cannot tell which layers to tap; fix the target's config.json", code="DF001")
     if k > depth:
         raise UsageError(f"{draft_dir}: fc.weight reads {k} taps but the target {target_label} has only {depth} layers")
     result.depth, result.k = depth, k
@@ -307,28 +348,35 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None) -> P
     configured = result.configured if result.configured_problem is None else None
     spec = with_layer_ids(spec0, configured or tuple(range(k)))
 
-    ensure_supported(spec, target_config, tspec.where)
+    backend = select_backend(opts.backend, spec, tspec.config, tspec.where)
     errors = [f for f in run_checks(spec, tspec) if f.severity == Severity.ERROR]
     if errors:
         result.refused = errors
         return result
-    draft_args = DraftArgs.from_spec(spec)
 
     prompts, encoder, encoded = encode_prompts(opts, target_dir)
-    block = opts.block_size or draft_args.block_size
-    check_positions(prompts, encoded, opts.max_new_tokens, block, target_args.rope.max_position_embeddings, tspec.where)
-    stops = [] if opts.ignore_eos else stop_token_ids(Path(target_dir), target_config, encoder.eos_token_id)
+    plan = plan_run(opts, draft=spec, draft_dir=Path(draft_dir), target_dir=Path(target_dir), target_label=target_label,
+                    target_config=tspec.config, target_where=tspec.where, backend=backend, prompts=prompts,
+                    encoded=encoded)
+    if plan.target.num_layers != depth:
+        raise UsageError(f"{tspec.where}: probe-taps taps every decoder layer, but the {plan.backend} backend "
+                         f"reads {plan.target.num_layers} layers where num_hidden_layers says {depth}; "
+                         "use --backend native where it runs the target")
+    block = plan.block_size
+    stops = [] if opts.ignore_eos else stop_token_ids(Path(target_dir), tspec.config, encoder.eos_token_id)
 
-    device, draft_dtype, target_dtype, target_inv = resolve_dtypes(opts, target_dir, target_label, target_args.dtype)
+    device = plan.device
     result.device, result.block_size, result.stop_token_ids = str(device), block, stops
-    result.draft_dtype, result.target_dtype = dtype_name(draft_dtype), dtype_name(target_dtype)
+    result.backend = plan.backend
+    result.draft_dtype, result.target_dtype = dtype_name(plan.draft_dtype), dtype_name(plan.target_dtype)
 
-    say(f"loading target {target_label} ({depth} layers, {result.target_dtype}) and draft {draft_label} "
-        f"({k} taps, {result.draft_dtype}) on {device}")
+    say(f"loading target {target_label} ({depth} layers, {result.target_dtype}, {plan.backend} backend) and draft "
+        f"{draft_label} ({k} taps, {result.draft_dtype}) on {device}")
     set_threads(None, device)  # smoke-run's default, so the finalists' figures are smoke-run's
-    target = load_target(Path(target_dir), target_args, dtype=target_dtype, device=device, label=target_label, inv=target_inv)
-    draft = load_draft(Path(draft_dir), draft_args, dtype=draft_dtype, device=device, label=draft_label)
-    capacity = max(len(ids) for ids in encoded) + opts.max_new_tokens + block + 1
+    target = plan.target.load(Path(target_dir), plan.target_dtype, device, target_label, plan.target_inv)
+    draft = load_draft(Path(draft_dir), plan.draft_args, dtype=plan.draft_dtype, device=device, label=draft_label,
+                       inv=plan.draft_inv)
+    capacity = plan.capacity
     tcache, dcache = target.new_cache(capacity), draft.new_cache(capacity)
 
     t0 = time.perf_counter()
@@ -368,11 +416,10 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None) -> P
     for cand in finalists:
         lengths = []
         with reading_taps(draft, cand.target_layer_ids):
-            # smoke-run's own path: the static loop where it runs the pair (its runner fixes the taps).
-            runner = StaticRunner(target, draft, capacity, block_size=block) if supports_static(target, draft) else None
+            # smoke-run's own loop: the static one where it runs the pair (it fixes the taps when made).
+            loop = make_loop(target, draft, capacity, block_size=block)
             for ids in encoded:
-                gen = dflash_decode(target, draft, ids, max_new_tokens=opts.max_new_tokens, stop_ids=stops,
-                                    target_cache=tcache, draft_cache=dcache, block_size=block, runner=runner)
+                gen = loop.dflash(ids, max_new_tokens=opts.max_new_tokens, stop_ids=stops)
                 lengths += gen.acceptance_lengths
         cand.tau_loop = sum(lengths) / len(lengths) if lengths else 1.0
         cand.lengths = lengths
@@ -431,8 +478,7 @@ def judge(result: ProbeResult) -> list[Finding]:
 def write_copy(result: ProbeResult, *, quiet: bool) -> dict[str, Any]:
     """A normalized copy of the draft in ``--write OUT`` with the winner's ids (the normalize run)."""
     # normalize's run without its printing: the outcome lands in probe-taps' own report and JSON.
-    from dflash_ckpt.commands.normalize_run import Outcome, Request
-    from dflash_ckpt.commands.normalize_run import _run as normalize_into
+    from dflash_ckpt.commands.normalize_run import Outcome, Request, normalize_into
     from dflash_ckpt.normalize.plan import Overrides
 
     opts = result.options
@@ -461,4 +507,4 @@ def write_copy(result: ProbeResult, *, quiet: bool) -> dict[str, Any]:
     return oc.to_json()
 
 
-__all__ = ["ProbeOptions", "ProbeResult", "Candidate", "run_probe", "write_copy", "with_layer_ids"]
+__all__ = ["ProbeOptions", "ProbeResult", "Candidate", "run_probe", "run_probe_taps", "write_copy", "with_layer_ids"]

@@ -323,7 +323,7 @@ def read_config(source: Source, name: str = "config.json") -> tuple[dict[str, An
     return require_object(decode_json_bytes(raw, where), where), raw
 
 
-def load_draft(source: Source, *, with_weights: bool = True) -> DraftSpec:
+def read_draft_spec(source: Source, *, with_weights: bool = True) -> DraftSpec:
     """Read a draft's config and (unless told not to) its weight headers."""
     config, raw = read_config(source)
     weights = load_inventory(source) if with_weights else None
@@ -392,6 +392,18 @@ def target_from_config(config: dict[str, Any], *, label: str, where: str) -> Tar
     )
 
 
-def load_target(source: Source) -> TargetSpec:
+def read_target_spec(source: Source) -> TargetSpec:
     config, _ = read_config(source)
     return target_from_config(config, label=source.label, where=source.where("config.json"))
+
+
+def fc_taps(inventory: WeightInventory, hidden: int | None) -> int | None:
+    """k in ``fc.weight [H, k*H]`` (a ``model.``-style prefix tolerated); ``None`` if unknown."""
+    for name, info in inventory.tensors.items():
+        if name == "fc.weight" or (name.endswith(".fc.weight") and name.count(".") == 2):
+            shape = tuple(info.shape)
+            h = hidden if hidden else (shape[0] if len(shape) == 2 else None)
+            if len(shape) == 2 and h and shape[0] == h and shape[1] % h == 0 and shape[1] > 0:
+                return shape[1] // h
+            return None
+    return None

@@ -1,0 +1,192 @@
+"""What ``smoke-run`` measures and how it judges: the lossless check, acceptance and speed figures.
+
+Pure functions over token lists and step times (torch only for the dtype keys of
+``TIE_TOLERANCE``); the run that produces them is ``commands/smoke_run.py``.
+
+Timing: each decoding step is timed at its one host sync; the figures are medians over steps
+(steps on the static path all have the same shape, so each is a repeat of the same work), with
+their spread in ``--json``: T tok/s = 1 / median T step, D tok/s = tau / median D step. A
+speedup above tau cannot be real (a D step costs at least a T step) and is withheld (DF406).
+
+Two thresholds are decisions of this tool:
+- ``DEFAULT_MIN_ACCEPTANCE`` = 2.0 tokens per step. Every step yields at least one token (the
+  bonus), so tau 1.0 means no draft was ever accepted. A draft reading the wrong tap layers gets
+  features it was never trained on; what it still gets right comes from the anchor's embedding
+  alone (mostly the first draft position), which keeps tau close to 1 (a random draft measures
+  1.0 here). Working drafts reach 4 to 8 at block 16 (paper, docs/DESIGN.md section 7), and this
+  project's tiny trained pair must reach 4 at block 8 while the same weights with every tap
+  moved by one must fall under 2. 2.0 sits between the two with margin on both sides, and below
+  it DFlash barely pays for its extra draft and verify passes, so such a pair is not worth
+  deploying anyway.
+- ``TIE_TOLERANCE``: a first divergence is a tie when the target's top-2 logits there differ by
+  at most this much (and DFlash picked the runner-up). Batched verification and one-token decoding
+  add in different orders, so near-equal logits may swap. The values are about 4 units in the
+  last place of a logit between 16 and 32 in bf16 (0.5) and fp16 (0.0625); fp32 gets 1e-3,
+  far above its rounding but far below any real disagreement.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from dflash_ckpt.runtime.generate import Generation
+from dflash_ckpt.sources.prompts import Prompt
+
+TIE_TOLERANCE: dict[torch.dtype, float] = {torch.float32: 1e-3, torch.float16: 0.0625, torch.bfloat16: 0.5}
+WARMUP_TOKENS = 4
+#: Target-only tokens timed per prompt (the first comes with the prefill and is not a step).
+TIMING_TOKENS = 16
+
+
+# -- the lossless check ------------------------------------------------------------------------
+
+
+@dataclass
+class Lossless:
+    """How DFlash's tokens compare with the target's: ``identical``, ``tie``, ``differs``, or
+    ``skipped`` (a run stopped on non-finite values)."""
+
+    status: str
+    compared: int
+    position: int | None = None
+    target_token: int | None = None
+    dflash_token: int | None = None
+    margin: float | None = None
+    runner_up: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": self.status, "compared": self.compared, "position": self.position,
+            "target_token": self.target_token, "dflash_token": self.dflash_token,
+            "margin": self.margin, "runner_up": self.runner_up,
+        }
+
+
+def compare_outputs(
+    target_tokens: list[int],
+    dflash_tokens: list[int],
+    top2_values: list[list[float]],
+    top2_ids: list[list[int]],
+    tolerance: float,
+) -> Lossless:
+    """Compare two greedy outputs; judge the first divergence by the target's top-2 margin there.
+
+    ``top2_*[j]`` are the target-only run's two best logits (and ids) when it chose token ``j``.
+    The divergence is a tie when the margin is within ``tolerance`` and DFlash chose the
+    target's runner-up; anything else (or outputs of different length with equal prefixes)
+    differs.
+    """
+    n = min(len(target_tokens), len(dflash_tokens))
+    for j in range(n):
+        if target_tokens[j] != dflash_tokens[j]:
+            values, ids = top2_values[j], top2_ids[j]
+            margin = float(values[0] - values[1])
+            runner_up = ids[1] if ids[0] == target_tokens[j] else ids[0]
+            tie = margin <= tolerance and dflash_tokens[j] == runner_up
+            return Lossless("tie" if tie else "differs", j, j, target_tokens[j], dflash_tokens[j], margin, runner_up)
+    if len(target_tokens) != len(dflash_tokens):
+        return Lossless("differs", n, n,
+                        target_tokens[n] if n < len(target_tokens) else None,
+                        dflash_tokens[n] if n < len(dflash_tokens) else None)
+    return Lossless("identical", n)
+
+
+# -- figures -----------------------------------------------------------------------------------
+
+
+def acceptance_stats(lengths: list[int], block_size: int) -> dict[str, Any]:
+    """tau (mean new tokens per step, bonus included), mean accepted drafts, histogram 1..B."""
+    hist = {str(k): 0 for k in range(1, block_size + 1)}
+    for n in lengths:
+        hist[str(n)] = hist.get(str(n), 0) + 1
+    steps = len(lengths)
+    tau = sum(lengths) / steps if steps else None
+    return {
+        "steps": steps,
+        "tau": tau,
+        "accepted_per_step": tau - 1 if tau is not None else None,
+        "histogram": hist,
+    }
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a and b else None
+
+
+def step_stats(steps: list[float]) -> dict[str, Any] | None:
+    """Median and spread of step times, in milliseconds."""
+    if not steps:
+        return None
+    ms = sorted(x * 1e3 for x in steps)
+    q1, _, q3 = statistics.quantiles(ms, n=4, method="inclusive") if len(ms) > 1 else (ms[0],) * 3
+    return {"n": len(ms), "median": statistics.median(ms), "min": ms[0], "p25": q1, "p75": q3, "max": ms[-1]}
+
+
+def speed_figures(target_steps: list[float], dflash_steps: list[float], tau: float | None) -> dict[str, Any]:
+    """T tok/s = 1 / median T step, D tok/s = tau / median D step, their ratio; a ratio above
+    tau is physically impossible (a D step costs at least a T step), so it is withheld
+    (``speedup`` None, ``speedup_plausible`` false) and flagged by ``judge`` (DF406)."""
+    t_med = statistics.median(target_steps) if target_steps else None
+    d_med = statistics.median(dflash_steps) if dflash_steps else None
+    target_tok_s = 1 / t_med if t_med else None
+    dflash_tok_s = tau / d_med if d_med and tau else None
+    measured = _ratio(dflash_tok_s, target_tok_s)
+    plausible = measured is None or tau is None or measured <= tau
+    return {
+        "target_tok_s": target_tok_s,
+        "dflash_tok_s": dflash_tok_s,
+        "speedup": measured if plausible else None,
+        "speedup_measured": measured,
+        "speedup_plausible": plausible,
+        "timing": {"target_step_ms": step_stats(target_steps), "dflash_step_ms": step_stats(dflash_steps)},
+    }
+
+
+@dataclass
+class PromptRun:
+    prompt: Prompt
+    input_ids: list[int]
+    #: Target-only decoding over the timing window (``TIMING_TOKENS``, in two runs whose tokens
+    #: and step times are concatenated here).
+    target: Generation
+    dflash: Generation
+    lossless: Lossless
+    #: The target's greedy choice at each DFlash position (teacher forced): the target-only
+    #: output wherever the two agree, which is everywhere unless ``lossless`` says otherwise.
+    target_tokens: list[int] = field(default_factory=list)
+    target_text: str = ""
+    dflash_text: str = ""
+    input_text: str = ""
+
+    def figures(self, block_size: int) -> dict[str, Any]:
+        stats = acceptance_stats(self.dflash.acceptance_lengths, block_size)
+        return {
+            "new_tokens": len(self.dflash.tokens),
+            # Target-only greedy decoding needs one forward per new token.
+            "target_forwards": {"target_only": len(self.dflash.tokens), "dflash": self.dflash.target_forwards},
+            "draft_forwards": self.dflash.draft_forwards,
+            **stats,
+            "prefill_s": {"target_only": self.target.prefill_s, "dflash": self.dflash.prefill_s},
+            "decode_s": {"target_only": self.target.decode_s, "dflash": self.dflash.decode_s},
+            "timed_tokens": {"target_only": len(self.target.tokens), "dflash": len(self.dflash.tokens)},
+            **speed_figures(self.target.step_s, self.dflash.step_s, stats["tau"]),
+        }
+
+    def to_json(self, block_size: int) -> dict[str, Any]:
+        return {
+            **self.prompt.to_json(),
+            "input_ids": self.input_ids,
+            "output_ids": self.dflash.tokens,
+            "target_output_ids": self.target_tokens,
+            "acceptance_lengths": self.dflash.acceptance_lengths,
+            "output_text": self.dflash_text,
+            "target_output_text": self.target_text,
+            "input_text": self.input_text,
+            "overflow": self.dflash.overflow or self.target.overflow,
+            "lossless": self.lossless.to_json(),
+            **self.figures(block_size),
+        }
