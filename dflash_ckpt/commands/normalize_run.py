@@ -225,7 +225,7 @@ def normalize_into(req: Request, oc: Outcome) -> None:
     from dflash_ckpt.spec.resolve import build_spec, read_config, read_target_spec
     from dflash_ckpt.sources.weights import load_inventory
     from dflash_ckpt.normalize.config_text import unified_diff
-    from dflash_ckpt.normalize.outdir import check_new_parents, make_parents, missing_parents, remove_empty
+    from dflash_ckpt.normalize.outdir import require_new_parents, make_parents, missing_parents, remove_empty
 
     _refuse_cache_in_place(req, None)
     config_src, weights_src = _open_draft(req)
@@ -237,7 +237,7 @@ def normalize_into(req: Request, oc: Outcome) -> None:
 
         assert draft_dir is not None
         if missing_parents(req.out):
-            check_new_parents(draft_dir, req.out)
+            require_new_parents(draft_dir, req.out)
         else:
             check_out_path(draft_dir, req.out, force=req.force)
     if req.target is not None:

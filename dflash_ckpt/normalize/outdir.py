@@ -16,7 +16,7 @@ def missing_parents(out: Path) -> list[Path]:
     return missing[::-1]
 
 
-def check_new_parents(draft_dir: Path, out: Path) -> None:
+def require_new_parents(draft_dir: Path, out: Path) -> None:
     """Before anything is created: the folders normalize would make for OUT can be made, outside DRAFT."""
     import os
 

@@ -63,9 +63,9 @@ def select_backend(name: str, draft_spec: Any, config: dict[str, Any], where: st
         return "native"
     if name == "transformers":
         _need_transformers("--backend transformers")
-        from dflash_ckpt.runtime.hf_target import describe
+        from dflash_ckpt.runtime.hf_target import hf_target_info
 
-        describe(config, where)
+        hf_target_info(config, where)
         return "transformers"
     try:
         ensure_supported(draft_spec, config, where)
@@ -78,9 +78,9 @@ def select_backend(name: str, draft_spec: Any, config: dict[str, Any], where: st
         if not hf_available():
             raise UsageError(f"{refusal}; other target families run on the transformers backend: "
                              f"{HF_EXTRA_HINT}") from None
-        from dflash_ckpt.runtime.hf_target import describe
+        from dflash_ckpt.runtime.hf_target import hf_target_info
 
-        describe(config, where)
+        hf_target_info(config, where)
         return "transformers"
 
 
@@ -115,9 +115,9 @@ def plan_target(backend: str, config: dict[str, Any], where: str) -> TargetPlan:
 
         return TargetPlan("native", args.model_type, args.rope.max_position_embeddings, args.dtype, args.dims.num_layers,
                           load_native)
-    from dflash_ckpt.runtime.hf_target import describe, load_hf_target
+    from dflash_ckpt.runtime.hf_target import hf_target_info, load_hf_target
 
-    info = describe(config, where)
+    info = hf_target_info(config, where)
 
     def load_hf(folder: Path, dtype: torch.dtype, device: torch.device, label: str, inv: WeightInventory) -> Any:
         if device.type != "cpu":  # transformers loads (and dequantizes) in host memory, then moves

@@ -76,7 +76,7 @@ class HFTargetInfo:
     mxfp4: bool
 
 
-def describe(config: dict[str, Any], where: str) -> HFTargetInfo:
+def hf_target_info(config: dict[str, Any], where: str) -> HFTargetInfo:
     """Judge a target config for this backend without loading anything; refusals exit 2."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
@@ -332,4 +332,4 @@ def load_hf_target(folder: Path, info: HFTargetInfo, *, dtype: torch.dtype, devi
     return HFTarget(model)
 
 
-__all__ = ["HF_FAMILIES", "HFCache", "HFTarget", "HFTargetInfo", "describe", "load_hf_target"]
+__all__ = ["HF_FAMILIES", "HFCache", "HFTarget", "HFTargetInfo", "hf_target_info", "load_hf_target"]

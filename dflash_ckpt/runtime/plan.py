@@ -116,7 +116,7 @@ def plan_run(opts: RunOptions, *, draft: DraftSpec, draft_dir: Path, target_dir:
     block = opts.block_size or draft_args.block_size
     capacity = max(len(ids) for ids in encoded) + opts.max_new_tokens + block + 1
     if target.max_position_embeddings:
-        check_positions(prompts, encoded, opts.max_new_tokens, block, target.max_position_embeddings, target_where)
+        require_positions_fit(prompts, encoded, opts.max_new_tokens, block, target.max_position_embeddings, target_where)
     device, draft_dtype, target_dtype, target_inv = resolve_dtypes(opts, target_dir, target_label, target.dtype)
     return RunPlan(target=target, draft_args=draft_args, block_size=block, trained_block_size=draft_args.block_size,
                    capacity=capacity, device=device, draft_dtype=draft_dtype, target_dtype=target_dtype,
@@ -132,7 +132,7 @@ def read_weights(spec: DraftSpec, folder: Path) -> WeightInventory:
     return inv
 
 
-def check_positions(prompts: Sequence[Prompt], encoded: Sequence[Sequence[int]], max_new_tokens: int,
+def require_positions_fit(prompts: Sequence[Prompt], encoded: Sequence[Sequence[int]], max_new_tokens: int,
                     block_size: int, max_positions: int, where: str) -> None:
     """Refuse (exit 2) a run whose longest prompt plus ``-n`` new tokens and one block of drafts
     would pass the target's ``max_position_embeddings``: rope is undefined there, and the caches
