@@ -24,7 +24,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dflash_ckpt.commands.probe_search import Measured, search_taps  # noqa: E402
+from dflash_ckpt.runtime.probe_search import Measured, search_taps  # noqa: E402
 from dflash_ckpt.runtime.args import DraftArgs, TargetArgs  # noqa: E402
 from dflash_ckpt.runtime.generate import dflash_decode  # noqa: E402
 from dflash_ckpt.runtime.loading import load_draft, load_target  # noqa: E402

@@ -194,7 +194,8 @@ def test_write_replaces_configured_ids_that_measure_worse(shifted: Any) -> None:
 
 def test_write_keeps_configured_ids_that_lose_only_within_noise(tmp_path: Path) -> None:
     """A narrow loss is no evidence: --write refuses (exit 1) and writes nothing."""
-    from dflash_ckpt.commands.probe_run import Candidate, ProbeOptions, ProbeResult, write_copy
+    from dflash_ckpt.commands.probe_run import ProbeOptions, ProbeResult, write_copy
+    from dflash_ckpt.runtime.measure import Candidate
     from dflash_ckpt.errors import CheckFailed
 
     out = tmp_path / "out"
@@ -245,7 +246,8 @@ def _result(configured: tuple[int, ...] | None, *cands: Any) -> Any:
 
 
 def test_judge_checks_configured_ids_by_the_evidence() -> None:
-    from dflash_ckpt.commands.probe_run import Candidate, judge
+    from dflash_ckpt.checks.run_findings import probe_findings as judge
+    from dflash_ckpt.runtime.measure import Candidate
 
     good = Candidate((1, 3, 5), 5.3, lengths=[5, 6, 5, 5, 5, 6, 5, 5, 5, 6] * 6 + [5, 6, 5, 6])
     close = Candidate((2, 3, 5), 5.2, lengths=[3, 7, 5, 6] * 16)

@@ -1,9 +1,9 @@
-"""Findings a run produces (DF401-DF406): from what ``smoke-run`` measured and its own settings.
+"""Findings a run produces (DF401-DF406 from smoke-run, DF410-DF411 from probe-taps).
 
 Pure functions, no torch, like every check: the lossless verdict (DF401/DF402), non-finite
 values (DF404), a ``--block-size`` above the trained block (DF405), an impossible speedup
 (DF406), acceptance below ``--min-acceptance`` (DF403, with the prompt format as a likely cause
-besides the taps).
+besides the taps); and probe-taps' DF410 (configured tap layers beaten) and DF411 (no tap set works).
 """
 
 from __future__ import annotations
@@ -139,3 +139,53 @@ def overflow_message(name: str, who: str, where: str, result: Any) -> str:
     return (f"prompt {name!r} ({who}): the target's {where} hold inf/NaN in {result.target_dtype}; its hidden "
             "states overflow that dtype; run the target in bfloat16 (--target-dtype bfloat16) and keep the "
             "draft in bfloat16")
+
+
+#: How sure the ranking is: the gap between two taus in standard errors of their difference
+#: (each tau is a mean over steps). At least ``CLEAR_Z`` is called clear, at least ``LIKELY_Z``
+#: likely, below that narrow. Neighbouring layers carry similar features, so a set one layer
+#: off the trained one can come close; on the tiny pair in fp32 with 64 tokens the trained
+#: [1, 3, 5] trails [2, 3, 5] by 0.2 (z about 0.5), while the shifted twin's ids trail by 4
+#: (z above 10). DF410 needs the configured ids to lose by at least ``LIKELY_Z``.
+CLEAR_Z = 2.0
+LIKELY_Z = 1.0
+
+
+def verdict(z: float | None) -> str:
+    if z is None:
+        return "unknown"
+    return "clear" if z >= CLEAR_Z else "likely" if z >= LIKELY_Z else "narrow"
+
+
+def probe_findings(result: Any) -> list[Finding]:
+    """DF410 when the configured ids are not the best measured; DF411 when nothing works
+    (``result``: a ``commands.probe_run.ProbeResult``)."""
+    out: list[Finding] = []
+    best = result.best
+    if best is None:
+        return out
+    ids = list(best.target_layer_ids)
+    mina = result.options.min_acceptance
+    if best.tau < mina:
+        out.append(finding(
+            "DF411",
+            f"no tap set measured reaches tau {mina:g}: the best, {ids}, reaches {best.tau:.2f} over "
+            f"{result.search.evaluated if result.search else 0} candidates; the draft may not belong to this "
+            "target, or the prompt format may differ from training (rerun without -p/--prompts and "
+            "--no-chat-template), or a search needs a larger --budget",
+        ))
+    if result.configured is not None:
+        conf = result.candidate(result.configured)
+        shown = list(result.configured)
+        if result.configured_problem is not None:
+            out.append(finding("DF410", f"{result.draft_path}/config.json: target_layer_ids {shown} cannot be "
+                                        f"right ({result.configured_problem}); the best measured tap set is {ids} "
+                                        f"at tau {best.tau:.2f}"))
+        elif conf is not None and conf is not best and (best.z_over(conf) or 0.0) >= LIKELY_Z:
+            out.append(finding(
+                "DF410",
+                f"{result.draft_path}/config.json: target_layer_ids {shown} reach tau {conf.tau:.2f} but {ids} reach "
+                f"{best.tau:.2f} ({best.z_over(conf):.1f} standard errors apart); the configured tap layers are "
+                "probably not the ones this draft was trained on; check the model card, then write the measured ones",
+            ))
+    return out

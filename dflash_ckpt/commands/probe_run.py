@@ -27,14 +27,16 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from dflash_ckpt.checks import run_checks
+from dflash_ckpt.checks.run_findings import probe_findings, verdict
 from dflash_ckpt.commands.json_out import SCHEMA_VERSION
 from dflash_ckpt.commands.options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_ACCEPTANCE
-from dflash_ckpt.commands.probe_search import EXHAUSTIVE_MAX, KEEP_EXACT, Measured, SearchResult, TapSet, search_taps, valid
+from dflash_ckpt.runtime.probe_search import EXHAUSTIVE_MAX, KEEP_EXACT, Measured, SearchResult, TapSet, search_taps, valid
 from dflash_ckpt.errors import CheckFailed, DFlashCkptError, InputError, UsageError
-from dflash_ckpt.rules import Finding, Severity, finding
+from dflash_ckpt.rules import Finding, Severity
 from dflash_ckpt.runtime.backend import select_backend
 from dflash_ckpt.runtime.loading import dtype_name, load_draft
 from dflash_ckpt.runtime.loops import make_loop
+from dflash_ckpt.runtime.measure import Candidate
 from dflash_ckpt.runtime.plan import RunOptions, encode_prompts, plan_run, resolve_folders, set_threads
 from dflash_ckpt.runtime.probe import measure, reading_taps, record
 from dflash_ckpt.sources.local import LocalSource
@@ -43,14 +45,6 @@ from dflash_ckpt.spec.resolve import DraftSpec, TargetSpec, as_int, build_spec, 
 
 #: Finalists re-measured with the real loop (the best and the runner-up: the gap is between them).
 CONFIRM = 2
-#: How sure the ranking is: the gap between two taus in standard errors of their difference
-#: (each tau is a mean over steps). At least ``CLEAR_Z`` is called clear, at least ``LIKELY_Z``
-#: likely, below that narrow. Neighbouring layers carry similar features, so a set one layer
-#: off the trained one can come close; on the tiny pair in fp32 with 64 tokens the trained
-#: [1, 3, 5] trails [2, 3, 5] by 0.2 (z about 0.5), while the shifted twin's ids trail by 4
-#: (z above 10). DF410 needs the configured ids to lose by at least ``LIKELY_Z``.
-CLEAR_Z = 2.0
-LIKELY_Z = 1.0
 DEFAULT_TOP = 5
 
 
@@ -68,61 +62,6 @@ class ProbeOptions(RunOptions):
             raise UsageError(f"--budget {self.budget}: must be at least 1 candidate")
         if self.top < 1:
             raise UsageError(f"--top {self.top}: must be at least 1")
-
-
-@dataclass
-class Candidate:
-    """One tap set: tau as the probe simulated it and, for finalists, as the real loop measured it;
-    or, for a candidate given up once it was sure to lose, a bound its tau stays below."""
-
-    target_layer_ids: TapSet
-    tau_probe: float | None
-    tau_loop: float | None = None
-    tau_below: float | None = None
-    #: Acceptance lengths behind ``tau`` (the loop's for finalists), for the standard error.
-    lengths: list[int] = field(default_factory=list, repr=False)
-
-    @property
-    def tau(self) -> float | None:
-        return self.tau_loop if self.tau_loop is not None else self.tau_probe
-
-    @property
-    def sort_key(self) -> tuple[int, float]:
-        """Exact taus first, best first; then bounds, highest first."""
-        return (0, -self.tau) if self.tau is not None else (1, -(self.tau_below or 0.0))
-
-    @property
-    def stderr(self) -> float | None:
-        """Standard error of ``tau`` as a mean of per-step acceptance lengths."""
-        n = len(self.lengths)
-        if n < 2:
-            return None
-        mean = sum(self.lengths) / n
-        var = sum((x - mean) ** 2 for x in self.lengths) / (n - 1)
-        return (var / n) ** 0.5
-
-    def z_over(self, other: Candidate) -> float | None:
-        """How many standard errors of the difference ``self`` leads ``other`` by."""
-        a, b = self.stderr, other.stderr
-        if a is None or b is None:
-            return None
-        se = (a * a + b * b) ** 0.5
-        if self.tau is None or other.tau is None:
-            return None
-        gap = self.tau - other.tau
-        return gap / se if se > 0 else (float("inf") if gap > 0 else 0.0)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "target_layer_ids": list(self.target_layer_ids),
-            "tau": self.tau,
-            "tau_probe": self.tau_probe,
-            "tau_loop": self.tau_loop,
-            "tau_below": self.tau_below,
-            "measured_by": "loop" if self.tau_loop is not None else "probe" if self.tau_probe is not None else "stopped early",
-            "steps": len(self.lengths),
-            "stderr": self.stderr,
-        }
 
 
 @dataclass
@@ -429,47 +368,8 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None) -> P
         {**p.to_json(), "input_ids": ids, "continuation_ids": rec.tokens, "stopped": rec.stopped}
         for p, ids, rec in zip(prompts, encoded, recs)
     ]
-    result.findings = judge(result)
+    result.findings = probe_findings(result)
     return result
-
-
-def verdict(z: float | None) -> str:
-    if z is None:
-        return "unknown"
-    return "clear" if z >= CLEAR_Z else "likely" if z >= LIKELY_Z else "narrow"
-
-
-def judge(result: ProbeResult) -> list[Finding]:
-    """DF410 when the configured ids are not the best measured; DF411 when nothing works."""
-    out: list[Finding] = []
-    best = result.best
-    if best is None:
-        return out
-    ids = list(best.target_layer_ids)
-    mina = result.options.min_acceptance
-    if best.tau < mina:
-        out.append(finding(
-            "DF411",
-            f"no tap set measured reaches tau {mina:g}: the best, {ids}, reaches {best.tau:.2f} over "
-            f"{result.search.evaluated if result.search else 0} candidates; the draft may not belong to this "
-            "target, or the prompt format may differ from training (rerun without -p/--prompts and "
-            "--no-chat-template), or a search needs a larger --budget",
-        ))
-    if result.configured is not None:
-        conf = result.candidate(result.configured)
-        shown = list(result.configured)
-        if result.configured_problem is not None:
-            out.append(finding("DF410", f"{result.draft_path}/config.json: target_layer_ids {shown} cannot be "
-                                        f"right ({result.configured_problem}); the best measured tap set is {ids} "
-                                        f"at tau {best.tau:.2f}"))
-        elif conf is not None and conf is not best and (best.z_over(conf) or 0.0) >= LIKELY_Z:
-            out.append(finding(
-                "DF410",
-                f"{result.draft_path}/config.json: target_layer_ids {shown} reach tau {conf.tau:.2f} but {ids} reach "
-                f"{best.tau:.2f} ({best.z_over(conf):.1f} standard errors apart); the configured tap layers are "
-                "probably not the ones this draft was trained on; check the model card, then write the measured ones",
-            ))
-    return out
 
 
 # -- --write -----------------------------------------------------------------------------------
@@ -478,7 +378,7 @@ def judge(result: ProbeResult) -> list[Finding]:
 def write_copy(result: ProbeResult, *, quiet: bool) -> dict[str, Any]:
     """A normalized copy of the draft in ``--write OUT`` with the winner's ids (the normalize run)."""
     # normalize's run without its printing: the outcome lands in probe-taps' own report and JSON.
-    from dflash_ckpt.commands.normalize_run import Outcome, Request, normalize_into
+    from dflash_ckpt.normalize.run import Outcome, Request, normalize_into
     from dflash_ckpt.normalize.plan import Overrides
 
     opts = result.options

@@ -190,3 +190,61 @@ class PromptRun:
             "lossless": self.lossless.to_json(),
             **self.figures(block_size),
         }
+
+
+# -- probe-taps' candidates ---------------------------------------------------------------------
+
+
+@dataclass
+class Candidate:
+    """One tap set: tau as the probe simulated it and, for finalists, as the real loop measured it;
+    or, for a candidate given up once it was sure to lose, a bound its tau stays below."""
+
+    target_layer_ids: tuple[int, ...]
+    tau_probe: float | None
+    tau_loop: float | None = None
+    tau_below: float | None = None
+    #: Acceptance lengths behind ``tau`` (the loop's for finalists), for the standard error.
+    lengths: list[int] = field(default_factory=list, repr=False)
+
+    @property
+    def tau(self) -> float | None:
+        return self.tau_loop if self.tau_loop is not None else self.tau_probe
+
+    @property
+    def sort_key(self) -> tuple[int, float]:
+        """Exact taus first, best first; then bounds, highest first."""
+        return (0, -self.tau) if self.tau is not None else (1, -(self.tau_below or 0.0))
+
+    @property
+    def stderr(self) -> float | None:
+        """Standard error of ``tau`` as a mean of per-step acceptance lengths."""
+        n = len(self.lengths)
+        if n < 2:
+            return None
+        mean = sum(self.lengths) / n
+        var = sum((x - mean) ** 2 for x in self.lengths) / (n - 1)
+        return (var / n) ** 0.5
+
+    def z_over(self, other: Candidate) -> float | None:
+        """How many standard errors of the difference ``self`` leads ``other`` by."""
+        a, b = self.stderr, other.stderr
+        if a is None or b is None:
+            return None
+        se = (a * a + b * b) ** 0.5
+        if self.tau is None or other.tau is None:
+            return None
+        gap = self.tau - other.tau
+        return gap / se if se > 0 else (float("inf") if gap > 0 else 0.0)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "target_layer_ids": list(self.target_layer_ids),
+            "tau": self.tau,
+            "tau_probe": self.tau_probe,
+            "tau_loop": self.tau_loop,
+            "tau_below": self.tau_below,
+            "measured_by": "loop" if self.tau_loop is not None else "probe" if self.tau_probe is not None else "stopped early",
+            "steps": len(self.lengths),
+            "stderr": self.stderr,
+        }
