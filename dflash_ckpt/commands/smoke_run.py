@@ -36,12 +36,12 @@ from dflash_ckpt.runtime.backend import select_backend
 from dflash_ckpt.runtime.generate import step_clock
 from dflash_ckpt.runtime.loading import dtype_name, load_draft
 from dflash_ckpt.runtime.loops import make_loop
-from dflash_ckpt.runtime.measure import (TIE_TOLERANCE, TIMING_TOKENS, WARMUP_TOKENS, Lossless, PromptRun,
-                                         acceptance_stats, compare_outputs, speed_figures)
+from dflash_ckpt.runtime.measure import (TIE_TOLERANCE, TIMING_TOKENS, PromptRun, acceptance_stats, measure_prompts,
+                                         speed_figures)
 from dflash_ckpt.runtime.memory import check_fits, needed_bytes
 from dflash_ckpt.runtime.plan import RunOptions, encode_prompts, plan_run, resolve_folders, set_threads
 from dflash_ckpt.sources.local import LocalSource
-from dflash_ckpt.sources.prompts import Prompt, stop_token_ids
+from dflash_ckpt.sources.prompts import stop_token_ids
 
 
 @dataclass
@@ -228,57 +228,17 @@ def run_smoke(opts: SmokeOptions, progress: Any = None, log: Callable[[str], Non
     result.cuda_graphs = loop.static and device.type == "cuda" and opts.compile
     result.capture_s = loop.capture_s
 
-    def run_target(ids: list[int], budget: int) -> Any:
-        return loop.decode(ids, max_new_tokens=budget, stop_ids=stops)
-
-    def run_dflash(ids: list[int], budget: int, on_tokens: Callable[[int], None] | None = None) -> Any:
-        return loop.dflash(ids, max_new_tokens=budget, stop_ids=stops, on_tokens=on_tokens)
-
     # One CPU thread: time each step by the thread's own CPU time, which other processes do not
     # inflate; otherwise (threads, or a GPU doing the work) by the wall clock at the step's sync.
     result.step_clock = "thread" if device.type == "cpu" and result.threads == 1 else "wall"
     with step_clock(time.thread_time if result.step_clock == "thread" else time.perf_counter):
-        decode_all(result, opts, prompts, encoded, encoder, run_target, run_dflash, loop, progress)
+        result.runs = measure_prompts(loop, prompts, encoded, encoder, max_new_tokens=opts.max_new_tokens, stop_ids=stops,
+                                      tie_tolerance=result.tie_tolerance, warmup=opts.warmup, progress=progress)
     for run in result.runs:
         run.input_text = encoder.render(run.prompt)
     result.findings = smoke_findings(result, target_layer_ids=plan.draft_args.target_layer_ids,
                                      mask_token_id=plan.draft_args.mask_token_id)
     return result
-
-
-def decode_all(result: SmokeResult, opts: SmokeOptions, prompts: list[Prompt], encoded: list[list[int]], encoder: Any,
-               run_target: Callable[..., Any], run_dflash: Callable[..., Any], loop: Any, progress: Any) -> None:
-    """Warm up, then per prompt: time target-only decoding, decode with DFlash, check it."""
-    window = min(TIMING_TOKENS, opts.max_new_tokens)
-    if opts.warmup:
-        run_target(encoded[0], min(WARMUP_TOKENS, opts.max_new_tokens))
-        run_dflash(encoded[0], min(WARMUP_TOKENS, opts.max_new_tokens))
-    task = progress.add_task("generating", total=opts.max_new_tokens * len(prompts)) if progress else None
-    for prompt, ids in zip(prompts, encoded):
-        advance = (lambda n: progress.advance(task, n)) if progress else None
-        if progress:
-            progress.update(task, description=f"{prompt.name}")
-        # Target-only steps are timed in two halves around the DFlash run, so that both speeds
-        # sample the same stretch of the machine's load.
-        ref = run_target(ids, max(window // 2, 1))
-        spec = run_dflash(ids, opts.max_new_tokens, advance)
-        if window - len(ref.tokens) >= 1 and not ref.overflow and not ref.stopped:
-            more = run_target(ids, window - len(ref.tokens))
-            ref.tokens += more.tokens
-            ref.step_s += more.step_s
-            ref.decode_s += more.decode_s
-            ref.overflow = more.overflow
-        if progress:
-            # Early stops leave part of the budget unused; count it so the bar ends full.
-            progress.advance(task, opts.max_new_tokens - len(spec.tokens))
-        target_tokens: list[int] = []
-        if ref.overflow or spec.overflow:
-            lossless = Lossless("skipped", 0)
-        else:
-            target_tokens, top_v, top_i = loop.teacher_forced(ids, spec.tokens)
-            lossless = compare_outputs(target_tokens, spec.tokens, top_v, top_i, result.tie_tolerance)
-        result.runs.append(PromptRun(prompt, ids, ref, spec, lossless, target_tokens=target_tokens,
-                                     target_text=encoder.decode(target_tokens), dflash_text=encoder.decode(spec.tokens)))
 
 
 __all__ = ["SmokeOptions", "SmokeResult", "run_smoke", "run_smoke_run"]

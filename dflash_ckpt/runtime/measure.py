@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -190,6 +190,57 @@ class PromptRun:
             "lossless": self.lossless.to_json(),
             **self.figures(block_size),
         }
+
+
+# -- the measuring run ---------------------------------------------------------------------------
+
+
+def measure_prompts(loop: Any, prompts: Sequence[Prompt], encoded: Sequence[list[int]], encoder: Any, *,
+                    max_new_tokens: int, stop_ids: Sequence[int], tie_tolerance: float, warmup: bool = True,
+                    progress: Any = None) -> list[PromptRun]:
+    """Warm up, then per prompt: time target-only decoding, decode with DFlash, check it.
+
+    ``loop``: a ``protocols.Loop``; ``encoder`` decodes ids to text; ``progress``: a rich
+    ``Progress`` (or None) advanced by the tokens DFlash yields."""
+    runs: list[PromptRun] = []
+
+    def run_target(ids: list[int], budget: int) -> Generation:
+        return loop.decode(ids, max_new_tokens=budget, stop_ids=stop_ids)
+
+    def run_dflash(ids: list[int], budget: int, on_tokens: Callable[[int], None] | None = None) -> Generation:
+        return loop.dflash(ids, max_new_tokens=budget, stop_ids=stop_ids, on_tokens=on_tokens)
+
+    window = min(TIMING_TOKENS, max_new_tokens)
+    if warmup:
+        run_target(encoded[0], min(WARMUP_TOKENS, max_new_tokens))
+        run_dflash(encoded[0], min(WARMUP_TOKENS, max_new_tokens))
+    task = progress.add_task("generating", total=max_new_tokens * len(prompts)) if progress else None
+    for prompt, ids in zip(prompts, encoded):
+        advance = (lambda n: progress.advance(task, n)) if progress else None
+        if progress:
+            progress.update(task, description=f"{prompt.name}")
+        # Target-only steps are timed in two halves around the DFlash run, so that both speeds
+        # sample the same stretch of the machine's load.
+        ref = run_target(ids, max(window // 2, 1))
+        spec = run_dflash(ids, max_new_tokens, advance)
+        if window - len(ref.tokens) >= 1 and not ref.overflow and not ref.stopped:
+            more = run_target(ids, window - len(ref.tokens))
+            ref.tokens += more.tokens
+            ref.step_s += more.step_s
+            ref.decode_s += more.decode_s
+            ref.overflow = more.overflow
+        if progress:
+            # Early stops leave part of the budget unused; count it so the bar ends full.
+            progress.advance(task, max_new_tokens - len(spec.tokens))
+        target_tokens: list[int] = []
+        if ref.overflow or spec.overflow:
+            lossless = Lossless("skipped", 0)
+        else:
+            target_tokens, top_v, top_i = loop.teacher_forced(ids, spec.tokens)
+            lossless = compare_outputs(target_tokens, spec.tokens, top_v, top_i, tie_tolerance)
+        runs.append(PromptRun(prompt, ids, ref, spec, lossless, target_tokens=target_tokens,
+                              target_text=encoder.decode(target_tokens), dflash_text=encoder.decode(spec.tokens)))
+    return runs
 
 
 # -- probe-taps' candidates ---------------------------------------------------------------------
