@@ -8,27 +8,10 @@ is in ``normalize_report``.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from dflash_ckpt.normalize.run import Outcome, Request, normalize_into
-
-
-def parse_layer_ids(text: str) -> list[int]:
-    """``1,9,17`` (or ``[1, 9, 17]`` or ``1 9 17``) as a list of ints."""
-    from dflash_ckpt.errors import UsageError
-
-    parts = [p for p in re.split(r"[,\s]+", text.strip().strip("[]")) if p]
-    ids: list[int] = []
-    for p in parts:
-        try:
-            ids.append(int(p))
-        except ValueError:
-            raise UsageError(f"--target-layer-ids: {p!r} is not an integer; write e.g. 1,9,17,25,33") from None
-    if not ids:
-        raise UsageError("--target-layer-ids is empty; write e.g. 1,9,17,25,33")
-    return ids
 
 
 def run_normalize(draft: str, out: str | Path | None = None, *, in_place: bool = False, no_backup: bool = False,
@@ -60,7 +43,7 @@ def make_request(draft: str, out: Path | None, *, in_place: bool, no_backup: boo
                  revision: str | None, token: str | None, json_out: bool, quiet: bool) -> Request:
     """The options checked against each other (usage errors, exit 2) and parsed into a ``Request``."""
     from dflash_ckpt.errors import UsageError
-    from dflash_ckpt.normalize.plan import Overrides, parse_layer_types
+    from dflash_ckpt.normalize.plan import Overrides, parse_layer_ids, parse_layer_types
 
     if out is not None and in_place:
         raise UsageError("give OUT or --in-place, not both")

@@ -20,7 +20,6 @@ reaches ``--min-acceptance`` (DF411), or the pair fails inspect's checks; 2 for 
 
 from __future__ import annotations
 
-import copy
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +29,8 @@ from dflash_ckpt.checks import run_checks
 from dflash_ckpt.checks.run_findings import probe_findings, verdict
 from dflash_ckpt.commands.json_out import SCHEMA_VERSION
 from dflash_ckpt.commands.options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_ACCEPTANCE
-from dflash_ckpt.runtime.probe_search import EXHAUSTIVE_MAX, KEEP_EXACT, Measured, SearchResult, TapSet, search_taps, valid
+from dflash_ckpt.runtime.probe_search import (EXHAUSTIVE_MAX, KEEP_EXACT, Measured, SearchResult, TapSet, configured_problem,
+                                              search_taps)
 from dflash_ckpt.errors import CheckFailed, DFlashCkptError, InputError, UsageError
 from dflash_ckpt.rules import Finding, Severity
 from dflash_ckpt.runtime.backend import select_backend
@@ -41,7 +41,7 @@ from dflash_ckpt.runtime.plan import RunOptions, encode_prompts, plan_run, resol
 from dflash_ckpt.runtime.probe import measure, reading_taps, record
 from dflash_ckpt.sources.local import LocalSource
 from dflash_ckpt.sources.prompts import stop_token_ids
-from dflash_ckpt.spec.resolve import DraftSpec, TargetSpec, as_int, build_spec, fc_taps, read_draft_spec, read_target_spec
+from dflash_ckpt.spec.resolve import TargetSpec, as_int, fc_taps, read_draft_spec, read_target_spec, with_layer_ids
 
 #: Finalists re-measured with the real loop (the best and the runner-up: the gap is between them).
 CONFIRM = 2
@@ -195,37 +195,6 @@ class ProbeResult:
             "normalize_command": self.normalize_command(),
             "write": self.write,
         }
-
-
-# -- the draft with tap layers given in memory -------------------------------------------------
-
-
-def with_layer_ids(spec: DraftSpec, ids: Sequence[int]) -> DraftSpec:
-    """``spec`` as if its config held ``ids``: a copy of the parsed config, never the file.
-
-    The ids go where engines read them first (``dflash_config``, or the top level of a config
-    without one), and a second copy that would conflict is dropped, so ``DraftArgs.from_spec``
-    and inspect's checks can run on a draft whose config lost (or got wrong) its ids.
-    """
-    cfg = copy.deepcopy(spec.config)
-    nested = cfg.get("dflash_config")
-    if isinstance(nested, dict):
-        nested["target_layer_ids"] = list(ids)
-        cfg.pop("target_layer_ids", None)
-    else:
-        cfg["target_layer_ids"] = list(ids)
-    return build_spec(cfg, label=spec.label, where=spec.where, weights=spec.weights)
-
-
-def configured_problem(ids: Sequence[int] | None, k: int, depth: int) -> str | None:
-    """Why the configured ids cannot be a candidate (``None``: they can, or there are none)."""
-    if ids is None:
-        return None
-    if len(ids) != k:
-        return f"{len(ids)} ids but fc.weight reads {k} taps"
-    if not valid(ids, depth):
-        return f"not strictly increasing layers in 0..{depth - 1}"
-    return None
 
 
 # -- the run -----------------------------------------------------------------------------------
@@ -407,4 +376,4 @@ def write_copy(result: ProbeResult, *, quiet: bool) -> dict[str, Any]:
     return oc.to_json()
 
 
-__all__ = ["ProbeOptions", "ProbeResult", "Candidate", "run_probe", "run_probe_taps", "write_copy", "with_layer_ids"]
+__all__ = ["ProbeOptions", "ProbeResult", "run_probe", "run_probe_taps", "write_copy"]

@@ -36,8 +36,7 @@ from dflash_ckpt.runtime.backend import select_backend
 from dflash_ckpt.runtime.generate import step_clock
 from dflash_ckpt.runtime.loading import dtype_name, load_draft
 from dflash_ckpt.runtime.loops import make_loop
-from dflash_ckpt.runtime.measure import (TIE_TOLERANCE, TIMING_TOKENS, PromptRun, acceptance_stats, measure_prompts,
-                                         speed_figures)
+from dflash_ckpt.runtime.measure import TIE_TOLERANCE, TIMING_TOKENS, PromptRun, measure_prompts, overall_figures
 from dflash_ckpt.runtime.memory import check_fits, needed_bytes
 from dflash_ckpt.runtime.plan import RunOptions, encode_prompts, plan_run, resolve_folders, set_threads
 from dflash_ckpt.sources.local import LocalSource
@@ -102,20 +101,7 @@ class SmokeResult:
         return self.to_json()
 
     def overall(self) -> dict[str, Any]:
-        block = self.block_size or 1
-        lengths = [n for r in self.runs for n in r.dflash.acceptance_lengths]
-        stats = acceptance_stats(lengths, block)
-        return {
-            "prompts": len(self.runs),
-            "new_tokens": sum(len(r.dflash.tokens) for r in self.runs),
-            "target_forwards": {
-                "target_only": sum(len(r.dflash.tokens) for r in self.runs),
-                "dflash": sum(r.dflash.target_forwards for r in self.runs),
-            },
-            **stats,
-            **speed_figures([x for r in self.runs for x in r.target.step_s],
-                            [x for r in self.runs for x in r.dflash.step_s], stats["tau"]),
-        }
+        return overall_figures(self.runs, self.block_size or 1)
 
     def to_json(self) -> dict[str, Any]:
         o = self.options

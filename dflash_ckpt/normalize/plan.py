@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -360,6 +361,20 @@ def _scaling(config: dict[str, Any], prefer: str | None) -> dict[str, Any]:
         elif rk.nested is ABSENT and rk.top is not ABSENT and rk.top is not None:
             out[key] = rk.top
     return out
+
+
+def parse_layer_ids(text: str) -> list[int]:
+    """``1,9,17`` (or ``[1, 9, 17]`` or ``1 9 17``) as a list of ints."""
+    parts = [p for p in re.split(r"[,\s]+", text.strip().strip("[]")) if p]
+    ids: list[int] = []
+    for p in parts:
+        try:
+            ids.append(int(p))
+        except ValueError:
+            raise UsageError(f"--target-layer-ids: {p!r} is not an integer; write e.g. 1,9,17,25,33") from None
+    if not ids:
+        raise UsageError("--target-layer-ids is empty; write e.g. 1,9,17,25,33")
+    return ids
 
 
 def parse_layer_types(text: str) -> list[str]:

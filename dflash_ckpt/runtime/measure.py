@@ -192,6 +192,24 @@ class PromptRun:
         }
 
 
+def overall_figures(runs: Sequence[PromptRun], block: int) -> dict[str, Any]:
+    """The figures over every prompt: acceptance over all steps, speeds from the medians of all
+    step times (the most robust figures, which DF406 judges)."""
+    lengths = [n for r in runs for n in r.dflash.acceptance_lengths]
+    stats = acceptance_stats(lengths, block)
+    return {
+        "prompts": len(runs),
+        "new_tokens": sum(len(r.dflash.tokens) for r in runs),
+        "target_forwards": {
+            "target_only": sum(len(r.dflash.tokens) for r in runs),
+            "dflash": sum(r.dflash.target_forwards for r in runs),
+        },
+        **stats,
+        **speed_figures([x for r in runs for x in r.target.step_s],
+                        [x for r in runs for x in r.dflash.step_s], stats["tau"]),
+    }
+
+
 # -- the measuring run ---------------------------------------------------------------------------
 
 

@@ -8,8 +8,9 @@ silently resolved, and nothing is ever guessed: a key absent from both places re
 
 from __future__ import annotations
 
+import copy
 import json
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Sequence
 
 from dflash_ckpt.limits import MAX_BLOCK_SIZE, MAX_DIM, MAX_LAYERS, MAX_LIST_LEN, MAX_VOCAB
 from dflash_ckpt.sources.jsonfile import decode_json_bytes, require_object
@@ -407,3 +408,20 @@ def fc_taps(inventory: WeightInventory, hidden: int | None) -> int | None:
                 return shape[1] // h
             return None
     return None
+
+
+def with_layer_ids(spec: DraftSpec, ids: Sequence[int]) -> DraftSpec:
+    """``spec`` as if its config held ``ids``: a copy of the parsed config, never the file.
+
+    The ids go where engines read them first (``dflash_config``, or the top level of a config
+    without one), and a second copy that would conflict is dropped, so ``DraftArgs.from_spec``
+    and inspect's checks can run on a draft whose config lost (or got wrong) its ids.
+    """
+    cfg = copy.deepcopy(spec.config)
+    nested = cfg.get("dflash_config")
+    if isinstance(nested, dict):
+        nested["target_layer_ids"] = list(ids)
+        cfg.pop("target_layer_ids", None)
+    else:
+        cfg["target_layer_ids"] = list(ids)
+    return build_spec(cfg, label=spec.label, where=spec.where, weights=spec.weights)
