@@ -10,6 +10,7 @@ from typing import Any, Callable, Sequence
 from dflash_ckpt.checks.inspection import Gate, InspectResult, inspect_many
 from dflash_ckpt.commands.json_out import document, print_json
 from dflash_ckpt.errors import DFlashCkptError, UsageError
+from dflash_ckpt.result import ResultShape
 from dflash_ckpt.rules import Finding
 from dflash_ckpt.sources.resolve import open_source
 
@@ -51,7 +52,7 @@ def parse_engines(values: list[str]) -> list[str]:
 
 
 @dataclass
-class InspectRun:
+class InspectRun(ResultShape):
     """One ``inspect`` run: a result per draft (argument order) under one gate; ``error`` is what
     stopped it before any draft was read (an unreadable target)."""
 
@@ -66,15 +67,10 @@ class InspectRun:
         return max(r.exit_code(self.strict) for r in self.results)
 
     @property
-    def ok(self) -> bool:
-        return self.exit_code == 0
-
-    @property
     def findings(self) -> list[Finding]:
         return [f for r in self.results for f in r.findings]
 
-    def to_dict(self) -> dict[str, Any]:
-        """The ``--json`` document."""
+    def to_json(self) -> dict[str, Any]:
         return envelope(self.results, self.strict, self.exit_code, error=self.error)
 
 

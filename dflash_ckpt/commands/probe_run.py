@@ -32,6 +32,7 @@ from dflash_ckpt.commands.options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_ACC
 from dflash_ckpt.runtime.probe_search import (EXHAUSTIVE_MAX, KEEP_EXACT, Measured, SearchResult, TapSet, configured_problem,
                                               search_taps)
 from dflash_ckpt.errors import CheckFailed, DFlashCkptError, InputError, UsageError
+from dflash_ckpt.result import ResultShape
 from dflash_ckpt.rules import Finding, Severity
 from dflash_ckpt.runtime.backend import select_backend
 from dflash_ckpt.runtime.loading import dtype_name, load_draft
@@ -65,7 +66,7 @@ class ProbeOptions(RunOptions):
 
 
 @dataclass
-class ProbeResult:
+class ProbeResult(ResultShape):
     draft_label: str
     target_label: str
     options: ProbeOptions
@@ -111,14 +112,6 @@ class ProbeResult:
         if self.refused or any(f.severity == Severity.ERROR for f in self.findings):
             return 1
         return self.write_error.exit_code if self.write_error is not None else 0
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_code == 0
-
-    def to_dict(self) -> dict[str, Any]:
-        """The ``--json`` document."""
-        return self.to_json()
 
     def confidence(self) -> dict[str, Any]:
         """Best against runner-up: the gap in tau, relative to the best, and in standard errors."""

@@ -31,6 +31,7 @@ from dflash_ckpt.checks.run_findings import prompt_format_causes, smoke_findings
 from dflash_ckpt.commands.json_out import SCHEMA_VERSION as JSON_SCHEMA_VERSION  # one version for every document
 from dflash_ckpt.commands.options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_ACCEPTANCE
 from dflash_ckpt.errors import UsageError
+from dflash_ckpt.result import ResultShape
 from dflash_ckpt.rules import Finding, Severity
 from dflash_ckpt.runtime.backend import select_backend
 from dflash_ckpt.runtime.generate import step_clock
@@ -60,7 +61,7 @@ class SmokeOptions(RunOptions):
 
 
 @dataclass
-class SmokeResult:
+class SmokeResult(ResultShape):
     draft_label: str
     target_label: str
     options: SmokeOptions
@@ -91,14 +92,6 @@ class SmokeResult:
     def exit_code(self) -> int:
         errors = any(f.severity == Severity.ERROR for f in self.findings)
         return 1 if self.refused or errors else 0
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_code == 0
-
-    def to_dict(self) -> dict[str, Any]:
-        """The ``--json`` document."""
-        return self.to_json()
 
     def overall(self) -> dict[str, Any]:
         return overall_figures(self.runs, self.block_size or 1)

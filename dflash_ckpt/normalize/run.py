@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from dflash_ckpt.result import ResultShape
+
 if TYPE_CHECKING:
     from dflash_ckpt.checks.engines import Verdict
     from dflash_ckpt.errors import DFlashCkptError
@@ -58,7 +60,7 @@ class Request:
 
 
 @dataclass
-class Outcome:
+class Outcome(ResultShape):
     """Everything a run found and did, for the report and the JSON document."""
 
     req: Request
@@ -77,14 +79,6 @@ class Outcome:
     backup: Path | None = None
     error: DFlashCkptError | None = None
     exit_code: int = 0
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_code == 0
-
-    def to_dict(self) -> dict[str, Any]:
-        """The ``--json`` document."""
-        return self.to_json()
 
     def to_json(self) -> dict[str, Any]:
         plan, req = self.plan, self.req
