@@ -40,7 +40,7 @@ from dflash_ckpt.runtime.generate import decode, dflash_decode, now  # noqa: E40
 from dflash_ckpt.runtime.hf_target import hf_target_info, load_hf_target  # noqa: E402
 from dflash_ckpt.runtime.loading import inventory, load_draft, load_target  # noqa: E402
 from dflash_ckpt.sources.local import LocalSource  # noqa: E402
-from dflash_ckpt.spec.resolve import read_draft_spec as read_draft  # noqa: E402
+from dflash_ckpt.draftspec.specs import read_draft_spec as read_draft  # noqa: E402
 
 SMALL = dict(vocab_size=32000, hidden_size=512, intermediate_size=1536, num_hidden_layers=12, num_attention_heads=8,
              num_key_value_heads=2, head_dim=64, max_position_embeddings=4096, tie_word_embeddings=True,

@@ -31,8 +31,8 @@ from dflash_ckpt.runtime.loading import load_draft, load_target  # noqa: E402
 from dflash_ckpt.runtime.probe import measure, reading_taps, record  # noqa: E402
 from dflash_ckpt.sources.local import LocalSource  # noqa: E402
 from dflash_ckpt.sources.prompts import PromptEncoder, gather_prompts, stop_token_ids  # noqa: E402
-from dflash_ckpt.spec.resolve import read_draft_spec as read_draft  # noqa: E402
-from dflash_ckpt.spec.resolve import read_target_spec as read_target  # noqa: E402
+from dflash_ckpt.draftspec.specs import read_draft_spec as read_draft  # noqa: E402
+from dflash_ckpt.draftspec.specs import read_target_spec as read_target  # noqa: E402
 
 PAIR = ROOT / "fixtures" / "tiny-pair"
 N = 128

@@ -50,7 +50,7 @@ from dflash_ckpt.runtime.generate import decode, dflash_decode  # noqa: E402
 from dflash_ckpt.runtime.layers import init_random_  # noqa: E402
 from dflash_ckpt.runtime.static import StaticRunner  # noqa: E402
 from dflash_ckpt.runtime.target import TargetModel  # noqa: E402
-from dflash_ckpt.spec.resolve import build_spec  # noqa: E402
+from dflash_ckpt.draftspec.specs import build_spec  # noqa: E402
 
 #: Qwen/Qwen3-4B and z-lab/Qwen3-4B-DFlash-b16 (fixtures/published), the dimensions that matter.
 QWEN3_4B = {
@@ -81,7 +81,7 @@ def load_tiny_pair(dtype: torch.dtype, device: torch.device, block: int | None) 
     """fixtures/tiny-pair's trained weights, loaded as smoke-run loads them."""
     from dflash_ckpt.runtime.loading import load_draft, load_target
     from dflash_ckpt.sources.local import LocalSource
-    from dflash_ckpt.spec.resolve import read_draft_spec as read_draft, read_target_spec as read_target
+    from dflash_ckpt.draftspec.specs import read_draft_spec as read_draft, read_target_spec as read_target
 
     spec, tspec = read_draft(LocalSource(TINY / "draft")), read_target(LocalSource(TINY / "target"))
     dargs = DraftArgs.from_spec(spec)

@@ -140,7 +140,7 @@ def draft(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """A random-init DFlash draft reading layers 0, 2, 3 of a 4-layer, hidden-64 target."""
     from dflash_ckpt.runtime.args import DraftArgs
     from dflash_ckpt.sources.local import LocalSource
-    from dflash_ckpt.spec.resolve import read_draft_spec as read_draft
+    from dflash_ckpt.draftspec.specs import read_draft_spec as read_draft
 
     folder = tm.make_draft(tmp_path_factory.mktemp("draft") / "d", hidden=64, taps=TAPS, num_target_layers=4,
                            block_size=BLOCK)

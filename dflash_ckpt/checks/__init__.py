@@ -12,7 +12,7 @@ from dflash_ckpt.checks.dflash2 import check_dflash2_config, check_dflash2_weigh
 from dflash_ckpt.checks.pairing import check_pairing
 from dflash_ckpt.checks.weights import check_weights
 from dflash_ckpt.rules import Finding
-from dflash_ckpt.spec.resolve import DraftSpec, TargetSpec
+from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec
 
 
 def run_checks(spec: DraftSpec, target: TargetSpec | None = None) -> list[Finding]:

@@ -8,10 +8,10 @@ from typing import Any
 
 from dflash_ckpt.sources.jsonfile import json_type
 from dflash_ckpt.rules import Finding, finding
-from dflash_ckpt.spec.layer_kinds import LAYER_KINDS, SLIDING, explicit_layer_kinds
+from dflash_ckpt.draftspec.layer_kinds import LAYER_KINDS, SLIDING, explicit_layer_kinds
 from dflash_ckpt.limits import MAX_LAYERS, MAX_LIST_LEN
 from dflash_ckpt.sources.jsonfile import json_depth
-from dflash_ckpt.spec.resolve import (
+from dflash_ckpt.draftspec.specs import (
     ABSENT, DFLASH2_KEYS, DFLASH_KEYS, KEY_BOUNDS, NESTED, TOP_LEVEL, DraftSpec, as_int, as_int_list,
 )
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dflash_ckpt.checks.config import conflict_findings, show_value
 from dflash_ckpt.rules import Finding, finding
 from dflash_ckpt.sources.jsonfile import json_type
-from dflash_ckpt.spec.resolve import DFLASH2_KEYS, DraftSpec, as_int
+from dflash_ckpt.draftspec.specs import DFLASH2_KEYS, DraftSpec, as_int
 
 CODEBOOKS = ("candidate_selector.predecessor_codebook", "candidate_selector.successor_codebook")
 

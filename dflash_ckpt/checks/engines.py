@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple
 
-from dflash_ckpt.spec.resolve import ABSENT, NESTED, TOP_LEVEL, DraftSpec, TargetSpec, as_int, as_int_list, same_json
+from dflash_ckpt.draftspec.specs import ABSENT, NESTED, TOP_LEVEL, DraftSpec, TargetSpec, as_int, as_int_list, same_json
 
 
 class Verdict(NamedTuple):

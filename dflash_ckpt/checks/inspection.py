@@ -13,7 +13,7 @@ from dflash_ckpt.errors import DFlashCkptError, InputError, split_location
 from dflash_ckpt.rules import Finding, Severity, finding
 from dflash_ckpt.sources.base import Source
 from dflash_ckpt.sources.resolve import open_source
-from dflash_ckpt.spec.resolve import DraftSpec, TargetSpec, read_draft_spec, read_target_spec
+from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec, read_draft_spec, read_target_spec
 
 
 #: Drafts checked at once. Each check is a handful of small requests (or local reads), so a few
@@ -129,7 +129,7 @@ def normalize_fixes(spec: DraftSpec, target: TargetSpec | None, readers: dict[st
     if not failing:
         return set(), None
     from dflash_ckpt.normalize.plan import Known, plan_normalize
-    from dflash_ckpt.spec.resolve import as_int, build_spec
+    from dflash_ckpt.draftspec.specs import as_int, build_spec
 
     attempts: list[tuple[Known, str]] = [(Known(), f"dflash-ckpt normalize {shlex.quote(spec.label)} OUT")]
     if target is not None:

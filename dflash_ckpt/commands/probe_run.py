@@ -42,7 +42,7 @@ from dflash_ckpt.runtime.plan import RunOptions, encode_prompts, plan_run, resol
 from dflash_ckpt.runtime.probe import measure, reading_taps, record
 from dflash_ckpt.sources.local import LocalSource
 from dflash_ckpt.sources.prompts import stop_token_ids
-from dflash_ckpt.spec.resolve import TargetSpec, as_int, fc_taps, read_draft_spec, read_target_spec, with_layer_ids
+from dflash_ckpt.draftspec.specs import TargetSpec, as_int, fc_taps, read_draft_spec, read_target_spec, with_layer_ids
 
 #: Finalists re-measured with the real loop (the best and the runner-up: the gap is between them).
 CONFIRM = 2

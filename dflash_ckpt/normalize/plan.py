@@ -12,7 +12,7 @@ The canonical form written here:
 - ``output_multiplier``, ``final_logit_softcapping``, ``input_embedding_scale`` set at the top
   level are copied into ``dflash_config`` (the top-level copy stays);
 - an explicit ``layer_types`` list, derived only where the config leaves no doubt
-  (``spec.layer_kinds``, the rule the runtime runs too).
+  (``draftspec.layer_kinds``, the rule the runtime runs too).
 
 Nothing is guessed: a missing key must come from an override (or, for ``num_target_layers``, the
 target's own config), and a key whose two copies disagree needs ``prefer``.
@@ -30,8 +30,8 @@ from dflash_ckpt.normalize.config_text import ADD, REMOVE, SET, Edit, apply_edit
 from dflash_ckpt.errors import CheckFailed, UsageError
 from dflash_ckpt.limits import MAX_LAYERS
 from dflash_ckpt.sources.jsonfile import json_type
-from dflash_ckpt.spec.layer_kinds import LAYER_KINDS, SHORT_NAMES, derive_layer_kinds, explicit_layer_kinds
-from dflash_ckpt.spec.resolve import ABSENT, DFLASH_KEYS, SCALING_KEYS, as_int, as_int_list, resolve_key, same_json
+from dflash_ckpt.draftspec.layer_kinds import LAYER_KINDS, SHORT_NAMES, derive_layer_kinds, explicit_layer_kinds
+from dflash_ckpt.draftspec.specs import ABSENT, DFLASH_KEYS, SCALING_KEYS, as_int, as_int_list, resolve_key, same_json
 
 PREFER_NESTED, PREFER_TOP = "nested", "top-level"
 #: Keys the canonical ``dflash_config`` holds, in the order a new ``dflash_config`` lists them.

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from dflash_ckpt.rules import Finding
     from dflash_ckpt.sources.base import Source
     from dflash_ckpt.sources.weights import WeightInventory
-    from dflash_ckpt.spec.resolve import DraftSpec, TargetSpec
+    from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec
 
 
 @dataclass
@@ -124,7 +124,7 @@ def normalize_into(req: Request, oc: Outcome, *, guard: Callable[[Request, Path 
     from dflash_ckpt.checks.engines import judge_readers
     from dflash_ckpt.rules import Severity
     from dflash_ckpt.sources.resolve import open_source
-    from dflash_ckpt.spec.resolve import build_spec, read_config, read_target_spec
+    from dflash_ckpt.draftspec.specs import build_spec, read_config, read_target_spec
     from dflash_ckpt.sources.weights import load_inventory
     from dflash_ckpt.normalize.config_text import unified_diff
     from dflash_ckpt.normalize.outdir import require_new_parents, make_parents, missing_parents, remove_empty
@@ -247,7 +247,7 @@ def _plan_out(req: Request, draft_dir: Path) -> list[Any]:
 
 def _known(inventory: WeightInventory, spec: DraftSpec, target: TargetSpec | None) -> Known:
     from dflash_ckpt.normalize.plan import Known
-    from dflash_ckpt.spec.resolve import as_int, fc_taps
+    from dflash_ckpt.draftspec.specs import as_int, fc_taps
 
     return Known(
         fc_taps=fc_taps(inventory, spec.dims.hidden_size),

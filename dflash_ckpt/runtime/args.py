@@ -14,8 +14,8 @@ from typing import Any
 
 from dflash_ckpt.errors import InputError, UsageError
 from dflash_ckpt.runtime.families import SUPPORTED_TEXT, family_of
-from dflash_ckpt.spec.layer_kinds import FULL, LAYER_KINDS, SLIDING, derive_layer_kinds, explicit_layer_kinds
-from dflash_ckpt.spec.resolve import ABSENT, DFLASH2_KEYS, DraftSpec, as_int, decoder_config, lookup, target_model_type
+from dflash_ckpt.draftspec.layer_kinds import FULL, LAYER_KINDS, SLIDING, derive_layer_kinds, explicit_layer_kinds
+from dflash_ckpt.draftspec.specs import ABSENT, DFLASH2_KEYS, DraftSpec, as_int, decoder_config, lookup, target_model_type
 
 #: Rope types implemented in ``rope.py`` (``default`` also covers a null ``rope_scaling``).
 ROPE_TYPES = ("default", "linear", "llama3", "yarn")
@@ -418,7 +418,7 @@ class Dflash2Args:
 
 def draft_layer_types(cfg: dict[str, Any], n: int, where: str) -> tuple[str, ...]:
     """The kind of each draft layer: the explicit ``layer_types``, else what
-    ``spec.layer_kinds`` derives (the rule ``normalize`` writes); anything it leaves open is
+    ``draftspec.layer_kinds`` derives (the rule ``normalize`` writes); anything it leaves open is
     refused (exit 2) rather than guessed."""
     lt = explicit_layer_kinds(cfg)
     if lt is not ABSENT:

@@ -25,7 +25,7 @@ from dflash_ckpt.runtime.args import TargetArgs, Unsupported, ensure_supported
 from dflash_ckpt.runtime.families import hf_family_of
 from dflash_ckpt.runtime.memory import check_fits, needed_bytes
 from dflash_ckpt.sources.weights import WeightInventory
-from dflash_ckpt.spec.resolve import decoder_config, target_model_type
+from dflash_ckpt.draftspec.specs import decoder_config, target_model_type
 
 BACKENDS = ("auto", "native", "transformers")
 #: How to add the ``hf`` extra, as README's set-up line installs it.

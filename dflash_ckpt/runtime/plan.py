@@ -27,7 +27,7 @@ from dflash_ckpt.runtime.loading import inventory, parse_dtype, stored_dtype
 from dflash_ckpt.sources.prompts import Prompt, PromptEncoder, gather_prompts
 from dflash_ckpt.sources.resolve import local_folder
 from dflash_ckpt.sources.weights import WeightInventory
-from dflash_ckpt.spec.resolve import DraftSpec
+from dflash_ckpt.draftspec.specs import DraftSpec
 
 WEIGHT_FILES = ["config.json", "*.safetensors", "*.safetensors.index.json"]
 TARGET_FILES = [*WEIGHT_FILES, "generation_config.json", "tokenizer.json", "tokenizer_config.json",
