@@ -166,6 +166,24 @@ def test_bad_options_are_one_line_usage_errors(stripped: Path, cli_here: Any) ->
         assert res.code == 2 and text in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
 
 
+def test_transformers_backend_ranks_the_tap_sets_as_native_does(cli_here: Any) -> None:
+    """probe-taps --backend: the transformers target taps every layer through the model's own
+    layers, so in fp32 the ranking, every tau and the findings equal the native backend's."""
+    pytest.importorskip("transformers")
+    docs = {}
+    for backend in ("native", "transformers"):
+        res = cli_here("probe-taps", str(SHIFTED), "--target", str(TARGET), "--draft-dtype", "float32",
+                       "--target-dtype", "float32", "-n", "12", "-p", "The capital of France is",
+                       "--backend", backend, "--json")
+        docs[backend] = res.json()
+        assert docs[backend]["settings"]["backend"] == backend
+    nat, hf = docs["native"], docs["transformers"]
+    assert [(c["target_layer_ids"], c["tau"]) for c in nat["ranked"]] == [(c["target_layer_ids"], c["tau"]) for c in hf["ranked"]]
+    assert nat["findings"] == hf["findings"] and nat["exit_code"] == hf["exit_code"]
+    res = cli_here("probe-taps", str(SHIFTED), "--target", str(TARGET), "--backend", "tensorrt")
+    assert res.code == 2 and "--backend 'tensorrt'" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
 def test_a_draft_that_does_not_fit_the_target_is_refused(tmp_path: Path, cli_here: Any) -> None:
     """fc.weight reading more taps than the target has layers: exit 2, one line naming the file."""
     folder = tmp_path / "draft"
