@@ -82,3 +82,32 @@ def test_run_smoke_run_returns_what_json_prints(cli, capsys: pytest.CaptureFixtu
     with pytest.raises(DFlashCkptError) as err:
         run_smoke_run(str(TINY / "draft"), str(TINY / "target"), backend="tensorrt")
     assert err.value.exit_code == 2 and "--backend 'tensorrt'" in err.value.message
+
+
+def test_a_run_reads_each_header_and_config_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan reuses what the checks read: the draft's safetensors headers once per smoke-run
+    (as one inventory reads them), the target's config.json once per probe-taps."""
+    from dflash_ckpt.commands.probe_run import run_probe_taps
+    from dflash_ckpt.commands.smoke_run import run_smoke_run
+    from dflash_ckpt.sources.local import LocalSource
+    from dflash_ckpt.sources.weights import load_inventory
+
+    reads: list[tuple[str, str]] = []
+    real = LocalSource.read
+
+    def spy(self: LocalSource, name: str, *a: Any, **k: Any) -> bytes:
+        reads.append((self.local_dir.name, name))
+        return real(self, name, *a, **k)
+
+    monkeypatch.setattr(LocalSource, "read", spy)
+    load_inventory(LocalSource(TINY / "draft"))
+    one_inventory = sorted(reads)
+    assert one_inventory and all(n.endswith(".safetensors") for _, n in one_inventory)
+    reads.clear()
+    fast = dict(prompt=["hi"], max_new_tokens=4, draft_dtype="float32", target_dtype="float32", device="cpu")
+    assert run_smoke_run(str(TINY / "draft"), str(TINY / "target"), min_acceptance=0.0, **fast).ok
+    assert sorted(r for r in reads if r[0] == "draft" and r[1].endswith(".safetensors")) == one_inventory
+    reads.clear()
+    run_probe_taps(str(TINY / "draft"), str(TINY / "target"), budget=2, **fast)
+    assert [r for r in reads if r == ("target", "config.json")] == [("target", "config.json")]
+    assert sorted(r for r in reads if r[0] == "draft" and r[1].endswith(".safetensors")) == one_inventory
