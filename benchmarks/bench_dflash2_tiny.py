@@ -32,7 +32,7 @@ from dflash_ckpt.runtime.generate import decode, dflash_decode  # noqa: E402
 from dflash_ckpt.runtime.loading import load_draft, load_target  # noqa: E402
 from dflash_ckpt.sources.local import LocalSource  # noqa: E402
 from dflash_ckpt.sources.prompts import BUILTIN_PROMPTS, PromptEncoder, stop_token_ids  # noqa: E402
-from dflash_ckpt.spec.resolve import load_draft as read_draft  # noqa: E402
+from dflash_ckpt.draftspec.specs import read_draft_spec as read_draft  # noqa: E402
 
 PAIR = ROOT / "fixtures" / "tiny-pair"
 

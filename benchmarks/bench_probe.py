@@ -24,15 +24,15 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dflash_ckpt.commands.probe_search import Measured, search_taps  # noqa: E402
+from dflash_ckpt.runtime.probe_search import Measured, search_taps  # noqa: E402
 from dflash_ckpt.runtime.args import DraftArgs, TargetArgs  # noqa: E402
 from dflash_ckpt.runtime.generate import dflash_decode  # noqa: E402
 from dflash_ckpt.runtime.loading import load_draft, load_target  # noqa: E402
 from dflash_ckpt.runtime.probe import measure, reading_taps, record  # noqa: E402
 from dflash_ckpt.sources.local import LocalSource  # noqa: E402
 from dflash_ckpt.sources.prompts import PromptEncoder, gather_prompts, stop_token_ids  # noqa: E402
-from dflash_ckpt.spec.resolve import load_draft as read_draft  # noqa: E402
-from dflash_ckpt.spec.resolve import load_target as read_target  # noqa: E402
+from dflash_ckpt.draftspec.specs import read_draft_spec as read_draft  # noqa: E402
+from dflash_ckpt.draftspec.specs import read_target_spec as read_target  # noqa: E402
 
 PAIR = ROOT / "fixtures" / "tiny-pair"
 N = 128

@@ -50,7 +50,7 @@ from dflash_ckpt.runtime.generate import decode, dflash_decode  # noqa: E402
 from dflash_ckpt.runtime.layers import init_random_  # noqa: E402
 from dflash_ckpt.runtime.static import StaticRunner  # noqa: E402
 from dflash_ckpt.runtime.target import TargetModel  # noqa: E402
-from dflash_ckpt.spec.resolve import build_spec  # noqa: E402
+from dflash_ckpt.draftspec.specs import build_spec  # noqa: E402
 
 #: Qwen/Qwen3-4B and z-lab/Qwen3-4B-DFlash-b16 (fixtures/published), the dimensions that matter.
 QWEN3_4B = {
@@ -81,7 +81,7 @@ def load_tiny_pair(dtype: torch.dtype, device: torch.device, block: int | None) 
     """fixtures/tiny-pair's trained weights, loaded as smoke-run loads them."""
     from dflash_ckpt.runtime.loading import load_draft, load_target
     from dflash_ckpt.sources.local import LocalSource
-    from dflash_ckpt.spec.resolve import load_draft as read_draft, load_target as read_target
+    from dflash_ckpt.draftspec.specs import read_draft_spec as read_draft, read_target_spec as read_target
 
     spec, tspec = read_draft(LocalSource(TINY / "draft")), read_target(LocalSource(TINY / "target"))
     dargs = DraftArgs.from_spec(spec)
@@ -236,7 +236,7 @@ def check_lossless(target: TargetModel, draft: DFlashDraft, context: int, new_to
     cap = context + new_tokens + draft.args.block_size + 1
     ref = decode(target, prompt, max_new_tokens=new_tokens, cache=target.new_cache(cap))
     runner = StaticRunner(target, draft, cap, graphs=graphs)
-    got = dflash_decode(target, draft, prompt, max_new_tokens=new_tokens, runner=runner)
+    got = runner.dflash(prompt, max_new_tokens=new_tokens)
     same = sum(1 for a, b in zip(ref.tokens, got.tokens) if a == b)
     first = next((i for i, (a, b) in enumerate(zip(ref.tokens, got.tokens)) if a != b), None)
     return f"{same}/{len(ref.tokens)} tokens equal" + ("" if first is None else f" (first difference at {first})")

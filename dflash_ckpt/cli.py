@@ -58,17 +58,19 @@ def inspect(
         show_default=False),
 ) -> None:
     """Resolve and check a draft from config.json and safetensors headers (no tensor data, no torch)."""
-    from dflash_ckpt.commands.inspect_cmd import Gate, parse_codes, parse_engines, run_inspect
+    from dflash_ckpt.commands.inspect_cmd import parse_codes, parse_engines, report_inspect, run_inspect
 
-    gate = Gate(strict=strict, select=parse_codes(select or [], "--select"), ignore=parse_codes(ignore or [], "--ignore"),
-                require_engines=parse_engines(require_engines or []))
+    parse_codes(select or [], "--select"), parse_codes(ignore or [], "--ignore"), parse_engines(require_engines or [])
     args = list(drafts or [])
     if from_file:
         args += read_arg_file(from_file)
     if not args:
         raise typer.BadParameter("give at least one DRAFT (or --from-file)", param_hint="DRAFT")
     silence_progress(json_out or quiet)
-    raise typer.Exit(run_inspect(args, target=target, revision=revision, token=token, json_out=json_out, quiet=quiet, gate=gate))
+    raise typer.Exit(report_inspect(
+        lambda: run_inspect(args, target, revision=revision, token=token, strict=strict, select=select or [],
+                            ignore=ignore or [], require_engines=require_engines or []),
+        json_out=json_out, quiet=quiet, strict=strict))
 
 
 @app.command()
@@ -211,10 +213,3 @@ def _usage_line(exc: Any, args: list[str]) -> str:
     message = " ".join(exc.format_message().split())
     what = "commands" if path == PROGRAM else "options"
     return error_line(path, "DF004", "error", f"{message} (`{path} --help` lists the {what})")
-
-
-def main() -> None:
-    """Console entry point (``dflash_ckpt.entry.main`` is the one installed: it also covers the imports)."""
-    from dflash_ckpt.entry import main as entry_main
-
-    entry_main()

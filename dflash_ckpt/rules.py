@@ -396,10 +396,3 @@ def finding(code: str, message: str, *, path: str | None = None, key: str | None
         m = _KEY.search(message)
         key = m.group(1) if m else None
     return Finding(code, RULES[code].severity, message, path, key)
-
-
-def worst(findings: list[Finding]) -> Severity | None:
-    """The most severe level among ``findings``; ``None`` when empty."""
-    if not findings:
-        return None
-    return max((f.severity for f in findings), key=lambda s: s.rank)

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from dflash_ckpt.spec.resolve import DFLASH_KEYS, build_spec
+from dflash_ckpt.draftspec.specs import DFLASH_KEYS, build_spec
 
 CHUNK = 1 << 20
 ZERO = bytes(CHUNK)

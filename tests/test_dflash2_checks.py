@@ -12,8 +12,8 @@ import pytest
 import make_fixtures as mf
 from dflash_ckpt.checks import run_checks
 from dflash_ckpt.sources.local import LocalSource
-from dflash_ckpt.spec.resolve import build_spec, load_draft
-from dflash_ckpt.spec.tensor_layout import DFLASH2_MARKERS, expected_tensors
+from dflash_ckpt.draftspec.specs import build_spec, read_draft_spec as load_draft
+from dflash_ckpt.draftspec.tensor_layout import DFLASH2_MARKERS, expected_tensors
 
 V2_NAMES = [n for n in mf.draft_tensors(mf.SMALL_DRAFT2) if any(m in n for m in DFLASH2_MARKERS)]
 

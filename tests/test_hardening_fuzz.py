@@ -27,9 +27,9 @@ from dflash_ckpt.checks.inspection import InspectResult  # noqa: E402
 from dflash_ckpt.errors import DFlashCkptError  # noqa: E402
 from dflash_ckpt.sources.jsonfile import parse_json_text  # noqa: E402
 from dflash_ckpt.sources.weights import WeightInventory  # noqa: E402
-from dflash_ckpt.spec.layer_kinds import derive_layer_kinds  # noqa: E402
-from dflash_ckpt.spec.resolve import build_spec, target_from_config  # noqa: E402
-from dflash_ckpt.spec.tensor_layout import expected_tensors  # noqa: E402
+from dflash_ckpt.draftspec.layer_kinds import derive_layer_kinds  # noqa: E402
+from dflash_ckpt.draftspec.specs import build_spec, target_from_config  # noqa: E402
+from dflash_ckpt.draftspec.tensor_layout import expected_tensors  # noqa: E402
 
 DRAFT_KEYS = [
     "block_size", "num_target_layers", "hidden_size", "num_hidden_layers", "num_attention_heads",

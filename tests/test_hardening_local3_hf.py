@@ -126,14 +126,14 @@ NEEDLE = {"swapped": "embed_tokens.weight", "intermediate-huge": "mlp.", "vocab-
 @pytest.mark.parametrize("name", sorted(BROKEN))
 def test_broken_target_config_is_one_line_before_any_load(cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                          name: str, backend: str) -> None:
-    import dflash_ckpt.commands.smoke_backend as smoke_backend
+    import dflash_ckpt.runtime.plan as run_plan
     import dflash_ckpt.runtime.loading as loading
 
     def never(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("a target was loaded")
 
     monkeypatch.setattr(loading, "load_target", never)
-    monkeypatch.setattr(smoke_backend, "plan_target", never)
+    monkeypatch.setattr(run_plan, "plan_target", never)
     target = target_with(tmp_path / "t", BROKEN[name])
     res = smoke(cli, (str(PAIR / "draft"), str(target)), "--backend", backend, "--device", "cpu")
     assert res.code == 2, res.stdout + res.stderr

@@ -128,7 +128,7 @@ def test_a_target_too_big_for_the_device_is_refused_before_loading(cli, hf_root:
 
 
 def test_without_transformers_the_refusal_says_how_to_install_it(cli, hf_root: Path, monkeypatch) -> None:
-    import dflash_ckpt.commands.smoke_backend as sb
+    import dflash_ckpt.runtime.backend as sb
 
     monkeypatch.setattr(sb, "hf_available", lambda: False)
     err = _one_line_refusal(smoke(cli, hf_root / "draft", hf_root / "qwen3_moe"))

@@ -27,7 +27,7 @@ pytest.importorskip("transformers")
 import hf_tiny  # noqa: E402
 import tiny_models as tm  # noqa: E402
 from dflash_ckpt.runtime.generate import decode, dflash_decode  # noqa: E402
-from dflash_ckpt.runtime.hf_target import describe, load_hf_target  # noqa: E402
+from dflash_ckpt.runtime.hf_target import hf_target_info, load_hf_target  # noqa: E402
 from dflash_ckpt.runtime.loading import inventory, load_draft  # noqa: E402
 from dflash_ckpt.runtime.memory import needed_bytes  # noqa: E402
 
@@ -41,7 +41,7 @@ BLOCK = 8
 
 
 def load(folder: Path) -> Any:
-    info = describe(json.loads((folder / "config.json").read_text()), str(folder / "config.json"))
+    info = hf_target_info(json.loads((folder / "config.json").read_text()), str(folder / "config.json"))
     inv = inventory(folder, str(folder))
     return load_hf_target(folder, info, dtype=torch.float32, device=torch.device("cpu"), tensor_names=list(inv.tensors))
 
@@ -140,7 +140,7 @@ def draft(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """A random-init DFlash draft reading layers 0, 2, 3 of a 4-layer, hidden-64 target."""
     from dflash_ckpt.runtime.args import DraftArgs
     from dflash_ckpt.sources.local import LocalSource
-    from dflash_ckpt.spec.resolve import load_draft as read_draft
+    from dflash_ckpt.draftspec.specs import read_draft_spec as read_draft
 
     folder = tm.make_draft(tmp_path_factory.mktemp("draft") / "d", hidden=64, taps=TAPS, num_target_layers=4,
                            block_size=BLOCK)
@@ -189,7 +189,7 @@ def test_mxfp4_checkpoint_dequantizes_to_the_same_model(tmp_path: Path) -> None:
     inv_p, inv_q = inventory(plain, "p"), inventory(quant, "q")
     assert any(k.endswith("_blocks") for k in inv_q.tensors)
     assert needed_bytes(inv_q.tensors, torch.bfloat16) == needed_bytes(inv_p.tensors, torch.bfloat16)
-    assert describe(json.loads((quant / "config.json").read_text()), "q").mxfp4
+    assert hf_target_info(json.loads((quant / "config.json").read_text()), "q").mxfp4
 
 
 @pytest.mark.parametrize("family", FAMILIES)

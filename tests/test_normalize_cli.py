@@ -23,7 +23,7 @@ import make_fixtures
 from conftest import CliResult, error_line, no_traceback, run_cli
 from normalize_support import files_under, leftovers, read_json, resolved, tree_state
 
-from dflash_ckpt.spec.resolve import DFLASH_KEYS
+from dflash_ckpt.draftspec.specs import DFLASH_KEYS
 
 
 def mutant(root: Path, name: str) -> Path:

@@ -30,7 +30,7 @@ from normalize_support import resolved
 
 from dflash_ckpt.normalize.config_text import ConfigText, parse_object
 from dflash_ckpt.normalize.plan import PREFER_NESTED, Overrides, plan_normalize
-from dflash_ckpt.spec.resolve import DFLASH_KEYS, SCALING_KEYS
+from dflash_ckpt.draftspec.specs import DFLASH_KEYS, SCALING_KEYS
 
 PLACES = ("nested", "top", "both", "conflict", "missing")
 SCALE_PLACES = ("absent", "nested", "top", "both", "conflict", "top-null")
@@ -239,7 +239,7 @@ def test_cli_properties(cli: Any, d: dict[str, Any]) -> None:
     (True, 4096, None), (True, None, None), ("absent", 4096, None), (None, 4096, None),
 ])
 def test_layer_types_derivation_cases(use: Any, window: Any, expected: str | None) -> None:
-    from dflash_ckpt.spec.layer_kinds import derive_layer_kinds as derive_layer_types
+    from dflash_ckpt.draftspec.layer_kinds import derive_layer_kinds as derive_layer_types
 
     cfg: dict[str, Any] = {"num_hidden_layers": 3}
     if use != "absent":

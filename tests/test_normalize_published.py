@@ -17,7 +17,7 @@ import pytest
 from conftest import no_traceback
 from normalize_support import files_under, read_json, resolved, tree_state
 
-from dflash_ckpt.spec.resolve import DFLASH_KEYS, SCALING_KEYS
+from dflash_ckpt.draftspec.specs import DFLASH_KEYS, SCALING_KEYS
 
 PUBLISHED_NAMES = list(json.loads((Path(__file__).parents[1] / "fixtures/published/index.json").read_text()))
 CANONICAL_NESTED = ("block_size", "mask_token_id", "num_target_layers", "target_layer_ids")

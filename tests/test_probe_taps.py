@@ -166,6 +166,24 @@ def test_bad_options_are_one_line_usage_errors(stripped: Path, cli_here: Any) ->
         assert res.code == 2 and text in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
 
 
+def test_transformers_backend_ranks_the_tap_sets_as_native_does(cli_here: Any) -> None:
+    """probe-taps --backend: the transformers target taps every layer through the model's own
+    layers, so in fp32 the ranking, every tau and the findings equal the native backend's."""
+    pytest.importorskip("transformers")
+    docs = {}
+    for backend in ("native", "transformers"):
+        res = cli_here("probe-taps", str(SHIFTED), "--target", str(TARGET), "--draft-dtype", "float32",
+                       "--target-dtype", "float32", "-n", "12", "-p", "The capital of France is",
+                       "--backend", backend, "--json")
+        docs[backend] = res.json()
+        assert docs[backend]["settings"]["backend"] == backend
+    nat, hf = docs["native"], docs["transformers"]
+    assert [(c["target_layer_ids"], c["tau"]) for c in nat["ranked"]] == [(c["target_layer_ids"], c["tau"]) for c in hf["ranked"]]
+    assert nat["findings"] == hf["findings"] and nat["exit_code"] == hf["exit_code"]
+    res = cli_here("probe-taps", str(SHIFTED), "--target", str(TARGET), "--backend", "tensorrt")
+    assert res.code == 2 and "--backend 'tensorrt'" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
 def test_a_draft_that_does_not_fit_the_target_is_refused(tmp_path: Path, cli_here: Any) -> None:
     """fc.weight reading more taps than the target has layers: exit 2, one line naming the file."""
     folder = tmp_path / "draft"
@@ -194,7 +212,8 @@ def test_write_replaces_configured_ids_that_measure_worse(shifted: Any) -> None:
 
 def test_write_keeps_configured_ids_that_lose_only_within_noise(tmp_path: Path) -> None:
     """A narrow loss is no evidence: --write refuses (exit 1) and writes nothing."""
-    from dflash_ckpt.commands.probe_run import Candidate, ProbeOptions, ProbeResult, write_copy
+    from dflash_ckpt.commands.probe_run import ProbeOptions, ProbeResult, write_copy
+    from dflash_ckpt.runtime.measure import Candidate
     from dflash_ckpt.errors import CheckFailed
 
     out = tmp_path / "out"
@@ -245,7 +264,8 @@ def _result(configured: tuple[int, ...] | None, *cands: Any) -> Any:
 
 
 def test_judge_checks_configured_ids_by_the_evidence() -> None:
-    from dflash_ckpt.commands.probe_run import Candidate, judge
+    from dflash_ckpt.checks.run_findings import probe_findings as judge
+    from dflash_ckpt.runtime.measure import Candidate
 
     good = Candidate((1, 3, 5), 5.3, lengths=[5, 6, 5, 5, 5, 6, 5, 5, 5, 6] * 6 + [5, 6, 5, 6])
     close = Candidate((2, 3, 5), 5.2, lengths=[3, 7, 5, 6] * 16)

@@ -8,7 +8,7 @@ import pytest
 
 from dflash_ckpt.checks import check_config
 from dflash_ckpt.checks.engines import judge_readers
-from dflash_ckpt.spec.resolve import build_spec, target_from_config
+from dflash_ckpt.draftspec.specs import build_spec, target_from_config
 
 OLDER = {
     "architectures": ["DFlashDraftModel"], "block_size": 16, "num_target_layers": 36,

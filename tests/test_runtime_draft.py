@@ -15,7 +15,7 @@ import tiny_models as tm
 from dflash_ckpt.errors import InputError
 from dflash_ckpt.runtime.args import DraftArgs
 from dflash_ckpt.sources.local import LocalSource
-from dflash_ckpt.spec.resolve import load_draft as read_draft
+from dflash_ckpt.draftspec.specs import read_draft_spec as read_draft
 
 H = 64
 
@@ -178,7 +178,7 @@ def test_dflash2_config_without_its_keys_is_refused(tmp_path: Path) -> None:
 
 def test_layer_types_not_derived_from_max_window_layers(tmp_path: Path) -> None:
     """Without ``layer_types`` a sliding draft is refused, as ``normalize`` refuses to write one:
-    the runtime never guesses which layers slide (spec/layer_kinds.py)."""
+    the runtime never guesses which layers slide (draftspec/layer_kinds.py)."""
     folder = tm.make_draft(tmp_path / "lt", layers=3, sliding_window=16,
                            extra_config={"layer_types": None, "use_sliding_window": True, "max_window_layers": 1})
     with pytest.raises(InputError, match=r"layer_types is missing and cannot be derived .*normalize .*--layer-types"):

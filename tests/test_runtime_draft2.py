@@ -22,7 +22,7 @@ from conftest import no_traceback, run_cli
 from dflash_ckpt.errors import InputError
 from dflash_ckpt.runtime.args import DraftArgs
 from dflash_ckpt.sources.local import LocalSource
-from dflash_ckpt.spec.resolve import load_draft as read_draft
+from dflash_ckpt.draftspec.specs import read_draft_spec as read_draft
 
 H = 64
 

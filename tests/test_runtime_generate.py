@@ -117,7 +117,7 @@ def test_bf16_draft_runs_against_fp16_target(pair: tuple[Path, Path]) -> None:
     ref = decode(target, PROMPT, max_new_tokens=40, cache=tc)
     got = dflash_decode(target, draft, PROMPT, max_new_tokens=40, target_cache=tc, draft_cache=dc)
     assert got.overflow is None and ref.overflow is None
-    from dflash_ckpt.commands.smoke_run import TIE_TOLERANCE, compare_outputs
+    from dflash_ckpt.runtime.measure import TIE_TOLERANCE, compare_outputs
 
     verdict = compare_outputs(ref.tokens, got.tokens, ref.top2_values, ref.top2_ids, TIE_TOLERANCE[torch.float16])
     assert verdict.status in ("identical", "tie")

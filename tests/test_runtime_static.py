@@ -58,7 +58,7 @@ def test_static_padded_loop_gives_the_generic_tokens_and_acceptance(fp32, block:
     ref = decode(target, PROMPT, max_new_tokens=n, cache=tc)
     assert runner.decode(PROMPT, max_new_tokens=n).tokens == ref.tokens
     generic = dflash_decode(target, draft, PROMPT, max_new_tokens=n, target_cache=tc, draft_cache=dc, block_size=block)
-    static = dflash_decode(target, draft, PROMPT, max_new_tokens=n, runner=runner)
+    static = runner.dflash(PROMPT, max_new_tokens=n)
     assert static.tokens == generic.tokens == ref.tokens
     assert static.acceptance_lengths == generic.acceptance_lengths
     assert (static.target_forwards, static.draft_forwards) == (generic.target_forwards, generic.draft_forwards)
@@ -133,14 +133,14 @@ def test_teacher_forced_check_equals_decoding(fp32) -> None:
     target, draft, tc, _ = fp32
     runner = StaticRunner(target, draft, 256)
     ref = decode(target, PROMPT, max_new_tokens=50, cache=tc)
-    for kw in ({"cache": tc}, {"runner": runner}):
+    for kw in ({"cache": tc}, {"forward_all": runner.forward_all}):
         argmax, values, ids = teacher_forced(target, PROMPT, ref.tokens, **kw)
         assert argmax == ref.tokens
         assert [i[0] for i in ids] == ref.tokens
         torch.testing.assert_close(torch.tensor(values), torch.tensor(ref.top2_values), rtol=1e-4, atol=1e-4)
     wrong = list(ref.tokens)
     wrong[7] = (wrong[7] + 1) % tm.VOCAB
-    argmax, _, _ = teacher_forced(target, PROMPT, wrong, runner=runner)
+    argmax, _, _ = teacher_forced(target, PROMPT, wrong, forward_all=runner.forward_all)
     assert argmax[:8] == ref.tokens[:8]  # the target's choice at the corrupted position is the real one
 
 

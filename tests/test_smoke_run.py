@@ -12,7 +12,7 @@ import torch
 
 import tiny_models as tm
 from conftest import no_traceback, run_cli, smoke
-from dflash_ckpt.commands.smoke_run import compare_outputs
+from dflash_ckpt.runtime.measure import compare_outputs
 
 FAST = ["--max-new-tokens", "24", "--draft-dtype", "float32"]
 
@@ -184,9 +184,9 @@ def test_llama_target_and_sliding_window_draft(cli, tmp_path: Path) -> None:
 def test_divergence_beyond_a_tie_fails_and_a_tie_passes(cli, pair, monkeypatch: pytest.MonkeyPatch) -> None:
     """Corrupt DFlash's output after the fact: a token that is not the target's choice is DF401;
     the target's runner-up within the tie tolerance is DF402 (info, exit 0)."""
-    import dflash_ckpt.commands.smoke_run as smoke_mod
+    from dflash_ckpt.runtime.loops import StaticLoop as smoke_mod  # the tiny pair runs on the static loop
 
-    real_decode, real_dflash = smoke_mod.decode, smoke_mod.dflash_decode
+    real_decode, real_dflash = smoke_mod.decode, smoke_mod.dflash
     seen = {}
 
     def spy_decode(*a, **k):
@@ -208,12 +208,12 @@ def test_divergence_beyond_a_tie_fails_and_a_tie_passes(cli, pair, monkeypatch: 
         return run
 
     monkeypatch.setattr(smoke_mod, "decode", spy_decode)
-    monkeypatch.setattr(smoke_mod, "dflash_decode", corrupt("wrong"))
+    monkeypatch.setattr(smoke_mod, "dflash", corrupt("wrong"))
     res = smoke(cli, pair, *FAST, "--min-acceptance", "0", "--ignore-eos", "-p", "hi", "--json", "--tie-tolerance", "1000")
     assert res.code == 1
     [f] = res.json()["findings"]
     assert f["code"] == "DF401" and "at new token 5" in f["message"] and "not a tie" in f["message"]
-    monkeypatch.setattr(smoke_mod, "dflash_decode", corrupt("tie"))
+    monkeypatch.setattr(smoke_mod, "dflash", corrupt("tie"))
     res = smoke(cli, pair, *FAST, "--min-acceptance", "0", "--ignore-eos", "-p", "hi", "--json", "--tie-tolerance", "1000")
     assert res.code == 0
     [f] = res.json()["findings"]

@@ -128,16 +128,16 @@ def test_max_new_tokens_past_the_target_positions_is_a_usage_error(cli, pair) ->
 
 
 def test_position_check_boundary() -> None:
-    from dflash_ckpt.commands.smoke_advice import check_positions
+    from dflash_ckpt.runtime.plan import require_positions_fit
     from dflash_ckpt.errors import UsageError
     from dflash_ckpt.sources.prompts import Prompt
 
     prompts, encoded = [Prompt("a", "x"), Prompt("b", "y")], [[1] * 10, [1] * 30]
-    check_positions(prompts, encoded, 62, 8, 100, "t/config.json")  # 30 + 62 + 8 = 100 fits
+    require_positions_fit(prompts, encoded, 62, 8, 100, "t/config.json")  # 30 + 62 + 8 = 100 fits
     with pytest.raises(UsageError, match=r"prompt 'b' \(30 tokens\) .* needs 101 positions, past max_position_embeddings 100 of t/config.json; use -n 62 or less"):
-        check_positions(prompts, encoded, 63, 8, 100, "t/config.json")
+        require_positions_fit(prompts, encoded, 63, 8, 100, "t/config.json")
     with pytest.raises(UsageError, match="shorten the prompt"):
-        check_positions(prompts, encoded, 1, 8, 35, "t/config.json")
+        require_positions_fit(prompts, encoded, 1, 8, 35, "t/config.json")
 
 
 def test_missing_run_extra_names_the_clone_install(cli, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -83,7 +83,7 @@ def test_weights_are_exactly_the_qwen3_tensors_in_bf16():
 
 
 def test_the_tool_reads_it_as_a_target():
-    from dflash_ckpt.spec.resolve import target_from_config
+    from dflash_ckpt.draftspec.specs import target_from_config
 
     cfg = load_json("config.json")
     spec = target_from_config(cfg, label="tiny", where=str(TARGET / "config.json"))

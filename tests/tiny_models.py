@@ -312,7 +312,7 @@ def load_runtime_pair(draft_dir: Path, target_dir: Path, *, draft_dtype: str = "
     from dflash_ckpt.runtime.args import DraftArgs, TargetArgs
     from dflash_ckpt.runtime.loading import load_draft, load_target
     from dflash_ckpt.sources.local import LocalSource
-    from dflash_ckpt.spec.resolve import load_draft as read_draft, load_target as read_target
+    from dflash_ckpt.draftspec.specs import read_draft_spec as read_draft, read_target_spec as read_target
 
     spec = read_draft(LocalSource(draft_dir))
     tspec = read_target(LocalSource(target_dir))
@@ -327,7 +327,7 @@ def load_draft_only(draft_dir: Path, dtype: torch.dtype = torch.float32) -> Any:
     from dflash_ckpt.runtime.args import DraftArgs
     from dflash_ckpt.runtime.loading import load_draft
     from dflash_ckpt.sources.local import LocalSource
-    from dflash_ckpt.spec.resolve import load_draft as read_draft
+    from dflash_ckpt.draftspec.specs import read_draft_spec as read_draft
 
     args = DraftArgs.from_spec(read_draft(LocalSource(draft_dir)))
     return load_draft(draft_dir, args, dtype=dtype, device=torch.device("cpu")).requires_grad_(False)
@@ -344,7 +344,7 @@ def load_target_only(target_dir: Path, *, dtype: str = "float32") -> Any:
     from dflash_ckpt.runtime.args import TargetArgs
     from dflash_ckpt.runtime.loading import load_target
     from dflash_ckpt.sources.local import LocalSource
-    from dflash_ckpt.spec.resolve import load_target as read_target
+    from dflash_ckpt.draftspec.specs import read_target_spec as read_target
 
     tspec = read_target(LocalSource(target_dir))
     return load_target(target_dir, TargetArgs.from_config(tspec.config, tspec.where), dtype=_DTYPES[dtype], device=torch.device("cpu"))

@@ -1,4 +1,9 @@
-"""Checks: pure functions from resolved specs to findings. Nothing here reads files."""
+"""Checks: pure functions from resolved specs (or a run's results) to findings.
+
+Nothing here reads files except ``inspection``, which reads a draft (and target) through a
+``Source`` and then runs these checks. Naming: ``check_*`` returns findings; a function that
+raises on bad input is named ``require_*`` (or ``validate`` for options).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ from dflash_ckpt.checks.pairing import check_pairing
 from dflash_ckpt.checks.pitfalls import check_draft_pitfalls, check_target_pitfalls
 from dflash_ckpt.checks.weights import check_weights
 from dflash_ckpt.rules import Finding
-from dflash_ckpt.spec.resolve import DraftSpec, TargetSpec
+from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec
 
 
 def run_checks(spec: DraftSpec, target: TargetSpec | None = None) -> list[Finding]:

@@ -20,7 +20,7 @@ from dflash_ckpt.checks.config import show_value
 from dflash_ckpt.checks.reading import TITLES
 from dflash_ckpt.errors import UsageError
 from dflash_ckpt.rules import Finding, finding
-from dflash_ckpt.spec.resolve import ABSENT, NESTED, TOP_LEVEL, DraftSpec, resolve_key
+from dflash_ckpt.draftspec.specs import ABSENT, NESTED, TOP_LEVEL, DraftSpec, resolve_key
 
 BOTH = (NESTED, TOP_LEVEL)
 

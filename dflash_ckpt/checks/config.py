@@ -8,10 +8,10 @@ from typing import Any
 
 from dflash_ckpt.sources.jsonfile import json_type
 from dflash_ckpt.rules import Finding, finding
-from dflash_ckpt.spec.layer_kinds import LAYER_KINDS, SLIDING, explicit_layer_kinds
+from dflash_ckpt.draftspec.layer_kinds import LAYER_KINDS, SLIDING, explicit_layer_kinds
 from dflash_ckpt.limits import MAX_LAYERS, MAX_LIST_LEN
 from dflash_ckpt.sources.jsonfile import json_depth
-from dflash_ckpt.spec.resolve import (
+from dflash_ckpt.draftspec.specs import (
     ABSENT, DFLASH2_KEYS, DFLASH_KEYS, KEY_BOUNDS, NESTED, TOP_LEVEL, DraftSpec, as_int, as_int_list,
 )
 
@@ -40,15 +40,8 @@ def check_config(spec: DraftSpec) -> list[Finding]:
             f"{w}: key 'num_target_layers' is missing; add the target's num_hidden_layers "
             "(`dflash-ckpt normalize --num-target-layers N`)",
         ))
-    for key in DFLASH_KEYS:
-        rk = spec.keys[key]
-        if rk.conflict:
-            out.append(finding(
-                "DF103",
-                f"{w}: key '{key}' is {show_value(rk.nested)} in dflash_config but {show_value(rk.top)} at the "
-                "top level; engines disagree on which wins. Run `dflash-ckpt normalize --prefer "
-                "nested` or `--prefer top-level`",
-            ))
+    out += conflict_findings(w, spec.keys, DFLASH_KEYS, "engines disagree on which wins. Run `dflash-ckpt "
+                             "normalize --prefer nested` or `--prefer top-level`")
 
     for key in ("block_size", "mask_token_id", "num_target_layers"):
         for place in (NESTED, TOP_LEVEL):
@@ -229,6 +222,16 @@ def show_names(names: list[str], limit: int = 4) -> str:
         shown.append(text if len(name) <= 80 else text[:-1] + "..." + text[-1])
     more = f", and {len(names) - limit:,} more" if len(names) > limit else ""
     return "[" + ", ".join(shown) + more + "]"
+
+
+def conflict_findings(where: str, keys: dict[str, Any], names: Any, fix: str) -> list[Finding]:
+    """DF103 for each of ``names`` whose ``dflash_config`` and top-level values disagree; ``fix``
+    ends the message (the v1 keys and the DFlash2 keys are fixed differently)."""
+    return [
+        finding("DF103", f"{where}: key '{key}' is {show_value(keys[key].nested)} in dflash_config but "
+                         f"{show_value(keys[key].top)} at the top level; {fix}")
+        for key in names if keys[key].conflict
+    ]
 
 
 def show_value(value: Any) -> str:

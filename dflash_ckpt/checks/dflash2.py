@@ -10,10 +10,10 @@ published files do not have.
 
 from __future__ import annotations
 
-from dflash_ckpt.checks.config import show_value
+from dflash_ckpt.checks.config import conflict_findings, show_value
 from dflash_ckpt.rules import Finding, finding
 from dflash_ckpt.sources.jsonfile import json_type
-from dflash_ckpt.spec.resolve import DFLASH2_KEYS, DraftSpec, as_int
+from dflash_ckpt.draftspec.specs import DFLASH2_KEYS, DraftSpec, as_int
 
 CODEBOOKS = ("candidate_selector.predecessor_codebook", "candidate_selector.successor_codebook")
 
@@ -24,16 +24,11 @@ def check_dflash2_config(spec: DraftSpec) -> list[Finding]:
     if spec.generation != "DFlash2":
         return []
     w = spec.where
-    out: list[Finding] = []
     vals: dict[str, int] = {}
+    out: list[Finding] = conflict_findings(w, spec.extra_keys, DFLASH2_KEYS, "engines disagree on which wins, "
+                                                                          "keep the trained value in dflash_config")
     for key in DFLASH2_KEYS:
         rk = spec.extra_keys[key]
-        if rk.conflict:
-            out.append(finding(
-                "DF103",
-                f"{w}: key '{key}' is {show_value(rk.nested)} in dflash_config but {show_value(rk.top)} at the top level; "
-                "engines disagree on which wins, keep the trained value in dflash_config",
-            ))
         if not rk.present:
             out.append(finding(
                 "DF146",

@@ -15,7 +15,7 @@ from dflash_ckpt.checks import engines_more as more
 from dflash_ckpt.checks.acceptance import ignored_by
 from dflash_ckpt.checks.reading import NESTED_ONLY, NESTED_THEN_TOP, TITLES, TOP_ONLY, TOP_THEN_NESTED, Verdict
 from dflash_ckpt.checks.reading import Reading as _Reading
-from dflash_ckpt.spec.resolve import ABSENT, DraftSpec, TargetSpec, as_int
+from dflash_ckpt.draftspec.specs import ABSENT, DraftSpec, TargetSpec, as_int
 
 __all__ = ["READERS", "READER_TITLES", "Reader", "Verdict", "judge_readers"]
 

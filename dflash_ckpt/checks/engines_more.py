@@ -41,7 +41,7 @@ from __future__ import annotations
 from dflash_ckpt.checks.config import show_value
 from dflash_ckpt.checks.pitfalls import runs_as_v1, target_lm_head_quantized
 from dflash_ckpt.checks.reading import NESTED_ONLY, NESTED_THEN_TOP, TOP_ONLY, TOP_THEN_NESTED, Reading, Verdict
-from dflash_ckpt.spec.resolve import ABSENT, DraftSpec, TargetSpec, as_int, resolve_key
+from dflash_ckpt.draftspec.specs import ABSENT, DraftSpec, TargetSpec, as_int, resolve_key
 
 #: The block size MLX ports run when they do not find one.
 MLX_DEFAULT_BLOCK = 16

@@ -1,16 +1,24 @@
-"""``inspect`` as a function: source -> spec -> checks -> result, shared by every command."""
+"""``inspect`` as a function: source -> spec -> checks -> result, shared by every command; many
+drafts at once (``inspect_many``) and the gate a run applies to their findings (``Gate``)."""
 
 from __future__ import annotations
 
 import shlex
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from dflash_ckpt.checks import run_checks
 from dflash_ckpt.checks.engines import READER_TITLES, Verdict, judge_readers
-from dflash_ckpt.errors import DFlashCkptError, split_location
+from dflash_ckpt.errors import DFlashCkptError, InputError, split_location
 from dflash_ckpt.rules import Finding, Severity, finding
 from dflash_ckpt.sources.base import Source
-from dflash_ckpt.spec.resolve import DraftSpec, TargetSpec, load_draft, load_target
+from dflash_ckpt.sources.resolve import open_source
+from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec, read_draft_spec, read_target_spec
+
+
+#: Drafts checked at once. Each check is a handful of small requests (or local reads), so a few
+#: threads hide network latency; more would only queue on the Hub's rate limits.
+MAX_PARALLEL = 8
 
 
 class InspectResult:
@@ -98,9 +106,9 @@ def inspect_sources(draft_src: Source, target_src: Source | None = None) -> Insp
     """Check one draft (and its pairing with a target); input errors end up in ``fatal``."""
     result = InspectResult(label=draft_src.label)
     try:
-        result.draft = load_draft(draft_src)
+        result.draft = read_draft_spec(draft_src)
         if target_src is not None:
-            result.target = load_target(target_src)
+            result.target = read_target_spec(target_src)
     except DFlashCkptError as err:
         result.set_fatal(err)
         result.bytes_read = draft_src.bytes_read
@@ -154,7 +162,7 @@ def normalize_fixes(spec: DraftSpec, target: TargetSpec | None, readers: dict[st
     if not failing:
         return set(), None
     from dflash_ckpt.normalize.plan import Known, plan_normalize
-    from dflash_ckpt.spec.resolve import as_int, build_spec
+    from dflash_ckpt.draftspec.specs import as_int, build_spec
 
     attempts: list[tuple[Known, str]] = [(Known(), f"dflash-ckpt normalize {shlex.quote(spec.label)} OUT")]
     if target is not None:
@@ -169,3 +177,48 @@ def normalize_fixes(spec: DraftSpec, target: TargetSpec | None, readers: dict[st
         fixed = {k for k in failing if after[k].loads}
         return fixed, (command if fixed else None)
     return set(), None
+
+
+@dataclass
+class Gate:
+    """What counts against a draft beyond its errors: ``--strict``, ``--select``/``--ignore``
+    (rule codes or their prefixes, as ruff takes them) and ``--require-engines``."""
+
+    strict: bool = False
+    select: list[str] = field(default_factory=list)
+    ignore: list[str] = field(default_factory=list)
+    require_engines: list[str] = field(default_factory=list)
+
+    def keeps(self, code: str) -> bool:
+        selected = not self.select or any(code.startswith(p) for p in self.select)
+        return selected and not any(code.startswith(p) for p in self.ignore)
+
+    def apply(self, res: InspectResult) -> None:
+        """Filter the findings, then add the engine gate's (asked for by name, never filtered out)."""
+        if self.select or self.ignore:
+            res.keep_findings(self.keeps)
+        res.require_readers(self.require_engines)
+
+
+def inspect_many(drafts: list[str], target_src: Source | None, revision: str | None, token: str | None) -> list[InspectResult]:
+    """Every draft against one target, several at a time when there are several; results in
+    argument order; whatever goes wrong with one draft is its result's error (``fatal``)."""
+    if len(drafts) == 1:
+        return [_inspect_one(drafts[0], target_src, revision, token)]
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415 - only for several drafts
+
+    one: Callable[[str], InspectResult] = lambda arg: _inspect_one(arg, target_src, revision, token)  # noqa: E731
+    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(drafts)), thread_name_prefix="inspect") as pool:
+        return list(pool.map(one, drafts))
+
+
+def _inspect_one(arg: str, target_src: Source | None, revision: str | None, token: str | None) -> InspectResult:
+    """One draft; whatever goes wrong with it is its result's error, never the whole run's."""
+    try:
+        src = open_source(arg, revision=revision, token=token, role="draft")
+        return inspect_sources(src, target_src)
+    except DFlashCkptError as err:
+        return InspectResult(label=arg, fatal=err)
+    except Exception as err:  # noqa: BLE001 - one draft's bug must not hide the others' reports
+        return InspectResult(label=arg, fatal=InputError(
+            f"{arg}: could not be inspected ({type(err).__name__}: {err}); please report this with the file"))

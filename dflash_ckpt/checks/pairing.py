@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dflash_ckpt.rules import Finding, finding
 from dflash_ckpt.limits import MAX_DIM, MAX_LAYERS, MAX_VOCAB
-from dflash_ckpt.spec.resolve import DraftSpec, TargetSpec, as_int, bounded_int
+from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec, as_int, bounded_int
 
 
 def short_list(items: list[int], show: int = 8) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 from dflash_ckpt.checks.config import show_value
 from dflash_ckpt.limits import MAX_VOCAB
 from dflash_ckpt.rules import Finding, finding
-from dflash_ckpt.spec.resolve import DFLASH2_KEYS, DraftSpec, TargetSpec, as_int, bounded_int, decoder_config
+from dflash_ckpt.draftspec.specs import DFLASH2_KEYS, DraftSpec, TargetSpec, as_int, bounded_int, decoder_config
 
 #: Pickled side files engines load next to the safetensors, and who loads them.
 SIDE_FILES = {"mask_embedding.pt": "vLLM (models/qwen3_dflash.py) loads it with torch.load"}

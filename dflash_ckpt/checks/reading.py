@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from dflash_ckpt.spec.resolve import ABSENT, NESTED, TOP_LEVEL, DraftSpec, as_int, as_int_list, resolve_key, same_json
+from dflash_ckpt.draftspec.specs import ABSENT, NESTED, TOP_LEVEL, DraftSpec, as_int, as_int_list, resolve_key, same_json
 
 #: Every reader's short name (``--require-engines``, JSON ``readers``) and how a report names it.
 TITLES: dict[str, str] = {

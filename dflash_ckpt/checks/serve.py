@@ -18,7 +18,7 @@ import json
 import shlex
 
 from dflash_ckpt.checks.reading import Verdict
-from dflash_ckpt.spec.resolve import DraftSpec, TargetSpec
+from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec
 
 #: Engines with a launch command, in report order.
 SERVE_ENGINES = ("vllm", "sglang", "lmdeploy", "tensorrt-llm")

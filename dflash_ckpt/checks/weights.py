@@ -8,8 +8,8 @@ from collections import Counter
 from dflash_ckpt.checks.pitfalls import VOCAB_MAPS, side_file_owner
 from dflash_ckpt.checks.pairing import short_list
 from dflash_ckpt.rules import Finding, finding
-from dflash_ckpt.spec.resolve import DraftSpec
-from dflash_ckpt.spec.tensor_layout import DFLASH2_MARKERS, expected_tensors
+from dflash_ckpt.draftspec.specs import DraftSpec
+from dflash_ckpt.draftspec.tensor_layout import DFLASH2_MARKERS, expected_tensors
 from dflash_ckpt.sources.weights import UNREADABLE, WeightInventory
 
 #: How many names a grouped finding spells out before it says "and N more".

@@ -1,44 +1,20 @@
-"""The body of ``dflash-ckpt inspect``."""
+"""The body of ``dflash-ckpt inspect``: its options parsed, ``run_inspect`` (no printing), the report."""
 
 from __future__ import annotations
 
 import re
 import sys
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
 
-from dflash_ckpt.checks.inspection import InspectResult, inspect_sources
+from dflash_ckpt.checks.inspection import Gate, InspectResult, inspect_many
 from dflash_ckpt.commands.json_out import document, print_json
-from dflash_ckpt.errors import DFlashCkptError, InputError, UsageError
-from dflash_ckpt.sources.base import Source
+from dflash_ckpt.errors import DFlashCkptError, UsageError
+from dflash_ckpt.result import ResultShape
+from dflash_ckpt.rules import Finding
 from dflash_ckpt.sources.resolve import open_source
 
-#: Drafts checked at once. Each check is a handful of small requests (or local reads), so a few
-#: threads hide network latency; more would only queue on the Hub's rate limits.
-MAX_PARALLEL = 8
-
 _CODE_PREFIX = re.compile(r"DF\d{0,3}")
-
-
-@dataclass
-class Gate:
-    """What counts against a draft beyond its errors: ``--strict``, ``--select``/``--ignore``
-    (rule codes or their prefixes, as ruff takes them) and ``--require-engines``."""
-
-    strict: bool = False
-    select: list[str] = field(default_factory=list)
-    ignore: list[str] = field(default_factory=list)
-    require_engines: list[str] = field(default_factory=list)
-
-    def keeps(self, code: str) -> bool:
-        selected = not self.select or any(code.startswith(p) for p in self.select)
-        return selected and not any(code.startswith(p) for p in self.ignore)
-
-    def apply(self, res: InspectResult) -> None:
-        """Filter the findings, then add the engine gate's (asked for by name, never filtered out)."""
-        if self.select or self.ignore:
-            res.keep_findings(self.keeps)
-        res.require_readers(self.require_engines)
 
 
 def parse_codes(values: list[str], option: str) -> list[str]:
@@ -75,46 +51,72 @@ def parse_engines(values: list[str]) -> list[str]:
     return out
 
 
-def run_inspect(
-    drafts: list[str],
-    *,
-    target: str | None,
-    revision: str | None,
-    token: str | None,
-    json_out: bool,
-    quiet: bool,
-    gate: Gate,
-) -> int:
-    """Inspect every draft against the (optional) target; return the worst exit code."""
-    target_src: Source | None = None
-    if target is not None:
-        try:
-            target_src = open_source(target, token=token, role="target")
-        except DFlashCkptError as err:
-            if not json_out:
-                raise  # the CLI prints its line, exit 2
-            print_json(envelope([], gate.strict, err.exit_code, error=err))
-            print(err.line(), file=sys.stderr)
-            return err.exit_code
-    results = _inspect_all(drafts, target_src, revision, token)
+@dataclass
+class InspectRun(ResultShape):
+    """One ``inspect`` run: a result per draft (argument order) under one gate; ``error`` is what
+    stopped it before any draft was read (an unreadable target)."""
+
+    results: list[InspectResult]
+    strict: bool = False
+    error: DFlashCkptError | None = None
+
+    @property
+    def exit_code(self) -> int:
+        if self.error is not None:
+            return self.error.exit_code
+        return max(r.exit_code(self.strict) for r in self.results)
+
+    @property
+    def findings(self) -> list[Finding]:
+        return [f for r in self.results for f in r.findings]
+
+    def to_json(self) -> dict[str, Any]:
+        return envelope(self.results, self.strict, self.exit_code, error=self.error)
+
+
+def run_inspect(draft: str | Sequence[str], target: str | None = None, *, revision: str | None = None,
+                token: str | None = None, strict: bool = False, select: Sequence[str] = (), ignore: Sequence[str] = (),
+                require_engines: Sequence[str] = ()) -> InspectRun:
+    """``dflash-ckpt inspect DRAFT... [--target T]``: keywords are its long options (``select``,
+    ``ignore``, ``require_engines``: lists of codes or names, comma lists allowed). Prints nothing;
+    raises ``DFlashCkptError`` for a usage error or an unreadable target."""
+    drafts = [draft] if isinstance(draft, str) else list(draft)
+    gate = Gate(strict=strict, select=parse_codes(list(select), "--select"), ignore=parse_codes(list(ignore), "--ignore"),
+                require_engines=parse_engines(list(require_engines)))
+    target_src = open_source(target, token=token, role="target") if target is not None else None
+    results = inspect_many(drafts, target_src, revision, token)
     for res in results:
         gate.apply(res)
-    code = max(r.exit_code(gate.strict) for r in results)
+    return InspectRun(results, strict=strict)
+
+
+def report_inspect(run: Callable[[], InspectRun], *, json_out: bool, quiet: bool, strict: bool) -> int:
+    """Run, print the report or the JSON document (also when the target is unreadable), return
+    the exit code."""
+    try:
+        result = run()
+    except DFlashCkptError as err:
+        if not json_out:
+            raise  # the CLI prints its line, exit 2
+        print_json(InspectRun([], strict=strict, error=err).to_dict())
+        print(err.line(), file=sys.stderr)
+        return err.exit_code
     if json_out:
-        print_json(envelope(results, gate.strict, code))
-        return code
+        print_json(result.to_dict())
+        return result.exit_code
     from dflash_ckpt.commands.output import make_console, render_result, render_summary  # rich: people only
 
     console = make_console()
+    results = result.results
     if len(results) == 1:
         res = results[0]
         if res.fatal is not None:
             print(res.fatal.line(), file=sys.stderr)
         else:
-            render_result(console, res, quiet=quiet, strict=gate.strict)
+            render_result(console, res, quiet=quiet, strict=strict)
     else:
-        render_summary(console, results, quiet=quiet, strict=gate.strict)
-    return code
+        render_summary(console, results, quiet=quiet, strict=strict)
+    return result.exit_code
 
 
 def envelope(results: list[InspectResult], strict: bool, code: int, error: DFlashCkptError | None = None) -> dict[str, Any]:
@@ -129,24 +131,3 @@ def envelope(results: list[InspectResult], strict: bool, code: int, error: DFlas
     )
 
 
-def _inspect_all(drafts: list[str], target_src: Source | None, revision: str | None, token: str | None) -> list[InspectResult]:
-    """Every draft, several at a time when there are several; results in argument order."""
-    if len(drafts) == 1:
-        return [_inspect_one(drafts[0], target_src, revision, token)]
-    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415 - only for several drafts
-
-    one: Callable[[str], InspectResult] = lambda arg: _inspect_one(arg, target_src, revision, token)  # noqa: E731
-    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(drafts)), thread_name_prefix="inspect") as pool:
-        return list(pool.map(one, drafts))
-
-
-def _inspect_one(arg: str, target_src: Source | None, revision: str | None, token: str | None) -> InspectResult:
-    """One draft; whatever goes wrong with it is its result's error, never the whole run's."""
-    try:
-        src = open_source(arg, revision=revision, token=token, role="draft")
-        return inspect_sources(src, target_src)
-    except DFlashCkptError as err:
-        return InspectResult(label=arg, fatal=err)
-    except Exception as err:  # noqa: BLE001 - one draft's bug must not hide the others' reports
-        return InspectResult(label=arg, fatal=InputError(
-            f"{arg}: could not be inspected ({type(err).__name__}: {err}); please report this with the file"))

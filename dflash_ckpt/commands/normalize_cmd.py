@@ -6,9 +6,10 @@ typer and the standard library. Everything else loads when the command runs.
 
 from __future__ import annotations
 
+import sys
 from enum import Enum
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -57,36 +58,34 @@ def register(app: typer.Typer) -> None:
         Exit codes: 0 done (or canonical with --check), 1 not canonical (--check), a conflict, a
         missing key or a failed check, 2 usage error or unreadable input.
         """
-        from dflash_ckpt.commands.normalize_run import Request, parse_layer_ids, run_normalize
-        from dflash_ckpt.errors import UsageError
-        from dflash_ckpt.normalize.plan import Overrides, parse_layer_types
+        from dflash_ckpt.commands.normalize_run import make_request
 
-        if out is not None and in_place:
-            raise UsageError("give OUT or --in-place, not both")
-        if check and (out is not None or in_place):
-            raise UsageError("--check writes nothing; drop OUT and --in-place")
-        if out is None and not (in_place or check or dry_run):
-            raise UsageError("give OUT (a new folder), or --in-place, --check or --dry-run")
-        if no_backup and not in_place:
-            raise UsageError("--no-backup only applies to --in-place")
-        if copy and out is None:
-            raise UsageError("--copy only applies to OUT")
-        overrides = Overrides(
-            block_size=block_size,
-            mask_token_id=mask_token_id,
-            target_layer_ids=parse_layer_ids(target_layer_ids) if target_layer_ids is not None else None,
-            num_target_layers=num_target_layers,
-            layer_types=parse_layer_types(layer_types) if layer_types is not None else None,
-        )
         silence_progress(json_out or quiet)
-        req = Request(
-            draft=draft, out=out.expanduser() if out is not None else None, in_place=in_place,
-            backup=not no_backup, check=check, dry_run=dry_run, force=force, copy=copy,
-            external_links=external_links.value,
-            prefer=prefer.value if prefer is not None else None, mirrors=not no_mirrors,
-            overrides=overrides, target=target, revision=revision, token=token,
-            json_out=json_out, quiet=quiet,
-        )
-        raise typer.Exit(run_normalize(req))
+        req = make_request(
+            draft, out, in_place=in_place, no_backup=no_backup, check=check, dry_run=dry_run, force=force, copy=copy,
+            external_links=external_links.value, target_layer_ids=target_layer_ids, block_size=block_size,
+            mask_token_id=mask_token_id, num_target_layers=num_target_layers, layer_types=layer_types,
+            prefer=prefer.value if prefer is not None else None, no_mirrors=no_mirrors, target=target,
+            revision=revision, token=token, json_out=json_out, quiet=quiet)
+        raise typer.Exit(report_normalize(req))
 
 
+def report_normalize(req: Any) -> int:
+    """Run (``normalize_run.execute``), print the report or the JSON document (also on a refusal),
+    return the exit code; a refusal's line is raised for the CLI to print after the failed checks."""
+    from dflash_ckpt.commands.normalize_run import execute
+
+    outcome = execute(req)
+    if req.json_out:  # rich stays unimported on the machine path
+        from dflash_ckpt.commands.json_out import print_json
+
+        print_json(outcome.to_dict())
+        if outcome.error is not None:  # stdout stays one document; the line is for the log
+            print(outcome.error.line("dflash-ckpt normalize"), file=sys.stderr)
+        return outcome.exit_code
+    from dflash_ckpt.commands.normalize_report import render_normalize
+
+    render_normalize(outcome)
+    if outcome.error is not None:
+        raise outcome.error  # the CLI prints its line after the failed checks
+    return outcome.exit_code

@@ -1,6 +1,7 @@
 """Options every command shares, spelled once (as the ``hf`` CLI spells them), and what they switch.
 
-Imported at every start of the CLI: typer and the standard library only.
+Imported at every start of the CLI: typer and the standard library only. smoke-run and probe-taps
+share the options of a run that loads a pair (below), so the two spell and default them alike.
 """
 
 from __future__ import annotations
@@ -30,3 +31,45 @@ def silence_progress(silent: bool) -> None:
         from huggingface_hub.utils import disable_progress_bars
 
         disable_progress_bars()
+
+
+# -- the options of the two commands that load a pair and decode (smoke-run, probe-taps) ----------
+
+#: Why 2.0: see ``dflash_ckpt/runtime/measure.py``'s docstring.
+DEFAULT_MIN_ACCEPTANCE = 2.0
+DEFAULT_MAX_NEW_TOKENS = 128
+#: How to add the ``run`` extra, as README's set-up line installs it (from a clone, CPU torch first).
+RUN_EXTRA_HINT = ('in the clone\'s root, pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu '
+                  '(or the CUDA build), then pip install -e ".[run]"')
+
+DraftArg = typer.Argument(..., metavar="DRAFT", help="Draft folder or Hub repo id (org/name, or org/name@rev).")
+PairTargetOpt = typer.Option(..., "--target", "-t", help="Target model folder or Hub repo id (org/name, or org/name@rev).")
+PromptOpt = typer.Option(None, "--prompt", "-p", help="A prompt (repeatable). Default: built-in math, code and chat prompts.")
+PromptsFileOpt = typer.Option(
+    None, "--prompts",
+    help="JSONL file: per line {\"prompt\": ...}, {\"messages\": [...]} or ShareGPT {\"conversations\": [...]}, "
+         "optional \"name\"; unnamed prompts are named prompt-N by position.")
+DraftDtypeOpt = typer.Option("bfloat16", "--draft-dtype", help="bfloat16 (keep it: fp16 overflows on Qwen3 outliers), float16 or float32.")
+TargetDtypeOpt = typer.Option(None, "--target-dtype", help="Default: the target config's dtype, else its weights' dtype.")
+DeviceOpt = typer.Option("auto", "--device", help="auto (CUDA when present, else CPU), cpu, cuda or cuda:N.")
+BackendOpt = typer.Option(
+    "auto", "--backend",
+    help="What runs the target: native (the built-in runtime: dense Qwen3, Llama 3.x), transformers "
+         "(every other published family; needs the hf extra), or auto (native where it implements the "
+         "target, transformers otherwise).")
+BlockSizeOpt = typer.Option(None, "--block-size", help="Override the draft's block_size (anchor plus drafts); above the trained size warns (DF405).")
+ThinkingOpt = typer.Option(False, "--thinking", help="Render the chat template with enable_thinking true (default false).")
+NoChatTemplateOpt = typer.Option(False, "--no-chat-template", help="Feed prompt text as is, with the tokenizer's special tokens.")
+TokenizerOpt = typer.Option(None, "--tokenizer", help="Folder with tokenizer.json (default: the target's).")
+IgnoreEosOpt = typer.Option(False, "--ignore-eos", help="Do not stop at end-of-sequence tokens (always generate --max-new-tokens).")
+
+
+def require_run_extra(command: str) -> None:
+    """A one-line usage error (exit 2) naming the install line when the ``run`` extra is missing."""
+    import importlib.util
+
+    missing = [m for m in ("torch", "tokenizers", "jinja2") if importlib.util.find_spec(m) is None]
+    if missing:
+        from dflash_ckpt.errors import UsageError
+
+        raise UsageError(f"{command} needs {', '.join(missing)}: {RUN_EXTRA_HINT}")

@@ -2,44 +2,34 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from rich.console import Console
 from rich.table import Table
 
 from dflash_ckpt.commands.json_out import print_json
 from dflash_ckpt.commands.output import STYLE, finding_text, make_console, print_line, render_findings, safe
-from dflash_ckpt.commands.probe_run import ProbeOptions, ProbeResult, run_probe, write_copy
-from dflash_ckpt.errors import DFlashCkptError
+from dflash_ckpt.commands.probe_run import ProbeResult
 from dflash_ckpt.rules import Severity
 
 
-def report(*, json_out: bool, quiet: bool, **kwargs: Any) -> int:
-    """Run, write if asked (and only if the run found a winner), print; return the exit code."""
-    opts = ProbeOptions(**kwargs)
+def report_probe(run: Callable[..., ProbeResult], *, json_out: bool, quiet: bool) -> int:
+    """Call ``run(log=, copy_progress=)`` (``run_probe_taps`` with the options bound), print the
+    report or the JSON document, return the exit code; a failed ``--write`` is raised as its line
+    after the report."""
     console, err_console = make_console(), make_console(stderr=True)
     log = None if json_out or quiet else (lambda msg: err_console.print(f"[dim]{safe(msg)}[/]"))
-    res = run_probe(opts, log=log)
-    write_error: DFlashCkptError | None = None
-    if opts.write is not None and not res.refused and res.best is not None:
-        try:
-            res.write = write_copy(res, quiet=quiet or json_out)
-        except DFlashCkptError as err:
-            write_error = err
-            res.write = {"written": False, "error": {"code": err.code, "message": err.message}}
-    code = write_error.exit_code if write_error is not None and res.exit_code == 0 else res.exit_code
+    res = run(log=log, copy_progress=not (quiet or json_out))
     if json_out:
-        doc = res.to_json()
-        doc["exit_code"], doc["ok"] = code, code == 0
-        print_json(doc)
-        return code
+        print_json(res.to_dict())
+        return res.exit_code
     if quiet:
         render_errors(console, res)
     else:
         render_probe(console, res)
-    if write_error is not None:
-        raise write_error
-    return code
+    if res.write_error is not None:
+        raise res.write_error
+    return res.exit_code
 
 
 def render_errors(console: Console, res: ProbeResult) -> None:

@@ -8,6 +8,10 @@ checks or the runtime refuse, as ``smoke-run`` does; load both models; record ea
 ``runtime.probe.simulate`` (draft calls only); re-measure the finalists (the best ones and the
 configured ids) with ``generate.dflash_decode``, the loop ``smoke-run`` measures with, so the
 reported tau of the winner is smoke-run's tau; judge; optionally write a normalized copy.
+The pair is planned as smoke-run plans it (``runtime/plan.py``), on the backend ``--backend`` picks.
+
+``run_probe_taps`` is the command's work with the CLI's long options as keywords: no printing, no
+``sys.exit``; it raises ``DFlashCkptError`` for one-line errors and returns a ``ProbeResult``.
 
 Verdict (exit code): 0 when the best tap set reaches ``--min-acceptance`` and the configured ids
 (if any) are the best; 1 when the configured ids measure worse than another set (DF410) or no set
@@ -16,44 +20,33 @@ reaches ``--min-acceptance`` (DF411), or the pair fails inspect's checks; 2 for 
 
 from __future__ import annotations
 
-import copy
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import torch
-
 from dflash_ckpt.checks import run_checks
+from dflash_ckpt.checks.run_findings import probe_findings, verdict
 from dflash_ckpt.checks.target_config import check_target_config
 from dflash_ckpt.commands.json_out import SCHEMA_VERSION
-from dflash_ckpt.commands.normalize_run import fc_taps
-from dflash_ckpt.commands.probe_search import EXHAUSTIVE_MAX, KEEP_EXACT, Measured, SearchResult, TapSet, search_taps, valid
-from dflash_ckpt.commands.smoke_advice import check_positions
-from dflash_ckpt.commands.run_setup import RunOptions, encode_prompts, resolve_dtypes, resolve_folders, set_threads
-from dflash_ckpt.errors import CheckFailed, InputError, UsageError
-from dflash_ckpt.rules import Finding, Severity, finding
-from dflash_ckpt.runtime.args import DraftArgs, TargetArgs, ensure_supported
-from dflash_ckpt.runtime.generate import dflash_decode
-from dflash_ckpt.runtime.static import StaticRunner, supports_static
-from dflash_ckpt.runtime.loading import dtype_name, inventory, load_draft, load_target
+from dflash_ckpt.commands.options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_ACCEPTANCE
+from dflash_ckpt.runtime.probe_search import (EXHAUSTIVE_MAX, KEEP_EXACT, Measured, SearchResult, TapSet, configured_problem,
+                                              search_taps)
+from dflash_ckpt.errors import CheckFailed, DFlashCkptError, InputError, UsageError
+from dflash_ckpt.result import ResultShape
+from dflash_ckpt.rules import Finding, Severity
+from dflash_ckpt.runtime.backend import select_backend
+from dflash_ckpt.runtime.loading import dtype_name, inventory, load_draft
+from dflash_ckpt.runtime.loops import make_loop
+from dflash_ckpt.runtime.measure import Candidate
+from dflash_ckpt.runtime.plan import RunOptions, encode_prompts, plan_run, resolve_folders, set_threads
 from dflash_ckpt.runtime.probe import measure, reading_taps, record
 from dflash_ckpt.sources.local import LocalSource
 from dflash_ckpt.sources.prompts import stop_token_ids
-from dflash_ckpt.spec.resolve import DraftSpec, TargetSpec, build_spec, read_config
-from dflash_ckpt.spec.resolve import load_draft as read_draft
-from dflash_ckpt.spec.resolve import load_target as read_target
+from dflash_ckpt.draftspec.specs import TargetSpec, as_int, fc_taps, read_draft_spec, read_target_spec, with_layer_ids
 
 #: Finalists re-measured with the real loop (the best and the runner-up: the gap is between them).
 CONFIRM = 2
-#: How sure the ranking is: the gap between two taus in standard errors of their difference
-#: (each tau is a mean over steps). At least ``CLEAR_Z`` is called clear, at least ``LIKELY_Z``
-#: likely, below that narrow. Neighbouring layers carry similar features, so a set one layer
-#: off the trained one can come close; on the tiny pair in fp32 with 64 tokens the trained
-#: [1, 3, 5] trails [2, 3, 5] by 0.2 (z about 0.5), while the shifted twin's ids trail by 4
-#: (z above 10). DF410 needs the configured ids to lose by at least ``LIKELY_Z``.
-CLEAR_Z = 2.0
-LIKELY_Z = 1.0
 DEFAULT_TOP = 5
 
 
@@ -74,62 +67,7 @@ class ProbeOptions(RunOptions):
 
 
 @dataclass
-class Candidate:
-    """One tap set: tau as the probe simulated it and, for finalists, as the real loop measured it;
-    or, for a candidate given up once it was sure to lose, a bound its tau stays below."""
-
-    target_layer_ids: TapSet
-    tau_probe: float | None
-    tau_loop: float | None = None
-    tau_below: float | None = None
-    #: Acceptance lengths behind ``tau`` (the loop's for finalists), for the standard error.
-    lengths: list[int] = field(default_factory=list, repr=False)
-
-    @property
-    def tau(self) -> float | None:
-        return self.tau_loop if self.tau_loop is not None else self.tau_probe
-
-    @property
-    def sort_key(self) -> tuple[int, float]:
-        """Exact taus first, best first; then bounds, highest first."""
-        return (0, -self.tau) if self.tau is not None else (1, -(self.tau_below or 0.0))
-
-    @property
-    def stderr(self) -> float | None:
-        """Standard error of ``tau`` as a mean of per-step acceptance lengths."""
-        n = len(self.lengths)
-        if n < 2:
-            return None
-        mean = sum(self.lengths) / n
-        var = sum((x - mean) ** 2 for x in self.lengths) / (n - 1)
-        return (var / n) ** 0.5
-
-    def z_over(self, other: Candidate) -> float | None:
-        """How many standard errors of the difference ``self`` leads ``other`` by."""
-        a, b = self.stderr, other.stderr
-        if a is None or b is None:
-            return None
-        se = (a * a + b * b) ** 0.5
-        if self.tau is None or other.tau is None:
-            return None
-        gap = self.tau - other.tau
-        return gap / se if se > 0 else (float("inf") if gap > 0 else 0.0)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "target_layer_ids": list(self.target_layer_ids),
-            "tau": self.tau,
-            "tau_probe": self.tau_probe,
-            "tau_loop": self.tau_loop,
-            "tau_below": self.tau_below,
-            "measured_by": "loop" if self.tau_loop is not None else "probe" if self.tau_probe is not None else "stopped early",
-            "steps": len(self.lengths),
-            "stderr": self.stderr,
-        }
-
-
-@dataclass
-class ProbeResult:
+class ProbeResult(ResultShape):
     draft_label: str
     target_label: str
     options: ProbeOptions
@@ -153,6 +91,9 @@ class ProbeResult:
     block_size: int | None = None
     stop_token_ids: list[int] = field(default_factory=list)
     write: dict[str, Any] | None = None
+    #: Why ``--write`` wrote nothing (the run itself may have passed).
+    write_error: DFlashCkptError | None = None
+    backend: str | None = None
 
     @property
     def best(self) -> Candidate | None:
@@ -169,7 +110,9 @@ class ProbeResult:
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.refused or any(f.severity == Severity.ERROR for f in self.findings) else 0
+        if self.refused or any(f.severity == Severity.ERROR for f in self.findings):
+            return 1
+        return self.write_error.exit_code if self.write_error is not None else 0
 
     def confidence(self) -> dict[str, Any]:
         """Best against runner-up: the gap in tau, relative to the best, and in standard errors."""
@@ -207,7 +150,7 @@ class ProbeResult:
             "precheck": [f.to_json() for f in self.refused],
             "findings": [f.to_json() for f in self.findings],
             "settings": {
-                "device": self.device, "draft_dtype": self.draft_dtype, "target_dtype": self.target_dtype,
+                "device": self.device, "backend": self.backend, "draft_dtype": self.draft_dtype, "target_dtype": self.target_dtype,
                 "block_size": self.block_size, "max_new_tokens": o.max_new_tokens,
                 "min_acceptance": o.min_acceptance, "chat_template": o.chat_template, "thinking": o.thinking,
                 "custom_prompts": bool(o.prompts or o.prompts_file), "stop_token_ids": self.stop_token_ids,
@@ -248,38 +191,36 @@ class ProbeResult:
         }
 
 
-# -- the draft with tap layers given in memory -------------------------------------------------
-
-
-def with_layer_ids(spec: DraftSpec, ids: Sequence[int]) -> DraftSpec:
-    """``spec`` as if its config held ``ids``: a copy of the parsed config, never the file.
-
-    The ids go where engines read them first (``dflash_config``, or the top level of a config
-    without one), and a second copy that would conflict is dropped, so ``DraftArgs.from_spec``
-    and inspect's checks can run on a draft whose config lost (or got wrong) its ids.
-    """
-    cfg = copy.deepcopy(spec.config)
-    nested = cfg.get("dflash_config")
-    if isinstance(nested, dict):
-        nested["target_layer_ids"] = list(ids)
-        cfg.pop("target_layer_ids", None)
-    else:
-        cfg["target_layer_ids"] = list(ids)
-    return build_spec(cfg, label=spec.label, where=spec.where, weights=spec.weights)
-
-
-def configured_problem(ids: Sequence[int] | None, k: int, depth: int) -> str | None:
-    """Why the configured ids cannot be a candidate (``None``: they can, or there are none)."""
-    if ids is None:
-        return None
-    if len(ids) != k:
-        return f"{len(ids)} ids but fc.weight reads {k} taps"
-    if not valid(ids, depth):
-        return f"not strictly increasing layers in 0..{depth - 1}"
-    return None
-
-
 # -- the run -----------------------------------------------------------------------------------
+
+
+def run_probe_taps(draft: str, target: str, *, prompt: Sequence[str] = (), prompts: str | None = None,
+                   budget: int | None = None, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+                   min_acceptance: float = DEFAULT_MIN_ACCEPTANCE, write: str | Path | None = None, force: bool = False,
+                   top: int = DEFAULT_TOP, draft_dtype: str = "bfloat16", target_dtype: str | None = None,
+                   device: str = "auto", backend: str = "auto", block_size: int | None = None, thinking: bool = False,
+                   no_chat_template: bool = False, tokenizer: str | None = None, ignore_eos: bool = False,
+                   revision: str | None = None, token: str | None = None,
+                   log: Callable[[str], None] | None = None, copy_progress: bool = False) -> ProbeResult:
+    """``dflash-ckpt probe-taps DRAFT --target TARGET``: keywords are its long options (``prompt`` is
+    ``-p``, repeatable; ``prompts`` the JSONL file). With ``write``, a normalized copy with the winner
+    is written when the run found one; why it was not lands in ``write_error`` (and the exit code).
+    ``copy_progress``: a bar on stderr while weights are copied. Raises ``DFlashCkptError`` for
+    one-line errors."""
+    opts = ProbeOptions(
+        draft=draft, target=target, prompts=list(prompt), prompts_file=prompts, budget=budget,
+        max_new_tokens=max_new_tokens, min_acceptance=min_acceptance, write=Path(write) if write is not None else None,
+        force=force, top=top, draft_dtype=draft_dtype, target_dtype=target_dtype, device=device, backend=backend,
+        block_size=block_size, thinking=thinking, chat_template=not no_chat_template, tokenizer=tokenizer,
+        ignore_eos=ignore_eos, revision=revision, token=token)
+    res = run_probe(opts, log=log)
+    if opts.write is not None and not res.refused and res.best is not None:
+        try:
+            res.write = write_copy(res, quiet=not copy_progress)
+        except DFlashCkptError as err:
+            res.write_error = err
+            res.write = {"written": False, "error": {"code": err.code, "message": err.message}}
+    return res
 
 
 def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None) -> ProbeResult:
@@ -289,19 +230,20 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None) -> P
     draft_dir, draft_label, target_dir, target_label = resolve_folders(opts)
     result = ProbeResult(draft_label, target_label, opts, draft_path=str(draft_dir), target_path=str(target_dir))
 
-    spec0 = read_draft(LocalSource(Path(draft_dir), label=draft_label))
-    tspec: TargetSpec = read_target(LocalSource(Path(target_dir), label=target_label))
+    spec0 = read_draft_spec(LocalSource(Path(draft_dir), label=draft_label))
+    tspec: TargetSpec = read_target_spec(LocalSource(Path(target_dir), label=target_label))
     assert spec0.weights is not None
     k = fc_taps(spec0.weights, spec0.dims.hidden_size)
     if k is None:
         raise InputError(
             f"{draft_dir}: no fc.weight of shape [hidden_size, k * hidden_size] in the safetensors files, so the "
             "number of tap layers is unknown; probe-taps needs the draft's trained fc", code="DF210")
-    target_config = read_config(LocalSource(Path(target_dir), label=target_label))[0]
+    depth = as_int(tspec.num_hidden_layers)
+    if depth is None or depth < 1:
+        raise InputError(f"{tspec.where}: num_hidden_layers {tspec.num_hidden_layers!r} is not a positive integer, so "
+                         "probe-taps cannot tell which layers to tap; fix the target's config.json", code="DF001")
     target_inv = inventory(Path(target_dir), target_label)
-    check_target_config(target_config, tspec.where, target_inv.tensors)  # as smoke-run, before anything is built
-    target_args = TargetArgs.from_config(target_config, tspec.where)
-    depth = target_args.dims.num_layers
+    check_target_config(tspec.config, tspec.where, target_inv.tensors)  # as smoke-run, before anything is built
     if k > depth:
         raise UsageError(f"{draft_dir}: fc.weight reads {k} taps but the target {target_label} has only {depth} layers")
     result.depth, result.k = depth, k
@@ -310,28 +252,35 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None) -> P
     configured = result.configured if result.configured_problem is None else None
     spec = with_layer_ids(spec0, configured or tuple(range(k)))
 
-    ensure_supported(spec, target_config, tspec.where)
+    backend = select_backend(opts.backend, spec, tspec.config, tspec.where)
     errors = [f for f in run_checks(spec, tspec) if f.severity == Severity.ERROR]
     if errors:
         result.refused = errors
         return result
-    draft_args = DraftArgs.from_spec(spec)
 
     prompts, encoder, encoded = encode_prompts(opts, target_dir)
-    block = opts.block_size or draft_args.block_size
-    check_positions(prompts, encoded, opts.max_new_tokens, block, target_args.rope.max_position_embeddings, tspec.where)
-    stops = [] if opts.ignore_eos else stop_token_ids(Path(target_dir), target_config, encoder.eos_token_id)
+    plan = plan_run(opts, draft=spec, draft_dir=Path(draft_dir), target_dir=Path(target_dir), target_label=target_label,
+                    target_config=tspec.config, target_where=tspec.where, backend=backend, prompts=prompts,
+                    encoded=encoded, target_inv=target_inv)
+    if plan.target.num_layers != depth:
+        raise UsageError(f"{tspec.where}: probe-taps taps every decoder layer, but the {plan.backend} backend "
+                         f"reads {plan.target.num_layers} layers where num_hidden_layers says {depth}; "
+                         "use --backend native where it runs the target")
+    block = plan.block_size
+    stops = [] if opts.ignore_eos else stop_token_ids(Path(target_dir), tspec.config, encoder.eos_token_id)
 
-    device, draft_dtype, target_dtype, target_inv = resolve_dtypes(opts, target_dir, target_label, target_args.dtype, target_inv)
+    device = plan.device
     result.device, result.block_size, result.stop_token_ids = str(device), block, stops
-    result.draft_dtype, result.target_dtype = dtype_name(draft_dtype), dtype_name(target_dtype)
+    result.backend = plan.backend
+    result.draft_dtype, result.target_dtype = dtype_name(plan.draft_dtype), dtype_name(plan.target_dtype)
 
-    say(f"loading target {target_label} ({depth} layers, {result.target_dtype}) and draft {draft_label} "
-        f"({k} taps, {result.draft_dtype}) on {device}")
+    say(f"loading target {target_label} ({depth} layers, {result.target_dtype}, {plan.backend} backend) and draft "
+        f"{draft_label} ({k} taps, {result.draft_dtype}) on {device}")
     set_threads(None, device)  # smoke-run's default, so the finalists' figures are smoke-run's
-    target = load_target(Path(target_dir), target_args, dtype=target_dtype, device=device, label=target_label, inv=target_inv)
-    draft = load_draft(Path(draft_dir), draft_args, dtype=draft_dtype, device=device, label=draft_label)
-    capacity = max(len(ids) for ids in encoded) + opts.max_new_tokens + block + 1
+    target = plan.target.load(Path(target_dir), plan.target_dtype, device, target_label, plan.target_inv)
+    draft = load_draft(Path(draft_dir), plan.draft_args, dtype=plan.draft_dtype, device=device, label=draft_label,
+                       inv=plan.draft_inv)
+    capacity = plan.capacity
     tcache, dcache = target.new_cache(capacity), draft.new_cache(capacity)
 
     t0 = time.perf_counter()
@@ -371,11 +320,10 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None) -> P
     for cand in finalists:
         lengths = []
         with reading_taps(draft, cand.target_layer_ids):
-            # smoke-run's own path: the static loop where it runs the pair (its runner fixes the taps).
-            runner = StaticRunner(target, draft, capacity, block_size=block) if supports_static(target, draft) else None
+            # smoke-run's own loop: the static one where it runs the pair (it fixes the taps when made).
+            loop = make_loop(target, draft, capacity, block_size=block)
             for ids in encoded:
-                gen = dflash_decode(target, draft, ids, max_new_tokens=opts.max_new_tokens, stop_ids=stops,
-                                    target_cache=tcache, draft_cache=dcache, block_size=block, runner=runner)
+                gen = loop.dflash(ids, max_new_tokens=opts.max_new_tokens, stop_ids=stops)
                 lengths += gen.acceptance_lengths
         cand.tau_loop = sum(lengths) / len(lengths) if lengths else 1.0
         cand.lengths = lengths
@@ -385,47 +333,8 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None) -> P
         {**p.to_json(), "input_ids": ids, "continuation_ids": rec.tokens, "stopped": rec.stopped}
         for p, ids, rec in zip(prompts, encoded, recs)
     ]
-    result.findings = judge(result)
+    result.findings = probe_findings(result)
     return result
-
-
-def verdict(z: float | None) -> str:
-    if z is None:
-        return "unknown"
-    return "clear" if z >= CLEAR_Z else "likely" if z >= LIKELY_Z else "narrow"
-
-
-def judge(result: ProbeResult) -> list[Finding]:
-    """DF410 when the configured ids are not the best measured; DF411 when nothing works."""
-    out: list[Finding] = []
-    best = result.best
-    if best is None:
-        return out
-    ids = list(best.target_layer_ids)
-    mina = result.options.min_acceptance
-    if best.tau < mina:
-        out.append(finding(
-            "DF411",
-            f"no tap set measured reaches tau {mina:g}: the best, {ids}, reaches {best.tau:.2f} over "
-            f"{result.search.evaluated if result.search else 0} candidates; the draft may not belong to this "
-            "target, or the prompt format may differ from training (rerun without -p/--prompts and "
-            "--no-chat-template), or a search needs a larger --budget",
-        ))
-    if result.configured is not None:
-        conf = result.candidate(result.configured)
-        shown = list(result.configured)
-        if result.configured_problem is not None:
-            out.append(finding("DF410", f"{result.draft_path}/config.json: target_layer_ids {shown} cannot be "
-                                        f"right ({result.configured_problem}); the best measured tap set is {ids} "
-                                        f"at tau {best.tau:.2f}"))
-        elif conf is not None and conf is not best and (best.z_over(conf) or 0.0) >= LIKELY_Z:
-            out.append(finding(
-                "DF410",
-                f"{result.draft_path}/config.json: target_layer_ids {shown} reach tau {conf.tau:.2f} but {ids} reach "
-                f"{best.tau:.2f} ({best.z_over(conf):.1f} standard errors apart); the configured tap layers are "
-                "probably not the ones this draft was trained on; check the model card, then write the measured ones",
-            ))
-    return out
 
 
 # -- --write -----------------------------------------------------------------------------------
@@ -434,8 +343,7 @@ def judge(result: ProbeResult) -> list[Finding]:
 def write_copy(result: ProbeResult, *, quiet: bool) -> dict[str, Any]:
     """A normalized copy of the draft in ``--write OUT`` with the winner's ids (the normalize run)."""
     # normalize's run without its printing: the outcome lands in probe-taps' own report and JSON.
-    from dflash_ckpt.commands.normalize_run import Outcome, Request
-    from dflash_ckpt.commands.normalize_run import _run as normalize_into
+    from dflash_ckpt.normalize.run import Outcome, Request, normalize_into
     from dflash_ckpt.normalize.plan import Overrides
 
     opts = result.options
@@ -464,4 +372,4 @@ def write_copy(result: ProbeResult, *, quiet: bool) -> dict[str, Any]:
     return oc.to_json()
 
 
-__all__ = ["ProbeOptions", "ProbeResult", "Candidate", "run_probe", "write_copy", "with_layer_ids"]
+__all__ = ["ProbeOptions", "ProbeResult", "run_probe", "run_probe_taps", "write_copy"]

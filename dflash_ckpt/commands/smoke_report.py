@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from rich.console import Console
 from rich.markup import escape
@@ -141,3 +141,28 @@ def render_error_lines(console: Console, res: SmokeResult) -> None:
     for f in findings:
         if f.severity == Severity.ERROR:
             print_line(console, f.line(res.draft_label))
+
+
+def report_smoke(run: Callable[..., SmokeResult], *, json_out: bool, quiet: bool, show_text: bool = False) -> int:
+    """Call ``run(progress=, log=)`` with a progress bar and a loading line where a person
+    watches (neither with ``--json`` or ``-q``), print its report or JSON, return the exit code."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from dflash_ckpt.commands.json_out import print_json
+    from dflash_ckpt.commands.output import make_console
+
+    console = make_console()
+    err_console = make_console(stderr=True)
+    show_progress = not json_out and not quiet and err_console.is_terminal
+    log = None if json_out or quiet else (lambda msg: err_console.print(f"[dim]{safe(msg)}[/]"))
+    if show_progress:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("tokens"),
+                      TimeElapsedColumn(), console=err_console, transient=True) as progress:
+            result = run(progress=progress, log=log)
+    else:
+        result = run(log=log)
+    if json_out:
+        print_json(result.to_dict())
+    else:
+        render_smoke(console, result, quiet=quiet, show_text=show_text)
+    return result.exit_code

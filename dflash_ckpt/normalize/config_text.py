@@ -12,6 +12,7 @@ ever disagreed would the whole document be re-serialized in the detected style.
 from __future__ import annotations
 
 import copy
+import difflib
 import json
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -308,3 +309,13 @@ class ConfigText:
             if not same_tree(json.loads(self.text), expected):
                 raise AssertionError("re-serialized config does not match the planned config")
         return ((BOM if self.bom else "") + self.text).encode("utf-8")
+
+
+def unified_diff(old: bytes, new: bytes, old_name: str, new_name: str) -> str:
+    """The change to config.json as a unified diff ('' when nothing changes)."""
+    if old == new:
+        return ""
+    a = old.decode("utf-8-sig").splitlines(keepends=True)
+    b = new.decode("utf-8-sig").splitlines(keepends=True)
+    lines = list(difflib.unified_diff(a, b, old_name, new_name))
+    return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)

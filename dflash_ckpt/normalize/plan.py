@@ -12,7 +12,7 @@ The canonical form written here:
 - ``output_multiplier``, ``final_logit_softcapping``, ``input_embedding_scale`` set at the top
   level are copied into ``dflash_config`` (the top-level copy stays);
 - an explicit ``layer_types`` list, derived only where the config leaves no doubt
-  (``spec.layer_kinds``, the rule the runtime runs too).
+  (``draftspec.layer_kinds``, the rule the runtime runs too).
 
 Nothing is guessed: a missing key must come from an override (or, for ``num_target_layers``, the
 target's own config), and a key whose two copies disagree needs ``prefer``.
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,8 +30,8 @@ from dflash_ckpt.normalize.config_text import ADD, REMOVE, SET, Edit, apply_edit
 from dflash_ckpt.errors import CheckFailed, UsageError
 from dflash_ckpt.limits import MAX_LAYERS
 from dflash_ckpt.sources.jsonfile import json_type
-from dflash_ckpt.spec.layer_kinds import LAYER_KINDS, SHORT_NAMES, derive_layer_kinds, explicit_layer_kinds
-from dflash_ckpt.spec.resolve import ABSENT, DFLASH_KEYS, SCALING_KEYS, as_int, as_int_list, resolve_key, same_json
+from dflash_ckpt.draftspec.layer_kinds import LAYER_KINDS, SHORT_NAMES, derive_layer_kinds, explicit_layer_kinds
+from dflash_ckpt.draftspec.specs import ABSENT, DFLASH_KEYS, SCALING_KEYS, as_int, as_int_list, resolve_key, same_json
 
 PREFER_NESTED, PREFER_TOP = "nested", "top-level"
 #: Keys the canonical ``dflash_config`` holds, in the order a new ``dflash_config`` lists them.
@@ -363,6 +364,20 @@ def _scaling(config: dict[str, Any], prefer: str | None) -> dict[str, Any]:
         elif rk.nested is ABSENT and rk.top is not ABSENT and rk.top is not None:
             out[key] = rk.top
     return out
+
+
+def parse_layer_ids(text: str) -> list[int]:
+    """``1,9,17`` (or ``[1, 9, 17]`` or ``1 9 17``) as a list of ints."""
+    parts = [p for p in re.split(r"[,\s]+", text.strip().strip("[]")) if p]
+    ids: list[int] = []
+    for p in parts:
+        try:
+            ids.append(int(p))
+        except ValueError:
+            raise UsageError(f"--target-layer-ids: {p!r} is not an integer; write e.g. 1,9,17,25,33") from None
+    if not ids:
+        raise UsageError("--target-layer-ids is empty; write e.g. 1,9,17,25,33")
+    return ids
 
 
 def parse_layer_types(text: str) -> list[str]:

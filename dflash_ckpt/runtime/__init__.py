@@ -1,10 +1,18 @@
-"""The reference runtime behind ``smoke-run``: plain PyTorch, plus an optional transformers target.
+"""The reference runtime behind ``smoke-run`` and ``probe-taps``: plain PyTorch, plus an optional
+transformers target.
 
-The native modules never import transformers; ``hf_target`` does (the ``hf`` extra), and only
-``smoke-run`` with the transformers backend imports it. Importing this package imports torch, so only ``smoke-run`` (inside its command body), the
-benchmarks and the tests import it. ``inspect`` and ``normalize`` never do.
+The native modules never import transformers; ``hf_target`` does (the ``hf`` extra), and only a
+run on the transformers backend imports it. The modules import torch, so only ``smoke-run`` and
+``probe-taps`` (inside their command bodies), the benchmarks and the tests import them.
+``inspect`` and ``normalize`` never do.
 
 Modules, one job each:
+- ``plan``: the run's plan, resolved once from the checked spec and the options (block size,
+  capacity, device, dtypes, inventories); ``backend``: which backend runs the target;
+- ``protocols``: the target, draft, cache and loop protocols as ``typing.Protocol``s;
+- ``loops``: the eager or static loop of a pair, chosen once;
+- ``measure``: the lossless judge and the acceptance and speed figures;
+- ``probe``: any tap set's acceptance from draft calls only (``probe-taps``);
 - ``families``: the target families implemented and what differs between them (one table);
 - ``args``: model settings from config dicts (what is supported, and a clear error otherwise);
 - ``rope``: rotary tables for the ``default``, ``linear``, ``llama3`` and ``yarn`` rope types;
@@ -19,5 +27,6 @@ Modules, one job each:
   with exact cache rollback for sliding-window and Gated DeltaNet layers;
 - ``memory``: the bytes a checkpoint takes once loaded, against the device's free memory.
 
-The ``smoke-run`` command around it (prompts, verdict, report) lives in ``dflash_ckpt.commands``.
+The commands around it (options, report) live in ``dflash_ckpt.commands``; their findings
+(DF401-DF406) in ``dflash_ckpt.checks.run_findings``.
 """

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dflash_ckpt.runtime.args import DraftArgs
-from dflash_ckpt.runtime.layers import MLP, KVCache, RMSNorm, attention, fuse_linears, head, use_fused
+from dflash_ckpt.runtime.layers import MLP, KVCache, RMSNorm, attention, fuse_linears, head, new_kv_cache, use_fused
 from dflash_ckpt.runtime.rope import RotaryTable, apply_rope
 
 RopePair = tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
@@ -179,10 +179,7 @@ class DFlashDraft(nn.Module):
         return self.fc.weight.device
 
     def new_cache(self, capacity: int) -> KVCache:
-        d = self.args.dims
-        for table in self.rotary:
-            table.to(self.device).grow(capacity)
-        return KVCache(d.num_layers, d.num_kv_heads, capacity, d.head_dim, dtype=self.dtype, device=self.device)
+        return new_kv_cache(self.args.dims, capacity, self.fc.weight, self.rotary)
 
     # -- the pieces -------------------------------------------------------------------------
 

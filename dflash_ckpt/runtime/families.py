@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dflash_ckpt.spec.resolve import target_model_type
+from dflash_ckpt.draftspec.specs import target_model_type
 
 
 @dataclass(frozen=True)

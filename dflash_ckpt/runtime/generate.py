@@ -4,8 +4,9 @@ Plain functions over the modules, in the spirit of gpt-fast. Two paths share the
 - the generic eager path here works with any target that implements the target protocol
   (``target(ids, cache=, taps=, logits=)`` returning ``.logits``/``.features``, a cache with
   ``reset``/``crop``): blocks are verified as far as the token budget needs, caches cropped;
-- the static path (``runtime/static.py``, native targets only, ``runner=``) has fixed shapes and
-  device-side state, so its steps can be captured as CUDA graphs.
+- the static path (``runtime/static.py``, native targets only) has fixed shapes and device-side
+  state, so its steps can be captured as CUDA graphs.
+``runtime/loops.py`` chooses one of the two for a pair, once; nothing here knows the static path.
 
 Each decoding step synchronises with the device once (the host needs the accepted tokens to
 check for stop tokens); the non-finite checks ride along in that same transfer, and each
@@ -28,7 +29,6 @@ import torch
 
 if TYPE_CHECKING:
     from dflash_ckpt.runtime.draft import DFlashDraft
-    from dflash_ckpt.runtime.static import StaticRunner
 
 #: ``proposer(start, anchor, k)``: ``k`` draft tokens for the block whose anchor token ``anchor``
 #: sits at position ``start``. Replaces the draft in tests and benchmarks.
@@ -61,10 +61,6 @@ class Generation:
     def decode_tokens(self) -> int:
         """Tokens produced after prefill (the first token comes from prefill)."""
         return max(len(self.tokens) - 1, 0)
-
-    @property
-    def decode_tok_s(self) -> float | None:
-        return self.decode_tokens / self.decode_s if self.decode_s > 0 and self.decode_tokens else None
 
 
 def sync(device: torch.device) -> None:
@@ -179,11 +175,8 @@ def decode(
     stop_ids: Sequence[int] = (),
     cache: Any = None,
     on_tokens: Callable[[int], None] | None = None,
-    runner: StaticRunner | None = None,
 ) -> Generation:
-    """Target-only greedy decoding, one token per forward pass (``runner``: the static path)."""
-    if runner is not None:
-        return runner.decode(prompt_ids, max_new_tokens=max_new_tokens, stop_ids=stop_ids, on_tokens=on_tokens)
+    """Target-only greedy decoding, one token per forward pass."""
     dev = target.device
     gen = Generation()
     prompt = torch.tensor([list(prompt_ids)], dtype=torch.long, device=dev)
@@ -285,7 +278,6 @@ def dflash_decode(
     block_size: int | None = None,
     on_tokens: Callable[[int], None] | None = None,
     proposer: Proposer | None = None,
-    runner: StaticRunner | None = None,
 ) -> Generation:
     """Greedy DFlash speculative decoding; the output equals ``decode``'s up to logit ties.
 
@@ -293,11 +285,8 @@ def dflash_decode(
     of the tokens accepted since the previous step (``draft_block``), verifies it with one
     target forward and keeps the longest prefix of drafts equal to the target's argmax plus the
     target's bonus token (``verify_and_accept``), and crops the target cache. Near the token
-    budget the block is verified only as far as needed. ``runner``: the static path instead.
+    budget the block is verified only as far as needed.
     """
-    if runner is not None:
-        return runner.dflash(prompt_ids, max_new_tokens=max_new_tokens, stop_ids=stop_ids, on_tokens=on_tokens,
-                             proposer=proposer)
     args = draft.args
     dev = target.device
     block = block_size or args.block_size
@@ -346,19 +335,21 @@ def dflash_decode(
 
 @torch.inference_mode()
 def teacher_forced(target: Any, prompt_ids: Sequence[int], tokens: Sequence[int], *, cache: Any = None,
-                   runner: StaticRunner | None = None) -> tuple[list[int], list[list[float]], list[list[int]]]:
+                   forward_all: Callable[[Sequence[int]], torch.Tensor] | None = None,
+                   ) -> tuple[list[int], list[list[float]], list[list[int]]]:
     """The target's greedy choice for each of ``tokens`` given the prompt and the tokens before
     it, from ONE forward over ``prompt + tokens[:-1]``: argmax, top-2 logits and their ids.
 
     Greedy decoding reproduces ``tokens`` exactly when every argmax equals its token, so this
     checks a DFlash output against target-only decoding without decoding a second time.
+    ``forward_all(ids)``: the logits ``[1, n, V]`` of another path (the static one) instead.
     """
     if not tokens:
         return [], [], []
     seq = list(prompt_ids) + list(tokens[:-1])
     start = len(prompt_ids) - 1
-    if runner is not None:
-        logits = runner.forward_all(seq)
+    if forward_all is not None:
+        logits = forward_all(seq)
     else:
         ids = torch.tensor([seq], dtype=torch.long, device=target.device)
         if cache is not None:

@@ -86,7 +86,7 @@ class HFTargetInfo:
     mxfp4: bool
 
 
-def describe(config: dict[str, Any], where: str) -> HFTargetInfo:
+def hf_target_info(config: dict[str, Any], where: str) -> HFTargetInfo:
     """Judge a target config for this backend without loading anything; refusals exit 2."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
@@ -294,7 +294,7 @@ def _staging_folder(folder: Path) -> Path:
     """A private folder for transformers: the cleaned config.json and links to the safetensors
     files (and their index), nothing else of the target's (no code, no adapter_config.json)."""
     from dflash_ckpt.sources.local import LocalSource
-    from dflash_ckpt.spec.resolve import read_config
+    from dflash_ckpt.draftspec.specs import read_config
 
     config, _ = read_config(LocalSource(folder, label=str(folder)))
     clean, _removed = clean_config(config)
@@ -365,4 +365,4 @@ def load_hf_target(folder: Path, info: HFTargetInfo, *, dtype: torch.dtype, devi
     return HFTarget(model)
 
 
-__all__ = ["HF_FAMILIES", "HFCache", "HFTarget", "HFTargetInfo", "describe", "load_hf_target"]
+__all__ = ["HF_FAMILIES", "HFCache", "HFTarget", "HFTargetInfo", "hf_target_info", "load_hf_target"]

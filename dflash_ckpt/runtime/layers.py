@@ -1,6 +1,8 @@
-"""Building blocks shared by the target and the draft: RMSNorm, the SwiGLU MLP, attention."""
+"""Building blocks shared by the target and the draft: RMSNorm, the SwiGLU MLP, attention, the KV cache."""
 
 from __future__ import annotations
+
+from typing import Any, Iterable
 
 import torch
 import torch.nn.functional as F
@@ -188,3 +190,12 @@ class KVCache:
     def reserve(self, n: int) -> None:
         if self.length + n > self.capacity:
             raise ValueError(f"KV cache full: {self.length} + {n} positions exceed its capacity {self.capacity}")
+
+
+def new_kv_cache(dims: Any, capacity: int, weight: torch.Tensor, tables: Iterable[Any] = ()) -> KVCache:
+    """A batch-1 cache of ``capacity`` positions for a model of ``dims`` (``num_layers``,
+    ``num_kv_heads``, ``head_dim``) in ``weight``'s dtype and device, with its rotary ``tables``
+    grown as far: the one place the native target and the draft size their caches."""
+    for table in tables:
+        table.to(weight.device).grow(capacity)
+    return KVCache(dims.num_layers, dims.num_kv_heads, capacity, dims.head_dim, dtype=weight.dtype, device=weight.device)

@@ -20,7 +20,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from dflash_ckpt.runtime.args import TargetArgs
-from dflash_ckpt.runtime.layers import MLP, KVCache, RMSNorm, attention, fuse_linears, head, rms_norm, use_fused
+from dflash_ckpt.runtime.layers import (MLP, KVCache, RMSNorm, attention, fuse_linears, head, new_kv_cache, rms_norm,
+                                        use_fused)
 from dflash_ckpt.runtime.rope import RotaryTable, rope_rows
 
 
@@ -166,9 +167,7 @@ class TargetModel(nn.Module):
 
     def new_cache(self, capacity: int) -> KVCache:
         """A batch-1 cache of ``capacity`` positions in the model's dtype and device."""
-        d = self.args.dims
-        self.rotary.to(self.device).grow(capacity)
-        return KVCache(d.num_layers, d.num_kv_heads, capacity, d.head_dim, dtype=self.dtype, device=self.device)
+        return new_kv_cache(self.args.dims, capacity, self.embed_tokens.weight, [self.rotary])
 
     def forward(
         self,

@@ -14,9 +14,6 @@ from pathlib import Path
 from dflash_ckpt.errors import InputError
 from dflash_ckpt.limits import MAX_CONFIG_BYTES, MAX_INDEX_BYTES, human_bytes
 
-#: JSON files larger than this are not configs; refusing them keeps a bad argument cheap.
-MAX_JSON_BYTES = MAX_CONFIG_BYTES
-
 
 class Source(ABC):
     """Read-only access to the files of one checkpoint."""

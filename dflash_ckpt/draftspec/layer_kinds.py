@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from dflash_ckpt.limits import MAX_LAYERS
-from dflash_ckpt.spec.resolve import ABSENT, as_int
+from dflash_ckpt.draftspec.specs import ABSENT, as_int
 
 FULL, SLIDING = "full_attention", "sliding_attention"
 #: The attention kinds a ``layer_types`` entry may name.

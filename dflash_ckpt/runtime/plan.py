@@ -1,27 +1,34 @@
-"""The set-up ``smoke-run`` and ``probe-taps`` share: the options both take, the two folders, the
-prompts as token ids, the device, thread count and dtypes.
+"""One plan per run: everything ``smoke-run`` and ``probe-taps`` need, resolved once.
 
-One copy for both commands, so that probe-taps loads and measures a pair exactly as smoke-run
-does (its finalists' tau is smoke-run's tau) and the two validate the same flags the same way.
+From the options and the ``DraftSpec`` that passed inspect's checks, ``plan_run`` works out the
+backend's target settings, the draft's runtime settings, the block size (``--block-size`` or the
+trained one), the cache capacity (and whether the prompts fit the target's positions), the device,
+the dtypes and the weight inventories. The runtime then takes these plain values; nothing
+downstream reads a config or a safetensors header again, nor works out the block size anew.
+
+The options shared by both commands (``RunOptions``) are validated here too, once, before
+anything is read; the backend string is checked with them.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Sequence
 
 import torch
 
 from dflash_ckpt.errors import InputError, UsageError
+from dflash_ckpt.runtime.args import DraftArgs
+from dflash_ckpt.runtime.backend import BACKENDS, TargetPlan, plan_target
 from dflash_ckpt.runtime.loading import inventory, parse_dtype, stored_dtype
 from dflash_ckpt.sources.prompts import Prompt, PromptEncoder, gather_prompts
 from dflash_ckpt.sources.resolve import local_folder
 from dflash_ckpt.sources.weights import WeightInventory
+from dflash_ckpt.draftspec.specs import DraftSpec
 
-#: Why 2.0: see ``commands/smoke_run.py``'s docstring.
-DEFAULT_MIN_ACCEPTANCE = 2.0
-DEFAULT_MAX_NEW_TOKENS = 128
 WEIGHT_FILES = ["config.json", "*.safetensors", "*.safetensors.index.json"]
 TARGET_FILES = [*WEIGHT_FILES, "generation_config.json", "tokenizer.json", "tokenizer_config.json",
                 "special_tokens_map.json", "chat_template.jinja", "chat_template.json"]
@@ -32,14 +39,18 @@ SMALL_CPU = 4
 
 @dataclass
 class RunOptions:
-    """The options of a command that loads the pair and decodes prompts (same flags in both)."""
+    """The options of a command that loads the pair and decodes prompts (same flags in both).
+
+    Defaults are the CLI's (``commands/options.py`` spells them); ``prompts`` are ``-p`` texts,
+    ``prompts_file`` is ``--prompts``.
+    """
 
     draft: str
     target: str
     prompts: list[str] = field(default_factory=list)
     prompts_file: str | None = None
-    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
-    min_acceptance: float = DEFAULT_MIN_ACCEPTANCE
+    max_new_tokens: int = 128
+    min_acceptance: float = 2.0
     draft_dtype: str = "bfloat16"
     target_dtype: str | None = None
     device: str = "auto"
@@ -50,6 +61,8 @@ class RunOptions:
     ignore_eos: bool = False
     revision: str | None = None
     token: str | None = None
+    #: ``auto``, ``native`` or ``transformers`` (``runtime/backend.py``).
+    backend: str = "auto"
 
     def validate(self) -> None:
         """Usage errors (exit 2) in the options, before anything is read: the shared ones, then
@@ -58,6 +71,10 @@ class RunOptions:
             raise UsageError(f"--max-new-tokens {self.max_new_tokens}: must be at least 1")
         if self.block_size is not None and self.block_size < 2:
             raise UsageError(f"--block-size {self.block_size}: must be at least 2 (anchor plus one draft)")
+        if not math.isfinite(self.min_acceptance) or self.min_acceptance < 0:
+            raise UsageError(f"--min-acceptance {self.min_acceptance}: must be a number >= 0")
+        if self.backend not in BACKENDS:
+            raise UsageError(f"--backend {self.backend!r}: use auto, native or transformers")
         self.validate_own()
         parse_dtype(self.draft_dtype, "--draft-dtype")
         if self.target_dtype is not None:
@@ -65,6 +82,74 @@ class RunOptions:
 
     def validate_own(self) -> None:
         """The command's own checks (none here)."""
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What a run loads and how, resolved once from the checked spec and the options."""
+
+    target: TargetPlan
+    draft_args: DraftArgs
+    #: ``--block-size``, else the trained one.
+    block_size: int
+    trained_block_size: int
+    #: Cache positions: the longest prompt, ``-n`` new tokens, one block and the bonus token.
+    capacity: int
+    device: torch.device
+    draft_dtype: torch.dtype
+    target_dtype: torch.dtype
+    target_inv: WeightInventory
+    draft_inv: WeightInventory
+
+    @property
+    def backend(self) -> str:
+        return self.target.backend
+
+
+def plan_run(opts: RunOptions, *, draft: DraftSpec, draft_dir: Path, target_dir: Path, target_label: str,
+             target_config: dict[str, Any], target_where: str, backend: str,
+             prompts: Sequence[Prompt], encoded: Sequence[Sequence[int]],
+             target_inv: WeightInventory | None = None) -> RunPlan:
+    """The plan for ``backend`` (``native`` or ``transformers``, from ``select_backend``), after
+    inspect's checks passed; refuses (exit 2) prompts that do not fit the target's positions.
+    ``target_inv``: the target's headers when the caller read them already (they are read once)."""
+    target = plan_target(backend, target_config, target_where)
+    draft_args = DraftArgs.from_spec(draft)
+    block = opts.block_size or draft_args.block_size
+    capacity = max(len(ids) for ids in encoded) + opts.max_new_tokens + block + 1
+    if target.max_position_embeddings:
+        require_positions_fit(prompts, encoded, opts.max_new_tokens, block, target.max_position_embeddings, target_where)
+    device, draft_dtype, target_dtype, target_inv = resolve_dtypes(opts, target_dir, target_label, target.dtype, target_inv)
+    return RunPlan(target=target, draft_args=draft_args, block_size=block, trained_block_size=draft_args.block_size,
+                   capacity=capacity, device=device, draft_dtype=draft_dtype, target_dtype=target_dtype,
+                   target_inv=target_inv, draft_inv=read_weights(draft, draft_dir))
+
+
+def read_weights(spec: DraftSpec, folder: Path) -> WeightInventory:
+    """The draft's inventory as the checks read it (headers are read once per run); the runtime's
+    own reading when the spec was built without weights."""
+    inv = spec.weights
+    if inv is None or inv.problems or not inv.tensors:
+        return inventory(Path(folder), spec.label)
+    return inv
+
+
+def require_positions_fit(prompts: Sequence[Prompt], encoded: Sequence[Sequence[int]], max_new_tokens: int,
+                    block_size: int, max_positions: int, where: str) -> None:
+    """Refuse (exit 2) a run whose longest prompt plus ``-n`` new tokens and one block of drafts
+    would pass the target's ``max_position_embeddings``: rope is undefined there, and the caches
+    would be sized for it before anything failed."""
+    longest = max(range(len(prompts)), key=lambda i: len(encoded[i]))
+    need = len(encoded[longest]) + max_new_tokens + block_size
+    if need <= max_positions:
+        return
+    room = max_positions - len(encoded[longest]) - block_size
+    fix = f"use -n {room} or less" if room >= 1 else "shorten the prompt"
+    raise UsageError(
+        f"-n/--max-new-tokens {max_new_tokens}: prompt {prompts[longest].name!r} ({len(encoded[longest])} tokens) "
+        f"plus {max_new_tokens} new tokens and a block of {block_size} needs {need} positions, past "
+        f"max_position_embeddings {max_positions} of {where}; {fix}"
+    )
 
 
 def resolve_folders(opts: RunOptions) -> tuple[Path, str, Path, str]:

@@ -6,7 +6,7 @@ draft is. A shape is ``None`` where the config key it depends on is missing or i
 
 from __future__ import annotations
 
-from dflash_ckpt.spec.resolve import KEY_BOUNDS, DraftSpec, as_int
+from dflash_ckpt.draftspec.specs import KEY_BOUNDS, DraftSpec, as_int
 
 Shape = tuple[int, ...] | None
 

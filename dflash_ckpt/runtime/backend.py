@@ -1,4 +1,4 @@
-"""Which runtime runs a ``smoke-run`` target: the native one, or transformers (``--backend``).
+"""Which runtime runs a ``smoke-run`` or ``probe-taps`` target: the native one, or transformers (``--backend``).
 
 ``native`` is the project's own pure-PyTorch target (dense Qwen3 and Llama 3.x,
 ``runtime/target.py``); ``transformers`` wraps transformers' model classes
@@ -25,7 +25,7 @@ from dflash_ckpt.runtime.args import TargetArgs, Unsupported, ensure_supported
 from dflash_ckpt.runtime.families import hf_family_of
 from dflash_ckpt.runtime.memory import check_fits, needed_bytes
 from dflash_ckpt.sources.weights import WeightInventory
-from dflash_ckpt.spec.resolve import target_model_type
+from dflash_ckpt.draftspec.specs import decoder_config, target_model_type
 
 BACKENDS = ("auto", "native", "transformers")
 #: How to add the ``hf`` extra, as README's set-up line installs it.
@@ -48,13 +48,12 @@ def _point_to_transformers(refusal: Unsupported, config: dict[str, Any]) -> None
 
 
 def select_backend(name: str, draft_spec: Any, config: dict[str, Any], where: str) -> str:
-    """``native`` or ``transformers`` for ``--backend name``; refuses (exit 2) what neither runs.
+    """``native`` or ``transformers`` for ``--backend name`` (validated with the options,
+    ``plan.RunOptions``); refuses (exit 2) what neither runs.
 
     Only the kind of target is judged here (as ``ensure_supported`` does), so that a supported
     pair with bad values still reaches inspect's checks (exit 1).
     """
-    if name not in BACKENDS:
-        raise UsageError(f"--backend {name!r}: use auto, native or transformers")
     if name == "native":
         try:
             ensure_supported(draft_spec, config, where)
@@ -64,9 +63,9 @@ def select_backend(name: str, draft_spec: Any, config: dict[str, Any], where: st
         return "native"
     if name == "transformers":
         _need_transformers("--backend transformers")
-        from dflash_ckpt.runtime.hf_target import describe
+        from dflash_ckpt.runtime.hf_target import hf_target_info
 
-        describe(config, where)
+        hf_target_info(config, where)
         return "transformers"
     try:
         ensure_supported(draft_spec, config, where)
@@ -79,9 +78,9 @@ def select_backend(name: str, draft_spec: Any, config: dict[str, Any], where: st
         if not hf_available():
             raise UsageError(f"{refusal}; other target families run on the transformers backend: "
                              f"{HF_EXTRA_HINT}") from None
-        from dflash_ckpt.runtime.hf_target import describe
+        from dflash_ckpt.runtime.hf_target import hf_target_info
 
-        describe(config, where)
+        hf_target_info(config, where)
         return "transformers"
 
 
@@ -94,6 +93,8 @@ class TargetPlan:
     max_position_embeddings: int | None
     #: The dtype the config declares, if any.
     dtype: str | None
+    #: Decoder layers (what probe-taps taps), when the config says.
+    num_layers: int | None
     #: ``load(folder, dtype, device, label, inv)`` -> a protocol target with ``new_cache``.
     load: Callable[[Path, torch.dtype, torch.device, str, WeightInventory], Any]
 
@@ -112,10 +113,11 @@ def plan_target(backend: str, config: dict[str, Any], where: str) -> TargetPlan:
         def load_native(folder: Path, dtype: torch.dtype, device: torch.device, label: str, inv: WeightInventory) -> Any:
             return load_target(folder, args, dtype=dtype, device=device, label=label, inv=inv)
 
-        return TargetPlan("native", args.model_type, args.rope.max_position_embeddings, args.dtype, load_native)
-    from dflash_ckpt.runtime.hf_target import describe, load_hf_target
+        return TargetPlan("native", args.model_type, args.rope.max_position_embeddings, args.dtype, args.dims.num_layers,
+                          load_native)
+    from dflash_ckpt.runtime.hf_target import hf_target_info, load_hf_target
 
-    info = describe(config, where)
+    info = hf_target_info(config, where)
 
     def load_hf(folder: Path, dtype: torch.dtype, device: torch.device, label: str, inv: WeightInventory) -> Any:
         if device.type != "cpu":  # transformers loads (and dequantizes) in host memory, then moves
@@ -123,4 +125,6 @@ def plan_target(backend: str, config: dict[str, Any], where: str) -> TargetPlan:
         return load_hf_target(folder, info, dtype=dtype, device=device, tensor_names=list(inv.tensors))
 
     model_type = str(target_model_type(config))
-    return TargetPlan("transformers", model_type, info.max_position_embeddings, info.dtype, load_hf)
+    layers = decoder_config(config).get("num_hidden_layers")
+    return TargetPlan("transformers", model_type, info.max_position_embeddings, info.dtype,
+                      layers if isinstance(layers, int) and layers > 0 else None, load_hf)

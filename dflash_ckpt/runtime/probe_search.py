@@ -208,3 +208,14 @@ def search_taps(
         pass
     result.seconds = time.perf_counter() - t0
     return result
+
+
+def configured_problem(ids: Sequence[int] | None, k: int, depth: int) -> str | None:
+    """Why the configured ids cannot be a candidate (``None``: they can, or there are none)."""
+    if ids is None:
+        return None
+    if len(ids) != k:
+        return f"{len(ids)} ids but fc.weight reads {k} taps"
+    if not valid(ids, depth):
+        return f"not strictly increasing layers in 0..{depth - 1}"
+    return None

@@ -8,8 +8,9 @@ silently resolved, and nothing is ever guessed: a key absent from both places re
 
 from __future__ import annotations
 
+import copy
 import json
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Sequence
 
 from dflash_ckpt.limits import MAX_BLOCK_SIZE, MAX_DIM, MAX_LAYERS, MAX_LIST_LEN, MAX_VOCAB
 from dflash_ckpt.sources.jsonfile import decode_json_bytes, require_object
@@ -323,7 +324,7 @@ def read_config(source: Source, name: str = "config.json") -> tuple[dict[str, An
     return require_object(decode_json_bytes(raw, where), where), raw
 
 
-def load_draft(source: Source, *, with_weights: bool = True) -> DraftSpec:
+def read_draft_spec(source: Source, *, with_weights: bool = True) -> DraftSpec:
     """Read a draft's config and (unless told not to) its weight headers."""
     config, raw = read_config(source)
     weights = load_inventory(source) if with_weights else None
@@ -394,10 +395,39 @@ def target_from_config(config: dict[str, Any], *, label: str, where: str) -> Tar
     )
 
 
-def load_target(source: Source) -> TargetSpec:
+def read_target_spec(source: Source) -> TargetSpec:
     config, _ = read_config(source)
     spec = target_from_config(config, label=source.label, where=source.where("config.json"))
     if source.exists("generation_config.json"):
         gen, _ = read_config(source, "generation_config.json")
         spec = spec._replace(generation_config=gen)
     return spec
+
+
+def fc_taps(inventory: WeightInventory, hidden: int | None) -> int | None:
+    """k in ``fc.weight [H, k*H]`` (a ``model.``-style prefix tolerated); ``None`` if unknown."""
+    for name, info in inventory.tensors.items():
+        if name == "fc.weight" or (name.endswith(".fc.weight") and name.count(".") == 2):
+            shape = tuple(info.shape)
+            h = hidden if hidden else (shape[0] if len(shape) == 2 else None)
+            if len(shape) == 2 and h and shape[0] == h and shape[1] % h == 0 and shape[1] > 0:
+                return shape[1] // h
+            return None
+    return None
+
+
+def with_layer_ids(spec: DraftSpec, ids: Sequence[int]) -> DraftSpec:
+    """``spec`` as if its config held ``ids``: a copy of the parsed config, never the file.
+
+    The ids go where engines read them first (``dflash_config``, or the top level of a config
+    without one), and a second copy that would conflict is dropped, so ``DraftArgs.from_spec``
+    and inspect's checks can run on a draft whose config lost (or got wrong) its ids.
+    """
+    cfg = copy.deepcopy(spec.config)
+    nested = cfg.get("dflash_config")
+    if isinstance(nested, dict):
+        nested["target_layer_ids"] = list(ids)
+        cfg.pop("target_layer_ids", None)
+    else:
+        cfg["target_layer_ids"] = list(ids)
+    return build_spec(cfg, label=spec.label, where=spec.where, weights=spec.weights)

@@ -1,0 +1,191 @@
+"""Findings a run produces (DF401-DF406 from smoke-run, DF410-DF411 from probe-taps).
+
+Pure functions, no torch, like every check: the lossless verdict (DF401/DF402), non-finite
+values (DF404), a ``--block-size`` above the trained block (DF405), an impossible speedup
+(DF406), acceptance below ``--min-acceptance`` (DF403, with the prompt format as a likely cause
+besides the taps); and probe-taps' DF410 (configured tap layers beaten) and DF411 (no tap set works).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Sequence
+
+from dflash_ckpt.rules import Finding, finding
+
+if TYPE_CHECKING:
+    from dflash_ckpt.sources.prompts import Prompt
+
+
+def special_token_texts(special_tokens: dict[str, Any]) -> list[str]:
+    """The text of every special token a tokenizer names (``bos``, ``eos``, additional ones)."""
+    out: list[str] = []
+    for value in special_tokens.values():
+        for text in value if isinstance(value, list) else [value]:
+            if isinstance(text, str) and text:
+                out.append(text)
+    return out
+
+
+def prompt_format_causes(
+    prompts: Sequence[Prompt],
+    *,
+    chat_template: bool,
+    thinking: bool,
+    custom: bool,
+    special_tokens: Sequence[str] = (),
+) -> list[str]:
+    """Ways in which the prompts differ from the chat format DFlash drafts are trained on.
+
+    Drafts are trained on the target's replies to chat-formatted prompts (thinking off for the
+    published Qwen3 drafts), so acceptance measured on text in another format is lower for
+    reasons that have nothing to do with the checkpoint.
+    """
+    causes: list[str] = []
+    plain = [p.name for p in prompts if p.text is not None and not any(t in p.text for t in special_tokens)]
+    if not chat_template and plain:
+        causes.append(f"the chat template is off (--no-chat-template, or the target has none), so {_names(plain)} "
+                      "went in as plain text, not in the target's chat format")
+    if chat_template and thinking:
+        causes.append("--thinking renders the template with enable_thinking true, while published DFlash "
+                      "drafts are trained on replies with thinking off")
+    if chat_template:
+        twice = [p.name for p in prompts if p.text is not None and any(t in p.text for t in special_tokens)]
+        if twice:
+            causes.append(f"{_names(twice)} already hold chat-template tokens and were templated again "
+                          "(pass such text with --no-chat-template)")
+    if custom:
+        causes.append("the prompts are your own (-p/--prompts), and acceptance depends on how close they are "
+                      "to the draft's training data")
+    return causes
+
+
+def prompt_format_note(causes: Sequence[str]) -> str:
+    """The sentence DF403 adds when the prompt format may explain low acceptance ('' if not)."""
+    if not causes:
+        return ""
+    return ("; the prompt format may also explain it: " + "; ".join(causes)
+            + "; rerun without -p/--prompts, --no-chat-template and --thinking to tell the two apart")
+
+
+def block_size_findings(block_size: int, trained: int) -> list[Finding]:
+    """DF405 when the block run is larger than the one the draft was trained with."""
+    if block_size <= trained:
+        return []
+    return [finding(
+        "DF405",
+        f"--block-size {block_size} is above the draft's trained block_size {trained}: positions "
+        f"{trained}..{block_size - 1} of each block were never trained, so tau measured here understates "
+        f"the draft; leave --block-size out or give at most {trained}",
+    )]
+
+
+def _names(names: list[str]) -> str:
+    shown = ", ".join(repr(n) for n in names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return ("prompt " if len(names) == 1 else "prompts ") + shown
+
+
+def smoke_findings(result: Any, *, target_layer_ids: Sequence[int], mask_token_id: int) -> list[Finding]:
+    """Findings DF401-DF406 from a smoke-run's settings and runs (``commands.smoke_run.SmokeResult``:
+    ``runs``, ``overall()``, ``block_size``, ``trained_block_size``, ``tie_tolerance``, the dtypes,
+    ``prompt_format`` and ``options.min_acceptance``)."""
+    out: list[Finding] = block_size_findings(result.block_size, result.trained_block_size)
+    opts = result.options
+    for run in result.runs:
+        name = run.prompt.name
+        for gen, who in ((run.target, "target-only"), (run.dflash, "DFlash")):
+            if gen.overflow:
+                out.append(finding("DF404", overflow_message(name, who, gen.overflow, result)))
+        lo = run.lossless
+        if lo.status in ("differs", "tie"):
+            where = (f"prompt {name!r}: DFlash output differs from target-only output at new token {lo.position} "
+                     f"(target {lo.target_token}, DFlash {lo.dflash_token})")
+            if lo.margin is None:
+                out.append(finding("DF401", f"{where}; one output is a prefix of the other"))
+            elif lo.status == "tie":
+                out.append(finding("DF402", f"{where}, a near tie: the target's top-2 logits differ by "
+                                            f"{lo.margin:.4g} <= tolerance {result.tie_tolerance:g}"))
+            else:
+                out.append(finding("DF401", f"{where}; the target's top-2 margin there is {lo.margin:.4g} "
+                                            f"(tolerance {result.tie_tolerance:g}), not a tie; rerun with --json and "
+                                            "report it"))
+    stats = result.overall() if result.runs else None
+    tau = stats["tau"] if stats else None
+    if stats and not stats["speedup_plausible"]:
+        # Judged on the overall figures (medians over every prompt's steps, the most robust);
+        # a single prompt's implausible figure is withheld in its row without a finding.
+        out.append(finding(
+            "DF406",
+            f"measured speedup {stats['speedup_measured']:.2f}x is above tau {stats['tau']:.2f}: impossible, since "
+            "a DFlash step costs at least one target step; the machine's load changed while timing, so the "
+            "speedup is withheld; rerun on an idle machine or with --threads 1"))
+    if tau is not None and tau < opts.min_acceptance:
+        ids = list(target_layer_ids)
+        out.append(finding(
+            "DF403",
+            f"mean acceptance length tau {tau:.2f} is below --min-acceptance {opts.min_acceptance:g}: a draft "
+            f"reading the wrong tap layers loads cleanly and lands here; check target_layer_ids {ids} against "
+            f"the draft's model card (they are the 0-based outputs of target layers, not HF hidden_states "
+            f"indices), mask_token_id {mask_token_id}, and keep the draft in bfloat16"
+            + prompt_format_note(result.prompt_format),
+        ))
+    return out
+
+
+def overflow_message(name: str, who: str, where: str, result: Any) -> str:
+    if where == "fused features":
+        return (f"prompt {name!r}: the fused features (fc output) hold inf/NaN in the draft's "
+                f"{result.draft_dtype}; target hidden-state outliers overflow there; keep the draft in bfloat16 "
+                "(--draft-dtype bfloat16), target tensors are cast to it")
+    return (f"prompt {name!r} ({who}): the target's {where} hold inf/NaN in {result.target_dtype}; its hidden "
+            "states overflow that dtype; run the target in bfloat16 (--target-dtype bfloat16) and keep the "
+            "draft in bfloat16")
+
+
+#: How sure the ranking is: the gap between two taus in standard errors of their difference
+#: (each tau is a mean over steps). At least ``CLEAR_Z`` is called clear, at least ``LIKELY_Z``
+#: likely, below that narrow. Neighbouring layers carry similar features, so a set one layer
+#: off the trained one can come close; on the tiny pair in fp32 with 64 tokens the trained
+#: [1, 3, 5] trails [2, 3, 5] by 0.2 (z about 0.5), while the shifted twin's ids trail by 4
+#: (z above 10). DF410 needs the configured ids to lose by at least ``LIKELY_Z``.
+CLEAR_Z = 2.0
+LIKELY_Z = 1.0
+
+
+def verdict(z: float | None) -> str:
+    if z is None:
+        return "unknown"
+    return "clear" if z >= CLEAR_Z else "likely" if z >= LIKELY_Z else "narrow"
+
+
+def probe_findings(result: Any) -> list[Finding]:
+    """DF410 when the configured ids are not the best measured; DF411 when nothing works
+    (``result``: a ``commands.probe_run.ProbeResult``)."""
+    out: list[Finding] = []
+    best = result.best
+    if best is None:
+        return out
+    ids = list(best.target_layer_ids)
+    mina = result.options.min_acceptance
+    if best.tau < mina:
+        out.append(finding(
+            "DF411",
+            f"no tap set measured reaches tau {mina:g}: the best, {ids}, reaches {best.tau:.2f} over "
+            f"{result.search.evaluated if result.search else 0} candidates; the draft may not belong to this "
+            "target, or the prompt format may differ from training (rerun without -p/--prompts and "
+            "--no-chat-template), or a search needs a larger --budget",
+        ))
+    if result.configured is not None:
+        conf = result.candidate(result.configured)
+        shown = list(result.configured)
+        if result.configured_problem is not None:
+            out.append(finding("DF410", f"{result.draft_path}/config.json: target_layer_ids {shown} cannot be "
+                                        f"right ({result.configured_problem}); the best measured tap set is {ids} "
+                                        f"at tau {best.tau:.2f}"))
+        elif conf is not None and conf is not best and (best.z_over(conf) or 0.0) >= LIKELY_Z:
+            out.append(finding(
+                "DF410",
+                f"{result.draft_path}/config.json: target_layer_ids {shown} reach tau {conf.tau:.2f} but {ids} reach "
+                f"{best.tau:.2f} ({best.z_over(conf):.1f} standard errors apart); the configured tap layers are "
+                "probably not the ones this draft was trained on; check the model card, then write the measured ones",
+            ))
+    return out

@@ -1,0 +1,57 @@
+"""The decoding loop of a pair, chosen once: the static path where it runs the pair, else the eager one.
+
+Both implement ``protocols.Loop`` and give the same tokens; the static path (``static.py``) has
+fixed shapes and CUDA graphs, the eager one (``generate.py``) runs any target and draft. The
+caller sizes both with the plan's ``capacity`` and ``block_size`` (``plan.RunPlan``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from dflash_ckpt.runtime.generate import Generation, decode, dflash_decode, teacher_forced
+from dflash_ckpt.runtime.static import StaticRunner, supports_static
+
+
+class EagerLoop:
+    """``generate``'s loops over one pair, with one target cache and one draft cache of ``capacity``."""
+
+    static = False
+    capture_s = 0.0
+
+    def __init__(self, target: Any, draft: Any, capacity: int, *, block_size: int) -> None:
+        self.target, self.draft, self.block = target, draft, block_size
+        self.tcache, self.dcache = target.new_cache(capacity), draft.new_cache(capacity)
+
+    def decode(self, prompt_ids: Sequence[int], *, max_new_tokens: int, stop_ids: Sequence[int] = (),
+               on_tokens: Callable[[int], None] | None = None) -> Generation:
+        return decode(self.target, prompt_ids, max_new_tokens=max_new_tokens, stop_ids=stop_ids, cache=self.tcache,
+                      on_tokens=on_tokens)
+
+    def dflash(self, prompt_ids: Sequence[int], *, max_new_tokens: int, stop_ids: Sequence[int] = (),
+               on_tokens: Callable[[int], None] | None = None) -> Generation:
+        return dflash_decode(self.target, self.draft, prompt_ids, max_new_tokens=max_new_tokens, stop_ids=stop_ids,
+                             target_cache=self.tcache, draft_cache=self.dcache, block_size=self.block,
+                             on_tokens=on_tokens)
+
+    def teacher_forced(self, prompt_ids: Sequence[int], tokens: Sequence[int]
+                       ) -> tuple[list[int], list[list[float]], list[list[int]]]:
+        return teacher_forced(self.target, prompt_ids, tokens, cache=self.tcache)
+
+
+class StaticLoop(StaticRunner):
+    """The static runner as a ``Loop``: its lossless check runs on the same attention path."""
+
+    static = True
+
+    def teacher_forced(self, prompt_ids: Sequence[int], tokens: Sequence[int]
+                       ) -> tuple[list[int], list[list[float]], list[list[int]]]:
+        return teacher_forced(self.target, prompt_ids, tokens, forward_all=self.forward_all)
+
+
+def make_loop(target: Any, draft: Any, capacity: int, *, block_size: int, graphs: bool = False) -> EagerLoop | StaticLoop:
+    """The static loop when it runs this pair as the eager one would (``supports_static``), with
+    CUDA graphs when ``graphs`` (CUDA only); else the eager loop."""
+    if supports_static(target, draft):
+        return StaticLoop(target, draft, capacity, block_size=block_size, graphs=graphs)
+    return EagerLoop(target, draft, capacity, block_size=block_size)

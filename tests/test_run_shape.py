@@ -1,0 +1,113 @@
+"""Every command's work is a ``run_<command>`` function with the CLI's long options as keywords,
+which prints nothing, never exits, and returns a result with ``ok``, ``exit_code``, ``findings``
+and ``to_dict()`` equal to the command's ``--json`` document (the shape issue 20's API builds on)."""
+
+from __future__ import annotations
+
+import inspect as pyinspect
+import json
+import shutil
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import typer
+
+from dflash_ckpt.cli import app
+from dflash_ckpt.errors import DFlashCkptError
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "fixtures" / "tiny-pair"
+#: Options that choose how a result is shown, not what is run.
+RENDERING = {"json", "quiet", "show_text", "from_file", "version", "help"}
+
+
+def run_functions() -> dict[str, Callable[..., Any]]:
+    from dflash_ckpt.commands.inspect_cmd import run_inspect
+    from dflash_ckpt.commands.normalize_run import run_normalize
+    from dflash_ckpt.commands.probe_run import run_probe_taps
+    from dflash_ckpt.commands.smoke_run import run_smoke_run
+
+    return {"inspect": run_inspect, "normalize": run_normalize, "smoke-run": run_smoke_run, "probe-taps": run_probe_taps}
+
+
+@pytest.mark.parametrize("command", ["inspect", "normalize", "smoke-run", "probe-taps"])
+def test_keywords_are_the_long_options(command: str) -> None:
+    click_cmd = typer.main.get_command(app).commands[command]  # type: ignore[attr-defined]
+    longs = {opt[2:].replace("-", "_") for p in click_cmd.params for opt in p.opts if opt.startswith("--")}
+    params = pyinspect.signature(run_functions()[command]).parameters
+    missing = sorted(longs - RENDERING - set(params))
+    assert missing == [], f"run function for {command} lacks keywords {missing}"
+
+
+def test_run_inspect_is_the_json_document(cli) -> None:
+    from dflash_ckpt.commands.inspect_cmd import run_inspect
+
+    res = run_inspect(str(TINY / "draft"), str(TINY / "target"))
+    doc = cli("inspect", str(TINY / "draft"), "--target", str(TINY / "target"), "--json").json()
+    assert res.ok and res.exit_code == 0 and res.to_dict() == doc
+    strict = run_inspect([str(TINY / "draft"), str(TINY / "draft-top-level")], strict=True, select=["DF1"])
+    assert {f.code[:3] for f in strict.findings} <= {"DF1"} and strict.exit_code == max(
+        r.exit_code(True) for r in strict.results)
+    with pytest.raises(DFlashCkptError) as err:
+        run_inspect(str(TINY / "draft"), select=["XX9"])
+    assert err.value.exit_code == 2
+
+
+def test_run_normalize_writes_and_raises_like_the_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from dflash_ckpt.commands.normalize_run import run_normalize
+
+    draft = tmp_path / "draft"
+    shutil.copytree(TINY / "draft-top-level", draft)
+    checked = run_normalize(str(draft), check=True)
+    assert not checked.ok and checked.exit_code == 1 and checked.to_dict()["changed"] is True
+    done = run_normalize(str(draft), tmp_path / "out")
+    assert done.ok and done.to_dict()["written"] and json.loads((tmp_path / "out" / "config.json").read_text())["dflash_config"]
+    with pytest.raises(DFlashCkptError) as err:
+        run_normalize(str(draft))  # neither OUT nor a mode
+    assert err.value.exit_code == 2
+    assert capsys.readouterr().out == ""  # nothing printed
+
+
+def test_run_smoke_run_returns_what_json_prints(cli, capsys: pytest.CaptureFixture[str]) -> None:
+    from dflash_ckpt.commands.smoke_run import run_smoke_run
+
+    args = dict(prompt=["hi"], max_new_tokens=6, draft_dtype="float32", target_dtype="float32", device="cpu",
+                min_acceptance=0.0)
+    res = run_smoke_run(str(TINY / "draft"), str(TINY / "target"), **args)
+    assert capsys.readouterr().out == ""
+    assert res.ok and res.findings == [] and res.to_dict()["settings"]["block_size"] == res.block_size
+    doc = res.to_dict()
+    assert doc["command"] == "smoke-run" and doc["exit_code"] == 0 and doc["prompts"][0]["lossless"]["status"] == "identical"
+    with pytest.raises(DFlashCkptError) as err:
+        run_smoke_run(str(TINY / "draft"), str(TINY / "target"), backend="tensorrt")
+    assert err.value.exit_code == 2 and "--backend 'tensorrt'" in err.value.message
+
+
+def test_a_run_reads_each_header_and_config_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan reuses what the checks read: the draft's safetensors headers once per smoke-run
+    (as one inventory reads them), the target's config.json once per probe-taps."""
+    from dflash_ckpt.commands.probe_run import run_probe_taps
+    from dflash_ckpt.commands.smoke_run import run_smoke_run
+    from dflash_ckpt.sources.local import LocalSource
+    from dflash_ckpt.sources.weights import load_inventory
+
+    reads: list[tuple[str, str]] = []
+    real = LocalSource.read
+
+    def spy(self: LocalSource, name: str, *a: Any, **k: Any) -> bytes:
+        reads.append((self.local_dir.name, name))
+        return real(self, name, *a, **k)
+
+    monkeypatch.setattr(LocalSource, "read", spy)
+    load_inventory(LocalSource(TINY / "draft"))
+    one_inventory = sorted(reads)
+    assert one_inventory and all(n.endswith(".safetensors") for _, n in one_inventory)
+    reads.clear()
+    fast = dict(prompt=["hi"], max_new_tokens=4, draft_dtype="float32", target_dtype="float32", device="cpu")
+    assert run_smoke_run(str(TINY / "draft"), str(TINY / "target"), min_acceptance=0.0, **fast).ok
+    assert sorted(r for r in reads if r[0] == "draft" and r[1].endswith(".safetensors")) == one_inventory
+    reads.clear()
+    run_probe_taps(str(TINY / "draft"), str(TINY / "target"), budget=2, **fast)
+    assert [r for r in reads if r == ("target", "config.json")] == [("target", "config.json")]
+    assert sorted(r for r in reads if r[0] == "draft" and r[1].endswith(".safetensors")) == one_inventory
