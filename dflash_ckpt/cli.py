@@ -8,13 +8,15 @@ Exit codes: 0 clean, 1 findings/check failed, 2 usage error or unreadable input.
 from __future__ import annotations
 
 import sys
-from typing import Any, List, Optional
+from typing import Any, List, Literal, Optional
 
 import typer
 
 from dflash_ckpt import __version__
 from dflash_ckpt.commands.options import JsonOpt, QuietOpt, RevisionOpt, TokenOpt, silence_progress
 from dflash_ckpt.errors import PROGRAM, DFlashCkptError, error_line
+
+OutputFormat = Literal["text", "json", "github", "sarif"]  # output_formats.OUTPUT_FORMATS, without importing it at start-up
 
 app = typer.Typer(
     name="dflash-ckpt",
@@ -48,6 +50,8 @@ def inspect(
     revision: Optional[str] = RevisionOpt,
     token: Optional[str] = TokenOpt,
     json_out: bool = JsonOpt,
+    output_format: OutputFormat = typer.Option(
+        "text", "--output-format", help="text (the report), json (as --json), github (workflow annotations) or sarif (SARIF 2.1.0)."),
     quiet: bool = QuietOpt,
     strict: bool = typer.Option(False, "--strict", help="Warnings count as errors."),
     select: Optional[List[str]] = typer.Option(None, "--select", help="Report only these rule codes or prefixes (DF2, DF101,DF3; repeatable).", show_default=False),
@@ -67,8 +71,10 @@ def inspect(
         args += read_arg_file(from_file)
     if not args:
         raise typer.BadParameter("give at least one DRAFT (or --from-file)", param_hint="DRAFT")
-    silence_progress(json_out or quiet)
-    raise typer.Exit(run_inspect(args, target=target, revision=revision, token=token, json_out=json_out, quiet=quiet, gate=gate))
+    fmt = "json" if json_out else output_format
+    silence_progress(fmt != "text" or quiet)
+    raise typer.Exit(run_inspect(args, target=target, revision=revision, token=token, json_out=fmt != "text", quiet=quiet, gate=gate,
+                                 output_format=fmt))
 
 
 @app.command()

@@ -84,8 +84,11 @@ def run_inspect(
     json_out: bool,
     quiet: bool,
     gate: Gate,
+    output_format: str = "json",
 ) -> int:
-    """Inspect every draft against the (optional) target; return the worst exit code."""
+    """Inspect every draft against the (optional) target; return the worst exit code.
+
+    With ``json_out`` the document is printed in ``output_format`` (json, github or sarif)."""
     target_src: Source | None = None
     if target is not None:
         try:
@@ -93,7 +96,7 @@ def run_inspect(
         except DFlashCkptError as err:
             if not json_out:
                 raise  # the CLI prints its line, exit 2
-            print_json(envelope([], gate.strict, err.exit_code, error=err))
+            _emit(envelope([], gate.strict, err.exit_code, error=err), output_format)
             print(err.line(), file=sys.stderr)
             return err.exit_code
     results = _inspect_all(drafts, target_src, revision, token)
@@ -101,7 +104,7 @@ def run_inspect(
         gate.apply(res)
     code = max(r.exit_code(gate.strict) for r in results)
     if json_out:
-        print_json(envelope(results, gate.strict, code))
+        _emit(envelope(results, gate.strict, code), output_format)
         return code
     from dflash_ckpt.commands.output import make_console, render_result, render_summary  # rich: people only
 
@@ -115,6 +118,16 @@ def run_inspect(
     else:
         render_summary(console, results, quiet=quiet, strict=gate.strict)
     return code
+
+
+def _emit(doc: dict[str, Any], output_format: str) -> None:
+    """The run's document on stdout: as JSON, or as GitHub annotations or SARIF (``output_formats``)."""
+    if output_format == "json":
+        print_json(doc)
+        return
+    from dflash_ckpt.output_formats import render
+
+    sys.stdout.write(render(doc, output_format))
 
 
 def envelope(results: list[InspectResult], strict: bool, code: int, error: DFlashCkptError | None = None) -> dict[str, Any]:
