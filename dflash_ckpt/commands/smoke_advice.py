@@ -98,3 +98,15 @@ def check_positions(prompts: Sequence[Prompt], encoded: Sequence[Sequence[int]],
 def _names(names: list[str]) -> str:
     shown = ", ".join(repr(n) for n in names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
     return ("prompt " if len(names) == 1 else "prompts ") + shown
+
+
+def missing_taps(findings: Sequence[Finding]) -> bool:
+    """Whether the pre-check found ``target_layer_ids`` missing (DF101): probe-taps can measure it."""
+    return any(f.code == "DF101" and f.key == "target_layer_ids" for f in findings)
+
+
+def probe_taps_command(draft: str, target: str | None) -> str:
+    """The command line that measures a draft's lost tap layers and writes a copy with them."""
+    import shlex
+
+    return f"dflash-ckpt probe-taps {shlex.quote(draft)} --target {shlex.quote(target or 'TARGET')} --write OUT"
