@@ -374,6 +374,15 @@ _RULES: list[Rule] = [
          "stopped at its --budget before it reached the trained set.",
          "Check the draft's target; rerun with the built-in prompts and the chat template, or a "
          "larger --budget."),
+    Rule("DF412", "taps-unclear", E, "The best tap set leads only within measurement noise",
+         "probe-taps recovered no target_layer_ids it can stand behind: the best candidate leads "
+         "the runner-up by less than one standard error even after it measured the leading "
+         "candidates again with more tokens per prompt (doubling -n, up to 512) and, for your own "
+         "prompts, the built-in ones. Neighbouring layers carry similar features, so a set one "
+         "layer off the trained one can come out ahead on little evidence; claiming it would "
+         "write wrong ids that load cleanly (exit 1, and --write refuses without --force).",
+         "Rerun with more tokens (-n) or more prompts in the draft's training format "
+         "(--prompts FILE.jsonl), or check the model card; `--write OUT --force` writes the leader anyway."),
 ]
 
 RULES: dict[str, Rule] = {rule.code: rule for rule in _RULES}

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dflash_ckpt.commands.json_out import print_json
-from dflash_ckpt.commands.output import STYLE, finding_text, make_console, print_line, render_findings, safe
+from dflash_ckpt.commands.output import make_console, print_line, render_findings, safe
 from dflash_ckpt.commands.probe_run import ProbeOptions, ProbeResult, run_probe, write_copy
 from dflash_ckpt.errors import DFlashCkptError
 from dflash_ckpt.rules import Severity
@@ -55,7 +55,7 @@ def _ids(ids: Any) -> str:
 def render_probe(console: Console, res: ProbeResult) -> None:
     if res.refused:
         for f in res.refused:
-            console.print(f"[{STYLE[f.severity]}]{f.code} {f.severity.value}:[/] {safe(finding_text(f))}")
+            print_line(console, f.line(res.draft_label))
         console.print("[bold red]REFUSED[/]  the pair fails inspect's checks (with valid tap layers supplied); "
                       "fix the errors above first")
         return
@@ -79,6 +79,11 @@ def render_probe(console: Console, res: ProbeResult) -> None:
             f"the target ran once per prompt ({res.record_s:.1f} s); "
             f"{sum(1 for c in res.ranked if c.tau_loop is not None)} finalist(s) re-measured with smoke-run's loop "
             f"({res.confirm_s:.1f} s)")
+    rounds = (res.evidence or {}).get("rounds") or []
+    if len(rounds) > 1:
+        more = ", ".join(str(r["max_new_tokens"]) for r in rounds[1:])
+        console.print(f"narrow lead at {rounds[0]['max_new_tokens']} tokens: the leading candidates measured again with up to "
+                      f"{more} tokens per prompt ({len(rounds[-1]['prompts'])} prompt(s); the figures below are the last round's)")
     table = Table(title="probe-taps", title_justify="left", show_edge=False,
                   caption="tau = mean tokens per DFlash step (bonus included); ± its standard error; "
                           "loop = measured as smoke-run measures, probe = simulated from the recorded features, "

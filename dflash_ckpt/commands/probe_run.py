@@ -27,6 +27,7 @@ import torch
 from dflash_ckpt.checks import run_checks
 from dflash_ckpt.commands.json_out import SCHEMA_VERSION
 from dflash_ckpt.commands.normalize_run import fc_taps
+from dflash_ckpt.commands.probe_evidence import Session, settle, unclear_findings
 from dflash_ckpt.commands.probe_search import EXHAUSTIVE_MAX, KEEP_EXACT, Measured, SearchResult, TapSet, search_taps, valid
 from dflash_ckpt.commands.smoke_advice import check_positions
 from dflash_ckpt.commands.run_setup import RunOptions, encode_prompts, resolve_dtypes, resolve_folders, set_threads
@@ -152,6 +153,8 @@ class ProbeResult:
     block_size: int | None = None
     stop_token_ids: list[int] = field(default_factory=list)
     write: dict[str, Any] | None = None
+    #: How a narrow lead was measured again (``probe_evidence.settle``).
+    evidence: dict[str, Any] | None = None
 
     @property
     def best(self) -> Candidate | None:
@@ -244,6 +247,7 @@ class ProbeResult:
             "ranked": [c.to_json() for c in self.ranked],
             "normalize_command": self.normalize_command(),
             "write": self.write,
+            "evidence": self.evidence,
         }
 
 
@@ -382,7 +386,10 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None) -> P
         {**p.to_json(), "input_ids": ids, "continuation_ids": rec.tokens, "stopped": rec.stopped}
         for p, ids, rec in zip(prompts, encoded, recs)
     ]
-    result.findings = judge(result)
+    result.evidence = settle(result, Session(
+        draft, target, prompts, encoder, encoded, opts.max_new_tokens, stops, block, depth, target_args.rope.max_position_embeddings,
+        tspec.where, CONFIRM, configured, bool(opts.prompts or opts.prompts_file)), say)
+    result.findings = judge(result) + unclear_findings(result)
     return result
 
 
@@ -441,6 +448,9 @@ def write_copy(result: ProbeResult, *, quiet: bool) -> dict[str, Any]:
     if best.tau < opts.min_acceptance:
         raise UsageError(f"--write {opts.write}: nothing written, no tap set reaches tau {opts.min_acceptance:g} "
                          f"(best {list(best.target_layer_ids)} at {best.tau:.2f})")
+    if any(f.code == "DF412" for f in result.findings) and not opts.force:
+        raise CheckFailed(f"--write {opts.write}: nothing written; {list(best.target_layer_ids)} lead only within "
+                          "measurement noise (DF412); give --force to write them anyway")
     replace: tuple[tuple[str, str], ...] = ()
     if result.configured is not None and result.configured != best.target_layer_ids:
         if not any(f.code == "DF410" for f in result.findings):
