@@ -7,25 +7,32 @@ Exit codes: 0 clean, 1 findings/check failed, 2 usage error or unreadable input.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any, List, Literal, Optional
 
 import typer
 
 from dflash_ckpt import __version__
-from dflash_ckpt.commands.options import JsonOpt, QuietOpt, RevisionOpt, TokenOpt, silence_progress
+from dflash_ckpt.commands.options import JsonOpt, QuietOpt, RevisionOpt, TokenOpt, reflow_help, silence_progress
 from dflash_ckpt.errors import PROGRAM, DFlashCkptError, error_line
 
 OutputFormat = Literal["text", "json", "github", "sarif"]  # output_formats.OUTPUT_FORMATS, without importing it at start-up
 
-app = typer.Typer(
+_SETTINGS: dict[str, Any] = dict(
     name="dflash-ckpt",
     help="Check, normalize and smoke-run DFlash speculative-decoding draft checkpoints.",
-    add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+#: Every command, and shell completion (``--install-completion``, ``--show-completion``).
+app = typer.Typer(add_completion=True, **_SETTINGS)
+#: ``inspect`` and ``rules`` alone: turning a command's signature into click options costs about
+#: a millisecond an option, so a run of these builds only them (``run``), not smoke-run's forty.
+_core = typer.Typer(add_completion=False, **_SETTINGS)
+#: Commands ``_core`` holds.
+_CORE_COMMANDS = ("inspect", "rules")
 
 
 
@@ -127,6 +134,11 @@ def read_arg_file(path: str) -> list[str]:
     return [line for line in lines if line]
 
 
+_core.callback()(_root)
+_core.command()(inspect)
+_core.command()(rules)
+
+
 def _register_optional_commands() -> None:
     """Commands in their own modules; each module imports only typer at import time."""
     from dflash_ckpt.commands import normalize_cmd, probe_cmd, smoke_cmd
@@ -137,6 +149,8 @@ def _register_optional_commands() -> None:
 
 
 _register_optional_commands()
+reflow_help(app)
+reflow_help(_core)
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -151,7 +165,7 @@ def run(argv: list[str] | None = None) -> int:
     no_args_help = getattr(exc_mod, "NoArgsIsHelpError", ())
     args = sys.argv[1:] if argv is None else list(argv)
     try:
-        result = app(args=args, prog_name=PROGRAM, standalone_mode=False)
+        result = _app_for(args)(args=args, prog_name=PROGRAM, standalone_mode=False)
     except no_args_help as exc:  # bare `dflash-ckpt`: the help, as click prints it
         help_text = exc.ctx.get_help() if exc.ctx else ""
         if help_text:
@@ -176,6 +190,14 @@ def run(argv: list[str] | None = None) -> int:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
     return result if isinstance(result, int) else 0
+
+
+def _app_for(args: list[str]) -> typer.Typer:
+    """``_core`` when the command named is one of its own (and no shell completion is asked), else ``app``."""
+    if any(k.startswith("_DFLASH_CKPT_COMPLETE") for k in os.environ):
+        return app
+    first = next((a for a in args if not a.startswith("-")), None)
+    return _core if first in _CORE_COMMANDS else app
 
 
 def _command_path(args: list[str]) -> str:

@@ -30,3 +30,46 @@ def silence_progress(silent: bool) -> None:
         from huggingface_hub.utils import disable_progress_bars
 
         disable_progress_bars()
+
+
+def loading_note(command: str, draft: str, target: str, silent: bool) -> None:
+    """One line on stderr before torch is imported (seconds of silence otherwise), unless
+    ``-q``/``--json``: the first thing a user of smoke-run or probe-taps sees."""
+    if not silent:
+        from dflash_ckpt.errors import inert
+
+        print(inert(f"{command}: loading torch and the reference runtime for {draft} on {target} ..."), file=sys.stderr, flush=True)
+
+
+def reflow(doc: str | None) -> str | None:
+    """A command's docstring as help text that the terminal wraps, not the source file.
+
+    typer's rich help keeps every line break after the first paragraph, so a docstring wrapped
+    at 100 columns in the source breaks mid-sentence at 80 and leaves short lines at 120. Each
+    paragraph becomes one line (list items, ``- ...``, keep their own line)."""
+    if not doc:
+        return doc
+    import inspect
+    import re
+
+    paragraphs = inspect.cleandoc(doc).split("\n\n")
+    out = []
+    for para in paragraphs:
+        lines = [line.strip() for line in para.splitlines() if line.strip()]
+        text = ""
+        for line in lines:
+            if text and not re.match(r"([-*•]|\d+[.)]) ", line):
+                text += " " + line
+            else:
+                text += ("\n" if text else "") + line
+        out.append(text)
+    return "\n\n".join(out)
+
+
+def reflow_help(app: typer.Typer) -> None:
+    """``reflow`` every command's help (its ``help=`` or its docstring) and the app's own."""
+    for info in app.registered_commands:
+        info.help = reflow(info.help or (info.callback.__doc__ if info.callback else None))
+    if app.registered_callback is not None:
+        cb = app.registered_callback
+        cb.help = reflow(cb.help or (cb.callback.__doc__ if cb.callback else None))

@@ -29,8 +29,8 @@ def register(app: typer.Typer) -> None:
         write: Optional[Path] = typer.Option(None, "--write", help="Write a normalized copy of DRAFT with the winning target_layer_ids into this new folder.", show_default=False),
         force: bool = typer.Option(False, "--force", help="With --write: replace an OUT that exists and is not empty."),
         top: int = typer.Option(5, "--top", help="Candidates listed in the report (the JSON lists all)."),
-        draft_dtype: str = typer.Option("bfloat16", "--draft-dtype", help="bfloat16 (as trained), float16 or float32."),
-        target_dtype: Optional[str] = typer.Option(None, "--target-dtype", help="Default: the target config's dtype, else its weights' dtype."),
+        draft_dtype: str = typer.Option("bfloat16", "--draft-dtype", metavar="[bfloat16|float16|float32]", help="bfloat16 (as trained), float16 or float32."),
+        target_dtype: Optional[str] = typer.Option(None, "--target-dtype", metavar="[bfloat16|float16|float32]", help="Default: the target config's dtype, else its weights' dtype."),
         device: str = typer.Option("auto", "--device", help="auto (CUDA when present, else CPU), cpu, cuda or cuda:N."),
         block_size: Optional[int] = typer.Option(None, "--block-size", help="Override the draft's block_size."),
         thinking: bool = typer.Option(False, "--thinking", help="Render the chat template with enable_thinking true."),
@@ -56,6 +56,9 @@ def register(app: typer.Typer) -> None:
             from dflash_ckpt.errors import UsageError
 
             raise UsageError(f"probe-taps needs {', '.join(missing)}: {RUN_EXTRA_HINT}")
+        from dflash_ckpt.commands.options import loading_note
+
+        loading_note("probe-taps", draft, target, json_out or quiet)
         from dflash_ckpt.commands.probe_report import report
 
         raise typer.Exit(report(

@@ -17,6 +17,7 @@ nothing from ``probe_run``, so the command module stays the one that imports thi
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -171,4 +172,17 @@ def unclear_findings(result: Any) -> list[Finding]:
     )]
 
 
-__all__ = ["EVIDENCE_MAX_NEW_TOKENS", "EVIDENCE_ROUNDS", "Session", "settle", "unclear_findings"]
+def candidate_bar(progress: Any, depth: int, k: int, budget: int | None) -> Callable[[], None]:
+    """A step of ``progress`` (a rich ``Progress``, or ``None``: nothing) per candidate measured,
+    out of what the search will measure: every candidate, or its budget."""
+    if progress is None:
+        return lambda: None
+    from dflash_ckpt.commands.probe_search import DEFAULT_SEARCH_BUDGET, EXHAUSTIVE_MAX
+
+    space = math.comb(depth, k)
+    total = space if space <= EXHAUSTIVE_MAX and (budget is None or space <= budget) else min(space, budget or DEFAULT_SEARCH_BUDGET)
+    task = progress.add_task(f"measuring tap sets ({k} of {depth} layers)", total=total)
+    return lambda: progress.advance(task)
+
+
+__all__ = ["EVIDENCE_MAX_NEW_TOKENS", "EVIDENCE_ROUNDS", "Session", "candidate_bar", "settle", "unclear_findings"]

@@ -19,7 +19,14 @@ def report(*, json_out: bool, quiet: bool, **kwargs: Any) -> int:
     opts = ProbeOptions(**kwargs)
     console, err_console = make_console(), make_console(stderr=True)
     log = None if json_out or quiet else (lambda msg: err_console.print(f"[dim]{safe(msg)}[/]"))
-    res = run_probe(opts, log=log)
+    if not json_out and not quiet and err_console.is_terminal:  # a bar over the candidates, people only
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=err_console, transient=True) as progress:
+            res = run_probe(opts, log=log, progress=progress)
+    else:
+        res = run_probe(opts, log=log)
     write_error: DFlashCkptError | None = None
     if opts.write is not None and not res.refused and res.best is not None:
         try:

@@ -27,7 +27,7 @@ import torch
 from dflash_ckpt.checks import run_checks
 from dflash_ckpt.commands.json_out import SCHEMA_VERSION
 from dflash_ckpt.commands.normalize_run import fc_taps
-from dflash_ckpt.commands.probe_evidence import Session, settle, unclear_findings
+from dflash_ckpt.commands.probe_evidence import Session, candidate_bar, settle, unclear_findings
 from dflash_ckpt.commands.probe_search import EXHAUSTIVE_MAX, KEEP_EXACT, Measured, SearchResult, TapSet, search_taps, valid
 from dflash_ckpt.commands.smoke_advice import check_positions
 from dflash_ckpt.commands.run_setup import RunOptions, encode_prompts, resolve_dtypes, resolve_folders, set_threads
@@ -285,7 +285,7 @@ def configured_problem(ids: Sequence[int] | None, k: int, depth: int) -> str | N
 # -- the run -----------------------------------------------------------------------------------
 
 
-def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None) -> ProbeResult:
+def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None, progress: Any = None) -> ProbeResult:
     """Everything ``probe-taps`` does short of printing (and of ``--write``, see ``write_copy``)."""
     opts.validate()
     say = log or (lambda _msg: None)
@@ -355,11 +355,13 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None) -> P
         m = measure(draft, recs, ids, floor=floor, embed_w=embed_w, head_w=head_w, draft_cache=dcache,
                     block_size=block, stop_ids=stops)
         result.draft_forwards += m.draft_forwards
+        bar()
         if m.exact:
             probed[ids] = m.acceptance_lengths
         return Measured(m.tau, m.exact)
 
     say(f"measuring tap sets: {k} of {depth} layers")
+    bar = candidate_bar(progress, depth, k, opts.budget)
     search = search_taps(depth, k, evaluate, configured=configured, budget=opts.budget, keep=max(KEEP_EXACT, opts.top))
     result.search = search
     ranked = [Candidate(ids, tau, lengths=probed.get(ids, [])) for ids, tau in search.ranked()]

@@ -6,7 +6,7 @@ Only typer is imported here; torch and the runtime are imported inside the comma
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import List, Literal, Optional
 
 import typer
 
@@ -37,10 +37,10 @@ def register(app: typer.Typer) -> None:
             DEFAULT_MIN_ACCEPTANCE, "--min-acceptance",
             help="Fail when the mean acceptance length tau (tokens per step, bonus included) is below this. "
                  "A draft reading the wrong tap layers stays near 1; working drafts reach 4 and more."),
-        draft_dtype: str = typer.Option("bfloat16", "--draft-dtype", help="bfloat16 (keep it: fp16 overflows on Qwen3 outliers), float16 or float32."),
-        target_dtype: Optional[str] = typer.Option(None, "--target-dtype", help="Default: the target config's dtype, else its weights' dtype."),
+        draft_dtype: str = typer.Option("bfloat16", "--draft-dtype", metavar="[bfloat16|float16|float32]", help="bfloat16 (keep it: fp16 overflows on Qwen3 outliers), float16 or float32."),
+        target_dtype: Optional[str] = typer.Option(None, "--target-dtype", metavar="[bfloat16|float16|float32]", help="Default: the target config's dtype, else its weights' dtype."),
         device: str = typer.Option("auto", "--device", help="auto (CUDA when present, else CPU), cpu, cuda or cuda:N."),
-        backend: str = typer.Option(
+        backend: Literal["auto", "native", "transformers"] = typer.Option(
             "auto", "--backend",
             help="What runs the target: native (the built-in runtime: dense Qwen3, Llama 3.x), transformers "
                  "(every other published family; needs the hf extra), or auto (native where it implements the "
@@ -96,6 +96,9 @@ def _run(*, json_out: bool, quiet: bool, show_text: bool = False, **kwargs: obje
         from dflash_ckpt.errors import UsageError
 
         raise UsageError(f"smoke-run needs {', '.join(missing)}: {RUN_EXTRA_HINT}")
+    from dflash_ckpt.commands.options import loading_note
+
+    loading_note("smoke-run", str(kwargs["draft"]), str(kwargs["target"]), json_out or quiet)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from dflash_ckpt.commands.json_out import print_json
