@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import contextmanager
+from typing import Iterator
 
 import typer
 
@@ -32,13 +34,23 @@ def silence_progress(silent: bool) -> None:
         disable_progress_bars()
 
 
-def loading_note(command: str, draft: str, target: str, silent: bool) -> None:
-    """One line on stderr before torch is imported (seconds of silence otherwise), unless
-    ``-q``/``--json``: the first thing a user of smoke-run or probe-taps sees."""
-    if not silent:
+@contextmanager
+def loading_note(command: str, draft: str, target: str, silent: bool) -> Iterator[None]:
+    """While torch and the runtime load (seconds of silence otherwise), one line on a terminal's
+    stderr saying so; it is erased when the block ends, so the command's own lines (or its one
+    error line) follow on a clean line. Nothing with ``-q``/``--json`` or off a terminal."""
+    show = not silent and sys.stderr.isatty()
+    if show:
         from dflash_ckpt.errors import inert
 
-        print(inert(f"{command}: loading torch and the reference runtime for {draft} on {target} ..."), file=sys.stderr, flush=True)
+        sys.stderr.write(inert(f"{command}: loading torch and the reference runtime for {draft} on {target} ..."))
+        sys.stderr.flush()
+    try:
+        yield
+    finally:
+        if show:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
 
 
 def reflow(doc: str | None) -> str | None:

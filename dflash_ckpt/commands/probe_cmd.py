@@ -27,7 +27,7 @@ def register(app: typer.Typer) -> None:
         max_new_tokens: int = typer.Option(DEFAULT_MAX_NEW_TOKENS, "--max-new-tokens", "-n", help="New tokens per prompt (the target's greedy continuation every candidate is measured on)."),
         min_acceptance: float = typer.Option(DEFAULT_MIN_ACCEPTANCE, "--min-acceptance", help="A winner below this tau is no winner (DF411), and --write refuses it."),
         write: Optional[Path] = typer.Option(None, "--write", help="Write a normalized copy of DRAFT with the winning target_layer_ids into this new folder.", show_default=False),
-        force: bool = typer.Option(False, "--force", help="With --write: replace an OUT that exists and is not empty."),
+        force: bool = typer.Option(False, "--force", help="With --write: replace an OUT that exists and is not empty, and write a winner that leads only within noise (DF412)."),
         top: int = typer.Option(5, "--top", help="Candidates listed in the report (the JSON lists all)."),
         draft_dtype: str = typer.Option("bfloat16", "--draft-dtype", metavar="[bfloat16|float16|float32]", help="bfloat16 (as trained), float16 or float32."),
         target_dtype: Optional[str] = typer.Option(None, "--target-dtype", metavar="[bfloat16|float16|float32]", help="Default: the target config's dtype, else its weights' dtype."),
@@ -58,8 +58,8 @@ def register(app: typer.Typer) -> None:
             raise UsageError(f"probe-taps needs {', '.join(missing)}: {RUN_EXTRA_HINT}")
         from dflash_ckpt.commands.options import loading_note
 
-        loading_note("probe-taps", draft, target, json_out or quiet)
-        from dflash_ckpt.commands.probe_report import report
+        with loading_note("probe-taps", draft, target, json_out or quiet):
+            from dflash_ckpt.commands.probe_report import report
 
         raise typer.Exit(report(
             draft=draft, target=target, prompts=list(prompt or []), prompts_file=prompts_file, budget=budget,

@@ -98,13 +98,13 @@ def _run(*, json_out: bool, quiet: bool, show_text: bool = False, **kwargs: obje
         raise UsageError(f"smoke-run needs {', '.join(missing)}: {RUN_EXTRA_HINT}")
     from dflash_ckpt.commands.options import loading_note
 
-    loading_note("smoke-run", str(kwargs["draft"]), str(kwargs["target"]), json_out or quiet)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    with loading_note("smoke-run", str(kwargs["draft"]), str(kwargs["target"]), json_out or quiet):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from dflash_ckpt.commands.json_out import print_json
-    from dflash_ckpt.commands.output import make_console, safe
-    from dflash_ckpt.commands.smoke_report import render_smoke
-    from dflash_ckpt.commands.smoke_run import SmokeOptions, run_smoke
+        from dflash_ckpt.commands.json_out import print_json
+        from dflash_ckpt.commands.output import make_console, safe
+        from dflash_ckpt.commands.smoke_report import render_smoke
+        from dflash_ckpt.commands.smoke_run import SmokeOptions, run_smoke
 
     opts = SmokeOptions(**kwargs)  # type: ignore[arg-type]
     console = make_console()
