@@ -158,7 +158,8 @@ def render_summary(console: Console, results: list[InspectResult], *, quiet: boo
             console.print("[bold]DFlash drafts[/]")
             for row in rows:
                 console.print(row[0], no_wrap=True, overflow="ignore", crop=False)
-                console.print("  " + "  ".join(f"{c} {v}" if c not in ("layout", "gen", "status") else v for c, v in zip(cols[1:], row[1:])))
+                figures = "  ".join(f"{c} {v}" if c not in ("layout", "gen", "status") else v for c, v in zip(cols[1:], row[1:]))
+                console.print("  " + figures, soft_wrap=False)  # figures may wrap (between words); the name above never does
     render_errors(console, results, strict=strict)
 
 
