@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from dflash_ckpt.commands.smoke_advice import check_positions
-from dflash_ckpt.errors import UsageError
+from dflash_ckpt.errors import CheckFailed, UsageError
 from dflash_ckpt.rules import Finding, finding
 from dflash_ckpt.runtime.generate import dflash_decode
 from dflash_ckpt.runtime.probe import Recording, measure, reading_taps, record
@@ -172,6 +172,13 @@ def unclear_findings(result: Any) -> list[Finding]:
     )]
 
 
+def refuse_unclear_write(result: Any) -> None:
+    """``--write`` of a winner that leads only within noise (DF412): refused unless ``--force``."""
+    if any(f.code == "DF412" for f in result.findings) and not result.options.force:
+        raise CheckFailed(f"--write {result.options.write}: nothing written; {list(result.best.target_layer_ids)} lead only "
+                          "within measurement noise (DF412); give --force to write them anyway")
+
+
 def candidate_bar(progress: Any, depth: int, k: int, budget: int | None) -> Callable[[], None]:
     """A step of ``progress`` (a rich ``Progress``, or ``None``: nothing) per candidate measured,
     out of what the search will measure: every candidate, or its budget."""
@@ -185,4 +192,4 @@ def candidate_bar(progress: Any, depth: int, k: int, budget: int | None) -> Call
     return lambda: progress.advance(task)
 
 
-__all__ = ["EVIDENCE_MAX_NEW_TOKENS", "EVIDENCE_ROUNDS", "Session", "candidate_bar", "settle", "unclear_findings"]
+__all__ = ["EVIDENCE_MAX_NEW_TOKENS", "EVIDENCE_ROUNDS", "Session", "candidate_bar", "refuse_unclear_write", "settle", "unclear_findings"]

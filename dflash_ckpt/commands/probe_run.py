@@ -27,7 +27,7 @@ import torch
 from dflash_ckpt.checks import run_checks
 from dflash_ckpt.commands.json_out import SCHEMA_VERSION
 from dflash_ckpt.commands.normalize_run import fc_taps
-from dflash_ckpt.commands.probe_evidence import Session, candidate_bar, settle, unclear_findings
+from dflash_ckpt.commands.probe_evidence import Session, candidate_bar, refuse_unclear_write, settle, unclear_findings
 from dflash_ckpt.commands.probe_search import EXHAUSTIVE_MAX, KEEP_EXACT, Measured, SearchResult, TapSet, search_taps, valid
 from dflash_ckpt.commands.smoke_advice import check_positions
 from dflash_ckpt.commands.run_setup import RunOptions, encode_prompts, resolve_dtypes, resolve_folders, set_threads
@@ -450,9 +450,7 @@ def write_copy(result: ProbeResult, *, quiet: bool) -> dict[str, Any]:
     if best.tau < opts.min_acceptance:
         raise UsageError(f"--write {opts.write}: nothing written, no tap set reaches tau {opts.min_acceptance:g} "
                          f"(best {list(best.target_layer_ids)} at {best.tau:.2f})")
-    if any(f.code == "DF412" for f in result.findings) and not opts.force:
-        raise CheckFailed(f"--write {opts.write}: nothing written; {list(best.target_layer_ids)} lead only within "
-                          "measurement noise (DF412); give --force to write them anyway")
+    refuse_unclear_write(result)
     replace: tuple[tuple[str, str], ...] = ()
     if result.configured is not None and result.configured != best.target_layer_ids:
         if not any(f.code == "DF410" for f in result.findings):
