@@ -168,3 +168,19 @@ def test_help_reads_well_at_80_and_120_columns(command: str, columns: str) -> No
             first_word = nxt.split()[0]
             assert len(this) + 1 + len(first_word) > width - 2, f"broken early at {columns}: {this!r} / {nxt!r}"
     assert "<str>" not in next((line for line in lines if "--output-format" in line or "--backend" in line), "")
+
+
+def test_shell_completion_completes_commands_and_choices() -> None:
+    """Completion is on (typer's): the shell calls the program with _DFLASH_CKPT_COMPLETE set."""
+    def complete(words: str) -> list[str]:
+        env = {"_DFLASH_CKPT_COMPLETE": "complete_bash", "COMP_WORDS": words, "COMP_CWORD": str(len(words.split()) - (0 if words.endswith(" ") else 1))}
+        res = run_cli(env=env)
+        assert res.code == 0, res
+        return res.stdout.split()
+
+    assert complete("dflash-ckpt ins") == ["inspect"]
+    assert set(complete("dflash-ckpt ")) >= {"inspect", "rules", "normalize", "smoke-run", "probe-taps"}
+    assert complete("dflash-ckpt inspect --output-format ") == ["text", "json", "github", "sarif"]
+    assert complete("dflash-ckpt smoke-run --backend ") == ["auto", "native", "transformers"]
+    script = run_cli("--show-completion", "bash", env={"SHELL": "/bin/bash"})
+    assert script.code == 0 and "_DFLASH_CKPT_COMPLETE=complete_bash" in script.stdout
