@@ -52,6 +52,17 @@ print(json.dumps({"code": code, "rchar": int(io_stats["rchar"]),
 """
 
 
+PHASES = """
+import contextlib, io, json, sys, time
+t0 = time.perf_counter()
+from dflash_ckpt.cli import run
+t1 = time.perf_counter()
+with contextlib.redirect_stdout(io.StringIO()):
+    run(sys.argv[1:])
+print(json.dumps({"import_cli": t1 - t0, "command": time.perf_counter() - t1}))
+"""
+
+
 def timed(cmd: list[str]) -> tuple[float, int]:
     """Wall seconds and peak RSS (KiB) of one run of ``cmd``."""
     start = time.perf_counter()
@@ -92,6 +103,17 @@ def main() -> None:
         for name in cmds:
             med = statistics.median(times[name])
             print(f"{name:<22}{med * 1e3:>10.1f}{min(times[name]) * 1e3:>9.1f}{med / floor:>9.2f}{rss[name] / 1024:>13.1f}")
+
+        # Where inspect --json's time goes past the interpreter: importing the CLI (typer and the
+        # commands' registration) and the command itself (its lazy imports, typer turning the
+        # command's signature into click options, reading and checking the draft).
+        phases: dict[str, list[float]] = {"import_cli": [], "command": []}
+        for _ in range(args.repeat):
+            res = subprocess.run([py, "-c", PHASES, *cmds["inspect --json"][3:]], capture_output=True, text=True, check=True)
+            for key, value in json.loads(res.stdout).items():
+                phases[key].append(value)
+        for key, label in (("import_cli", "import dflash_ckpt.cli"), ("command", "inspect --json, in process")):
+            print(f"{label:<28}{statistics.median(phases[key]) * 1e3:>10.1f}{min(phases[key]) * 1e3:>9.1f} ms (median, min)")
 
         print()
         print(f"{'layout':<10}{'apparent bytes':>16}{'headers+jsons':>14}{'tool read':>11}{'rchar':>11}")

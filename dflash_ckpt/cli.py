@@ -7,23 +7,32 @@ Exit codes: 0 clean, 1 findings/check failed, 2 usage error or unreadable input.
 
 from __future__ import annotations
 
+import os
 import sys
-from typing import Any, List, Optional
+from typing import Any, List, Literal, Optional
 
 import typer
 
 from dflash_ckpt import __version__
-from dflash_ckpt.commands.options import JsonOpt, QuietOpt, RevisionOpt, TokenOpt, silence_progress
+from dflash_ckpt.commands.options import JsonOpt, QuietOpt, RevisionOpt, TokenOpt, reflow_help, silence_progress
 from dflash_ckpt.errors import PROGRAM, DFlashCkptError, error_line
 
-app = typer.Typer(
+OutputFormat = Literal["text", "json", "github", "sarif"]  # output_formats.OUTPUT_FORMATS, without importing it at start-up
+
+_SETTINGS: dict[str, Any] = dict(
     name="dflash-ckpt",
     help="Check, normalize and smoke-run DFlash speculative-decoding draft checkpoints.",
-    add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+#: Every command, and shell completion (``--install-completion``, ``--show-completion``).
+app = typer.Typer(add_completion=True, **_SETTINGS)
+#: ``inspect`` and ``rules`` alone: turning a command's signature into click options costs about
+#: a millisecond an option, so a run of these builds only them (``run``), not smoke-run's forty.
+_core = typer.Typer(add_completion=False, **_SETTINGS)
+#: Commands ``_core`` holds.
+_CORE_COMMANDS = ("inspect", "rules")
 
 
 
@@ -48,6 +57,8 @@ def inspect(
     revision: Optional[str] = RevisionOpt,
     token: Optional[str] = TokenOpt,
     json_out: bool = JsonOpt,
+    output_format: OutputFormat = typer.Option(
+        "text", "--output-format", help="text (the report), json (as --json), github (workflow annotations) or sarif (SARIF 2.1.0)."),
     quiet: bool = QuietOpt,
     strict: bool = typer.Option(False, "--strict", help="Warnings count as errors."),
     select: Optional[List[str]] = typer.Option(None, "--select", help="Report only these rule codes or prefixes (DF2, DF101,DF3; repeatable).", show_default=False),
@@ -66,11 +77,12 @@ def inspect(
         args += read_arg_file(from_file)
     if not args:
         raise typer.BadParameter("give at least one DRAFT (or --from-file)", param_hint="DRAFT")
-    silence_progress(json_out or quiet)
+    fmt = "json" if json_out else output_format
+    silence_progress(fmt != "text" or quiet)
     raise typer.Exit(report_inspect(
         lambda: run_inspect(args, target, revision=revision, token=token, strict=strict, select=select or [],
                             ignore=ignore or [], require_engines=require_engines or []),
-        json_out=json_out, quiet=quiet, strict=strict))
+        json_out=fmt != "text", quiet=quiet, strict=strict, output_format=fmt))
 
 
 @app.command()
@@ -123,6 +135,11 @@ def read_arg_file(path: str) -> list[str]:
     return [line for line in lines if line]
 
 
+_core.callback()(_root)
+_core.command()(inspect)
+_core.command()(rules)
+
+
 def _register_optional_commands() -> None:
     """Commands in their own modules; each module imports only typer at import time."""
     from dflash_ckpt.commands import normalize_cmd, probe_cmd, smoke_cmd
@@ -133,6 +150,8 @@ def _register_optional_commands() -> None:
 
 
 _register_optional_commands()
+reflow_help(app)
+reflow_help(_core)
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -150,7 +169,7 @@ def run(argv: list[str] | None = None) -> int:
     no_args_help = getattr(exc_mod, "NoArgsIsHelpError", ())
     args = sys.argv[1:] if argv is None else list(argv)
     try:
-        result = app(args=args, prog_name=PROGRAM, standalone_mode=False)
+        result = _app_for(args)(args=args, prog_name=PROGRAM, standalone_mode=False)
     except no_args_help as exc:  # bare `dflash-ckpt`: the help, as click prints it
         help_text = exc.ctx.get_help() if exc.ctx else ""
         if help_text:
@@ -184,6 +203,14 @@ def run(argv: list[str] | None = None) -> int:
     if result == 130:  # typer turns Ctrl-C inside a command into a silent Exit(130)
         print("interrupted", file=sys.stderr)
     return result if isinstance(result, int) else 0
+
+
+def _app_for(args: list[str]) -> typer.Typer:
+    """``_core`` when the command named is one of its own (and no shell completion is asked), else ``app``."""
+    if any(k.startswith("_DFLASH_CKPT_COMPLETE") for k in os.environ):
+        return app
+    first = next((a for a in args if not a.startswith("-")), None)
+    return _core if first in _CORE_COMMANDS else app
 
 
 def _command_path(args: list[str]) -> str:

@@ -93,13 +93,21 @@ _RULES: list[Rule] = [
          "normalize checks the config it would write with inspect's checks and writes nothing "
          "when one fails; the failing codes are listed on the lines before (exit 1).",
          "Run `dflash-ckpt inspect` on the draft and `dflash-ckpt rules CODE` for each code."),
+    Rule("DF020", "not-canonical", E, "normalize --check: the config is not in the canonical form",
+         "normalize --check found that normalize would change config.json (keys to nest, mirrors "
+         "or an explicit layer_types to add; docs/DESIGN.md section 4). Some engine reads a key "
+         "from a place where this config does not hold it, or will once it is edited (exit 1).",
+         "Run `dflash-ckpt normalize DRAFT --in-place` (or `dflash-ckpt normalize DRAFT OUT` for a "
+         "copy); `--dry-run` shows the diff first."),
     # -- DF1xx: the config ----------------------------------------------------------------------
     Rule("DF101", "missing-dflash-key", E, "A required DFlash key is missing",
          "block_size, mask_token_id and target_layer_ids are needed by every engine and cannot "
          "be inferred from the weights. target_layer_ids in particular is a training-time choice: "
          "an evenly spaced guess loads cleanly and collapses acceptance.",
          "Take the value from the draft's model card or training config and run `dflash-ckpt "
-         "normalize DRAFT OUT --target-layer-ids ... --block-size N --mask-token-id N`."),
+         "normalize DRAFT OUT --target-layer-ids ... --block-size N --mask-token-id N`. Lost "
+         "target_layer_ids can be measured instead: `dflash-ckpt probe-taps DRAFT --target TARGET "
+         "--write OUT`."),
     Rule("DF102", "missing-num-target-layers", W, "num_target_layers is missing",
          "num_target_layers is the target's depth. The z-lab reference, SGLang and lmdeploy read "
          "it, and without it the tap layers cannot be range-checked.",
@@ -370,6 +378,15 @@ _RULES: list[Rule] = [
          "stopped at its --budget before it reached the trained set.",
          "Check the draft's target; rerun with the built-in prompts and the chat template, or a "
          "larger --budget."),
+    Rule("DF412", "taps-unclear", E, "The best tap set leads only within measurement noise",
+         "probe-taps recovered no target_layer_ids it can stand behind: the best candidate leads "
+         "the runner-up by less than one standard error even after it measured the leading "
+         "candidates again with more tokens per prompt (doubling -n, up to 512) and, for your own "
+         "prompts, the built-in ones. Neighbouring layers carry similar features, so a set one "
+         "layer off the trained one can come out ahead on little evidence; claiming it would "
+         "write wrong ids that load cleanly (exit 1, and --write refuses without --force).",
+         "Rerun with more tokens (-n) or more prompts in the draft's training format "
+         "(--prompts FILE.jsonl), or check the model card; `--write OUT --force` writes the leader anyway."),
 ]
 
 _RULES += [Rule(code, name, Severity(sev), *texts) for code, name, sev, *texts in ENGINE_RULES]

@@ -105,7 +105,7 @@ def test_refusals_name_what_is_supported(cli, hf_root: Path, tmp_path: Path) -> 
     err = _one_line_refusal(smoke(cli, draft, fp8, "--backend", "transformers"))
     assert "quant_method 'fp8'" in err
     err = _one_line_refusal(smoke(cli, draft, moe, "--backend", "onnx"))
-    assert "--backend 'onnx': use auto, native or transformers" in err
+    assert "DF004 error: Invalid value for '--backend': 'onnx' is not one of 'auto', 'native', 'transformers'" in err
 
 
 def test_unverified_transformers_family_is_refused(cli, hf_root: Path, tmp_path: Path) -> None:

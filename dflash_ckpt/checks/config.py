@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from collections import Counter
 from typing import Any
 
@@ -29,10 +30,12 @@ def check_config(spec: DraftSpec) -> list[Finding]:
 
     for key in ("block_size", "mask_token_id", "target_layer_ids"):
         if not spec.keys[key].present:
+            measure = (f"; or measure it: `dflash-ckpt probe-taps {shlex.quote(spec.label)} --target TARGET --write OUT`"
+                       if key == "target_layer_ids" else "")
             out.append(finding(
                 "DF101",
                 f"{w}: key '{key}' is in neither dflash_config nor the top level; supply it with "
-                f"`dflash-ckpt normalize --{key.replace('_', '-')} ...` (never guessed)",
+                f"`dflash-ckpt normalize --{key.replace('_', '-')} ...` (never guessed){measure}",
             ))
     if not spec.keys["num_target_layers"].present:
         out.append(finding(

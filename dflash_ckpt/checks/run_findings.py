@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
 
+from dflash_ckpt.errors import CheckFailed
 from dflash_ckpt.rules import Finding, finding
 
 if TYPE_CHECKING:
@@ -189,3 +190,44 @@ def probe_findings(result: Any) -> list[Finding]:
                 "probably not the ones this draft was trained on; check the model card, then write the measured ones",
             ))
     return out
+
+
+def unclear_findings(result: Any) -> list[Finding]:
+    """DF412 when a recovered winner (no usable ids configured) still leads only narrowly."""
+    best, second = result.best, result.runner_up
+    if best is None or second is None or (result.configured is not None and result.configured_problem is None):
+        return []
+    c = result.confidence()
+    if c["verdict"] != "narrow":
+        return []
+    ev = getattr(result, "evidence", None) or {}
+    rounds = ev.get("rounds") or [{}]
+    n = ev.get("max_new_tokens")
+    spent = f" after {len(rounds) - 1} more round(s) of measurement, up to {n} tokens per prompt," if len(rounds) > 1 else ""
+    z = "—" if c["z"] is None else f"{c['z']:.1f}"
+    return [finding(
+        "DF412",
+        f"{result.draft_path or result.draft_label}/config.json: key 'target_layer_ids': {list(best.target_layer_ids)} "
+        f"(tau {best.tau:.2f}) leads {list(second.target_layer_ids)} (tau {second.tau:.2f}) by {z} standard errors"
+        f"{spent} which is within noise; no winner is claimed: rerun with more -n or --prompts in the draft's training "
+        "format, or --write OUT --force to write the leader anyway",
+    )]
+
+
+def refuse_unclear_write(result: Any) -> None:
+    """``--write`` of a winner that leads only within noise (DF412): refused unless ``--force``."""
+    if any(f.code == "DF412" for f in result.findings) and not result.options.force:
+        raise CheckFailed(f"--write {result.options.write}: nothing written; {list(result.best.target_layer_ids)} lead only "
+                          "within measurement noise (DF412); give --force to write them anyway")
+
+
+def missing_taps(findings: Sequence[Finding]) -> bool:
+    """Whether the pre-check found ``target_layer_ids`` missing (DF101): probe-taps can measure it."""
+    return any(f.code == "DF101" and f.key == "target_layer_ids" for f in findings)
+
+
+def probe_taps_command(draft: str, target: str | None) -> str:
+    """The command line that measures a draft's lost tap layers and writes a copy with them."""
+    import shlex
+
+    return f"dflash-ckpt probe-taps {shlex.quote(draft)} --target {shlex.quote(target or 'TARGET')} --write OUT"

@@ -90,19 +90,20 @@ def run_inspect(draft: str | Sequence[str], target: str | None = None, *, revisi
     return InspectRun(results, strict=strict)
 
 
-def report_inspect(run: Callable[[], InspectRun], *, json_out: bool, quiet: bool, strict: bool) -> int:
-    """Run, print the report or the JSON document (also when the target is unreadable), return
-    the exit code."""
+def report_inspect(run: Callable[[], InspectRun], *, json_out: bool, quiet: bool, strict: bool,
+                   output_format: str = "json") -> int:
+    """Run, print the report or the document (``output_format``: json, github or sarif; also when
+    the target is unreadable), return the exit code."""
     try:
         result = run()
     except DFlashCkptError as err:
         if not json_out:
             raise  # the CLI prints its line, exit 2
-        print_json(InspectRun([], strict=strict, error=err).to_dict())
+        _emit(InspectRun([], strict=strict, error=err).to_dict(), output_format)
         print(err.line(), file=sys.stderr)
         return err.exit_code
     if json_out:
-        print_json(result.to_dict())
+        _emit(result.to_dict(), output_format)
         return result.exit_code
     from dflash_ckpt.commands.output import make_console, render_result, render_summary  # rich: people only
 
@@ -117,6 +118,16 @@ def report_inspect(run: Callable[[], InspectRun], *, json_out: bool, quiet: bool
     else:
         render_summary(console, results, quiet=quiet, strict=strict)
     return result.exit_code
+
+
+def _emit(doc: dict[str, Any], output_format: str) -> None:
+    """The run's document on stdout: as JSON, or as GitHub annotations or SARIF (``output_formats``)."""
+    if output_format == "json":
+        print_json(doc)
+        return
+    from dflash_ckpt.output_formats import render
+
+    sys.stdout.write(render(doc, output_format))
 
 
 def envelope(results: list[InspectResult], strict: bool, code: int, error: DFlashCkptError | None = None) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from rich.table import Table
 from dflash_ckpt.checks.engines import READERS
 from dflash_ckpt.normalize.run import Outcome
 from dflash_ckpt.commands.output import make_console, print_line, safe
+from dflash_ckpt.errors import error_line
 from dflash_ckpt.normalize.fsops import human_bytes
 from dflash_ckpt.rules import Severity
 
@@ -27,6 +28,8 @@ def render_normalize(oc: Outcome) -> None:
                 print_line(err_console, f.line(oc.label))
         return
     if req.quiet:
+        if req.check and oc.plan is not None and oc.plan.changed:
+            print_line(make_console(), not_canonical_line(oc))
         return
     console = make_console()
     plan = oc.plan
@@ -55,7 +58,7 @@ def render_normalize(oc: Outcome) -> None:
             print_line(console, f.line(oc.label))
     if req.check:
         if plan.changed:
-            console.print(f"[bold red]not canonical[/]: normalize would make {len(plan.changes)} change(s) to config.json")
+            print_line(console, not_canonical_line(oc))
         else:
             console.print("[bold green]canonical[/]: normalize would change nothing")
     elif req.dry_run:
@@ -74,6 +77,19 @@ def render_normalize(oc: Outcome) -> None:
         if files.copied:
             parts.append(f"{len(files.copied)} file(s) copied ({human_bytes(files.bytes_copied)})")
         console.print(f"[bold green]wrote[/] {safe(str(req.out))}: " + ", ".join(parts))
+
+
+def not_canonical_line(oc: Outcome) -> str:
+    """``--check``'s verdict on a config normalize would change, as one finding line (DF020), the
+    one line ``-q`` prints (as ``ruff format --check`` prints "Would reformat")."""
+    import shlex
+
+    assert oc.plan is not None
+    where = oc.before.where if oc.before is not None else oc.label
+    keys = ", ".join(dict.fromkeys(c.path for c in oc.plan.changes))
+    fix = f"dflash-ckpt normalize {shlex.quote(oc.label)} --in-place"
+    return error_line(where, "DF020", "error",
+                      f"not canonical: normalize would make {len(oc.plan.changes)} change(s) ({keys}); run `{fix}` or write a copy to OUT")
 
 
 def _yes(ok: bool) -> str:

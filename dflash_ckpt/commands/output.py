@@ -9,6 +9,7 @@ neither paint the terminal nor break the renderer.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from typing import Any, Iterable
@@ -145,27 +146,53 @@ def render_errors(console: Console, results: Iterable[InspectResult], *, strict:
 
 
 def render_summary(console: Console, results: list[InspectResult], *, quiet: bool = False, strict: bool = False) -> None:
-    """Several drafts: one table (a draft that could not be read is a row too), then the error lines."""
+    """Several drafts: one table (a draft that could not be read is a row too), then the error lines.
+
+    A draft's name is never split: where the table would not fit the terminal, each draft's name
+    gets a line of its own with its figures on the next (the same columns, labelled)."""
     if not quiet:
-        table = Table(title="DFlash drafts", title_justify="left", show_edge=False)
-        for col in ("draft", "layout", "gen", "block", "taps", "err", "warn", "readers", "status"):
-            table.add_column(col, no_wrap=col != "draft", overflow="fold")
-        for res in results:
-            d = res.draft
-            loads = sum(1 for v in res.readers.values() if v.loads)
-            table.add_row(
-                safe(res.label),
-                d.layout if d else "—",
-                d.generation if d else "—",
-                safe(_fmt(d.block_size)) if d else "—",
-                str(len(d.target_layer_ids)) if d and d.target_layer_ids else "—",
-                str(res.count(Severity.ERROR)),
-                str(res.count(Severity.WARNING)),
-                f"{loads}/{len(res.readers)}" if res.readers else "—",
-                _status(res, strict),
-            )
-        console.print(table)
+        cols = ("draft", "layout", "gen", "block", "taps", "err", "warn", "readers", "status")
+        rows = [_summary_row(res, strict) for res in results]
+        table = Table(title="DFlash drafts", title_justify="left", show_edge=False, pad_edge=False)
+        for col in cols:
+            table.add_column(col, no_wrap=True)
+        for row in rows:
+            table.add_row(*row)
+        if _natural_width(table) <= console.width:
+            console.print(table)
+        else:
+            console.print("[bold]DFlash drafts[/]")
+            for row in rows:
+                console.print(row[0], no_wrap=True, overflow="ignore", crop=False)
+                figures = "  ".join(f"{c} {v}" if c not in ("layout", "gen", "status") else v for c, v in zip(cols[1:], row[1:]))
+                console.print("  " + figures, soft_wrap=False)  # figures may wrap (between words); the name above never does
     render_errors(console, results, strict=strict)
+
+
+def _natural_width(table: Table) -> int:
+    """The width ``table`` takes when nothing in it wraps (rendered once, off screen)."""
+    from rich.cells import cell_len
+
+    probe = Console(width=PIPE_WIDTH, file=io.StringIO(), color_system=None, highlight=False)
+    with probe.capture() as cap:
+        probe.print(table)
+    return max((cell_len(line) for line in cap.get().splitlines()), default=0)
+
+
+def _summary_row(res: InspectResult, strict: bool) -> list[str]:
+    d = res.draft
+    loads = sum(1 for v in res.readers.values() if v.loads)
+    return [
+        safe(res.label),
+        d.layout if d else "—",
+        d.generation if d else "—",
+        safe(_fmt(d.block_size)) if d else "—",
+        str(len(d.target_layer_ids)) if d and d.target_layer_ids else "—",
+        str(res.count(Severity.ERROR)),
+        str(res.count(Severity.WARNING)),
+        f"{loads}/{len(res.readers)}" if res.readers else "—",
+        _status(res, strict),
+    ]
 
 
 def render_rules(console: Console, rules: Iterable[Rule]) -> None:

@@ -7,7 +7,7 @@ Only typer is imported here; torch and the runtime load inside the command body,
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Literal, Optional
 
 import typer
 
@@ -31,12 +31,12 @@ def register(app: typer.Typer) -> None:
         max_new_tokens: int = typer.Option(DEFAULT_MAX_NEW_TOKENS, "--max-new-tokens", "-n", help="New tokens per prompt (the target's greedy continuation every candidate is measured on)."),
         min_acceptance: float = typer.Option(DEFAULT_MIN_ACCEPTANCE, "--min-acceptance", help="A winner below this tau is no winner (DF411), and --write refuses it."),
         write: Optional[Path] = typer.Option(None, "--write", help="Write a normalized copy of DRAFT with the winning target_layer_ids into this new folder.", show_default=False),
-        force: bool = typer.Option(False, "--force", help="With --write: replace an OUT that exists and is not empty."),
+        force: bool = typer.Option(False, "--force", help="With --write: replace an OUT that exists and is not empty, and write a winner that leads only within noise (DF412)."),
         top: int = typer.Option(5, "--top", help="Candidates listed in the report (the JSON lists all)."),
         draft_dtype: str = DraftDtypeOpt,
         target_dtype: Optional[str] = TargetDtypeOpt,
         device: str = DeviceOpt,
-        backend: str = BackendOpt,
+        backend: Literal["auto", "native", "transformers"] = BackendOpt,
         block_size: Optional[int] = BlockSizeOpt,
         thinking: bool = ThinkingOpt,
         no_chat_template: bool = NoChatTemplateOpt,
@@ -56,8 +56,11 @@ def register(app: typer.Typer) -> None:
         """
         require_run_extra("probe-taps")
         silence_progress(json_out or quiet)
-        from dflash_ckpt.commands.probe_report import report_probe
-        from dflash_ckpt.commands.probe_run import run_probe_taps
+        from dflash_ckpt.commands.options import loading_note
+
+        with loading_note("probe-taps", draft, target, json_out or quiet):
+            from dflash_ckpt.commands.probe_report import report_probe
+            from dflash_ckpt.commands.probe_run import run_probe_taps
 
         options = dict(
             prompt=list(prompt or []), prompts=prompts, budget=budget, max_new_tokens=max_new_tokens,

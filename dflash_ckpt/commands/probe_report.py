@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dflash_ckpt.commands.json_out import print_json
-from dflash_ckpt.commands.output import STYLE, finding_text, make_console, print_line, render_findings, safe
+from dflash_ckpt.commands.output import make_console, print_line, render_findings, safe
 from dflash_ckpt.commands.probe_run import ProbeResult
 from dflash_ckpt.rules import Severity
 
@@ -19,7 +19,15 @@ def report_probe(run: Callable[..., ProbeResult], *, json_out: bool, quiet: bool
     after the report."""
     console, err_console = make_console(), make_console(stderr=True)
     log = None if json_out or quiet else (lambda msg: err_console.print(f"[dim]{safe(msg)}[/]"))
-    res = run(log=log, copy_progress=not (quiet or json_out))
+    copy = not (quiet or json_out)
+    if not json_out and not quiet and err_console.is_terminal:  # a bar over the candidates, people only
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=err_console, transient=True) as progress:
+            res = run(log=log, copy_progress=copy, progress=progress)
+    else:
+        res = run(log=log, copy_progress=copy)
     if json_out:
         print_json(res.to_dict())
         return res.exit_code
@@ -45,7 +53,7 @@ def _ids(ids: Any) -> str:
 def render_probe(console: Console, res: ProbeResult) -> None:
     if res.refused:
         for f in res.refused:
-            console.print(f"[{STYLE[f.severity]}]{f.code} {f.severity.value}:[/] {safe(finding_text(f))}")
+            print_line(console, f.line(res.draft_label))
         console.print("[bold red]REFUSED[/]  the pair fails inspect's checks (with valid tap layers supplied); "
                       "fix the errors above first")
         return
@@ -69,6 +77,11 @@ def render_probe(console: Console, res: ProbeResult) -> None:
             f"the target ran once per prompt ({res.record_s:.1f} s); "
             f"{sum(1 for c in res.ranked if c.tau_loop is not None)} finalist(s) re-measured with smoke-run's loop "
             f"({res.confirm_s:.1f} s)")
+    rounds = (res.evidence or {}).get("rounds") or []
+    if len(rounds) > 1:
+        more = ", ".join(str(r["max_new_tokens"]) for r in rounds[1:])
+        console.print(f"narrow lead at {rounds[0]['max_new_tokens']} tokens: the leading candidates measured again with up to "
+                      f"{more} tokens per prompt ({len(rounds[-1]['prompts'])} prompt(s); the figures below are the last round's)")
     table = Table(title="probe-taps", title_justify="left", show_edge=False,
                   caption="tau = mean tokens per DFlash step (bonus included); ± its standard error; "
                           "loop = measured as smoke-run measures, probe = simulated from the recorded features, "

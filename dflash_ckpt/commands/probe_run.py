@@ -27,6 +27,7 @@ from typing import Any, Callable, Sequence
 
 from dflash_ckpt.checks import run_checks
 from dflash_ckpt.checks.run_findings import probe_findings, verdict
+from dflash_ckpt.checks.run_findings import probe_findings, refuse_unclear_write, unclear_findings, verdict
 from dflash_ckpt.checks.target_config import check_target_config
 from dflash_ckpt.commands.json_out import SCHEMA_VERSION
 from dflash_ckpt.commands.options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_ACCEPTANCE
@@ -40,6 +41,7 @@ from dflash_ckpt.runtime.loading import dtype_name, inventory, load_draft
 from dflash_ckpt.runtime.loops import make_loop
 from dflash_ckpt.runtime.measure import Candidate
 from dflash_ckpt.runtime.plan import RunOptions, encode_prompts, plan_run, resolve_folders, set_threads
+from dflash_ckpt.runtime.probe_evidence import Session, candidate_bar, settle
 from dflash_ckpt.runtime.probe import measure, reading_taps, record
 from dflash_ckpt.sources.local import LocalSource
 from dflash_ckpt.sources.prompts import stop_token_ids
@@ -94,6 +96,8 @@ class ProbeResult(ResultShape):
     #: Why ``--write`` wrote nothing (the run itself may have passed).
     write_error: DFlashCkptError | None = None
     backend: str | None = None
+    #: How a narrow lead was measured again (``probe_evidence.settle``).
+    evidence: dict[str, Any] | None = None
 
     @property
     def best(self) -> Candidate | None:
@@ -188,6 +192,7 @@ class ProbeResult(ResultShape):
             "ranked": [c.to_json() for c in self.ranked],
             "normalize_command": self.normalize_command(),
             "write": self.write,
+            "evidence": self.evidence,
         }
 
 
@@ -201,11 +206,13 @@ def run_probe_taps(draft: str, target: str, *, prompt: Sequence[str] = (), promp
                    device: str = "auto", backend: str = "auto", block_size: int | None = None, thinking: bool = False,
                    no_chat_template: bool = False, tokenizer: str | None = None, ignore_eos: bool = False,
                    revision: str | None = None, token: str | None = None,
-                   log: Callable[[str], None] | None = None, copy_progress: bool = False) -> ProbeResult:
+                   log: Callable[[str], None] | None = None, copy_progress: bool = False,
+                   progress: Any = None) -> ProbeResult:
     """``dflash-ckpt probe-taps DRAFT --target TARGET``: keywords are its long options (``prompt`` is
     ``-p``, repeatable; ``prompts`` the JSONL file). With ``write``, a normalized copy with the winner
     is written when the run found one; why it was not lands in ``write_error`` (and the exit code).
-    ``copy_progress``: a bar on stderr while weights are copied. Raises ``DFlashCkptError`` for
+    ``copy_progress``: a bar on stderr while weights are copied; ``progress``: a rich ``Progress`` for a
+    bar over the candidates. Raises ``DFlashCkptError`` for
     one-line errors."""
     opts = ProbeOptions(
         draft=draft, target=target, prompts=list(prompt), prompts_file=prompts, budget=budget,
@@ -213,7 +220,7 @@ def run_probe_taps(draft: str, target: str, *, prompt: Sequence[str] = (), promp
         force=force, top=top, draft_dtype=draft_dtype, target_dtype=target_dtype, device=device, backend=backend,
         block_size=block_size, thinking=thinking, chat_template=not no_chat_template, tokenizer=tokenizer,
         ignore_eos=ignore_eos, revision=revision, token=token)
-    res = run_probe(opts, log=log)
+    res = run_probe(opts, log=log, progress=progress)
     if opts.write is not None and not res.refused and res.best is not None:
         try:
             res.write = write_copy(res, quiet=not copy_progress)
@@ -223,7 +230,7 @@ def run_probe_taps(draft: str, target: str, *, prompt: Sequence[str] = (), promp
     return res
 
 
-def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None) -> ProbeResult:
+def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None, progress: Any = None) -> ProbeResult:
     """Everything ``probe-taps`` does short of printing (and of ``--write``, see ``write_copy``)."""
     opts.validate()
     say = log or (lambda _msg: None)
@@ -303,11 +310,13 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None) -> P
         m = measure(draft, recs, ids, floor=floor, embed_w=embed_w, head_w=head_w, draft_cache=dcache,
                     block_size=block, stop_ids=stops)
         result.draft_forwards += m.draft_forwards
+        bar()
         if m.exact:
             probed[ids] = m.acceptance_lengths
         return Measured(m.tau, m.exact)
 
     say(f"measuring tap sets: {k} of {depth} layers")
+    bar = candidate_bar(progress, depth, k, opts.budget)
     search = search_taps(depth, k, evaluate, configured=configured, budget=opts.budget, keep=max(KEEP_EXACT, opts.top))
     result.search = search
     ranked = [Candidate(ids, tau, lengths=probed.get(ids, [])) for ids, tau in search.ranked()]
@@ -333,7 +342,10 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None) -> P
         {**p.to_json(), "input_ids": ids, "continuation_ids": rec.tokens, "stopped": rec.stopped}
         for p, ids, rec in zip(prompts, encoded, recs)
     ]
-    result.findings = probe_findings(result)
+    result.evidence = settle(result, Session(
+        draft, target, prompts, encoder, encoded, opts.max_new_tokens, stops, block, depth, plan.target.max_position_embeddings,
+        tspec.where, CONFIRM, configured, bool(opts.prompts or opts.prompts_file)), say)
+    result.findings = probe_findings(result) + unclear_findings(result)
     return result
 
 
@@ -352,6 +364,7 @@ def write_copy(result: ProbeResult, *, quiet: bool) -> dict[str, Any]:
     if best.tau < opts.min_acceptance:
         raise UsageError(f"--write {opts.write}: nothing written, no tap set reaches tau {opts.min_acceptance:g} "
                          f"(best {list(best.target_layer_ids)} at {best.tau:.2f})")
+    refuse_unclear_write(result)
     replace: tuple[tuple[str, str], ...] = ()
     if result.configured is not None and result.configured != best.target_layer_ids:
         if not any(f.code == "DF410" for f in result.findings):

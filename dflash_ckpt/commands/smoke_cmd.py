@@ -6,7 +6,7 @@ Only typer is imported here; torch and the runtime are imported inside the comma
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import List, Literal, Optional
 
 import typer
 
@@ -34,7 +34,7 @@ def register(app: typer.Typer) -> None:
         draft_dtype: str = DraftDtypeOpt,
         target_dtype: Optional[str] = TargetDtypeOpt,
         device: str = DeviceOpt,
-        backend: str = BackendOpt,
+        backend: Literal["auto", "native", "transformers"] = BackendOpt,
         block_size: Optional[int] = BlockSizeOpt,
         thinking: bool = ThinkingOpt,
         no_chat_template: bool = NoChatTemplateOpt,
@@ -65,8 +65,11 @@ def register(app: typer.Typer) -> None:
         """
         require_run_extra("smoke-run")
         silence_progress(json_out or quiet)
-        from dflash_ckpt.commands.smoke_report import report_smoke
-        from dflash_ckpt.commands.smoke_run import run_smoke_run
+        from dflash_ckpt.commands.options import loading_note
+
+        with loading_note("smoke-run", draft, target, json_out or quiet):
+            from dflash_ckpt.commands.smoke_report import report_smoke
+            from dflash_ckpt.commands.smoke_run import run_smoke_run
 
         options = dict(
             prompt=list(prompt or []), prompts=prompts, max_new_tokens=max_new_tokens, min_acceptance=min_acceptance,

@@ -9,7 +9,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from dflash_ckpt.errors import inert
-from dflash_ckpt.commands.output import finding_text, print_line, render_findings, render_result, safe
+from dflash_ckpt.commands.output import print_line, render_findings, render_result, safe
+from dflash_ckpt.checks.run_findings import missing_taps, probe_taps_command
 from dflash_ckpt.rules import Severity
 from dflash_ckpt.commands.smoke_run import SmokeResult
 
@@ -42,6 +43,8 @@ def render_smoke(console: Console, res: SmokeResult, *, quiet: bool = False, sho
         assert res.precheck is not None
         render_result(console, res.precheck)
         console.print("[bold red]REFUSED[/]  the pair fails inspect's checks; fix the errors above before running it")
+        if missing_taps(res.precheck.findings):
+            console.print(f"target_layer_ids is missing: measure it with [bold]{safe(probe_taps_command(res.draft_label, res.target_label))}[/]")
         return
     console.print(
         f"[bold]{safe(res.draft_label)}[/] on [bold]{safe(res.target_label)}[/]  device {res.device}  "
@@ -53,7 +56,7 @@ def render_smoke(console: Console, res: SmokeResult, *, quiet: bool = False, sho
     if res.precheck is not None:
         for f in res.precheck.findings:
             if f.severity == Severity.WARNING:
-                console.print(f"[yellow]pre-check {f.code} warning:[/] {safe(finding_text(f))}")
+                print_line(console, f.line(res.draft_label))
     table = Table(title=f"smoke-run, {res.backend} backend", title_justify="left", show_edge=False, caption=legend(), caption_justify="left")
     for col in COLUMNS:
         left = col in ("prompt", "output")

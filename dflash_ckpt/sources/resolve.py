@@ -12,12 +12,23 @@ from dflash_ckpt.sources.repo_ref import parse_repo_ref
 
 
 def looks_like_path(arg: str) -> bool:
-    """Arguments that can only mean a folder: absolute, ``./``, ``~``, or more than one slash."""
+    """Arguments that can only mean a folder: absolute, ``./``, ``../``, ``~``, more than one
+    slash, or a first segment that names a folder here (``drafts/Qwen3-8B-DFlash-b17``, a typo
+    beside an existing ``drafts/``, is a missing folder, not a Hub repo to retry for seconds)."""
     return (
         arg.startswith((".", "/", "~"))
         or arg.count("/") != 1
         or os.sep != "/" and os.sep in arg
+        or _first_segment_is_folder(arg)
     )
+
+
+def _first_segment_is_folder(arg: str) -> bool:
+    head = arg.split("/", 1)[0]
+    try:
+        return bool(head) and os.path.isdir(head)
+    except (OSError, ValueError):
+        return False
 
 
 def open_source(

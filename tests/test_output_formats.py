@@ -1,0 +1,137 @@
+"""inspect --output-format github|sarif: CI annotations and a SARIF 2.1.0 log, from the same findings as --json.
+
+No copy of the SARIF 2.1.0 JSON Schema ships in a package installable here (sarif-om and
+sarif-tools carry none), so ``SARIF_REQUIRED`` below checks the properties the SARIF 2.1.0
+specification makes required (and the types GitHub code scanning reads) with jsonschema.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from dflash_ckpt.output_formats import artifact_uri, escape_data, escape_property, github_annotations, sarif_document
+from dflash_ckpt.rules import RULES
+
+_MESSAGE = {"type": "object", "required": ["text"], "properties": {"text": {"type": "string", "minLength": 1}}}
+SARIF_REQUIRED: dict[str, Any] = {
+    "type": "object",
+    "required": ["version", "runs"],
+    "properties": {
+        "version": {"const": "2.1.0"},
+        "$schema": {"type": "string", "format": "uri"},
+        "runs": {"type": "array", "minItems": 1, "items": {
+            "type": "object",
+            "required": ["tool"],
+            "properties": {
+                "tool": {"type": "object", "required": ["driver"], "properties": {"driver": {
+                    "type": "object", "required": ["name"],
+                    "properties": {
+                        "name": {"type": "string"}, "version": {"type": "string"},
+                        "rules": {"type": "array", "items": {
+                            "type": "object", "required": ["id"],
+                            "properties": {
+                                "id": {"type": "string"}, "name": {"type": "string"},
+                                "shortDescription": _MESSAGE, "fullDescription": _MESSAGE, "help": _MESSAGE,
+                                "defaultConfiguration": {"type": "object", "properties": {"level": {"enum": ["none", "note", "warning", "error"]}}},
+                            },
+                        }},
+                    },
+                }}},
+                "invocations": {"type": "array", "items": {"type": "object", "required": ["executionSuccessful"]}},
+                "results": {"type": "array", "items": {
+                    "type": "object", "required": ["message"],
+                    "properties": {
+                        "ruleId": {"type": "string"}, "ruleIndex": {"type": "integer", "minimum": 0},
+                        "level": {"enum": ["none", "note", "warning", "error"]},
+                        "message": _MESSAGE,
+                        "locations": {"type": "array", "items": {"type": "object", "properties": {
+                            "physicalLocation": {"type": "object", "required": ["artifactLocation"], "properties": {
+                                "artifactLocation": {"type": "object", "required": ["uri"], "properties": {"uri": {"type": "string", "format": "uri-reference"}}}}},
+                        }}},
+                    },
+                }},
+            },
+        }},
+    },
+}
+
+
+def test_github_annotations_one_per_finding(cli: Any, fixtures_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(fixtures_root)
+    res = cli("inspect", "drafts/gpt-oss-20b-DFlash", "mutants/DF211-fc-four-taps", "--output-format", "github")
+    assert res.code == 1
+    lines = res.stdout.splitlines()
+    doc = cli("inspect", "drafts/gpt-oss-20b-DFlash", "mutants/DF211-fc-four-taps", "--json").json()
+    assert len(lines) == sum(len(r["findings"]) for r in doc["results"]) == 4
+    assert "::error file=mutants/DF211-fc-four-taps/model.safetensors,title=DF211::fc.weight is [64, 256]" in res.stdout
+    assert "::notice file=drafts/gpt-oss-20b-DFlash/config.json,title=DF141::key 'auto_map' names remote code" in res.stdout
+    assert all(line.startswith(("::error ", "::warning ", "::notice ")) for line in lines)
+    clean = cli("inspect", "-q", "drafts/Qwen3-4B-DFlash-b16", "--output-format", "github", "--select", "DF2", "--ignore", "DF220")
+    assert clean.code == 0 and clean.stdout == ""
+
+
+def test_github_escapes_workflow_command_characters() -> None:
+    """A hostile folder name cannot end a property early or start a second command."""
+    assert escape_data("50% done\r\n::error::x") == "50%25 done%0D%0A::error::x"
+    assert escape_property("a:b,c%\n") == "a%3Ab%2Cc%25%0A"
+    doc = {"error": None, "results": [{"draft": "d", "findings": [
+        {"code": "DF212", "severity": "warning", "path": "x,title=DF000:y\n::error::z", "key": None, "message": "line1\nline2 100%"}]}]}
+    out = github_annotations(doc)
+    assert out == "::warning file=x%2Ctitle=DF000%3Ay%0A%3A%3Aerror%3A%3Az,title=DF212::line1%0Aline2 100%25\n"
+    assert out.count("\n") == 1
+
+
+def test_github_reports_a_run_that_stopped(cli: Any, fixtures_root: Path, tmp_path: Path) -> None:
+    res = cli("inspect", str(fixtures_root / "drafts/Qwen3-4B-DFlash-b16"), "--target", str(tmp_path / "none"), "--output-format", "github")
+    assert res.code == 2
+    assert res.stdout.startswith("::error title=DF001::") and "no such folder" in res.stdout
+
+
+def test_sarif_document(cli: Any, fixtures_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(fixtures_root)
+    res = cli("inspect", "mutants/DF114-layer-ids-plus-one", "--target", "mutants/targets/small", "--output-format", "sarif")
+    assert res.code == 1
+    log = json.loads(res.stdout)
+    jsonschema.validate(log, SARIF_REQUIRED, format_checker=jsonschema.FormatChecker())
+    run = log["runs"][0]
+    rules = run["tool"]["driver"]["rules"]
+    assert [r["id"] for r in rules] == list(RULES)
+    df114 = rules[list(RULES).index("DF114")]
+    assert df114["name"] == RULES["DF114"].name and df114["fullDescription"]["text"] == RULES["DF114"].explanation
+    assert RULES["DF114"].fix in df114["help"]["text"]
+    by_rule = {r["ruleId"]: r for r in run["results"]}
+    assert {"DF114", "DF306"} <= set(by_rule)
+    r114 = by_rule["DF114"]
+    assert r114["level"] == "error" and rules[r114["ruleIndex"]]["id"] == "DF114"
+    loc = r114["locations"][0]
+    assert loc["physicalLocation"]["artifactLocation"]["uri"] == "mutants/DF114-layer-ids-plus-one/config.json"
+    assert loc["logicalLocations"][0]["fullyQualifiedName"] == "dflash_config.target_layer_ids"
+    assert run["invocations"][0] == {"executionSuccessful": True, "exitCode": 1}
+    assert "subtract 1" in r114["message"]["text"]
+
+
+def test_sarif_uris_relative_when_possible(tmp_path: Path) -> None:
+    inside = tmp_path / "drafts" / "a b" / "config.json"
+    assert artifact_uri(str(inside), root=str(tmp_path)) == "drafts/a%20b/config.json"
+    assert artifact_uri("/elsewhere/x/config.json", root=str(tmp_path)) == "file:///elsewhere/x/config.json"
+    assert artifact_uri("drafts/x/config.json") == "drafts/x/config.json"
+    assert artifact_uri("org/name@main:config.json") == "org/name@main%3Aconfig.json"
+    info = sarif_document({"error": None, "exit_code": 0, "results": [{"draft": "d", "findings": [
+        {"code": "DF220", "severity": "info", "path": None, "key": None, "message": "BF16"}]}]})
+    jsonschema.validate(info, SARIF_REQUIRED)
+    assert info["runs"][0]["results"][0]["level"] == "note"
+    assert info["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "d"
+
+
+def test_output_format_json_is_the_json_alias_and_a_bad_one_is_one_line(cli: Any, fixtures_root: Path) -> None:
+    draft = str(fixtures_root / "drafts/Qwen3-4B-DFlash-b16")
+    assert cli("inspect", draft, "--output-format", "json").json() == cli("inspect", draft, "--json").json()
+    bad = cli("inspect", draft, "--output-format", "xml")
+    assert bad.code == 2 and bad.stdout == ""
+    assert bad.stderr.count("\n") == 1 and bad.stderr.startswith("dflash-ckpt inspect: DF004 error: ") and "'github'" in bad.stderr
