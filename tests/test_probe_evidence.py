@@ -63,7 +63,7 @@ def _result(configured: Any, *cands: Any, write: Path | None = None) -> Any:
 
 def test_df412_fires_for_a_narrow_recovered_winner_only() -> None:
     pytest.importorskip("torch")
-    from dflash_ckpt.commands.probe_evidence import unclear_findings
+    from dflash_ckpt.checks.run_findings import unclear_findings
     from dflash_ckpt.commands.probe_run import Candidate
 
     lead = Candidate((2, 3, 5), 3.83, lengths=[3, 5, 4, 3] * 6)
@@ -82,7 +82,7 @@ def test_df412_fires_for_a_narrow_recovered_winner_only() -> None:
 
 def test_write_refuses_an_unclear_winner_without_force(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    from dflash_ckpt.commands.probe_evidence import unclear_findings
+    from dflash_ckpt.checks.run_findings import unclear_findings
     from dflash_ckpt.commands.probe_run import Candidate, write_copy
     from dflash_ckpt.errors import CheckFailed
 
