@@ -13,8 +13,8 @@ from typing import Any, List, Optional
 import typer
 
 from dflash_ckpt import __version__
-from dflash_ckpt.commands.options import JsonOpt, QuietOpt, RevisionOpt, TokenOpt, silence_progress
-from dflash_ckpt.errors import PROGRAM, DFlashCkptError, error_line
+from dflash_ckpt.commands.options import JsonOpt, QuietOpt, RevisionOpt, TokenOpt, silence_progress, want_json
+from dflash_ckpt.errors import PROGRAM, DFlashCkptError, UsageError, error_line
 
 app = typer.Typer(
     name="dflash-ckpt",
@@ -58,8 +58,10 @@ def inspect(
         show_default=False),
 ) -> None:
     """Resolve and check a draft from config.json and safetensors headers (no tensor data, no torch)."""
-    from dflash_ckpt.commands.inspect_cmd import parse_codes, parse_engines, report_inspect, run_inspect
+    from dflash_ckpt.api import inspect as run_inspect
+    from dflash_ckpt.commands.inspect_cmd import parse_codes, parse_engines, report_inspect
 
+    want_json("inspect", json_out)
     parse_codes(select or [], "--select"), parse_codes(ignore or [], "--ignore"), parse_engines(require_engines or [])
     args = list(drafts or [])
     if from_file:
@@ -82,12 +84,13 @@ def rules(
     from dflash_ckpt.commands.json_out import document, print_json
     from dflash_ckpt.rules import RULES
 
+    want_json("rules", json_out)
     rule = None if code is None else RULES.get(code.upper())
     if code is not None and rule is None:
         raise typer.BadParameter(f"unknown rule {code!r}; `dflash-ckpt rules` lists them", param_hint="CODE")
-    if json_out:  # one envelope for one rule or all of them
+    if json_out:  # one result per rule
         chosen = list(RULES.values()) if rule is None else [rule]
-        print_json(document("rules", rules=[r.to_json() for r in chosen]))
+        print_json(document("rules", [r.to_json() for r in chosen], 0))
         return
     from dflash_ckpt.commands.output import make_console, render_rule, render_rules
 
@@ -95,6 +98,22 @@ def rules(
         render_rules(make_console(), RULES.values())
     else:
         render_rule(make_console(), rule)
+
+
+@app.command()
+def schema(
+    command: Optional[str] = typer.Argument(None, metavar="[COMMAND]", help="inspect, normalize, smoke-run, probe-taps, rules or schema; the whole schema when omitted."),
+    json_out: bool = JsonOpt,
+) -> None:
+    """Print the JSON Schema (draft 2020-12) of every command's --json document, or of one command's."""
+    from dflash_ckpt.commands.json_out import document, print_json
+    from dflash_ckpt.schema import COMMANDS, load_schema
+
+    want_json("schema", json_out)
+    if command is not None and command not in COMMANDS:
+        raise typer.BadParameter(f"unknown command {command!r}; give one of {', '.join(COMMANDS)}", param_hint="COMMAND")
+    doc = load_schema(command)
+    print_json(document("schema", [{"for": command, "schema": doc}], 0) if json_out else doc)
 
 
 def read_arg_file(path: str) -> list[str]:
@@ -149,6 +168,7 @@ def run(argv: list[str] | None = None) -> int:
     exc_mod = _click_exceptions()
     no_args_help = getattr(exc_mod, "NoArgsIsHelpError", ())
     args = sys.argv[1:] if argv is None else list(argv)
+    want_json("", False)  # an earlier command in this process owes nothing now
     try:
         result = app(args=args, prog_name=PROGRAM, standalone_mode=False)
     except no_args_help as exc:  # bare `dflash-ckpt`: the help, as click prints it
@@ -157,15 +177,18 @@ def run(argv: list[str] | None = None) -> int:
             print(help_text, file=sys.stderr)
         return 2
     except exc_mod.UsageError as exc:
+        _owed_document(UsageError(" ".join(exc.format_message().split())))
         print(_usage_line(exc, args), file=sys.stderr)
         return 2
     except exc_mod.ClickException as exc:
+        _owed_document(UsageError(" ".join(exc.format_message().split())))
         print(error_line(_command_path(args), "DF004", "error", " ".join(exc.format_message().split())), file=sys.stderr)
         return exc.exit_code
     except typer.Abort:
         print("interrupted", file=sys.stderr)
         return 130
     except DFlashCkptError as err:
+        _owed_document(err)
         print(err.line(_command_path(args)), file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
@@ -176,6 +199,7 @@ def run(argv: list[str] | None = None) -> int:
         from dflash_ckpt.sources.base import describe_os_error
 
         message = describe_os_error(err, str(err.filename)) if err.filename else (err.strerror or str(err))
+        _owed_document(InputError(message, code="DF001"))
         print(InputError(message).line(_command_path(args)), file=sys.stderr)
         return 2
     except SystemExit as exc:
@@ -184,6 +208,16 @@ def run(argv: list[str] | None = None) -> int:
     if result == 130:  # typer turns Ctrl-C inside a command into a silent Exit(130)
         print("interrupted", file=sys.stderr)
     return result if isinstance(result, int) else 0
+
+
+def _owed_document(err: DFlashCkptError) -> None:
+    """With ``--json``, the envelope on stdout for a run stopped before its document: ``error``
+    filled, no results (after parsing: a parse error comes before any command asked for JSON)."""
+    from dflash_ckpt.commands.json_out import document, pending, print_json
+
+    command = pending()
+    if command is not None:
+        print_json(document(command, [], err.exit_code, err))
 
 
 def _command_path(args: list[str]) -> str:

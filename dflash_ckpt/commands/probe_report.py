@@ -21,7 +21,7 @@ def report_probe(run: Callable[..., ProbeResult], *, json_out: bool, quiet: bool
     log = None if json_out or quiet else (lambda msg: err_console.print(f"[dim]{safe(msg)}[/]"))
     res = run(log=log, copy_progress=not (quiet or json_out))
     if json_out:
-        print_json(res.to_dict())
+        print_json(res.envelope())
         return res.exit_code
     if quiet:
         render_errors(console, res)
