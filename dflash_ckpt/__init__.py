@@ -14,7 +14,7 @@ The Python API: ``dflash_ckpt.inspect``, ``normalize``, ``smoke_run`` and ``prob
 
 import sys
 
-__version__ = "0.1.0"
+from dflash_ckpt._version import __version__
 
 #: The public API (``dflash_ckpt.api``), loaded on first use so ``import dflash_ckpt`` stays light.
 __all__ = ["DFlashCkptError", "__version__", "inspect", "normalize", "probe_taps", "smoke_run"]

@@ -12,7 +12,7 @@ from typing import Any, List, Optional
 
 import typer
 
-from dflash_ckpt import __version__
+from dflash_ckpt._version import __version__
 from dflash_ckpt.commands.options import JsonOpt, QuietOpt, RevisionOpt, TokenOpt, silence_progress, want_json
 from dflash_ckpt.errors import PROGRAM, DFlashCkptError, UsageError, error_line
 
