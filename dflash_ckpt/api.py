@@ -3,9 +3,11 @@
 ``inspect``, ``normalize``, ``smoke_run`` and ``probe_taps`` return a result with ``.ok``,
 ``.exit_code``, ``.findings``, ``.to_dict()`` (the command's ``--json`` result, one element of
 ``results``) and ``.envelope()`` (the whole ``--json`` document). They print nothing, never call
-``sys.exit`` and show no progress bar unless asked (``progress`` / ``copy_progress``); a problem
+``sys.exit`` and show no progress bar unless asked (``progress`` / ``copy_progress``; Hub download
+bars stay off unless ``HF_HUB_DISABLE_PROGRESS_BARS`` is set otherwise); a problem
 that stops a run is raised as ``DFlashCkptError`` with ``.code`` (the DF rule code), ``.exit_code``
-and ``.message``. The CLI calls these same functions. Importing this module imports nothing heavy:
+and ``.message``. Each wraps the ``run_<command>`` function the CLI runs (with a call's own Hub
+deadline and no download bars), so a result here is the CLI's document. Importing this module imports nothing heavy:
 each function imports its command's run when called (torch only for smoke_run and probe_taps).
 """
 
@@ -13,7 +15,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Any, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from dflash_ckpt.errors import DFlashCkptError
 
@@ -26,11 +29,22 @@ if TYPE_CHECKING:
 __all__ = ["DFlashCkptError", "inspect", "normalize", "probe_taps", "smoke_run"]
 
 
-def _fresh_hub_budget() -> None:
-    """Each call gets its own Hub deadline, as each CLI run does (an earlier call's is not ours)."""
+@contextmanager
+def _call() -> Iterator[None]:
+    """One API call: its own Hub deadline, as each CLI run has (an earlier call's is not ours),
+    and no download bars (``HF_HUB_DISABLE_PROGRESS_BARS``, restored after; a value the caller
+    set wins), as ``--json`` runs have none."""
     budget = sys.modules.get("dflash_ckpt.sources.hub.budget")
     if budget is not None:
         budget.reset()
+    if "HF_HUB_DISABLE_PROGRESS_BARS" in os.environ:
+        yield
+        return
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    try:
+        yield
+    finally:
+        os.environ.pop("HF_HUB_DISABLE_PROGRESS_BARS", None)
 
 
 def inspect(draft: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], target: str | os.PathLike[str] | None = None,
@@ -45,9 +59,9 @@ def inspect(draft: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], ta
     """
     from dflash_ckpt.commands.inspect_cmd import run_inspect
 
-    _fresh_hub_budget()
     drafts = os.fspath(draft) if isinstance(draft, (str, os.PathLike)) else [os.fspath(d) for d in draft]
-    return run_inspect(drafts, None if target is None else os.fspath(target), **options)
+    with _call():
+        return run_inspect(drafts, None if target is None else os.fspath(target), **options)
 
 
 def normalize(draft: str | os.PathLike[str], out: str | os.PathLike[str] | None = None, **options: Any) -> Outcome:
@@ -58,8 +72,8 @@ def normalize(draft: str | os.PathLike[str], out: str | os.PathLike[str] | None 
     """
     from dflash_ckpt.commands.normalize_run import run_normalize
 
-    _fresh_hub_budget()
-    return run_normalize(os.fspath(draft), out, **options)
+    with _call():
+        return run_normalize(os.fspath(draft), out, **options)
 
 
 def smoke_run(draft: str | os.PathLike[str], target: str | os.PathLike[str], **options: Any) -> SmokeResult:
@@ -72,8 +86,8 @@ def smoke_run(draft: str | os.PathLike[str], target: str | os.PathLike[str], **o
     from dflash_ckpt.commands.smoke_run import run_smoke_run
 
     require_run_extra("smoke-run")
-    _fresh_hub_budget()
-    return run_smoke_run(os.fspath(draft), os.fspath(target), **options)
+    with _call():
+        return run_smoke_run(os.fspath(draft), os.fspath(target), **options)
 
 
 def probe_taps(draft: str | os.PathLike[str], target: str | os.PathLike[str], **options: Any) -> ProbeResult:
@@ -86,5 +100,5 @@ def probe_taps(draft: str | os.PathLike[str], target: str | os.PathLike[str], **
     from dflash_ckpt.commands.probe_run import run_probe_taps
 
     require_run_extra("probe-taps")
-    _fresh_hub_budget()
-    return run_probe_taps(os.fspath(draft), os.fspath(target), **options)
+    with _call():
+        return run_probe_taps(os.fspath(draft), os.fspath(target), **options)

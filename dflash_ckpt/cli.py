@@ -58,8 +58,7 @@ def inspect(
         show_default=False),
 ) -> None:
     """Resolve and check a draft from config.json and safetensors headers (no tensor data, no torch)."""
-    from dflash_ckpt.api import inspect as run_inspect
-    from dflash_ckpt.commands.inspect_cmd import parse_codes, parse_engines, report_inspect
+    from dflash_ckpt.commands.inspect_cmd import parse_codes, parse_engines, report_inspect, run_inspect
 
     want_json("inspect", json_out)
     parse_codes(select or [], "--select"), parse_codes(ignore or [], "--ignore"), parse_engines(require_engines or [])
