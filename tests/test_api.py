@@ -6,6 +6,7 @@ fixture draft, normalize into a temporary folder, smoke-run the tiny pair, probe
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -130,3 +131,18 @@ def test_probe_taps_is_the_cli_document(cli, tmp_path: Path, capsys: pytest.Capt
     out = tmp_path / "written"
     wrote = dflash_ckpt.probe_taps(TINY / "draft", TINY / "target", budget=4, min_acceptance=99.0, write=out, **RUN)
     assert wrote.exit_code == 1 and wrote.envelope()["error"]["code"] == "DF004" and not out.exists()
+
+
+def test_a_call_shows_no_download_bars(monkeypatch: pytest.MonkeyPatch) -> None:
+    """During a call Hub download bars are off (as with --json); afterwards the environment is as it was."""
+    import dflash_ckpt.commands.inspect_cmd as cmd
+
+    seen: list[str | None] = []
+    real = cmd.run_inspect
+    monkeypatch.setattr(cmd, "run_inspect", lambda *a, **k: (seen.append(os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS")), real(*a, **k))[1])
+    monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS", raising=False)
+    assert dflash_ckpt.inspect(TINY / "draft").ok
+    assert seen == ["1"] and "HF_HUB_DISABLE_PROGRESS_BARS" not in os.environ
+    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "0")  # the caller's choice wins
+    dflash_ckpt.inspect(TINY / "draft")
+    assert seen[-1] == "0" and os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] == "0"
