@@ -6,6 +6,32 @@ results) into findings with stable codes (``rules``), ``normalize`` plans and wr
 configs, and ``commands`` parse options, call one ``run_<command>`` function each and render
 the result (rich or JSON). ``runtime`` (torch) is imported only by ``smoke-run`` and
 ``probe-taps``, inside their command bodies; docs/DESIGN.md section 11 draws the data flow.
+
+The Python API: ``dflash_ckpt.inspect``, ``normalize``, ``smoke_run`` and ``probe_taps``
+(``dflash_ckpt/api.py``), each returning a result with ``.ok``, ``.exit_code``, ``.findings``,
+``.to_dict()`` and ``.envelope()``; errors raise ``DFlashCkptError``.
 """
 
-__version__ = "0.1.0"
+import sys
+
+from dflash_ckpt._version import __version__
+
+#: The public API (``dflash_ckpt.api``), loaded on first use so ``import dflash_ckpt`` stays light.
+__all__ = ["DFlashCkptError", "__version__", "inspect", "normalize", "probe_taps", "smoke_run"]
+
+
+def __getattr__(name: str) -> object:
+    """``dflash_ckpt.inspect`` and the others: imported from ``dflash_ckpt.api`` when first read."""
+    if name == "normalize":  # the subpackage, callable as the API function (normalize/__init__.py)
+        import dflash_ckpt.normalize
+
+        return sys.modules["dflash_ckpt.normalize"]
+    if name in __all__:
+        from dflash_ckpt import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'dflash_ckpt' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -13,9 +13,9 @@ from typing import Any, List, Literal, Optional
 
 import typer
 
-from dflash_ckpt import __version__
-from dflash_ckpt.commands.options import JsonOpt, QuietOpt, RevisionOpt, TokenOpt, reflow_help, silence_progress
-from dflash_ckpt.errors import PROGRAM, DFlashCkptError, error_line
+from dflash_ckpt._version import __version__
+from dflash_ckpt.commands.options import JsonOpt, QuietOpt, RevisionOpt, TokenOpt, reflow_help, silence_progress, want_json
+from dflash_ckpt.errors import PROGRAM, DFlashCkptError, UsageError, error_line
 
 OutputFormat = Literal["text", "json", "github", "sarif"]  # output_formats.OUTPUT_FORMATS, without importing it at start-up
 
@@ -71,13 +71,14 @@ def inspect(
     """Resolve and check a draft from config.json and safetensors headers (no tensor data, no torch)."""
     from dflash_ckpt.commands.inspect_cmd import parse_codes, parse_engines, report_inspect, run_inspect
 
+    fmt = "json" if json_out else output_format
+    want_json("inspect", fmt != "text", fmt)
     parse_codes(select or [], "--select"), parse_codes(ignore or [], "--ignore"), parse_engines(require_engines or [])
     args = list(drafts or [])
     if from_file:
         args += read_arg_file(from_file)
     if not args:
         raise typer.BadParameter("give at least one DRAFT (or --from-file)", param_hint="DRAFT")
-    fmt = "json" if json_out else output_format
     silence_progress(fmt != "text" or quiet)
     raise typer.Exit(report_inspect(
         lambda: run_inspect(args, target, revision=revision, token=token, strict=strict, select=select or [],
@@ -94,12 +95,13 @@ def rules(
     from dflash_ckpt.commands.json_out import document, print_json
     from dflash_ckpt.rules import RULES
 
+    want_json("rules", json_out)
     rule = None if code is None else RULES.get(code.upper())
     if code is not None and rule is None:
         raise typer.BadParameter(f"unknown rule {code!r}; `dflash-ckpt rules` lists them", param_hint="CODE")
-    if json_out:  # one envelope for one rule or all of them
+    if json_out:  # one result per rule
         chosen = list(RULES.values()) if rule is None else [rule]
-        print_json(document("rules", rules=[r.to_json() for r in chosen]))
+        print_json(document("rules", [r.to_json() for r in chosen], 0))
         return
     from dflash_ckpt.commands.output import make_console, render_rule, render_rules
 
@@ -107,6 +109,22 @@ def rules(
         render_rules(make_console(), RULES.values())
     else:
         render_rule(make_console(), rule)
+
+
+@app.command()
+def schema(
+    command: Optional[str] = typer.Argument(None, metavar="[COMMAND]", help="inspect, normalize, smoke-run, probe-taps, rules or schema; the whole schema when omitted."),
+    json_out: bool = JsonOpt,
+) -> None:
+    """Print the JSON Schema (draft 2020-12) of every command's --json document, or of one command's."""
+    from dflash_ckpt.commands.json_out import document, print_json
+    from dflash_ckpt.schema import COMMANDS, load_schema
+
+    want_json("schema", json_out)
+    if command is not None and command not in COMMANDS:
+        raise typer.BadParameter(f"unknown command {command!r}; give one of {', '.join(COMMANDS)}", param_hint="COMMAND")
+    doc = load_schema(command)
+    print_json(document("schema", [{"for": command, "schema": doc}], 0) if json_out else doc)
 
 
 def read_arg_file(path: str) -> list[str]:
@@ -168,6 +186,7 @@ def run(argv: list[str] | None = None) -> int:
     exc_mod = _click_exceptions()
     no_args_help = getattr(exc_mod, "NoArgsIsHelpError", ())
     args = sys.argv[1:] if argv is None else list(argv)
+    want_json("", False)  # an earlier command in this process owes nothing now
     try:
         result = _app_for(args)(args=args, prog_name=PROGRAM, standalone_mode=False)
     except no_args_help as exc:  # bare `dflash-ckpt`: the help, as click prints it
@@ -176,15 +195,19 @@ def run(argv: list[str] | None = None) -> int:
             print(help_text, file=sys.stderr)
         return 2
     except exc_mod.UsageError as exc:
+        _owe_from_argv(args)  # a parse error comes before the command body could say so
+        _owed_document(UsageError(" ".join(exc.format_message().split())))
         print(_usage_line(exc, args), file=sys.stderr)
         return 2
     except exc_mod.ClickException as exc:
+        _owed_document(UsageError(" ".join(exc.format_message().split())))
         print(error_line(_command_path(args), "DF004", "error", " ".join(exc.format_message().split())), file=sys.stderr)
         return exc.exit_code
     except typer.Abort:
         print("interrupted", file=sys.stderr)
         return 130
     except DFlashCkptError as err:
+        _owed_document(err)
         print(err.line(_command_path(args)), file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
@@ -195,6 +218,7 @@ def run(argv: list[str] | None = None) -> int:
         from dflash_ckpt.sources.base import describe_os_error
 
         message = describe_os_error(err, str(err.filename)) if err.filename else (err.strerror or str(err))
+        _owed_document(InputError(message, code="DF001"))
         print(InputError(message).line(_command_path(args)), file=sys.stderr)
         return 2
     except SystemExit as exc:
@@ -211,6 +235,29 @@ def _app_for(args: list[str]) -> typer.Typer:
         return app
     first = next((a for a in args if not a.startswith("-")), None)
     return _core if first in _CORE_COMMANDS else app
+
+
+def _owe_from_argv(args: list[str]) -> None:
+    """A command line that did not parse but names a command and asks for ``--json`` (or
+    ``--output-format json``) still gets its envelope, with the usage error in ``error``."""
+    command = next((a for a in args if not a.startswith("-")), None)
+    if command not in ("inspect", "normalize", "smoke-run", "probe-taps", "rules", "schema"):
+        return
+    wants = "--json" in args or "--output-format=json" in args or any(
+        a == "--output-format" and b == "json" for a, b in zip(args, args[1:]))
+    if wants:
+        want_json(command, True)
+
+
+def _owed_document(err: DFlashCkptError) -> None:
+    """With ``--json``, the envelope on stdout for a run stopped before its document: ``error``
+    filled, no results (after parsing: a parse error comes before any command asked for JSON)."""
+    from dflash_ckpt.commands.json_out import document, pending, print_document
+
+    owed = pending()
+    if owed is not None:
+        command, output_format = owed
+        print_document(document(command, [], err.exit_code, err), output_format)
 
 
 def _command_path(args: list[str]) -> str:

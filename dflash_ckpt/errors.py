@@ -51,23 +51,29 @@ def error_line(path: str | None, code: str, severity: str, message: str) -> str:
 
 
 class DFlashCkptError(Exception):
-    """Base class: a problem the user can fix, reported in one line."""
+    """A problem the user can fix, reported in one line: the one exception type of the CLI and
+    of the Python API, carrying ``code`` (the DF rule code; ``line_code`` falls back to the
+    class's default), ``exit_code`` and ``message``."""
 
     exit_code: int = 2
     #: The rule code printed when the raiser gave none.
     default_code: str = "DF001"
 
-    def __init__(self, message: str, *, code: str | None = None) -> None:
+    def __init__(self, message: str, *, code: str | None = None, key: str | None = None) -> None:
         super().__init__(message)
         self.message = message
-        self.code = code
+        #: The DF rule code: the raiser's, else the class's default.
+        self.code: str = code or self.default_code
+        self._given_code = code
+        #: The config key (dotted) or option the problem is about, where the raiser knows it.
+        self.key = key
 
     def __str__(self) -> str:
-        return f"{self.message} [{self.code}]" if self.code else self.message
+        return f"{self.message} [{self._given_code}]" if self._given_code else self.message
 
     @property
     def line_code(self) -> str:
-        return self.code or self.default_code
+        return self.code
 
     def line(self, where: str | None = None) -> str:
         """This error as one line: the file its message names first, else ``where``."""

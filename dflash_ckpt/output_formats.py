@@ -13,7 +13,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Iterator
 from urllib.parse import quote
 
-from dflash_ckpt import __version__
+from dflash_ckpt._version import __version__
 
 #: ``--output-format`` values; ``--json`` is the ``json`` alias.
 OUTPUT_FORMATS = ("text", "json", "github", "sarif")

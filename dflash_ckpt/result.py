@@ -1,15 +1,43 @@
-"""What every command's run returns (``run_<command>``): one shape for people, scripts and CI.
+"""What every command's run returns (``run_<command>``), and the one JSON envelope around it.
 
 ``exit_code`` is the CLI's (0 clean, 1 findings, 2 unreadable input or usage), ``ok`` is its
-being 0, ``findings`` the run's findings, ``to_dict()`` the ``--json`` document (each result
-class writes it as ``to_json``). No torch, no rich: any layer may import this.
+being 0, ``findings`` the run's findings, ``to_dict()`` the command's ``--json`` result (one
+element of ``results``; each result class writes it as ``to_json``) and ``envelope()`` the whole
+document. Every command's document is the same envelope (``document``), so a script reads
+``ok``, ``exit_code`` and ``error`` the same way whatever it ran, also when the run stopped
+before any result (``error`` filled, ``results`` empty). No torch, no rich: any layer may import this.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from dflash_ckpt.rules import Finding
+if TYPE_CHECKING:
+    from dflash_ckpt.errors import DFlashCkptError
+    from dflash_ckpt.rules import Finding
+
+#: Bumped when a field of any command's document changes meaning, moves or is removed (added
+#: fields do not). 2: every command's document is the envelope below (normalize's fields, the
+#: smoke-run and probe-taps documents and the rules moved into ``results``).
+SCHEMA_VERSION = 2
+
+
+def error_json(err: DFlashCkptError | None, where: str | None = None) -> dict[str, Any] | None:
+    """An error as the JSON ``error`` object: its code, its message, the file it names (else
+    ``where``) and the config key it names (``null`` where none)."""
+    if err is None:
+        return None
+    from dflash_ckpt.errors import split_location
+
+    path, _ = split_location(err.message)
+    return {"code": err.line_code, "message": err.message, "path": path or where, "key": err.key}
+
+
+def document(command: str, results: list[dict[str, Any]], exit_code: int,
+             error: DFlashCkptError | None = None) -> dict[str, Any]:
+    """The envelope every command prints with ``--json``: the version and the command first."""
+    return {"schema_version": SCHEMA_VERSION, "command": command, "ok": exit_code == 0, "exit_code": exit_code,
+            "error": error_json(error), "results": results}
 
 
 class Result(Protocol):
@@ -25,19 +53,34 @@ class Result(Protocol):
 
     def to_dict(self) -> dict[str, Any]: ...
 
+    def envelope(self) -> dict[str, Any]: ...
+
 
 class ResultShape:
-    """``ok`` and ``to_dict`` from a class's ``exit_code`` and ``to_json``."""
+    """``ok``, ``to_dict`` and ``envelope`` from a class's ``command``, ``exit_code`` and ``to_json``."""
 
+    #: The command whose result this is, as the envelope names it.
+    command: ClassVar[str] = ""
     exit_code: int
 
     def to_json(self) -> dict[str, Any]:
         raise NotImplementedError
+
+    def run_error(self) -> DFlashCkptError | None:
+        """What stopped the run (the envelope's ``error``); ``None`` when it ran to its end."""
+        return None
 
     @property
     def ok(self) -> bool:
         return self.exit_code == 0
 
     def to_dict(self) -> dict[str, Any]:
-        """The ``--json`` document."""
+        """This run's ``--json`` result: one element of the document's ``results``."""
         return self.to_json()
+
+    def results_json(self) -> list[dict[str, Any]]:
+        return [self.to_json()]
+
+    def envelope(self) -> dict[str, Any]:
+        """The whole ``--json`` document, as the CLI prints it."""
+        return document(self.command, self.results_json(), self.exit_code, self.run_error())

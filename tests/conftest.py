@@ -30,10 +30,18 @@ class CliResult:
         return json.loads(self.stdout)
 
     def result(self) -> Any:
-        """``inspect --json`` of one draft: its result (the document is the same envelope for any number)."""
+        """``--json`` of one draft or pair: its result (every command prints the same envelope)."""
         doc = self.json()
-        assert doc["command"] == "inspect" and doc["schema_version"] == 1 and len(doc["results"]) == 1, doc
+        assert doc["schema_version"] == 2 and len(doc["results"]) == 1, doc
         return doc["results"][0]
+
+    def merged(self) -> Any:
+        """The envelope's fields and its one result's in one dict, for tests that read both
+        (``ok`` beside a normalize result's ``changes``); the shape itself is pinned by
+        tests/test_json_schema.py."""
+        doc = self.json()
+        assert doc["schema_version"] == 2 and len(doc["results"]) <= 1, doc
+        return {**{k: v for k, v in doc.items() if k != "results"}, **(doc["results"][0] if doc["results"] else {})}
 
 
 @pytest.fixture(scope="session")

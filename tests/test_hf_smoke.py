@@ -45,7 +45,7 @@ def test_transformers_backend_matches_native_on_the_tiny_pair(cli) -> None:
     for backend in ("native", "transformers"):
         res = smoke(cli, TINY / "draft", TINY / "target", *FP32, "-n", "48", "--json", "--backend", backend)
         assert res.code == 0, res.stdout
-        docs[backend] = res.json()
+        docs[backend] = res.merged()
         assert docs[backend]["settings"]["backend"] == backend
     nat, hf = docs["native"], docs["transformers"]
     for a, b in zip(nat["prompts"], hf["prompts"], strict=True):
@@ -57,7 +57,7 @@ def test_transformers_backend_matches_native_on_the_tiny_pair(cli) -> None:
 
 def test_auto_picks_native_where_it_can_and_transformers_otherwise(cli, hf_root: Path) -> None:
     res = smoke(cli, TINY / "draft", TINY / "target", *FP32, "-n", "4", "--json")
-    assert res.json()["settings"]["backend"] == "native"
+    assert res.merged()["settings"]["backend"] == "native"
     res = smoke(cli, hf_root / "draft", hf_root / "qwen3_moe", *FP32, "-n", "24", "--min-acceptance", "0")
     assert res.code == 0, res.stdout
     assert "backend transformers" in res.stdout and "smoke-run, transformers backend" in res.stdout
@@ -70,7 +70,7 @@ def test_smoke_run_on_published_families_is_lossless(cli, hf_root: Path, family:
     under ~30-token prompts, sinks, MoE) and a Kimi-K2.5 wrapper (MLA + MoE): output == greedy."""
     res = smoke(cli, hf_root / "draft", hf_root / family, *FP32, "-n", "24", "--min-acceptance", "0", "--json")
     assert res.code == 0, res.stdout
-    doc = res.json()
+    doc = res.merged()
     assert doc["settings"]["backend"] == "transformers"
     for p in doc["prompts"]:
         assert p["output_ids"] == p["target_output_ids"] and len(p["output_ids"]) == 24
@@ -136,7 +136,7 @@ def test_without_transformers_the_refusal_says_how_to_install_it(cli, hf_root: P
     err = _one_line_refusal(smoke(cli, hf_root / "draft", hf_root / "qwen3_moe", "--backend", "transformers"))
     assert "needs transformers, which is not installed" in err
     res = smoke(cli, TINY / "draft", TINY / "target", *FP32, "-n", "4", "--json")  # native needs none
-    assert res.code == 0 and res.json()["settings"]["backend"] == "native"
+    assert res.code == 0 and res.merged()["settings"]["backend"] == "native"
 
 
 def test_auto_hands_a_native_family_with_an_unimplemented_setting_to_transformers(cli, hf_root: Path,
@@ -148,6 +148,6 @@ def test_auto_hands_a_native_family_with_an_unimplemented_setting_to_transformer
     assert "rope_type 'dynamic'" in err and "--backend transformers (or auto) runs this target" in err
     res = smoke(cli, hf_root / "draft", dyn, *FP32, "-n", "16", "--min-acceptance", "0", "--json")
     assert res.code == 0, res.stdout
-    doc = res.json()
+    doc = res.merged()
     assert doc["settings"]["backend"] == "transformers"
     assert all(p["lossless"]["status"] == "identical" for p in doc["prompts"])

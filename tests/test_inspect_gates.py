@@ -92,7 +92,7 @@ def test_one_envelope_for_one_draft_a_list_or_stdin(tmp_path: Path) -> None:
     from_stdin = json.loads(proc.stdout)
     assert single == from_file == from_stdin
     assert set(single) == {"schema_version", "command", "ok", "exit_code", "error", "results"}
-    assert single["schema_version"] == 1 and single["command"] == "inspect" and len(single["results"]) == 1
+    assert single["schema_version"] == 2 and single["command"] == "inspect" and len(single["results"]) == 1
     several = run_cli("inspect", draft, str(TINY / "draft-top-level"), "--json").json()
     assert set(several) == set(single) and len(several["results"]) == 2
     assert set(several["results"][0]) == set(single["results"][0])

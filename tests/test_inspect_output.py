@@ -93,11 +93,11 @@ def test_rules_lists_and_explains() -> None:
     assert one.code == 0
     assert "fc-shape" in one.stdout and "Fix:" in one.stdout and "k = len(target_layer_ids)" in one.stdout
     doc = run_cli("rules", "--json").json()
-    assert doc["schema_version"] == 1 and doc["command"] == "rules"
-    assert [r["code"] for r in doc["rules"]] == list(RULES)
-    assert all(r["explanation"] and r["fix"] and r["severity"] in ("error", "warning", "info") for r in doc["rules"])
+    assert doc["schema_version"] == 2 and doc["command"] == "rules" and doc["ok"] and doc["error"] is None
+    assert [r["code"] for r in doc["results"]] == list(RULES)
+    assert all(r["explanation"] and r["fix"] and r["severity"] in ("error", "warning", "info") for r in doc["results"])
     single = run_cli("rules", "DF211", "--json").json()
-    assert set(single) == set(doc) and single["rules"] == [RULES["DF211"].to_json()]
+    assert set(single) == set(doc) and single["results"] == [RULES["DF211"].to_json()]
 
 
 def test_rule_codes_are_stable_and_unique() -> None:

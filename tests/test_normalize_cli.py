@@ -78,7 +78,7 @@ def test_prefer_resolves_conflict(cli, fixtures_root: Path, tmp_path: Path, pref
     assert res.code == 0, res.stdout + res.stderr
     new = read_json(tmp_path / "out" / "config.json")
     assert new["block_size"] == new["dflash_config"]["block_size"] == value
-    change = [c for c in res.json()["changes"] if c["op"] == "set"]
+    change = [c for c in res.merged()["changes"] if c["op"] == "set"]
     assert len(change) == 1 and f"--prefer {prefer}" in change[0]["reason"]
     assert cli("normalize", str(tmp_path / "out"), "--check").code == 0
 
@@ -110,7 +110,7 @@ def test_missing_key_is_never_guessed(cli, fixtures_root: Path, tmp_path: Path) 
     res = cli("normalize", str(draft), str(tmp_path / "out"), "--target-layer-ids", "1,3,5", "--json")
     assert res.code == 0, res.stdout + res.stderr
     assert read_json(tmp_path / "out" / "config.json")["dflash_config"]["target_layer_ids"] == [1, 3, 5]
-    assert {"op": "add", "path": "dflash_config.target_layer_ids", "value": [1, 3, 5], "old": None, "reason": "supplied by --target-layer-ids"} in res.json()["changes"]
+    assert {"op": "add", "path": "dflash_config.target_layer_ids", "value": [1, 3, 5], "old": None, "reason": "supplied by --target-layer-ids"} in res.merged()["changes"]
     assert tree_state(draft) == state
 
 
@@ -142,7 +142,7 @@ def test_missing_num_target_layers(cli, fixtures_root: Path, tmp_path: Path) -> 
     res = cli("normalize", str(draft), str(tmp_path / "o2"), "--target", str(target), "--json")
     assert res.code == 0, res.stdout + res.stderr
     assert read_json(tmp_path / "o2" / "config.json")["num_target_layers"] == 8
-    assert any("num_hidden_layers of the target" in c["reason"] for c in res.json()["changes"])
+    assert any("num_hidden_layers of the target" in c["reason"] for c in res.merged()["changes"])
 
 
 def _without(cfg: dict[str, Any], *paths: str) -> dict[str, Any]:
@@ -196,7 +196,7 @@ def test_layer_types_derived_when_unambiguous(cli, fixtures_root: Path, tmp_path
     res = cli("normalize", str(draft), str(tmp_path / "o"), "--json")
     assert res.code == 0, res.stdout + res.stderr
     assert read_json(tmp_path / "o" / "config.json")["layer_types"] == ["full_attention", "full_attention"]
-    assert any(c["path"] == "layer_types" and "use_sliding_window is false" in c["reason"] for c in res.json()["changes"])
+    assert any(c["path"] == "layer_types" and "use_sliding_window is false" in c["reason"] for c in res.merged()["changes"])
 
 
 def test_layer_types_ambiguous_asks_for_option(cli, tmp_path: Path) -> None:
@@ -234,8 +234,8 @@ def test_top_level_only_draft_gets_dflash_config(cli, tmp_path: Path) -> None:
     assert new["dflash_config"] == {"block_size": 8, "mask_token_id": 1000, "num_target_layers": 8, "target_layer_ids": [1, 3, 5]}
     assert resolved(new) == resolved(cfg)
     assert all(json.dumps(new[k]) == json.dumps(v) for k, v in cfg.items())
-    assert res.json()["layout_before"] == "mixed" and res.json()["layout_after"] == "nested"
-    assert all(v["loads"] for v in res.json()["readers_after"].values())
+    assert res.merged()["layout_before"] == "mixed" and res.merged()["layout_after"] == "nested"
+    assert all(v["loads"] for v in res.merged()["readers_after"].values())
 
 
 def test_canonical_draft_is_byte_identical(cli, fixtures_root: Path, tmp_path: Path) -> None:
@@ -438,7 +438,7 @@ def test_copy_across_filesystems(cli, tmp_path: Path) -> None:
         out = Path(other) / "out"
         res = cli("normalize", str(draft), str(out), "--json")
         assert res.code == 0, res.stdout + res.stderr
-        files = res.json()["files"]
+        files = res.merged()["files"]
         assert files["linked"] == [] and len(files["copied"]) == 5
         assert files_under(out) == files_under(draft)
         for rel in files_under(draft):
@@ -450,7 +450,7 @@ def test_copy_across_filesystems(cli, tmp_path: Path) -> None:
 def test_copy_flag_and_link_fallback(cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     draft = small_draft(tmp_path / "d")
     res = cli("normalize", str(draft), str(tmp_path / "c"), "--copy", "--json")
-    assert res.code == 0 and res.json()["files"]["linked"] == []
+    assert res.code == 0 and res.merged()["files"]["linked"] == []
     assert (tmp_path / "c" / "model.safetensors").read_bytes() == (draft / "model.safetensors").read_bytes()
     assert os.stat(tmp_path / "c" / "model.safetensors").st_ino != os.stat(draft / "model.safetensors").st_ino
 
@@ -460,7 +460,7 @@ def test_copy_flag_and_link_fallback(cli, monkeypatch: pytest.MonkeyPatch, tmp_p
     monkeypatch.setattr(os, "link", no_links)
     res = cli("normalize", str(draft), str(tmp_path / "f"), "--json")
     assert res.code == 0, res.stdout + res.stderr
-    assert res.json()["files"]["copied"] == ["model.safetensors"]
+    assert res.merged()["files"]["copied"] == ["model.safetensors"]
     assert (tmp_path / "f" / "model.safetensors").read_bytes() == (draft / "model.safetensors").read_bytes()
 
 
@@ -500,7 +500,7 @@ def test_other_files_are_carried(cli, tmp_path: Path) -> None:
             assert (tmp_path / "o" / rel).read_bytes() == (draft / rel).read_bytes()
     # small files are copies (editing one in OUT cannot change DRAFT), weights are links
     assert os.stat(tmp_path / "o" / "tokenizer.json").st_ino != os.stat(draft / "tokenizer.json").st_ino
-    assert sorted(res.json()["files"]["linked"]) == [f for f in expected if f.endswith(".safetensors")]
+    assert sorted(res.merged()["files"]["linked"]) == [f for f in expected if f.endswith(".safetensors")]
 
 
 # -- modes ----------------------------------------------------------------------------------------------
@@ -514,7 +514,7 @@ def test_check_exit_codes(cli, fixtures_root: Path, tmp_path: Path) -> None:
     assert quiet.count("\n") == 1 and " DF020 error: not canonical" in quiet
     assert cli("normalize", str(draft), str(tmp_path / "o")).code == 0
     ok = cli("normalize", str(tmp_path / "o"), "--check", "--json")
-    assert ok.code == 0 and ok.json()["canonical"] is True and ok.json()["changes"] == []
+    assert ok.code == 0 and ok.merged()["canonical"] is True and ok.merged()["changes"] == []
     assert cli("normalize", str(mutant(fixtures_root, "DF103-block-size-conflict")), "--check").code == 1
     refused(cli("normalize", str(draft), str(tmp_path / "x"), "--check"), 2, "--check writes nothing")
 
@@ -544,10 +544,10 @@ def test_usage_errors(cli, fixtures_root: Path, tmp_path: Path) -> None:
 def test_json_document_on_refusal(cli, fixtures_root: Path, tmp_path: Path) -> None:
     res = cli("normalize", str(mutant(fixtures_root, "DF103-block-size-conflict")), str(tmp_path / "o"), "--json")
     assert res.code == 1
-    doc = res.json()
+    doc = res.merged()
     assert doc["ok"] is False and doc["exit_code"] == 1 and doc["written"] is False
     assert doc["error"]["code"] == "DF103" and "16 in dflash_config but 8" in doc["error"]["message"]
-    assert doc["schema_version"] == 1 and doc["command"] == "normalize"
+    assert doc["schema_version"] == 2 and doc["command"] == "normalize"
     # stdout is the document alone; the error line goes to stderr, for the log
     assert error_line(res).startswith(f"{mutant(fixtures_root, 'DF103-block-size-conflict')}/config.json: DF103 error: ")
 
@@ -579,7 +579,7 @@ def test_does_not_import_torch(tmp_path: Path, fixtures_root: Path) -> None:
 def test_subprocess_cli_roundtrip(fixtures_root: Path, tmp_path: Path) -> None:
     res = run_cli("normalize", str(fixtures_root / "drafts" / "gpt-oss-20b-DFlash"), str(tmp_path / "o"), "--json")
     assert res.code == 0, res.stderr
-    doc = res.json()
+    doc = res.merged()
     assert doc["layout_before"] == "top-level" and doc["layout_after"] == "nested"
     assert set(doc["resolved_after"]) == set(DFLASH_KEYS)
 

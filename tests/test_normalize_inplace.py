@@ -28,7 +28,7 @@ def test_in_place_rewrites_with_backup(cli, fixtures_root: Path, tmp_path: Path)
     res = cli("normalize", str(draft), "--in-place", "--json")
     no_traceback(res)
     assert res.code == 0, res.stdout + res.stderr
-    doc = res.json()
+    doc = res.merged()
     assert doc["written"] is True and doc["backup"] == str(draft / "config.json.orig")
     assert (draft / "config.json.orig").read_bytes() == old
     new = read_json(draft / "config.json")
@@ -112,7 +112,7 @@ def test_repo_id_from_cache_offline(cli, fixtures_root: Path, tmp_path: Path, mo
     res = cli("normalize", "org/draft", str(out), "--json")
     no_traceback(res)
     assert res.code == 0, res.stdout + res.stderr
-    assert res.json()["draft"] == "org/draft"
+    assert res.merged()["draft"] == "org/draft"
     assert read_json(out / "config.json")["dflash_config"]["block_size"] == 8
     # the weights are linked to the cache's blob, not to the snapshot's symlink
     assert os.stat(out / "model.safetensors").st_ino == os.stat((snap / "model.safetensors").resolve()).st_ino

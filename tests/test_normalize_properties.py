@@ -223,7 +223,7 @@ def test_cli_properties(cli: Any, d: dict[str, Any]) -> None:
             args += ["--" + key.replace("_", "-"), ",".join(map(str, value)) if isinstance(value, list) else str(value)]
         res = cli(*args)
         assert res.code == 0, res.stdout + res.stderr
-        doc = res.json()
+        doc = res.merged()
         new = json.loads((Path(tmp) / "out" / "config.json").read_bytes())
         assert resolved(new) == d["expected"] == doc["resolved_after"]
         check_lossless(d["config"], new, d["mirrors"], d["prefer"])

@@ -40,7 +40,7 @@ def test_published_draft_normalizes_losslessly(cli, fixtures_root: Path, publish
     res = cli("normalize", str(draft), str(out), "--target", str(target), "--json")
     no_traceback(res)
     assert res.code == 0, res.stdout + res.stderr
-    doc = res.json()
+    doc = res.merged()
     assert doc["ok"] and doc["written"] and doc["changed"], doc
     # every published draft lacks something of the canonical form
     assert doc["diff"].startswith("---") and doc["changes"]
@@ -101,7 +101,7 @@ def test_published_draft_normalizes_losslessly(cli, fixtures_root: Path, publish
     assert check.code == 0, check.stdout + check.stderr
     again = tmp_path / "again"
     res2 = cli("normalize", str(out), str(again), "--json")
-    assert res2.code == 0 and res2.json()["changed"] is False and res2.json()["diff"] == ""
+    assert res2.code == 0 and res2.merged()["changed"] is False and res2.merged()["diff"] == ""
     assert (again / "config.json").read_bytes() == (out / "config.json").read_bytes()
 
     # DRAFT untouched, every file hashed (content, mode, mtime, inode)
@@ -127,7 +127,7 @@ def test_published_draft_no_mirrors(cli, fixtures_root: Path, tmp_path: Path, na
     assert not any(k in new for k in DFLASH_KEYS)
     assert ("rope_theta" in new) == ("rope_theta" in original)  # no mirrors of any kind
     assert resolved(new) == resolved(original)
-    doc = res.json()
+    doc = res.merged()
     # readers that look only at the top level are told, not silently broken
     assert doc["readers_after"]["lmdeploy"]["loads"] is False
     assert cli("normalize", str(tmp_path / "out"), "--check", "--no-mirrors").code == 0

@@ -75,21 +75,21 @@ def recovered(stripped: Path) -> tuple[CliResult, Path, dict[str, bytes]]:
 def smoke_tau(draft: Path) -> float:
     res = cli_once("smoke-run", str(draft), "--target", str(TARGET), "--json")
     assert res.code in (0, 1), res.stderr
-    return res.json()["overall"]["tau"]
+    return res.merged()["overall"]["tau"]
 
 
 def test_stripped_draft_is_refused_by_smoke_run(stripped: Path) -> None:
     """What probe-taps is for: without ids nothing runs it."""
     res = cli_once("smoke-run", str(stripped), "--target", str(TARGET), "--json")
-    assert res.code == 1 and res.json()["refused"]
-    assert "DF101" in [f["code"] for f in res.json()["precheck"]]
+    assert res.code == 1 and res.merged()["refused"]
+    assert "DF101" in [f["code"] for f in res.merged()["precheck"]]
 
 
 def test_recovers_the_trained_taps_with_smoke_runs_tau(recovered: Any) -> None:
     res, _, _ = recovered
     assert res.code == 0, res.stderr
-    doc = res.json()
-    assert doc["schema_version"] == 1 and doc["ok"] and doc["findings"] == []
+    doc = res.merged()
+    assert doc["schema_version"] == 2 and doc["ok"] and doc["findings"] == []
     assert doc["configured"] is None and (doc["depth"], doc["taps"]) == (8, 3)
     best = doc["best"]
     assert best["target_layer_ids"] == TRAINED
@@ -119,7 +119,7 @@ def test_recovers_the_trained_taps_with_smoke_runs_tau(recovered: Any) -> None:
 
 def test_write_puts_the_winner_into_a_normalized_copy_and_leaves_the_draft_alone(recovered: Any, stripped: Path) -> None:
     res, out, before = recovered
-    doc = res.json()
+    doc = res.merged()
     assert doc["write"]["written"] and doc["write"]["out"] == str(out)
     assert snapshot(stripped) == before, "the user's draft is untouched"
     cfg = json.loads((out / "config.json").read_text())
@@ -148,7 +148,7 @@ def shifted(tmp_path_factory: pytest.TempPathFactory) -> tuple[CliResult, Path]:
 def test_shifted_taps_report_that_the_trained_taps_beat_the_configured_ones(shifted: Any) -> None:
     res, _ = shifted
     assert res.code == 1, res.stderr
-    doc = res.json()
+    doc = res.merged()
     assert not doc["ok"] and [f["code"] for f in doc["findings"]] == ["DF410"]
     assert "target_layer_ids [2, 4, 6]" in doc["findings"][0]["message"]
     assert doc["best"]["target_layer_ids"] == TRAINED
@@ -175,7 +175,7 @@ def test_transformers_backend_ranks_the_tap_sets_as_native_does(cli_here: Any) -
         res = cli_here("probe-taps", str(SHIFTED), "--target", str(TARGET), "--draft-dtype", "float32",
                        "--target-dtype", "float32", "-n", "12", "-p", "The capital of France is",
                        "--backend", backend, "--json")
-        docs[backend] = res.json()
+        docs[backend] = res.merged()
         assert docs[backend]["settings"]["backend"] == backend
     nat, hf = docs["native"], docs["transformers"]
     assert [(c["target_layer_ids"], c["tau"]) for c in nat["ranked"]] == [(c["target_layer_ids"], c["tau"]) for c in hf["ranked"]]
@@ -200,7 +200,7 @@ def test_a_draft_that_does_not_fit_the_target_is_refused(tmp_path: Path, cli_her
 
 def test_write_replaces_configured_ids_that_measure_worse(shifted: Any) -> None:
     res, out = shifted
-    doc = res.json()
+    doc = res.merged()
     assert doc["write"]["written"] and doc["normalize_command"] is None
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["dflash_config"]["target_layer_ids"] == TRAINED

@@ -45,7 +45,7 @@ def test_run_inspect_is_the_json_document(cli) -> None:
 
     res = run_inspect(str(TINY / "draft"), str(TINY / "target"))
     doc = cli("inspect", str(TINY / "draft"), "--target", str(TINY / "target"), "--json").json()
-    assert res.ok and res.exit_code == 0 and res.to_dict() == doc
+    assert res.ok and res.exit_code == 0 and res.envelope() == doc and res.to_dict() == doc["results"][0]
     strict = run_inspect([str(TINY / "draft"), str(TINY / "draft-top-level")], strict=True, select=["DF1"])
     assert {f.code[:3] for f in strict.findings} <= {"DF1"} and strict.exit_code == max(
         r.exit_code(True) for r in strict.results)
@@ -61,6 +61,7 @@ def test_run_normalize_writes_and_raises_like_the_command(tmp_path: Path, capsys
     shutil.copytree(TINY / "draft-top-level", draft)
     checked = run_normalize(str(draft), check=True)
     assert not checked.ok and checked.exit_code == 1 and checked.to_dict()["changed"] is True
+    assert checked.envelope()["results"] == [checked.to_dict()] and checked.envelope()["exit_code"] == 1
     done = run_normalize(str(draft), tmp_path / "out")
     assert done.ok and done.to_dict()["written"] and json.loads((tmp_path / "out" / "config.json").read_text())["dflash_config"]
     with pytest.raises(DFlashCkptError) as err:
@@ -78,7 +79,8 @@ def test_run_smoke_run_returns_what_json_prints(cli, capsys: pytest.CaptureFixtu
     assert capsys.readouterr().out == ""
     assert res.ok and res.findings == [] and res.to_dict()["settings"]["block_size"] == res.block_size
     doc = res.to_dict()
-    assert doc["command"] == "smoke-run" and doc["exit_code"] == 0 and doc["prompts"][0]["lossless"]["status"] == "identical"
+    assert res.envelope()["command"] == "smoke-run" and res.envelope()["exit_code"] == 0
+    assert doc["prompts"][0]["lossless"]["status"] == "identical"
     with pytest.raises(DFlashCkptError) as err:
         run_smoke_run(str(TINY / "draft"), str(TINY / "target"), backend="tensorrt")
     assert err.value.exit_code == 2 and "--backend 'tensorrt'" in err.value.message

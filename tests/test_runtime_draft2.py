@@ -370,5 +370,5 @@ def test_smoke_run_accepts_a_dflash2_draft(tmp_path: Path) -> None:
     res = run_cli("smoke-run", str(draft), "--target", str(target), "-n", "24", "--min-acceptance", "0", "--json")
     no_traceback(res)
     assert res.code == 0, res.stderr
-    doc = res.json()
+    doc = res.merged()
     assert doc["ok"] and all(p["lossless"]["status"] == "identical" for p in doc["prompts"]), doc["prompts"]

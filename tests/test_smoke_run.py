@@ -29,7 +29,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
 def test_pass_with_every_figure_in_json(cli, pair) -> None:
     res = smoke(cli, pair, *FAST, "--min-acceptance", "0", "--json")
     assert res.code == 0, res.stderr
-    doc = res.json()
+    doc = res.merged()
     assert doc["ok"] and doc["exit_code"] == 0 and doc["findings"] == []
     assert [p["name"] for p in doc["prompts"]] == ["math", "code", "chat"]
     s = doc["settings"]
@@ -59,7 +59,7 @@ def test_random_draft_fails_the_default_min_acceptance(cli, pair) -> None:
     res = smoke(cli, pair, *FAST)
     assert res.code == 1
     assert "DF403" in res.stdout and "FAIL" in res.stdout and "target_layer_ids" in res.stdout
-    doc = smoke(cli, pair, *FAST, "--json").json()
+    doc = smoke(cli, pair, *FAST, "--json").merged()
     [f] = doc["findings"]
     assert f["code"] == "DF403" and "below --min-acceptance 2" in f["message"] and "target_layer_ids [1, 3, 5]" in f["message"]
     quiet = smoke(cli, pair, *FAST, "-q")
@@ -77,11 +77,11 @@ def test_human_report_has_table_histogram_and_verdict(cli, pair) -> None:
 def test_prompt_options_change_the_input(cli, pair, tmp_path: Path) -> None:
     file = tmp_path / "p.jsonl"
     file.write_text('{"name": "mine", "prompt": "hello"}\n')
-    base = smoke(cli, pair, "-n", "2", "--min-acceptance", "0", "--json", "-p", "hello", "--prompts", str(file)).json()
+    base = smoke(cli, pair, "-n", "2", "--min-acceptance", "0", "--json", "-p", "hello", "--prompts", str(file)).merged()
     assert [p["name"] for p in base["prompts"]] == ["prompt-1", "mine"]
     assert base["prompts"][0]["input_ids"] == base["prompts"][1]["input_ids"]
-    plain = smoke(cli, pair, "-n", "2", "--min-acceptance", "0", "--json", "-p", "hello", "--no-chat-template").json()
-    think = smoke(cli, pair, "-n", "2", "--min-acceptance", "0", "--json", "-p", "hello", "--thinking").json()
+    plain = smoke(cli, pair, "-n", "2", "--min-acceptance", "0", "--json", "-p", "hello", "--no-chat-template").merged()
+    think = smoke(cli, pair, "-n", "2", "--min-acceptance", "0", "--json", "-p", "hello", "--thinking").merged()
     a, b, c = base["prompts"][0]["input_ids"], plain["prompts"][0]["input_ids"], think["prompts"][0]["input_ids"]
     assert len(b) < len(c) < len(a) and plain["settings"]["chat_template"] is False
     assert c == a[: len(c)]  # thinking on: the same prompt without the empty think block
@@ -93,7 +93,7 @@ def test_pair_failing_the_checks_is_refused(cli, tmp_path: Path) -> None:
     res = cli("smoke-run", str(draft), "--target", str(target))
     no_traceback(res)
     assert res.code == 1 and "DF302" in res.stdout and "REFUSED" in res.stdout
-    doc = cli("smoke-run", str(draft), "--target", str(target), "--json").json()
+    doc = cli("smoke-run", str(draft), "--target", str(target), "--json").merged()
     assert doc["refused"] and any(f["code"] == "DF302" for f in doc["precheck"]) and doc["prompts"] == []
 
 
@@ -148,13 +148,13 @@ def test_fp16_overflow_in_fc_is_a_finding_and_bf16_passes(cli, tmp_path: Path) -
     args = ["smoke-run", str(draft), "--target", str(target), "-n", "16", "--min-acceptance", "0", "-p", "hi", "--json"]
     bad = cli(*args, "--draft-dtype", "float16")
     assert bad.code == 1
-    doc = bad.json()
+    doc = bad.merged()
     [f] = doc["findings"]
     assert f["code"] == "DF404" and "fused features" in f["message"] and "keep the draft in bfloat16" in f["message"]
     assert doc["prompts"][0]["overflow"] == "fused features" and doc["prompts"][0]["lossless"]["status"] == "skipped"
     good = cli(*args)  # the default: a bf16 draft, fp16 target tensors cast to it
     assert good.code == 0, good.stdout
-    gdoc = good.json()
+    gdoc = good.merged()
     assert gdoc["settings"]["draft_dtype"] == "bfloat16" and gdoc["settings"]["target_dtype"] == "float16"
     assert gdoc["prompts"][0]["lossless"]["status"] in ("identical", "tie")
 
@@ -164,7 +164,7 @@ def test_target_overflowing_fp16_is_a_finding(cli, tmp_path: Path) -> None:
     draft = tm.make_draft(tmp_path / "d")
     res = cli("smoke-run", str(draft), "--target", str(target), "-n", "8", "-p", "hi", "--json")
     assert res.code == 1
-    codes = {(f["code"], "tapped features" in f["message"] or "logits" in f["message"]) for f in res.json()["findings"]}
+    codes = {(f["code"], "tapped features" in f["message"] or "logits" in f["message"]) for f in res.merged()["findings"]}
     assert codes == {("DF404", True)}
     ok = cli("smoke-run", str(draft), "--target", str(target), "-n", "8", "-p", "hi", "--json",
              "--target-dtype", "float32", "--min-acceptance", "0")
@@ -176,7 +176,7 @@ def test_llama_target_and_sliding_window_draft(cli, tmp_path: Path) -> None:
     draft = tm.make_draft(tmp_path / "d", layer_types=["sliding_attention", "full_attention"], sliding_window=4)
     res = cli("smoke-run", str(draft), "--target", str(target), *FAST, "--min-acceptance", "0", "--json", "--ignore-eos")
     assert res.code == 0, res.stdout
-    doc = res.json()
+    doc = res.merged()
     assert all(p["lossless"]["status"] == "identical" and len(p["output_ids"]) == 24 for p in doc["prompts"])
     assert doc["settings"]["stop_token_ids"] == []
 
@@ -211,15 +211,15 @@ def test_divergence_beyond_a_tie_fails_and_a_tie_passes(cli, pair, monkeypatch: 
     monkeypatch.setattr(smoke_mod, "dflash", corrupt("wrong"))
     res = smoke(cli, pair, *FAST, "--min-acceptance", "0", "--ignore-eos", "-p", "hi", "--json", "--tie-tolerance", "1000")
     assert res.code == 1
-    [f] = res.json()["findings"]
+    [f] = res.merged()["findings"]
     assert f["code"] == "DF401" and "at new token 5" in f["message"] and "not a tie" in f["message"]
     monkeypatch.setattr(smoke_mod, "dflash", corrupt("tie"))
     res = smoke(cli, pair, *FAST, "--min-acceptance", "0", "--ignore-eos", "-p", "hi", "--json", "--tie-tolerance", "1000")
     assert res.code == 0
-    [f] = res.json()["findings"]
-    assert f["code"] == "DF402" and res.json()["prompts"][0]["lossless"]["status"] == "tie"
+    [f] = res.merged()["findings"]
+    assert f["code"] == "DF402" and res.merged()["prompts"][0]["lossless"]["status"] == "tie"
     res = smoke(cli, pair, *FAST, "--min-acceptance", "0", "--ignore-eos", "-p", "hi", "--json", "--tie-tolerance", "0")
-    assert res.code == 1 and res.json()["findings"][0]["code"] == "DF401"  # the same swap outside the tolerance
+    assert res.code == 1 and res.merged()["findings"][0]["code"] == "DF401"  # the same swap outside the tolerance
 
 
 def test_compare_outputs() -> None:
@@ -240,4 +240,4 @@ def test_subprocess_run_and_cli_import_without_torch(pair) -> None:
                   env={"OMP_NUM_THREADS": "1"})
     no_traceback(res)
     assert res.code == 0, res.stderr
-    assert all(len(p["output_ids"]) == 6 for p in res.json()["prompts"])
+    assert all(len(p["output_ids"]) == 6 for p in res.merged()["prompts"])

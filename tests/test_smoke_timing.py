@@ -26,7 +26,7 @@ def check_spread(stats: dict, n: int) -> None:
 
 
 def test_figures_are_medians_over_steps_with_their_spread(cli, pair) -> None:
-    doc = smoke(cli, pair, *FAST, "--json", "--threads", "1").json()
+    doc = smoke(cli, pair, *FAST, "--json", "--threads", "1").merged()
     s = doc["settings"]
     assert (s["threads"], s["static_path"], s["cuda_graphs"], s["capture_s"], s["timing_tokens"]) == (1, True, False, 0.0, 16)
     assert s["step_clock"] == "thread"  # one CPU thread: its CPU time, which other processes do not inflate
@@ -57,7 +57,7 @@ def test_a_speedup_above_tau_is_withheld_and_flagged(cli, pair, monkeypatch: pyt
     monkeypatch.setattr(smoke_mod, "decode", slow)
     res = smoke(cli, pair, *FAST, "-p", "hi", "--json")
     assert res.code == 0  # a measurement problem, not a property of the pair
-    doc = res.json()
+    doc = res.merged()
     [f] = doc["findings"]
     assert f["code"] == "DF406" and f["severity"] == "warning" and "withheld" in f["message"]
     o = doc["overall"]

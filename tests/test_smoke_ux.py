@@ -34,16 +34,16 @@ def df403(doc: dict) -> str:
 
 
 def test_low_tau_names_the_prompt_format_when_it_may_be_the_cause(cli, pair) -> None:
-    default = df403(smoke(cli, pair, *FAST, "--json").json())
+    default = df403(smoke(cli, pair, *FAST, "--json").merged())
     assert "target_layer_ids" in default and "prompt format" not in default
-    plain = df403(smoke(cli, pair, *FAST, "--json", "-p", "hello", "--no-chat-template").json())
+    plain = df403(smoke(cli, pair, *FAST, "--json", "-p", "hello", "--no-chat-template").merged())
     assert "target_layer_ids [1, 3, 5]" in plain  # the taps stay the first suspect
     assert "the prompt format may also explain it" in plain and "chat template is off" in plain
     assert "prompt 'prompt-1'" in plain and "your own (-p/--prompts)" in plain
-    thinking = df403(smoke(cli, pair, *FAST, "--json", "--thinking").json())
+    thinking = df403(smoke(cli, pair, *FAST, "--json", "--thinking").merged())
     assert "--thinking renders the template with enable_thinking true" in thinking
     assert "your own" not in thinking  # the built-in prompts
-    templated = df403(smoke(cli, pair, *FAST, "--json", "-p", "<|im_start|>user\nhi<|im_end|>").json())
+    templated = df403(smoke(cli, pair, *FAST, "--json", "-p", "<|im_start|>user\nhi<|im_end|>").merged())
     assert "already hold chat-template tokens" in templated
     human = smoke(cli, pair, *FAST, "--no-chat-template")
     assert human.code == 1 and "prompt format" in human.stdout
@@ -60,7 +60,7 @@ def test_legend_explains_every_column(cli, pair) -> None:
 
 def test_generated_text_in_json_and_with_show_text(cli) -> None:
     args = ["smoke-run", str(TINY / "draft"), "--target", str(TINY / "target"), "-n", "10", "-p", "hello there"]
-    doc = cli(*args, "--json").json()
+    doc = cli(*args, "--json").merged()
     [p] = doc["prompts"]
     assert p["output_text"] and p["output_text"] == p["target_output_text"]
     assert "hello there" in p["input_text"] and p["input_text"].startswith("<|im_start|>user")
@@ -80,7 +80,7 @@ def test_prompt_names_and_sharegpt_conversations(cli, pair, tmp_path: Path) -> N
         "hello",
         {"messages": [{"role": "user", "content": "hello"}]},
     ]) + "\n")
-    doc = smoke(cli, pair, "-n", "2", "--min-acceptance", "0", "--json", "-p", "hello", "--prompts", str(file)).json()
+    doc = smoke(cli, pair, "-n", "2", "--min-acceptance", "0", "--json", "-p", "hello", "--prompts", str(file)).merged()
     prompts = doc["prompts"]
     assert [p["name"] for p in prompts] == ["prompt-1", "prompt-2", "mine", "prompt-4", "prompt-5"]
     ids = [p["input_ids"] for p in prompts]
@@ -111,11 +111,11 @@ def test_conversation_shapes_and_errors() -> None:
 
 
 def test_block_size_above_the_trained_one_warns(cli, pair) -> None:
-    doc = smoke(cli, pair, *FAST, "--min-acceptance", "0", "--json", "--block-size", "12", "-p", "hi").json()
+    doc = smoke(cli, pair, *FAST, "--min-acceptance", "0", "--json", "--block-size", "12", "-p", "hi").merged()
     assert doc["exit_code"] == 0 and doc["settings"]["block_size"] == 12 and doc["settings"]["trained_block_size"] == 8
     [f] = doc["findings"]
     assert f["code"] == "DF405" and f["severity"] == "warning" and "trained block_size 8" in f["message"]
-    same = smoke(cli, pair, *FAST, "--min-acceptance", "0", "--json", "--block-size", "6", "-p", "hi").json()
+    same = smoke(cli, pair, *FAST, "--min-acceptance", "0", "--json", "--block-size", "6", "-p", "hi").merged()
     assert same["findings"] == []
 
 
@@ -123,7 +123,7 @@ def test_max_new_tokens_past_the_target_positions_is_a_usage_error(cli, pair) ->
     res = smoke(cli, pair, "-n", "5000", "-p", "hi")
     assert res.code == 2 and res.stdout == "" and res.stderr.count("\n") == 1, res.stderr
     assert "-n/--max-new-tokens 5000" in res.stderr and "max_position_embeddings 4096" in res.stderr
-    prompt_len = len(smoke(cli, pair, "-n", "1", "--json", "-p", "hi").json()["prompts"][0]["input_ids"])
+    prompt_len = len(smoke(cli, pair, "-n", "1", "--json", "-p", "hi").merged()["prompts"][0]["input_ids"])
     assert f"({prompt_len} tokens)" in res.stderr and f"use -n {4096 - prompt_len - 8} or less" in res.stderr
 
 

@@ -52,7 +52,7 @@ def smoke(draft: Path, *extra: str) -> tuple[int, dict[str, Any]]:
     pytest.importorskip("tokenizers")
     res = cli("smoke-run", str(draft), "--target", str(TARGET), "--json", *extra)
     assert res.code in (0, 1), res.stderr
-    return res.code, res.json()
+    return res.code, res.merged()
 
 
 def inspect_json(draft: Path) -> tuple[int, dict[str, Any]]:

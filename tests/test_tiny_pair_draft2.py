@@ -42,7 +42,7 @@ def smoke(draft: Path) -> tuple[int, dict[str, Any]]:
     pytest.importorskip("tokenizers")
     res = cli("smoke-run", str(draft), "--target", str(TARGET), "--json")
     assert res.code in (0, 1), res.stderr
-    return res.code, res.json()
+    return res.code, res.merged()
 
 
 def test_folders_hold_a_published_dflash2_layout() -> None:

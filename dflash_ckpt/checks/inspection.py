@@ -11,6 +11,7 @@ from dflash_ckpt.checks import run_checks
 from dflash_ckpt.checks.engines import READER_TITLES, Verdict, judge_readers
 from dflash_ckpt.errors import DFlashCkptError, InputError, split_location
 from dflash_ckpt.rules import Finding, Severity, finding
+from dflash_ckpt.result import error_json
 from dflash_ckpt.sources.base import Source
 from dflash_ckpt.sources.resolve import open_source
 from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec, read_draft_spec, read_target_spec
@@ -87,7 +88,7 @@ class InspectResult:
             "draft": self.label,
             "ok": not self.failed(strict),
             "exit_code": self.exit_code(strict),
-            "error": None if self.fatal is None else {"code": self.fatal.line_code, "message": self.fatal.message},
+            "error": error_json(self.fatal),
             "layout": d.layout if d else None,
             "generation": d.generation if d else None,
             "resolved": d.resolved_json() if d else dict.fromkeys(("block_size", "mask_token_id", "target_layer_ids", "num_target_layers")),

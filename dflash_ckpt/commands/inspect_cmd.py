@@ -5,10 +5,10 @@ from __future__ import annotations
 import re
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 from dflash_ckpt.checks.inspection import Gate, InspectResult, inspect_many
-from dflash_ckpt.commands.json_out import document, print_json
+from dflash_ckpt.commands.json_out import print_document
 from dflash_ckpt.errors import DFlashCkptError, UsageError
 from dflash_ckpt.result import ResultShape
 from dflash_ckpt.rules import Finding
@@ -53,17 +53,14 @@ def parse_engines(values: list[str]) -> list[str]:
 
 @dataclass
 class InspectRun(ResultShape):
-    """One ``inspect`` run: a result per draft (argument order) under one gate; ``error`` is what
-    stopped it before any draft was read (an unreadable target)."""
+    """One ``inspect`` run: a result per draft (argument order) under one gate."""
 
+    command: ClassVar[str] = "inspect"
     results: list[InspectResult]
     strict: bool = False
-    error: DFlashCkptError | None = None
 
     @property
     def exit_code(self) -> int:
-        if self.error is not None:
-            return self.error.exit_code
         return max(r.exit_code(self.strict) for r in self.results)
 
     @property
@@ -71,7 +68,17 @@ class InspectRun(ResultShape):
         return [f for r in self.results for f in r.findings]
 
     def to_json(self) -> dict[str, Any]:
-        return envelope(self.results, self.strict, self.exit_code, error=self.error)
+        """The draft's result; a run over several drafts has one each (``envelope()["results"]``)."""
+        if len(self.results) != 1:
+            raise ValueError(f"{len(self.results)} drafts were inspected: read envelope()['results']")
+        return self.results[0].to_json(self.strict)
+
+    def results_json(self) -> list[dict[str, Any]]:
+        return [r.to_json(self.strict) for r in self.results]
+
+    def run_error(self) -> DFlashCkptError | None:
+        """The first draft that could not be read (exit 2); each result carries its own too."""
+        return next((r.fatal for r in self.results if r.fatal is not None), None)
 
 
 def run_inspect(draft: str | Sequence[str], target: str | None = None, *, revision: str | None = None,
@@ -92,18 +99,11 @@ def run_inspect(draft: str | Sequence[str], target: str | None = None, *, revisi
 
 def report_inspect(run: Callable[[], InspectRun], *, json_out: bool, quiet: bool, strict: bool,
                    output_format: str = "json") -> int:
-    """Run, print the report or the document (``output_format``: json, github or sarif; also when
-    the target is unreadable), return the exit code."""
-    try:
-        result = run()
-    except DFlashCkptError as err:
-        if not json_out:
-            raise  # the CLI prints its line, exit 2
-        _emit(InspectRun([], strict=strict, error=err).to_dict(), output_format)
-        print(err.line(), file=sys.stderr)
-        return err.exit_code
+    """Run, print the report or the document (``output_format``: json, github or sarif), return the
+    exit code (an error that stops the run is the CLI's: its line, and with ``--json`` the envelope)."""
+    result = run()
     if json_out:
-        _emit(result.to_dict(), output_format)
+        print_document(result.envelope(), output_format)
         return result.exit_code
     from dflash_ckpt.commands.output import make_console, render_result, render_summary  # rich: people only
 
@@ -118,27 +118,3 @@ def report_inspect(run: Callable[[], InspectRun], *, json_out: bool, quiet: bool
     else:
         render_summary(console, results, quiet=quiet, strict=strict)
     return result.exit_code
-
-
-def _emit(doc: dict[str, Any], output_format: str) -> None:
-    """The run's document on stdout: as JSON, or as GitHub annotations or SARIF (``output_formats``)."""
-    if output_format == "json":
-        print_json(doc)
-        return
-    from dflash_ckpt.output_formats import render
-
-    sys.stdout.write(render(doc, output_format))
-
-
-def envelope(results: list[InspectResult], strict: bool, code: int, error: DFlashCkptError | None = None) -> dict[str, Any]:
-    """The one JSON document of a run, the same shape for one draft or many; ``error`` is what
-    stopped the run before any draft was checked (an unreadable target)."""
-    return document(
-        "inspect",
-        ok=error is None and all(not r.failed(strict) for r in results),
-        exit_code=code,
-        error=None if error is None else {"code": error.line_code, "message": error.message},
-        results=[r.to_json(strict) for r in results],
-    )
-
-

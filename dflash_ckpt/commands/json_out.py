@@ -1,7 +1,9 @@
 """The machine side of the output sink: one JSON document per run, on stdout.
 
-Every command's document starts with ``schema_version`` and ``command``, so a script can tell
-what it reads before it reads it. rich is not imported on this path.
+Every command's document is the envelope of ``result.document`` (``schema_version``, ``command``,
+``ok``, ``exit_code``, ``error``, ``results``). A command body that was asked for ``--json`` says
+so (``want_json``); if it stops on an error before printing its document, the CLI prints the
+envelope with that error (``pending``). rich is not imported on this path.
 """
 
 from __future__ import annotations
@@ -10,15 +12,39 @@ import json
 import sys
 from typing import Any
 
-#: Bumped when a field of any command's document changes meaning or is removed (added fields do not).
-SCHEMA_VERSION = 1
+from dflash_ckpt.result import SCHEMA_VERSION, document
+
+__all__ = ["SCHEMA_VERSION", "document", "pending", "print_document", "print_json", "want_json"]
+
+_pending: list[tuple[str, str]] = []
 
 
-def document(command: str, **fields: Any) -> dict[str, Any]:
-    """A command's document: the version and the command first, then ``fields`` in order."""
-    return {"schema_version": SCHEMA_VERSION, "command": command, **fields}
+def want_json(command: str, json_out: bool, output_format: str = "json") -> None:
+    """Note that ``command`` owes a document on stdout (with ``--json``; ``output_format`` json,
+    github or sarif for inspect's ``--output-format``)."""
+    _pending[:] = [(command, output_format)] if json_out else []
+
+
+def pending() -> tuple[str, str] | None:
+    """``(command, output_format)`` of a command asked for ``--json`` that has printed no document
+    yet (taken once)."""
+    owed = _pending[0] if _pending else None
+    _pending.clear()
+    return owed
 
 
 def print_json(doc: Any) -> None:
     """One JSON document on stdout."""
+    _pending.clear()
     sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+
+
+def print_document(doc: dict[str, Any], output_format: str = "json") -> None:
+    """The run's document on stdout: as JSON, or as GitHub annotations or SARIF (``output_formats``)."""
+    if output_format == "json":
+        print_json(doc)
+        return
+    from dflash_ckpt.output_formats import render
+
+    _pending.clear()
+    sys.stdout.write(render(doc, output_format))

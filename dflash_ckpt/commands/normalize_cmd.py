@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 import typer
 
-from dflash_ckpt.commands.options import JsonOpt, QuietOpt, RevisionOpt, TokenOpt, silence_progress
+from dflash_ckpt.commands.options import JsonOpt, QuietOpt, RevisionOpt, TokenOpt, silence_progress, want_json
 
 
 class Prefer(str, Enum):
@@ -60,6 +60,7 @@ def register(app: typer.Typer) -> None:
         """
         from dflash_ckpt.commands.normalize_run import make_request
 
+        want_json("normalize", json_out)
         silence_progress(json_out or quiet)
         req = make_request(
             draft, out, in_place=in_place, no_backup=no_backup, check=check, dry_run=dry_run, force=force, copy=copy,
@@ -79,7 +80,7 @@ def report_normalize(req: Any) -> int:
     if req.json_out:  # rich stays unimported on the machine path
         from dflash_ckpt.commands.json_out import print_json
 
-        print_json(outcome.to_dict())
+        print_json(outcome.envelope())
         if outcome.error is not None:  # stdout stays one document; the line is for the log
             print(outcome.error.line("dflash-ckpt normalize"), file=sys.stderr)
         return outcome.exit_code

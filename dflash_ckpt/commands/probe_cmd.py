@@ -15,7 +15,7 @@ from dflash_ckpt.commands.options import (DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_AC
                                           DeviceOpt, DraftArg, DraftDtypeOpt, IgnoreEosOpt, NoChatTemplateOpt,
                                           PairTargetOpt, PromptOpt, PromptsFileOpt, QuietOpt, RevisionOpt,
                                           TargetDtypeOpt, ThinkingOpt, TokenizerOpt, TokenOpt, require_run_extra,
-                                          silence_progress)
+                                          silence_progress, want_json)
 
 
 def register(app: typer.Typer) -> None:
@@ -54,6 +54,7 @@ def register(app: typer.Typer) -> None:
         matches the configured ids (if any); 1 when the configured ids lose (DF410), nothing works
         (DF411) or the pair fails inspect's checks; 2 usage error.
         """
+        want_json("probe-taps", json_out)
         require_run_extra("probe-taps")
         silence_progress(json_out or quiet)
         from dflash_ckpt.commands.options import loading_note

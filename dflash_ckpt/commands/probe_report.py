@@ -29,7 +29,7 @@ def report_probe(run: Callable[..., ProbeResult], *, json_out: bool, quiet: bool
     else:
         res = run(log=log, copy_progress=copy)
     if json_out:
-        print_json(res.to_dict())
+        print_json(res.envelope())
         return res.exit_code
     if quiet:
         render_errors(console, res)

@@ -23,18 +23,17 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 from dflash_ckpt.checks import run_checks
 from dflash_ckpt.checks.run_findings import probe_findings, verdict
 from dflash_ckpt.checks.run_findings import probe_findings, refuse_unclear_write, unclear_findings, verdict
 from dflash_ckpt.checks.target_config import check_target_config
-from dflash_ckpt.commands.json_out import SCHEMA_VERSION
 from dflash_ckpt.commands.options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_ACCEPTANCE
 from dflash_ckpt.runtime.probe_search import (EXHAUSTIVE_MAX, KEEP_EXACT, Measured, SearchResult, TapSet, configured_problem,
                                               search_taps)
 from dflash_ckpt.errors import CheckFailed, DFlashCkptError, InputError, UsageError
-from dflash_ckpt.result import ResultShape
+from dflash_ckpt.result import ResultShape, error_json
 from dflash_ckpt.rules import Finding, Severity
 from dflash_ckpt.runtime.backend import select_backend
 from dflash_ckpt.runtime.loading import dtype_name, inventory, load_draft
@@ -70,6 +69,7 @@ class ProbeOptions(RunOptions):
 
 @dataclass
 class ProbeResult(ResultShape):
+    command: ClassVar[str] = "probe-taps"
     draft_label: str
     target_label: str
     options: ProbeOptions
@@ -118,6 +118,9 @@ class ProbeResult(ResultShape):
             return 1
         return self.write_error.exit_code if self.write_error is not None else 0
 
+    def run_error(self) -> DFlashCkptError | None:
+        return self.write_error
+
     def confidence(self) -> dict[str, Any]:
         """Best against runner-up: the gap in tau, relative to the best, and in standard errors."""
         best, second = self.best, self.runner_up
@@ -144,10 +147,6 @@ class ProbeResult(ResultShape):
         s, o = self.search, self.options
         conf = self.candidate(self.configured)
         return {
-            "schema_version": SCHEMA_VERSION,
-            "command": "probe-taps",
-            "ok": self.exit_code == 0,
-            "exit_code": self.exit_code,
             "draft": self.draft_label,
             "target": self.target_label,
             "refused": bool(self.refused),
@@ -226,7 +225,7 @@ def run_probe_taps(draft: str, target: str, *, prompt: Sequence[str] = (), promp
             res.write = write_copy(res, quiet=not copy_progress)
         except DFlashCkptError as err:
             res.write_error = err
-            res.write = {"written": False, "error": {"code": err.code, "message": err.message}}
+            res.write = {"written": False, "error": error_json(err)}
     return res
 
 

@@ -14,7 +14,7 @@ from dflash_ckpt.commands.options import (DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_AC
                                           DeviceOpt, DraftArg, DraftDtypeOpt, IgnoreEosOpt, NoChatTemplateOpt,
                                           PairTargetOpt, PromptOpt, PromptsFileOpt, QuietOpt, RevisionOpt,
                                           TargetDtypeOpt, ThinkingOpt, TokenizerOpt, TokenOpt, require_run_extra,
-                                          silence_progress)
+                                          silence_progress, want_json)
 
 
 def register(app: typer.Typer) -> None:
@@ -63,6 +63,7 @@ def register(app: typer.Typer) -> None:
         Exit 0 pass; 1 refused by inspect's checks, output differs beyond a tie, tau below
         --min-acceptance, or overflow; 2 usage error, a pair neither backend supports, or a target too big for the device.
         """
+        want_json("smoke-run", json_out)
         require_run_extra("smoke-run")
         silence_progress(json_out or quiet)
         from dflash_ckpt.commands.options import loading_note

@@ -165,7 +165,7 @@ def report_smoke(run: Callable[..., SmokeResult], *, json_out: bool, quiet: bool
     else:
         result = run(log=log)
     if json_out:
-        print_json(result.to_dict())
+        print_json(result.envelope())
     else:
         render_smoke(console, result, quiet=quiet, show_text=show_text)
     return result.exit_code

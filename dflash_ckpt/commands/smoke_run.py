@@ -24,13 +24,12 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 from dflash_ckpt.checks.acceptance import refuse_unimplemented
 from dflash_ckpt.checks.inspection import InspectResult, inspect_sources
 from dflash_ckpt.checks.run_findings import prompt_format_causes, smoke_findings, special_token_texts
 from dflash_ckpt.checks.target_config import check_target_config
-from dflash_ckpt.commands.json_out import SCHEMA_VERSION as JSON_SCHEMA_VERSION  # one version for every document
 from dflash_ckpt.commands.options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_ACCEPTANCE
 from dflash_ckpt.errors import UsageError
 from dflash_ckpt.result import ResultShape
@@ -65,6 +64,7 @@ class SmokeOptions(RunOptions):
 
 @dataclass
 class SmokeResult(ResultShape):
+    command: ClassVar[str] = "smoke-run"
     draft_label: str
     target_label: str
     options: SmokeOptions
@@ -102,10 +102,6 @@ class SmokeResult(ResultShape):
     def to_json(self) -> dict[str, Any]:
         o = self.options
         return {
-            "schema_version": JSON_SCHEMA_VERSION,
-            "command": "smoke-run",
-            "ok": self.exit_code == 0,
-            "exit_code": self.exit_code,
             "draft": self.draft_label,
             "target": self.target_label,
             "refused": self.refused,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 from dflash_ckpt.result import ResultShape
 
@@ -79,21 +79,19 @@ class Outcome(ResultShape):
     backup: Path | None = None
     error: DFlashCkptError | None = None
     exit_code: int = 0
+    command: ClassVar[str] = "normalize"
+
+    def run_error(self) -> DFlashCkptError | None:
+        return self.error
 
     def to_json(self) -> dict[str, Any]:
+        """The run's result (``results[0]`` of the envelope; its refusal is the envelope's ``error``)."""
         plan, req = self.plan, self.req
-        from dflash_ckpt.commands.json_out import SCHEMA_VERSION
-
         return {
-            "schema_version": SCHEMA_VERSION,
-            "command": "normalize",
             "draft": self.label,
             "draft_path": str(self.draft_dir) if self.draft_dir else None,
             "out": str(req.out) if req.out else None,
             "mode": req.mode,
-            "ok": self.exit_code == 0,
-            "exit_code": self.exit_code,
-            "error": None if self.error is None else {"code": self.error.line_code, "message": self.error.message},
             "canonical": None if plan is None else not plan.changed,
             "changed": None if plan is None else plan.changed,
             "layout_before": self.before.layout if self.before else None,

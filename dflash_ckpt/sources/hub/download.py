@@ -43,7 +43,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from dflash_ckpt import __version__, limits
+from dflash_ckpt import limits
+from dflash_ckpt._version import __version__
 from dflash_ckpt.sources.hub.budget import Budget
 from dflash_ckpt.sources.hub.errors import ContentMismatch, DeadlineExceeded, ProtocolError, is_retryable
 from dflash_ckpt.sources.hub.ids import inside, is_git_id, is_sha256

@@ -26,7 +26,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from dflash_ckpt import __version__, limits
+from dflash_ckpt import limits
+from dflash_ckpt._version import __version__
 from dflash_ckpt.sources.hub.budget import Budget
 from dflash_ckpt.sources.hub.cache import RepoCache, RepoListing, hf_hub_cache, hf_offline
 from dflash_ckpt.sources.hub.download import (
