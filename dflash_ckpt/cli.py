@@ -14,8 +14,9 @@ from typing import Any, List, Literal, Optional
 import typer
 
 from dflash_ckpt._version import __version__
-from dflash_ckpt.commands.options import JsonOpt, QuietOpt, RevisionOpt, TokenOpt, reflow_help, silence_progress, want_json
+from dflash_ckpt.commands.options import JsonOpt, QuietOpt, RevisionOpt, TokenOpt, silence_progress, want_json
 from dflash_ckpt.errors import PROGRAM, DFlashCkptError, UsageError, error_line
+from dflash_ckpt.terminal import reflow_help
 
 OutputFormat = Literal["text", "json", "github", "sarif"]  # output_formats.OUTPUT_FORMATS, without importing it at start-up
 

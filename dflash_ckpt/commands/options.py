@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import os
 import sys
-from contextlib import contextmanager
-from typing import Iterator
 
 import typer
 
@@ -77,56 +75,3 @@ def require_run_extra(command: str) -> None:
         from dflash_ckpt.errors import UsageError
 
         raise UsageError(f"{command} needs {', '.join(missing)}: {RUN_EXTRA_HINT}")
-
-
-@contextmanager
-def loading_note(command: str, draft: str, target: str, silent: bool) -> Iterator[None]:
-    """While torch and the runtime load (seconds of silence otherwise), one line on a terminal's
-    stderr saying so; it is erased when the block ends, so the command's own lines (or its one
-    error line) follow on a clean line. Nothing with ``-q``/``--json`` or off a terminal."""
-    show = not silent and sys.stderr.isatty()
-    if show:
-        from dflash_ckpt.errors import inert
-
-        sys.stderr.write(inert(f"{command}: loading torch and the reference runtime for {draft} on {target} ..."))
-        sys.stderr.flush()
-    try:
-        yield
-    finally:
-        if show:
-            sys.stderr.write("\r\x1b[K")
-            sys.stderr.flush()
-
-
-def reflow(doc: str | None) -> str | None:
-    """A command's docstring as help text that the terminal wraps, not the source file.
-
-    typer's rich help keeps every line break after the first paragraph, so a docstring wrapped
-    at 100 columns in the source breaks mid-sentence at 80 and leaves short lines at 120. Each
-    paragraph becomes one line (list items, ``- ...``, keep their own line)."""
-    if not doc:
-        return doc
-    import inspect
-    import re
-
-    paragraphs = inspect.cleandoc(doc).split("\n\n")
-    out = []
-    for para in paragraphs:
-        lines = [line.strip() for line in para.splitlines() if line.strip()]
-        text = ""
-        for line in lines:
-            if text and not re.match(r"([-*•]|\d+[.)]) ", line):
-                text += " " + line
-            else:
-                text += ("\n" if text else "") + line
-        out.append(text)
-    return "\n\n".join(out)
-
-
-def reflow_help(app: typer.Typer) -> None:
-    """``reflow`` every command's help (its ``help=`` or its docstring) and the app's own."""
-    for info in app.registered_commands:
-        info.help = reflow(info.help or (info.callback.__doc__ if info.callback else None))
-    if app.registered_callback is not None:
-        cb = app.registered_callback
-        cb.help = reflow(cb.help or (cb.callback.__doc__ if cb.callback else None))

@@ -57,7 +57,7 @@ def register(app: typer.Typer) -> None:
         want_json("probe-taps", json_out)
         require_run_extra("probe-taps")
         silence_progress(json_out or quiet)
-        from dflash_ckpt.commands.options import loading_note
+        from dflash_ckpt.terminal import loading_note
 
         with loading_note("probe-taps", draft, target, json_out or quiet):
             from dflash_ckpt.commands.probe_report import report_probe

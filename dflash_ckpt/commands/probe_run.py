@@ -21,179 +21,30 @@ reaches ``--min-acceptance`` (DF411), or the pair fails inspect's checks; 2 for 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Sequence
+from typing import Any, Callable, Sequence
 
 from dflash_ckpt.checks import run_checks
-from dflash_ckpt.checks.run_findings import probe_findings, verdict
-from dflash_ckpt.checks.run_findings import probe_findings, refuse_unclear_write, unclear_findings, verdict
+from dflash_ckpt.checks.run_findings import probe_findings, unclear_findings
 from dflash_ckpt.checks.target_config import check_target_config
 from dflash_ckpt.commands.options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_ACCEPTANCE
-from dflash_ckpt.runtime.probe_search import (EXHAUSTIVE_MAX, KEEP_EXACT, Measured, SearchResult, TapSet, configured_problem,
+from dflash_ckpt.runtime.probe_search import (KEEP_EXACT, Measured, TapSet, configured_problem,
                                               search_taps)
-from dflash_ckpt.errors import CheckFailed, DFlashCkptError, InputError, UsageError
-from dflash_ckpt.result import ResultShape, error_json
-from dflash_ckpt.rules import Finding, Severity
+from dflash_ckpt.errors import DFlashCkptError, InputError, UsageError
+from dflash_ckpt.result import error_json
+from dflash_ckpt.rules import Severity
 from dflash_ckpt.runtime.backend import select_backend
 from dflash_ckpt.runtime.loading import dtype_name, inventory, load_draft
 from dflash_ckpt.runtime.loops import make_loop
 from dflash_ckpt.runtime.measure import Candidate
-from dflash_ckpt.runtime.plan import RunOptions, encode_prompts, plan_run, resolve_folders, set_threads
+from dflash_ckpt.runtime.plan import encode_prompts, plan_run, resolve_folders, set_threads
 from dflash_ckpt.runtime.probe_evidence import Session, candidate_bar, settle
+from dflash_ckpt.runtime.probe_result import CONFIRM, DEFAULT_TOP, ProbeOptions, ProbeResult
+from dflash_ckpt.normalize.measured import write_copy
 from dflash_ckpt.runtime.probe import measure, reading_taps, record
 from dflash_ckpt.sources.local import LocalSource
 from dflash_ckpt.sources.prompts import stop_token_ids
 from dflash_ckpt.draftspec.specs import TargetSpec, as_int, fc_taps, read_draft_spec, read_target_spec, with_layer_ids
-
-#: Finalists re-measured with the real loop (the best and the runner-up: the gap is between them).
-CONFIRM = 2
-DEFAULT_TOP = 5
-
-
-@dataclass
-class ProbeOptions(RunOptions):
-    """``RunOptions`` and probe-taps' own."""
-
-    budget: int | None = None
-    top: int = DEFAULT_TOP
-    write: Path | None = None
-    force: bool = False
-
-    def validate_own(self) -> None:
-        if self.budget is not None and self.budget < 1:
-            raise UsageError(f"--budget {self.budget}: must be at least 1 candidate")
-        if self.top < 1:
-            raise UsageError(f"--top {self.top}: must be at least 1")
-
-
-@dataclass
-class ProbeResult(ResultShape):
-    command: ClassVar[str] = "probe-taps"
-    draft_label: str
-    target_label: str
-    options: ProbeOptions
-    draft_path: str = ""
-    target_path: str = ""
-    depth: int = 0
-    k: int = 0
-    configured: TapSet | None = None
-    configured_problem: str | None = None
-    refused: list[Finding] = field(default_factory=list)
-    findings: list[Finding] = field(default_factory=list)
-    search: SearchResult | None = None
-    ranked: list[Candidate] = field(default_factory=list)
-    prompts: list[dict[str, Any]] = field(default_factory=list)
-    draft_forwards: int = 0
-    record_s: float = 0.0
-    confirm_s: float = 0.0
-    device: str | None = None
-    draft_dtype: str | None = None
-    target_dtype: str | None = None
-    block_size: int | None = None
-    stop_token_ids: list[int] = field(default_factory=list)
-    write: dict[str, Any] | None = None
-    #: Why ``--write`` wrote nothing (the run itself may have passed).
-    write_error: DFlashCkptError | None = None
-    backend: str | None = None
-    #: How a narrow lead was measured again (``probe_evidence.settle``).
-    evidence: dict[str, Any] | None = None
-
-    @property
-    def best(self) -> Candidate | None:
-        return self.ranked[0] if self.ranked else None
-
-    @property
-    def runner_up(self) -> Candidate | None:
-        return self.ranked[1] if len(self.ranked) > 1 else None
-
-    def candidate(self, ids: Sequence[int] | None) -> Candidate | None:
-        if ids is None:
-            return None
-        return next((c for c in self.ranked if c.target_layer_ids == tuple(ids)), None)
-
-    @property
-    def exit_code(self) -> int:
-        if self.refused or any(f.severity == Severity.ERROR for f in self.findings):
-            return 1
-        return self.write_error.exit_code if self.write_error is not None else 0
-
-    def run_error(self) -> DFlashCkptError | None:
-        return self.write_error
-
-    def confidence(self) -> dict[str, Any]:
-        """Best against runner-up: the gap in tau, relative to the best, and in standard errors."""
-        best, second = self.best, self.runner_up
-        if best is None or second is None or best.tau is None:
-            return {"gap": None, "relative_gap": None, "z": None, "verdict": "single candidate"}
-        if second.tau is None:  # only bounds behind the best (a search cut short by its budget)
-            return {"gap": None, "relative_gap": None, "z": None, "verdict": "unknown"}
-        return {
-            "gap": best.tau - second.tau,
-            "relative_gap": (best.tau - second.tau) / best.tau if best.tau else None,
-            "z": best.z_over(second),
-            "verdict": verdict(best.z_over(second)),
-        }
-
-    def normalize_command(self) -> str | None:
-        """The normalize line that writes the winner, where normalize can (no ids configured)."""
-        best = self.best
-        if best is None or self.configured is not None:
-            return None
-        ids = ",".join(str(i) for i in best.target_layer_ids)
-        return f"dflash-ckpt normalize {self.draft_path or self.draft_label} OUT --target-layer-ids {ids}"
-
-    def to_json(self) -> dict[str, Any]:
-        s, o = self.search, self.options
-        conf = self.candidate(self.configured)
-        return {
-            "draft": self.draft_label,
-            "target": self.target_label,
-            "refused": bool(self.refused),
-            "precheck": [f.to_json() for f in self.refused],
-            "findings": [f.to_json() for f in self.findings],
-            "settings": {
-                "device": self.device, "backend": self.backend, "draft_dtype": self.draft_dtype, "target_dtype": self.target_dtype,
-                "block_size": self.block_size, "max_new_tokens": o.max_new_tokens,
-                "min_acceptance": o.min_acceptance, "chat_template": o.chat_template, "thinking": o.thinking,
-                "custom_prompts": bool(o.prompts or o.prompts_file), "stop_token_ids": self.stop_token_ids,
-            },
-            "depth": self.depth,
-            "taps": self.k,
-            "configured": None if self.configured is None and self.configured_problem is None else {
-                "target_layer_ids": list(self.configured) if self.configured is not None else None,
-                "problem": self.configured_problem,
-                "tau": conf.tau if conf else None,
-                "rank": self.ranked.index(conf) + 1 if conf else None,
-                "is_best": conf is not None and conf is self.best,
-                "gap_to_best": self.best.tau - conf.tau if conf and self.best and conf.tau is not None else None,
-                "z_to_best": self.best.z_over(conf) if conf and self.best and conf is not self.best else None,
-            },
-            "best": self.best.to_json() if self.best else None,
-            "runner_up": self.runner_up.to_json() if self.runner_up else None,
-            "confidence": self.confidence(),
-            "search": None if s is None else {
-                "method": s.method,
-                "space": s.space,
-                "exhaustive_max": EXHAUSTIVE_MAX,
-                "evaluated": s.evaluated,
-                "budget": o.budget,
-                "budget_exhausted": s.budget_exhausted,
-                "stopped_early": len(s.bounds),
-                "finalists": sum(1 for c in self.ranked if c.tau_loop is not None),
-                "starts": [list(x) for x in s.starts],
-                "draft_forwards": self.draft_forwards,
-                "record_s": self.record_s,
-                "search_s": s.seconds,
-                "confirm_s": self.confirm_s,
-            },
-            "prompts": self.prompts,
-            "ranked": [c.to_json() for c in self.ranked],
-            "normalize_command": self.normalize_command(),
-            "write": self.write,
-            "evidence": self.evidence,
-        }
-
 
 # -- the run -----------------------------------------------------------------------------------
 
@@ -348,40 +199,4 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None, prog
     return result
 
 
-# -- --write -----------------------------------------------------------------------------------
-
-
-def write_copy(result: ProbeResult, *, quiet: bool) -> dict[str, Any]:
-    """A normalized copy of the draft in ``--write OUT`` with the winner's ids (the normalize run)."""
-    # normalize's run without its printing: the outcome lands in probe-taps' own report and JSON.
-    from dflash_ckpt.normalize.run import Outcome, Request, normalize_into
-    from dflash_ckpt.normalize.plan import Overrides
-
-    opts = result.options
-    best = result.best
-    assert opts.write is not None and best is not None
-    if best.tau < opts.min_acceptance:
-        raise UsageError(f"--write {opts.write}: nothing written, no tap set reaches tau {opts.min_acceptance:g} "
-                         f"(best {list(best.target_layer_ids)} at {best.tau:.2f})")
-    refuse_unclear_write(result)
-    replace: tuple[tuple[str, str], ...] = ()
-    if result.configured is not None and result.configured != best.target_layer_ids:
-        if not any(f.code == "DF410" for f in result.findings):
-            raise CheckFailed(
-                f"--write {opts.write}: nothing written; the configured target_layer_ids {list(result.configured)} "
-                f"trail {list(best.target_layer_ids)} only within measurement noise, so they stay; more prompts "
-                "(--prompts) or tokens (-n) separate the two")
-        # normalize supplies only missing keys; a measured winner may replace the configured ids.
-        replace = (("target_layer_ids", f"measured by probe-taps (tau {best.tau:.2f})"),)
-    req = Request(
-        draft=result.draft_path, out=opts.write.expanduser(), in_place=False, backup=True, check=False,
-        dry_run=False, force=opts.force, copy=False, prefer=None, mirrors=True,
-        overrides=Overrides(target_layer_ids=list(best.target_layer_ids), replace=replace), target=result.target_path or None, revision=None,
-        token=opts.token, json_out=True, quiet=quiet,
-    )
-    oc = Outcome(req=req, label=req.draft)
-    normalize_into(req, oc)
-    return oc.to_json()
-
-
-__all__ = ["ProbeOptions", "ProbeResult", "run_probe", "run_probe_taps", "write_copy"]
+__all__ = ["CONFIRM", "Candidate", "ProbeOptions", "ProbeResult", "run_probe", "run_probe_taps", "write_copy"]

@@ -66,7 +66,7 @@ def register(app: typer.Typer) -> None:
         want_json("smoke-run", json_out)
         require_run_extra("smoke-run")
         silence_progress(json_out or quiet)
-        from dflash_ckpt.commands.options import loading_note
+        from dflash_ckpt.terminal import loading_note
 
         with loading_note("smoke-run", draft, target, json_out or quiet):
             from dflash_ckpt.commands.smoke_report import report_smoke

@@ -1,0 +1,46 @@
+"""``probe-taps --write OUT``: a normalized copy of the draft with the measured winner's tap ids.
+
+It goes through normalize's own run (``normalize.run.normalize_into``) without its printing, so
+the copy is exactly what ``dflash-ckpt normalize DRAFT OUT --target-layer-ids ...`` writes; the
+outcome lands in probe-taps' own report and JSON. ``result`` is probe-taps' ``ProbeResult``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dflash_ckpt.checks.run_findings import refuse_unclear_write
+from dflash_ckpt.errors import CheckFailed, UsageError
+
+
+def write_copy(result: Any, *, quiet: bool) -> dict[str, Any]:
+    """A normalized copy of the draft in ``--write OUT`` with the winner's ids (the normalize run)."""
+    # normalize's run without its printing: the outcome lands in probe-taps' own report and JSON.
+    from dflash_ckpt.normalize.run import Outcome, Request, normalize_into
+    from dflash_ckpt.normalize.plan import Overrides
+
+    opts = result.options
+    best = result.best
+    assert opts.write is not None and best is not None
+    if best.tau < opts.min_acceptance:
+        raise UsageError(f"--write {opts.write}: nothing written, no tap set reaches tau {opts.min_acceptance:g} "
+                         f"(best {list(best.target_layer_ids)} at {best.tau:.2f})")
+    refuse_unclear_write(result)
+    replace: tuple[tuple[str, str], ...] = ()
+    if result.configured is not None and result.configured != best.target_layer_ids:
+        if not any(f.code == "DF410" for f in result.findings):
+            raise CheckFailed(
+                f"--write {opts.write}: nothing written; the configured target_layer_ids {list(result.configured)} "
+                f"trail {list(best.target_layer_ids)} only within measurement noise, so they stay; more prompts "
+                "(--prompts) or tokens (-n) separate the two")
+        # normalize supplies only missing keys; a measured winner may replace the configured ids.
+        replace = (("target_layer_ids", f"measured by probe-taps (tau {best.tau:.2f})"),)
+    req = Request(
+        draft=result.draft_path, out=opts.write.expanduser(), in_place=False, backup=True, check=False,
+        dry_run=False, force=opts.force, copy=False, prefer=None, mirrors=True,
+        overrides=Overrides(target_layer_ids=list(best.target_layer_ids), replace=replace), target=result.target_path or None, revision=None,
+        token=opts.token, json_out=True, quiet=quiet,
+    )
+    oc = Outcome(req=req, label=req.draft)
+    normalize_into(req, oc)
+    return oc.to_json()

@@ -1,0 +1,171 @@
+"""probe-taps' options and result: what a run was asked, what it measured, and its JSON result.
+
+Plain data over the runtime's candidates (``measure.Candidate``) and search (``probe_search``);
+the run that fills it is ``commands/probe_run.run_probe``, the verdict thresholds are
+``checks/run_findings.verdict``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Sequence
+
+from dflash_ckpt.checks.run_findings import verdict
+from dflash_ckpt.errors import DFlashCkptError, UsageError
+from dflash_ckpt.result import ResultShape
+from dflash_ckpt.rules import Finding, Severity
+from dflash_ckpt.runtime.measure import Candidate
+from dflash_ckpt.runtime.plan import RunOptions
+from dflash_ckpt.runtime.probe_search import EXHAUSTIVE_MAX, SearchResult, TapSet
+
+#: Finalists re-measured with the real loop (the best and the runner-up: the gap is between them).
+CONFIRM = 2
+DEFAULT_TOP = 5
+
+
+@dataclass
+class ProbeOptions(RunOptions):
+    """``RunOptions`` and probe-taps' own."""
+
+    budget: int | None = None
+    top: int = DEFAULT_TOP
+    write: Path | None = None
+    force: bool = False
+
+    def validate_own(self) -> None:
+        if self.budget is not None and self.budget < 1:
+            raise UsageError(f"--budget {self.budget}: must be at least 1 candidate")
+        if self.top < 1:
+            raise UsageError(f"--top {self.top}: must be at least 1")
+
+
+@dataclass
+class ProbeResult(ResultShape):
+    command: ClassVar[str] = "probe-taps"
+    draft_label: str
+    target_label: str
+    options: ProbeOptions
+    draft_path: str = ""
+    target_path: str = ""
+    depth: int = 0
+    k: int = 0
+    configured: TapSet | None = None
+    configured_problem: str | None = None
+    refused: list[Finding] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    search: SearchResult | None = None
+    ranked: list[Candidate] = field(default_factory=list)
+    prompts: list[dict[str, Any]] = field(default_factory=list)
+    draft_forwards: int = 0
+    record_s: float = 0.0
+    confirm_s: float = 0.0
+    device: str | None = None
+    draft_dtype: str | None = None
+    target_dtype: str | None = None
+    block_size: int | None = None
+    stop_token_ids: list[int] = field(default_factory=list)
+    write: dict[str, Any] | None = None
+    #: Why ``--write`` wrote nothing (the run itself may have passed).
+    write_error: DFlashCkptError | None = None
+    backend: str | None = None
+    #: How a narrow lead was measured again (``probe_evidence.settle``).
+    evidence: dict[str, Any] | None = None
+
+    @property
+    def best(self) -> Candidate | None:
+        return self.ranked[0] if self.ranked else None
+
+    @property
+    def runner_up(self) -> Candidate | None:
+        return self.ranked[1] if len(self.ranked) > 1 else None
+
+    def candidate(self, ids: Sequence[int] | None) -> Candidate | None:
+        if ids is None:
+            return None
+        return next((c for c in self.ranked if c.target_layer_ids == tuple(ids)), None)
+
+    @property
+    def exit_code(self) -> int:
+        if self.refused or any(f.severity == Severity.ERROR for f in self.findings):
+            return 1
+        return self.write_error.exit_code if self.write_error is not None else 0
+
+    def run_error(self) -> DFlashCkptError | None:
+        return self.write_error
+
+    def confidence(self) -> dict[str, Any]:
+        """Best against runner-up: the gap in tau, relative to the best, and in standard errors."""
+        best, second = self.best, self.runner_up
+        if best is None or second is None or best.tau is None:
+            return {"gap": None, "relative_gap": None, "z": None, "verdict": "single candidate"}
+        if second.tau is None:  # only bounds behind the best (a search cut short by its budget)
+            return {"gap": None, "relative_gap": None, "z": None, "verdict": "unknown"}
+        return {
+            "gap": best.tau - second.tau,
+            "relative_gap": (best.tau - second.tau) / best.tau if best.tau else None,
+            "z": best.z_over(second),
+            "verdict": verdict(best.z_over(second)),
+        }
+
+    def normalize_command(self) -> str | None:
+        """The normalize line that writes the winner, where normalize can (no ids configured)."""
+        best = self.best
+        if best is None or self.configured is not None:
+            return None
+        ids = ",".join(str(i) for i in best.target_layer_ids)
+        return f"dflash-ckpt normalize {self.draft_path or self.draft_label} OUT --target-layer-ids {ids}"
+
+    def to_json(self) -> dict[str, Any]:
+        s, o = self.search, self.options
+        conf = self.candidate(self.configured)
+        return {
+            "draft": self.draft_label,
+            "target": self.target_label,
+            "refused": bool(self.refused),
+            "precheck": [f.to_json() for f in self.refused],
+            "findings": [f.to_json() for f in self.findings],
+            "settings": {
+                "device": self.device, "backend": self.backend, "draft_dtype": self.draft_dtype, "target_dtype": self.target_dtype,
+                "block_size": self.block_size, "max_new_tokens": o.max_new_tokens,
+                "min_acceptance": o.min_acceptance, "chat_template": o.chat_template, "thinking": o.thinking,
+                "custom_prompts": bool(o.prompts or o.prompts_file), "stop_token_ids": self.stop_token_ids,
+            },
+            "depth": self.depth,
+            "taps": self.k,
+            "configured": None if self.configured is None and self.configured_problem is None else {
+                "target_layer_ids": list(self.configured) if self.configured is not None else None,
+                "problem": self.configured_problem,
+                "tau": conf.tau if conf else None,
+                "rank": self.ranked.index(conf) + 1 if conf else None,
+                "is_best": conf is not None and conf is self.best,
+                "gap_to_best": self.best.tau - conf.tau if conf and self.best and conf.tau is not None else None,
+                "z_to_best": self.best.z_over(conf) if conf and self.best and conf is not self.best else None,
+            },
+            "best": self.best.to_json() if self.best else None,
+            "runner_up": self.runner_up.to_json() if self.runner_up else None,
+            "confidence": self.confidence(),
+            "search": None if s is None else {
+                "method": s.method,
+                "space": s.space,
+                "exhaustive_max": EXHAUSTIVE_MAX,
+                "evaluated": s.evaluated,
+                "budget": o.budget,
+                "budget_exhausted": s.budget_exhausted,
+                "stopped_early": len(s.bounds),
+                "finalists": sum(1 for c in self.ranked if c.tau_loop is not None),
+                "starts": [list(x) for x in s.starts],
+                "draft_forwards": self.draft_forwards,
+                "record_s": self.record_s,
+                "search_s": s.seconds,
+                "confirm_s": self.confirm_s,
+            },
+            "prompts": self.prompts,
+            "ranked": [c.to_json() for c in self.ranked],
+            "normalize_command": self.normalize_command(),
+            "write": self.write,
+            "evidence": self.evidence,
+        }
+
+
+__all__ = ["CONFIRM", "DEFAULT_TOP", "ProbeOptions", "ProbeResult"]
