@@ -37,7 +37,7 @@ def test_a_narrow_lead_at_24_tokens_is_measured_again_not_claimed(tmp_path: Path
     res = run_cli("probe-taps", str(draft), "--target", str(TARGET), "-n", "24", "--json", "--write", str(out),
                   env={"OMP_NUM_THREADS": "1"})
     no_traceback(res)
-    doc = res.json()
+    doc = res.merged()
     rounds = doc["evidence"]["rounds"]
     # The first round is the issue's: narrow, and not the trained set.
     assert rounds[0]["max_new_tokens"] == 24 and rounds[0]["verdict"] == "narrow", rounds
