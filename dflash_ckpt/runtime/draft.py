@@ -39,6 +39,8 @@ RopePair = tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Te
 
 
 class DraftAttention(nn.Module):
+    FUSED = (("kv", ("k_proj", "v_proj")),)
+
     def __init__(self, args: DraftArgs, index: int) -> None:
         super().__init__()
         d = args.dims

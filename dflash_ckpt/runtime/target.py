@@ -33,6 +33,8 @@ class TargetOutput:
 
 
 class TargetAttention(nn.Module):
+    FUSED = (("qkv", ("q_proj", "k_proj", "v_proj")),)
+
     def __init__(self, args: TargetArgs) -> None:
         super().__init__()
         d = args.dims
