@@ -327,9 +327,9 @@ _RULES: list[Rule] = [
          "bug in the runtime or a broken checkpoint.",
          "Report it with the --json output attached."),
     Rule("DF402", "output-tie", I, "Outputs diverge at a near tie",
-         "The first divergence sits where the target's top-2 logits are within the documented "
-         "tolerance: batched verification and one-token decoding round differently, and either "
-         "token is a correct greedy choice.",
+         "Where DFlash's token is not the target's choice, its logit is within the documented "
+         "tolerance of the target's maximum (at any rank): batched verification and one-token "
+         "decoding round differently, and either token is a correct greedy choice.",
          "Nothing to fix."),
     Rule("DF403", "low-acceptance", E, "Acceptance is below the threshold",
          "The mean acceptance length tau is below --min-acceptance. A draft reading the wrong tap "

@@ -4,7 +4,7 @@ Steps: resolve both folders; run ``inspect``'s checks on the pair and refuse it 
 refuse what the reference runtime does not implement (exit 2); load both models; warm up; for
 each prompt time target-only decoding over a short window, decode with DFlash, and check the
 DFlash output with ONE teacher-forced target forward over prompt + output (every position's
-argmax and top-2 margin: greedy decoding reproduces the output exactly when every argmax is
+argmax and how far DFlash's token sits below it, ``runtime/judge.py``: greedy decoding reproduces the output exactly when every argmax is
 its token, so the target never decodes everything a second time); gather acceptance and speed
 figures; judge.
 
@@ -27,11 +27,9 @@ Two thresholds are decisions of this tool:
   moved by one must fall under 2. 2.0 sits between the two with margin on both sides, and below
   it DFlash barely pays for its extra draft and verify passes, so such a pair is not worth
   deploying anyway.
-- ``TIE_TOLERANCE``: a first divergence is a tie when the target's top-2 logits there differ by
-  at most this much (and DFlash picked the runner-up). Batched verification and one-token decoding
-  add in different orders, so near-equal logits may swap. The values are about 4 units in the
-  last place of a logit between 16 and 32 in bf16 (0.5) and fp16 (0.0625); fp32 gets 1e-3,
-  far above its rounding but far below any real disagreement.
+- ``TIE_TOLERANCE`` (``runtime/judge.py``, with the reasons): a position where DFlash's token is
+  not the target's argmax is a tie when its logit is within this much of the maximum, at any
+  rank. ``compare_outputs`` below (top-2 only) is no longer what smoke-run judges with.
 """
 
 from __future__ import annotations
@@ -49,7 +47,8 @@ from dflash_ckpt.errors import UsageError
 from dflash_ckpt.checks.inspection import InspectResult, inspect_sources
 from dflash_ckpt.rules import Finding, Severity, finding
 from dflash_ckpt.runtime.args import DraftArgs
-from dflash_ckpt.runtime.generate import Generation, decode, dflash_decode, step_clock, teacher_forced
+from dflash_ckpt.runtime.generate import Generation, decode, dflash_decode, step_clock, teacher_forced_logits
+from dflash_ckpt.runtime.judge import TIE_TOLERANCE, Verdict, judge_logits
 from dflash_ckpt.runtime.static import StaticRunner, supports_static
 from dflash_ckpt.runtime.loading import dtype_name, inventory, load_draft
 from dflash_ckpt.runtime.memory import check_fits, needed_bytes
@@ -62,7 +61,6 @@ from dflash_ckpt.commands.run_setup import (DEFAULT_MIN_ACCEPTANCE, RunOptions, 
 from dflash_ckpt.sources.local import LocalSource
 from dflash_ckpt.commands.json_out import SCHEMA_VERSION as JSON_SCHEMA_VERSION  # one version for every document
 
-TIE_TOLERANCE: dict[torch.dtype, float] = {torch.float32: 1e-3, torch.float16: 0.0625, torch.bfloat16: 0.5}
 WARMUP_TOKENS = 4
 #: Target-only tokens timed per prompt (the first comes with the prefill and is not a step).
 TIMING_TOKENS = 16
@@ -105,12 +103,28 @@ class Lossless:
     dflash_token: int | None = None
     margin: float | None = None
     runner_up: int | None = None
+    #: The DFlash token's rank in the target's logits at ``position`` (1 = the best).
+    rank: int | None = None
+    #: Positions judged ties (``runtime/judge.py``: every position is judged).
+    ties: int = 0
+    largest_margin: float | None = None
+
+    @classmethod
+    def of(cls, verdict: Verdict) -> Lossless:
+        """From the judge's verdict (``runtime/judge.py``); ``runner_up`` is kept for readers
+        of the JSON as the DFlash token when it is the target's second choice."""
+        p = verdict.position
+        if p is None:
+            return cls(verdict.status, verdict.compared)
+        return cls(verdict.status, verdict.compared, p.index, p.target_token, p.dflash_token, p.margin,
+                   p.dflash_token if p.rank == 2 else None, p.rank, verdict.ties, verdict.largest_margin)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "status": self.status, "compared": self.compared, "position": self.position,
             "target_token": self.target_token, "dflash_token": self.dflash_token,
-            "margin": self.margin, "runner_up": self.runner_up,
+            "margin": self.margin, "runner_up": self.runner_up, "rank": self.rank, "ties": self.ties,
+            "largest_margin": self.largest_margin,
         }
 
 
@@ -436,8 +450,9 @@ def decode_all(result: SmokeResult, opts: SmokeOptions, prompts: list[Prompt], e
         if ref.overflow or spec.overflow:
             lossless = Lossless("skipped", 0)
         else:
-            target_tokens, top_v, top_i = teacher_forced(target, ids, spec.tokens, cache=tcache, runner=runner)
-            lossless = compare_outputs(target_tokens, spec.tokens, top_v, top_i, result.tie_tolerance)
+            verdict = judge_logits(teacher_forced_logits(target, ids, spec.tokens, cache=tcache, runner=runner),
+                                   spec.tokens, result.tie_tolerance)
+            target_tokens, lossless = verdict.target_tokens, Lossless.of(verdict)
         result.runs.append(PromptRun(prompt, ids, ref, spec, lossless, target_tokens=target_tokens,
                                      target_text=encoder.decode(target_tokens), dflash_text=encoder.decode(spec.tokens)))
 
@@ -458,12 +473,13 @@ def judge(result: SmokeResult, draft_args: DraftArgs) -> list[Finding]:
             if lo.margin is None:
                 out.append(finding("DF401", f"{where}; one output is a prefix of the other"))
             elif lo.status == "tie":
-                out.append(finding("DF402", f"{where}, a near tie: the target's top-2 logits differ by "
-                                            f"{lo.margin:.4g} <= tolerance {result.tie_tolerance:g}"))
+                out.append(finding("DF402", f"{where}, a near tie: DFlash's token (rank {lo.rank} in the target's "
+                                            f"logits) is {lo.margin:.4g} below the maximum <= tolerance "
+                                            f"{result.tie_tolerance:g}; {lo.ties} tie(s), the largest {lo.largest_margin:.4g}"))
             else:
-                out.append(finding("DF401", f"{where}; the target's top-2 margin there is {lo.margin:.4g} "
-                                            f"(tolerance {result.tie_tolerance:g}), not a tie; rerun with --json and "
-                                            "report it"))
+                out.append(finding("DF401", f"{where}; DFlash's token (rank {lo.rank} in the target's logits) is "
+                                            f"{lo.margin:.4g} below the maximum (tolerance {result.tie_tolerance:g}), "
+                                            "not a tie; rerun with --json and report it"))
     stats = result.overall() if result.runs else None
     tau = stats["tau"] if stats else None
     if stats and not stats["speedup_plausible"]:
