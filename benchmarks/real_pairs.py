@@ -82,8 +82,9 @@ def _values(name: str, shape: tuple[int, ...], gen: torch.Generator) -> Iterator
         yield (torch.randn(n, shape[1], generator=gen) * std).to(torch.bfloat16)
 
 
-def write_safetensors(path: Path, tensors: list[tuple[str, tuple[int, ...]]], seed: int) -> None:
-    """A bf16 safetensors file of random values, written tensor by tensor."""
+def write_safetensors(path: Path, tensors: list[tuple[str, tuple[int, ...]]], seed: int, *, sparse: bool = False) -> None:
+    """A bf16 safetensors file of random values, written tensor by tensor (``sparse``: the real
+    header and a hole for the data, real size on paper and none on disk, for header-only tests)."""
     header: dict[str, dict] = {}
     offset = 0
     for name, shape in tensors:
@@ -98,16 +99,20 @@ def write_safetensors(path: Path, tensors: list[tuple[str, tuple[int, ...]]], se
     tmp = path.with_suffix(".tmp")
     with open(tmp, "wb") as fh:
         fh.write(struct.pack("<Q", len(raw)) + raw)
+        if sparse:
+            fh.truncate(8 + len(raw) + offset)
+            tensors = []
         for name, shape in tensors:
             for chunk in _values(name, shape, gen):
                 fh.write(chunk.view(torch.int16).numpy().tobytes())
     tmp.replace(path)
 
 
-def build_pair(shape: str) -> tuple[Path, Path]:
-    """``(draft folder, target folder)`` for ``shape`` (``0.6b`` or ``4b``), built if missing."""
+def build_pair(shape: str, root: Path | None = None, *, sparse: bool = False) -> tuple[Path, Path]:
+    """``(draft folder, target folder)`` for ``shape`` (``0.6b`` or ``4b``), built if missing
+    (under ``root``, default the cache; ``sparse``: see ``write_safetensors``)."""
     s = SHAPES[shape]
-    root = CACHE / shape
+    root = root or CACHE / shape
     draft, target = root / "draft", root / "target"
     if (root / "done").exists():
         return draft, target
@@ -121,7 +126,7 @@ def build_pair(shape: str) -> tuple[Path, Path]:
     (target / "config.json").write_text(json.dumps(tcfg, indent=2))
     for f in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
         shutil.copy(TINY_TARGET / f, target / f)
-    write_safetensors(target / "model.safetensors", target_tensors(s), seed=0)
+    write_safetensors(target / "model.safetensors", target_tensors(s), seed=0, sparse=sparse)
     dcfg = {"architectures": ["DFlashDraftModel"], "model_type": "qwen3", "block_size": BLOCK,
             "dflash_config": {"mask_token_id": MASK_ID, "target_layer_ids": s["taps"]},
             "num_target_layers": s["num_hidden_layers"], "num_hidden_layers": DRAFT_LAYERS,
@@ -130,7 +135,7 @@ def build_pair(shape: str) -> tuple[Path, Path]:
             "layer_types": ["full_attention"] * DRAFT_LAYERS, "dtype": "bfloat16", "attention_bias": False,
             "hidden_act": "silu", "tie_word_embeddings": True, "use_sliding_window": False, "sliding_window": None}
     (draft / "config.json").write_text(json.dumps(dcfg, indent=2))
-    write_safetensors(draft / "model.safetensors", draft_tensors(s), seed=1)
+    write_safetensors(draft / "model.safetensors", draft_tensors(s), seed=1, sparse=sparse)
     (root / "done").write_text("ok\n")
     return draft, target
 

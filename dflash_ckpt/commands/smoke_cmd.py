@@ -102,18 +102,20 @@ def _run(*, json_out: bool, quiet: bool, show_text: bool = False, **kwargs: obje
     from dflash_ckpt.commands.output import make_console, safe
     from dflash_ckpt.commands.smoke_report import render_smoke
     from dflash_ckpt.commands.smoke_run import SmokeOptions, run_smoke
+    from dflash_ckpt.runtime.memory import out_of_memory
 
     opts = SmokeOptions(**kwargs)  # type: ignore[arg-type]
     console = make_console()
     err_console = make_console(stderr=True)
     show_progress = not json_out and not quiet and err_console.is_terminal
     log = None if json_out or quiet else (lambda msg: err_console.print(f"[dim]{safe(msg)}[/]"))
-    if show_progress:
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("tokens"),
-                      TimeElapsedColumn(), console=err_console, transient=True) as progress:
-            result = run_smoke(opts, progress=progress, log=log)
-    else:
-        result = run_smoke(opts, log=log)
+    with out_of_memory(opts.target):  # one DF407 line (exit 2), never a traceback or a failed verdict
+        if show_progress:
+            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("tokens"),
+                          TimeElapsedColumn(), console=err_console, transient=True) as progress:
+                result = run_smoke(opts, progress=progress, log=log)
+        else:
+            result = run_smoke(opts, log=log)
     if json_out:
         print_json(result.to_json())
     else:

@@ -51,7 +51,7 @@ from dflash_ckpt.runtime.generate import Generation, decode, dflash_decode, step
 from dflash_ckpt.runtime.judge import TIE_TOLERANCE, Verdict, judge_logits
 from dflash_ckpt.runtime.static import StaticRunner, supports_static
 from dflash_ckpt.runtime.loading import dtype_name, inventory, load_draft
-from dflash_ckpt.runtime.memory import check_fits, needed_bytes
+from dflash_ckpt.runtime.memory import check_fits, estimate_run, needed_bytes
 from dflash_ckpt.sources.prompts import Prompt, stop_token_ids
 from dflash_ckpt.commands.smoke_backend import BACKENDS, plan_target, select_backend
 from dflash_ckpt.commands.smoke_advice import (block_size_findings, check_positions, prompt_format_causes,
@@ -384,8 +384,13 @@ def run_smoke(opts: SmokeOptions, progress: Any = None, log: Callable[[str], Non
     result.stop_token_ids = stops
 
     draft_inv = inventory(Path(draft_dir), draft_label)
-    check_fits(needed_bytes(target_inv.tensors, target_dtype) + needed_bytes(draft_inv.tensors, draft_dtype),
-               device, target_label)
+    longest = max(len(ids) for ids in encoded) + opts.max_new_tokens
+    check_fits(estimate_run(target_config=pre.target.config, target_file_bytes=needed_bytes(target_inv.tensors, target_dtype),
+                            target_dtype=target_dtype, draft_config=pre.draft.config,
+                            draft_file_bytes=needed_bytes(draft_inv.tensors, draft_dtype), draft_dtype=draft_dtype,
+                            capacity=longest + block + 1, longest=longest, block=block, backend=plan.backend,
+                            taps=len(draft_args.target_layer_ids)),
+               device, target_label, target_dtype=target_dtype)
     say(f"loading target {target_label} ({plan.model_type}, {result.target_dtype}, {plan.backend} backend) and draft "
         f"{draft_label} ({result.draft_dtype}) on {device}")
     result.threads = set_threads(opts.threads, device)
