@@ -138,6 +138,14 @@ def child(backend: str, shape: str, tokens: int, sweep: bool, threads: int) -> d
             e = dflash_decode(target, draft, prompt, max_new_tokens=dflash_tokens, target_cache=tc, draft_cache=dc)
             out["dflash_static_ms"], out["dflash_eager_ms"] = med(full(s.step_s)), med(full(e.step_s))
             out["same_tokens"] = s.tokens == e.tokens
+            try:  # the lossless judge (runtime/judge.py) over both outputs: equal up to near ties
+                from dflash_ckpt.runtime.generate import teacher_forced_logits
+                from dflash_ckpt.runtime.judge import TIE_TOLERANCE, judge_logits
+
+                out["verdicts"] = [judge_logits(teacher_forced_logits(target, prompt, g.tokens, runner=runner), g.tokens,
+                                                TIE_TOLERANCE[bf16]).status for g in (s, e)]
+            except ImportError:  # the tree before issue 22 has no judge module
+                pass
         else:
             tc, dc = target.new_cache(cap), draft.new_cache(cap)
             out["target_ms"] = med(decode(target, prompt, max_new_tokens=tokens, cache=tc).step_s)
@@ -255,6 +263,8 @@ def main() -> int:
         extra = ""
         if "target_eager_ms" in r:
             extra = f", eager target {r['target_eager_ms']:.1f} ms/tok; static and eager DFlash tokens equal: {r['same_tokens']}"
+            if "verdicts" in r:
+                extra += f" (judged against the target: static {r['verdicts'][0]}, eager {r['verdicts'][1]})"
         print(f"{r['shape']} {r['backend']}: weights {r['weights'] / 2**30:.2f} GiB, held {r['held_after_load']:.2f}x "
               f"after load, {r['held_peak']:.2f}x at peak{extra}")
         for cap, f in r.get("sweep", {}).items():
