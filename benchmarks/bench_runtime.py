@@ -72,7 +72,12 @@ SMALL_DRAFT = {**QWEN3_4B_DRAFT, "num_target_layers": 12, "block_size": 16, "hid
                "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 64, "intermediate_size": 1536,
                "vocab_size": 32000, "layer_types": ["full_attention"] * 2,
                "dflash_config": {"mask_token_id": 31999, "target_layer_ids": [1, 4, 7, 10]}}
-PRESETS = {"qwen3-4b": (QWEN3_4B, QWEN3_4B_DRAFT), "small": (SMALL, SMALL_DRAFT)}
+#: Qwen/Qwen3-0.6B's dimensions, with a 5-layer draft in the published 4B draft's layout.
+QWEN3_06B = {**QWEN3_4B, "hidden_size": 1024, "num_hidden_layers": 28, "num_attention_heads": 16,
+             "intermediate_size": 3072}
+QWEN3_06B_DRAFT = {**QWEN3_4B_DRAFT, "num_target_layers": 28, "hidden_size": 1024, "num_attention_heads": 16,
+                   "intermediate_size": 3072, "dflash_config": {"mask_token_id": 151669, "target_layer_ids": [1, 7, 13, 19, 25]}}
+PRESETS = {"qwen3-4b": (QWEN3_4B, QWEN3_4B_DRAFT), "qwen3-0.6b": (QWEN3_06B, QWEN3_06B_DRAFT), "small": (SMALL, SMALL_DRAFT)}
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 TINY = ROOT / "fixtures" / "tiny-pair"
 
@@ -211,7 +216,7 @@ def step_figures(target: TargetModel, draft: DFlashDraft, context: int, reps: in
                 runner.d_len.fill_(context - block)
                 runner.pos.fill_(context)
                 runner.limit.fill_(block - 1)
-                runner._run(name)
+                runner._run(name, context + (1 if name == "decode" else block))
                 (runner.dpack if name == "decode" else runner.packed).tolist()  # the step's one host read
             return run
 

@@ -339,9 +339,9 @@ _RULES: list[Rule] = [
          "bug in the runtime or a broken checkpoint.",
          "Report it with the --json output attached."),
     Rule("DF402", "output-tie", I, "Outputs diverge at a near tie",
-         "The first divergence sits where the target's top-2 logits are within the documented "
-         "tolerance: batched verification and one-token decoding round differently, and either "
-         "token is a correct greedy choice.",
+         "Where DFlash's token is not the target's choice, its logit is within the documented "
+         "tolerance of the target's maximum (at any rank): batched verification and one-token "
+         "decoding round differently, and either token is a correct greedy choice.",
          "Nothing to fix."),
     Rule("DF403", "low-acceptance", E, "Acceptance is below the threshold",
          "The mean acceptance length tau is below --min-acceptance. A draft reading the wrong tap "
@@ -365,6 +365,15 @@ _RULES: list[Rule] = [
          "load changed between the timed runs (other processes, thread oversubscription, clock "
          "changes). The figure is withheld, not reported as a result.",
          "Rerun on an idle machine, or with fewer threads (--threads 1 on a small shared CPU)."),
+    Rule("DF407", "out-of-memory", E, "The run does not fit the memory it may use",
+         "smoke-run counts its peak before loading (weights in the run dtype from the config "
+         "shapes and the files, KV caches at capacity, activations, logits over the vocabulary, "
+         "the transformers backend's overhead) against MemAvailable, the RLIMIT_AS and cgroup "
+         "limits, or the GPU's free memory, and refuses what does not fit; an out-of-memory error "
+         "during the run is reported the same way (exit 2: the run did not happen, the pair is "
+         "not judged).",
+         "Free memory or raise the limit, use a machine or GPU with more memory, or lower "
+         "--max-new-tokens and the prompts' length; run a float32 target in bfloat16."),
     Rule("DF410", "taps-not-best", E, "Another tap set measures better than the configured one",
          "probe-taps measured the draft's acceptance with other target_layer_ids and found a set "
          "that beats the configured ids (or the configured ids cannot be right for fc.weight and "

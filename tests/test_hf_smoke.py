@@ -117,13 +117,13 @@ def test_unverified_transformers_family_is_refused(cli, hf_root: Path, tmp_path:
 def test_a_target_too_big_for_the_device_is_refused_before_loading(cli, hf_root: Path, monkeypatch) -> None:
     import dflash_ckpt.runtime.memory as memory
 
-    monkeypatch.setattr(memory, "available_bytes", lambda device: 1000)
+    monkeypatch.setattr(memory, "memory_limits", lambda device: {"MemAvailable": 1000})
     loaded = []
     import dflash_ckpt.runtime.hf_target as hf_target
 
     monkeypatch.setattr(hf_target, "load_hf_target", lambda *a, **k: loaded.append(1))
     err = _one_line_refusal(smoke(cli, hf_root / "draft", hf_root / "gpt_oss", *FP32))
-    assert "only 0.00 GiB (1000 bytes) are free" in err and "bytes) of weights on cpu" in err
+    assert "only 0.00 GiB (1000 bytes) are free (MemAvailable)" in err and "bytes) at its peak on cpu (weights" in err
     assert not loaded
 
 

@@ -103,12 +103,13 @@ def smoke_findings(result: Any, *, target_layer_ids: Sequence[int], mask_token_i
             if lo.margin is None:
                 out.append(finding("DF401", f"{where}; one output is a prefix of the other"))
             elif lo.status == "tie":
-                out.append(finding("DF402", f"{where}, a near tie: the target's top-2 logits differ by "
-                                            f"{lo.margin:.4g} <= tolerance {result.tie_tolerance:g}"))
+                out.append(finding("DF402", f"{where}, a near tie: DFlash's token (rank {lo.rank} in the target's "
+                                            f"logits) is {lo.margin:.4g} below the maximum <= tolerance "
+                                            f"{result.tie_tolerance:g}; {lo.ties} tie(s), the largest {lo.largest_margin:.4g}"))
             else:
-                out.append(finding("DF401", f"{where}; the target's top-2 margin there is {lo.margin:.4g} "
-                                            f"(tolerance {result.tie_tolerance:g}), not a tie; rerun with --json and "
-                                            "report it"))
+                out.append(finding("DF401", f"{where}; DFlash's token (rank {lo.rank} in the target's logits) is "
+                                            f"{lo.margin:.4g} below the maximum (tolerance {result.tie_tolerance:g}), "
+                                            "not a tie; rerun with --json and report it"))
     stats = result.overall() if result.runs else None
     tau = stats["tau"] if stats else None
     if stats and not stats["speedup_plausible"]:

@@ -78,5 +78,9 @@ def register(app: typer.Typer) -> None:
             block_size=block_size, thinking=thinking, no_chat_template=no_chat_template, tokenizer=tokenizer,
             ignore_eos=ignore_eos, tie_tolerance=tie_tolerance, revision=revision, token=token, threads=threads,
             no_compile=no_compile)
-        raise typer.Exit(report_smoke(lambda **live: run_smoke_run(draft, target, **options, **live),
-                                      json_out=json_out, quiet=quiet, show_text=show_text))
+        from dflash_ckpt.runtime.memory import out_of_memory
+
+        with out_of_memory(target):  # one DF407 line (exit 2), never a traceback or a failed verdict
+            code = report_smoke(lambda **live: run_smoke_run(draft, target, **options, **live),
+                                json_out=json_out, quiet=quiet, show_text=show_text)
+        raise typer.Exit(code)

@@ -39,7 +39,7 @@ from dflash_ckpt.runtime.generate import step_clock
 from dflash_ckpt.runtime.loading import dtype_name, load_draft
 from dflash_ckpt.runtime.loops import make_loop
 from dflash_ckpt.runtime.measure import TIE_TOLERANCE, TIMING_TOKENS, PromptRun, measure_prompts, overall_figures
-from dflash_ckpt.runtime.memory import check_fits, needed_bytes
+from dflash_ckpt.runtime.memory import check_fits, estimate_run, needed_bytes
 from dflash_ckpt.runtime.plan import RunOptions, encode_prompts, plan_run, resolve_folders, set_threads
 from dflash_ckpt.sources.local import LocalSource
 from dflash_ckpt.sources.prompts import stop_token_ids
@@ -197,8 +197,14 @@ def run_smoke(opts: SmokeOptions, progress: Any = None, log: Callable[[str], Non
     result.chat_template = encoder.uses_template
     result.stop_token_ids = stops
 
-    check_fits(needed_bytes(plan.target_inv.tensors, plan.target_dtype) + needed_bytes(plan.draft_inv.tensors, plan.draft_dtype),
-               device, target_label)
+    longest = max(len(ids) for ids in encoded) + opts.max_new_tokens
+    check_fits(estimate_run(target_config=pre.target.config,
+                            target_file_bytes=needed_bytes(plan.target_inv.tensors, plan.target_dtype),
+                            target_dtype=plan.target_dtype, draft_config=pre.draft.config,
+                            draft_file_bytes=needed_bytes(plan.draft_inv.tensors, plan.draft_dtype),
+                            draft_dtype=plan.draft_dtype, capacity=plan.capacity, longest=longest,
+                            block=plan.block_size, backend=plan.backend, taps=len(plan.draft_args.target_layer_ids)),
+               device, target_label, target_dtype=plan.target_dtype)
     say(f"loading target {target_label} ({plan.target.model_type}, {result.target_dtype}, {plan.backend} backend) and draft "
         f"{draft_label} ({result.draft_dtype}) on {device}")
     result.threads = set_threads(opts.threads, device)

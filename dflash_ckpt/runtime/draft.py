@@ -39,6 +39,8 @@ RopePair = tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Te
 
 
 class DraftAttention(nn.Module):
+    FUSED = (("kv", ("k_proj", "v_proj")),)
+
     def __init__(self, args: DraftArgs, index: int) -> None:
         super().__init__()
         d = args.dims
@@ -93,7 +95,8 @@ class DraftAttention(nn.Module):
                 for slots, part in ((at[0], slice(0, c)), (at[1], slice(c, m))):
                     k_buf.index_copy_(2, slots, k[:, :, part])
                     v_buf.index_copy_(2, slots, v[:, :, part])
-                k, v = k_buf, v_buf
+                span = mask.shape[-1] if mask is not None else k_buf.shape[2]
+                k, v = k_buf[:, :, :span], v_buf[:, :, :span]  # the mask's width: the slots in use
             else:
                 end = at + m
                 k_buf[:, :, at:end] = k
@@ -358,6 +361,7 @@ class DFlashDraft(nn.Module):
         context_positions: torch.Tensor,
         block_positions: torch.Tensor,
         cache: KVCache,
+        span: int | None = None,
     ) -> torch.Tensor:
         """Hidden states of the block on the static path (fixed shapes, no host reads).
 
@@ -367,9 +371,10 @@ class DFlashDraft(nn.Module):
         ``block_positions [n]`` with ``n + valid rows >= c``. Cache slot = position; every
         query attends over the whole cache up to the block's last position under its layer's
         causal/window rule. The cache keeps the valid context: the next call's context
-        starts at ``block_positions[0]``.
+        starts at ``block_positions[0]``. ``span``: only the first ``span`` slots are
+        attended (as ``TargetModel.forward_static``); every position must lie below it.
         """
-        slots = cache.slots
+        slots = cache.slots[:span]
         new_pos = torch.cat([context_positions, block_positions])
         written = (slots <= block_positions[-1])[None, :]
         dtype = block.dtype

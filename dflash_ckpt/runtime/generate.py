@@ -346,6 +346,18 @@ def teacher_forced(target: Any, prompt_ids: Sequence[int], tokens: Sequence[int]
     """
     if not tokens:
         return [], [], []
+    scores = teacher_forced_logits(target, prompt_ids, tokens, cache=cache, forward_all=forward_all).float()
+    top = scores.topk(2, dim=-1)
+    return scores.argmax(dim=-1).tolist(), top.values.tolist(), top.indices.tolist()
+
+
+@torch.inference_mode()
+def teacher_forced_logits(target: Any, prompt_ids: Sequence[int], tokens: Sequence[int], *, cache: Any = None,
+                          forward_all: Callable[[Sequence[int]], torch.Tensor] | None = None) -> torch.Tensor:
+    """The target's logits ``[len(tokens), V]`` (its dtype, on its device) for each of
+    ``tokens`` given the prompt and the tokens before it: ONE forward over ``prompt +
+    tokens[:-1]``, the input of the lossless judge (``runtime/judge.py``). ``forward_all(ids)``:
+    the logits ``[1, n, V]`` of another path (the static one) instead."""
     seq = list(prompt_ids) + list(tokens[:-1])
     start = len(prompt_ids) - 1
     if forward_all is not None:
@@ -355,6 +367,4 @@ def teacher_forced(target: Any, prompt_ids: Sequence[int], tokens: Sequence[int]
         if cache is not None:
             cache.reset()
         logits = target(ids, cache=cache, logits="all").logits
-    scores = logits[0, start:].float()
-    top = scores.topk(2, dim=-1)
-    return scores.argmax(dim=-1).tolist(), top.values.tolist(), top.indices.tolist()
+    return logits[0, start:]

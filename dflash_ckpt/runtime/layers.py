@@ -52,6 +52,8 @@ def fuse_linears(module: nn.Module, name: str, linears: list[nn.Linear]) -> None
     views of the fused storage, so checkpoint names, ``state_dict`` and training (which runs
     the separate projections, see ``use_fused``) are unchanged and no weight is held twice.
     """
+    if _fused_views(getattr(module, name, None), linears):
+        return  # allocated fused by ``materialize`` and read in place: nothing to copy
     weight = torch.cat([lin.weight.detach() for lin in linears])
     biases = [lin.bias for lin in linears]
     bias = torch.cat([b.detach() for b in biases]) if all(b is not None for b in biases) else None
@@ -67,6 +69,61 @@ def fuse_linears(module: nn.Module, name: str, linears: list[nn.Linear]) -> None
     module.register_buffer(name + "_bias", bias, persistent=False)
 
 
+def _fused_views(fused: torch.Tensor | None, linears: list[nn.Linear]) -> bool:
+    """Whether the linears' weights are already consecutive row blocks of ``fused``."""
+    if fused is None or fused.dim() != 2:
+        return False
+    start = 0
+    for lin in linears:
+        w = lin.weight
+        if w.dim() != 2 or w.untyped_storage().data_ptr() != fused.untyped_storage().data_ptr():
+            return False
+        if w.data_ptr() != fused[start:].data_ptr() or w.shape[1] != fused.shape[1]:
+            return False
+        start += w.shape[0]
+    return start == fused.shape[0]
+
+
+def materialize(model: nn.Module, *, dtype: torch.dtype, device: torch.device | str) -> nn.Module:
+    """Give a meta-device ``model`` uninitialised storage: the linears each module names in its
+    ``FUSED`` table (``(buffer, (linear, ...))``) get one fused weight (and bias) whose row
+    blocks are their parameters, every other parameter its own tensor. Loading then reads the
+    checkpoint straight into the fused buffers: no second copy of q/k/v or gate/up is made
+    and nothing keeps the file mapped (``fuse_linears`` finds the views and copies nothing).
+    Tied parameters stay one tensor."""
+    done: dict[int, nn.Parameter] = {}
+    for mod in model.modules():
+        for name, attrs in getattr(mod, "FUSED", ()):
+            linears = [getattr(mod, a) for a in attrs]
+            if any(not lin.weight.is_meta for lin in linears):
+                continue
+            rows = sum(lin.weight.shape[0] for lin in linears)
+            weight = torch.empty(rows, linears[0].weight.shape[1], dtype=dtype, device=device)
+            with_bias = all(lin.bias is not None for lin in linears)
+            bias = torch.empty(rows, dtype=dtype, device=device) if with_bias else None
+            start = 0
+            for lin in linears:
+                n, grad = lin.weight.shape[0], lin.weight.requires_grad
+                for attr, whole in (("weight", weight), ("bias", bias)):
+                    old = getattr(lin, attr)
+                    if old is None or whole is None:
+                        continue
+                    new = nn.Parameter(whole[start:start + n], requires_grad=grad)
+                    done[id(old)] = new
+                    setattr(lin, attr, new)
+                start += n
+            mod.register_buffer(name, weight, persistent=False)
+            mod.register_buffer(name + "_bias", bias, persistent=False)
+    for mod in model.modules():
+        for attr, p in list(mod._parameters.items()):
+            if p is None or not p.is_meta:
+                continue
+            if id(p) not in done:
+                done[id(p)] = nn.Parameter(torch.empty(p.shape, dtype=dtype, device=device), requires_grad=p.requires_grad)
+            mod._parameters[attr] = done[id(p)]
+    return model
+
+
 def use_fused(fused: torch.Tensor | None, param: torch.Tensor) -> bool:
     """Whether a forward may use a fused weight: it exists and no gradient is wanted (training
     runs the separate parameters, which are what an optimiser holds)."""
@@ -75,6 +132,8 @@ def use_fused(fused: torch.Tensor | None, param: torch.Tensor) -> bool:
 
 class MLP(nn.Module):
     """``down(silu(gate(x)) * up(x))``; ``fuse_projections`` merges gate and up into one matmul."""
+
+    FUSED = (("gate_up", ("gate_proj", "up_proj")),)
 
     def __init__(self, hidden: int, intermediate: int, bias: bool = False) -> None:
         super().__init__()

@@ -1,10 +1,11 @@
 """Load safetensors checkpoints (one file or shards named by the index) into the runtime modules.
 
-Only ``*.safetensors`` files are opened, through ``safetensors``; pickle files are never read.
-Modules are built on the meta device and receive the checkpoint's tensors directly, cast to the
-requested dtype, so a 4B target costs one copy of its weights and no random initialisation. Then
-q/k/v and gate/up projections are fused (``fuse_projections``: one matmul each, the checkpoint's
-parameters kept as views of the fused weights, so nothing is held twice).
+Only ``*.safetensors`` files are opened (their headers parsed by ``sources.safetensors_header``,
+their data read as raw bytes); pickle files are never read. Modules are built on the meta device,
+given storage with q/k/v and gate/up already fused (``layers.materialize``: one buffer per group,
+the checkpoint's parameters its row blocks), and each tensor is read from the file straight into
+its place, cast to the requested dtype on the way when needed. So a 4B target costs one copy of
+its weights, no random initialisation, no fusing copy, and no file mapping kept alive.
 
 Key layouts:
 - target: Hugging Face names, ``<prefix>embed_tokens.weight``, ``<prefix>layers.N.*``,
@@ -19,17 +20,19 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from typing import Any, BinaryIO
 
 import torch
-from safetensors import safe_open
 from torch import nn
 
 from dflash_ckpt.errors import InputError, UsageError
 from dflash_ckpt.runtime.args import DraftArgs, TargetArgs
 from dflash_ckpt.runtime.draft import DFlashDraft
 from dflash_ckpt.runtime.draft2 import make_draft
+from dflash_ckpt.runtime.layers import materialize
 from dflash_ckpt.runtime.target import TargetModel
 from dflash_ckpt.sources.local import LocalSource
+from dflash_ckpt.sources.safetensors_header import TensorInfo
 from dflash_ckpt.sources.weights import WeightInventory, load_inventory
 
 DTYPES: dict[str, torch.dtype] = {
@@ -72,6 +75,15 @@ def stored_dtype(inv: WeightInventory) -> str | None:
     return counts.most_common(1)[0][0] if counts else None
 
 
+#: safetensors dtype codes the reader maps to torch dtypes (the weights of supported models).
+_TORCH_DTYPES: dict[str, torch.dtype] = {
+    "F64": torch.float64, "F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16,
+    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool,
+}
+#: Bytes read per chunk when a tensor is cast or moved on the way (bounds the temporary copy).
+_CHUNK_BYTES = 64 << 20
+
+
 def _load_into(
     module: nn.Module,
     folder: Path,
@@ -82,7 +94,14 @@ def _load_into(
     device: torch.device,
     config_where: str,
 ) -> None:
-    """Assign checkpoint tensor ``names[param]`` to each parameter (``None``: leave it, tied)."""
+    """Read checkpoint tensor ``names[param]`` into each parameter (``None``: leave it, tied).
+
+    The meta-device module is first given real storage (``layers.materialize``: fused q/k/v,
+    k/v and gate/up buffers whose row blocks are the parameters), then each tensor's bytes are
+    read from its file straight into that storage (``_read_into``). No file stays mapped and no
+    tensor is held twice, so a loaded model costs its weights once (docs: benchmarks/README.md,
+    "real size").
+    """
     expected = dict(module.named_parameters(remove_duplicate=False))
     by_file: dict[str, list[tuple[str, str]]] = {}
     for param, key in names.items():
@@ -102,13 +121,46 @@ def _load_into(
                 f"implies {list(want)}",
                 code="DF213",
             )
+        if info.dtype not in _TORCH_DTYPES:
+            raise InputError(f"{folder / info.file}: tensor '{key}' is stored as {info.dtype}, which the native "
+                             "runtime does not read; use --backend transformers", code="DF213")
         by_file.setdefault(info.file, []).append((param, key))
-    state: dict[str, torch.Tensor] = {}
+    materialize(module, dtype=dtype, device=device)
+    params = dict(module.named_parameters(remove_duplicate=False))
     for file, pairs in by_file.items():
-        with safe_open(str(folder / file), framework="pt", device="cpu") as fh:
+        data_start = 8 + inv.headers[file].header_len
+        with open(folder / file, "rb", buffering=0) as fh:
             for param, key in pairs:
-                state[param] = fh.get_tensor(key).to(device=device, dtype=dtype)
-    module.load_state_dict(state, strict=False, assign=True)
+                _read_into(params[param].detach(), fh, data_start, inv.tensors[key], folder / file)
+
+
+def _read_into(dest: torch.Tensor, fh: BinaryIO, data_start: int, info: TensorInfo, path: Path) -> None:
+    """Fill ``dest`` with the tensor ``info`` of the open file ``fh``: read in place when the
+    dtype and device match (the usual bf16-on-CPU case), else in row chunks cast on the way."""
+    src_dtype = _TORCH_DTYPES[info.dtype]
+    flat = dest.view(-1)
+    if src_dtype == dest.dtype and dest.device.type == "cpu" and dest.is_contiguous():
+        _readinto(fh, data_start + info.begin, flat.view(torch.uint8).numpy(), path, info)
+        return
+    per = torch.empty((), dtype=src_dtype).element_size()
+    step = max(1, _CHUNK_BYTES // per)
+    for at in range(0, flat.numel(), step):
+        n = min(step, flat.numel() - at)
+        tmp = torch.empty(n, dtype=src_dtype)
+        _readinto(fh, data_start + info.begin + at * per, tmp.view(torch.uint8).numpy(), path, info)
+        flat[at:at + n].copy_(tmp)
+
+
+def _readinto(fh: BinaryIO, offset: int, buf: Any, path: Path, info: TensorInfo) -> None:
+    view = memoryview(buf).cast("B")
+    fh.seek(offset)
+    got = 0
+    while got < len(view):
+        n = fh.readinto(view[got:])
+        if not n:
+            raise InputError(f"{path}: tensor '{info.name}' ends past the end of the file (it changed while "
+                             "loading, or was truncated); download it again", code="DF204")
+        got += n
 
 
 def _find_target_prefix(inv: WeightInventory, folder: Path) -> str:

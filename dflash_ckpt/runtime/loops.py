@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from dflash_ckpt.runtime.generate import Generation, decode, dflash_decode, teacher_forced
+from dflash_ckpt.runtime.generate import Generation, decode, dflash_decode, teacher_forced, teacher_forced_logits
 from dflash_ckpt.runtime.static import StaticRunner, supports_static
 
 
@@ -38,6 +38,9 @@ class EagerLoop:
                        ) -> tuple[list[int], list[list[float]], list[list[int]]]:
         return teacher_forced(self.target, prompt_ids, tokens, cache=self.tcache)
 
+    def teacher_forced_logits(self, prompt_ids: Sequence[int], tokens: Sequence[int]) -> Any:
+        return teacher_forced_logits(self.target, prompt_ids, tokens, cache=self.tcache)
+
 
 class StaticLoop(StaticRunner):
     """The static runner as a ``Loop``: its lossless check runs on the same attention path."""
@@ -47,6 +50,9 @@ class StaticLoop(StaticRunner):
     def teacher_forced(self, prompt_ids: Sequence[int], tokens: Sequence[int]
                        ) -> tuple[list[int], list[list[float]], list[list[int]]]:
         return teacher_forced(self.target, prompt_ids, tokens, forward_all=self.forward_all)
+
+    def teacher_forced_logits(self, prompt_ids: Sequence[int], tokens: Sequence[int]) -> Any:
+        return teacher_forced_logits(self.target, prompt_ids, tokens, forward_all=self.forward_all)
 
 
 def make_loop(target: Any, draft: Any, capacity: int, *, block_size: int, graphs: bool = False) -> EagerLoop | StaticLoop:

@@ -18,11 +18,10 @@ Two thresholds are decisions of this tool:
   moved by one must fall under 2. 2.0 sits between the two with margin on both sides, and below
   it DFlash barely pays for its extra draft and verify passes, so such a pair is not worth
   deploying anyway.
-- ``TIE_TOLERANCE``: a first divergence is a tie when the target's top-2 logits there differ by
-  at most this much (and DFlash picked the runner-up). Batched verification and one-token decoding
-  add in different orders, so near-equal logits may swap. The values are about 4 units in the
-  last place of a logit between 16 and 32 in bf16 (0.5) and fp16 (0.0625); fp32 gets 1e-3,
-  far above its rounding but far below any real disagreement.
+- ``TIE_TOLERANCE`` (``runtime/judge.py``, with the reasons): a position where DFlash's token is
+  not the target's argmax is a tie when its logit is within this much of the maximum, at any
+  rank. Batched verification and one-token decoding add in different orders, so near-equal
+  logits may swap.
 """
 
 from __future__ import annotations
@@ -34,9 +33,8 @@ from typing import Any, Callable, Sequence
 import torch
 
 from dflash_ckpt.runtime.generate import Generation
+from dflash_ckpt.runtime.judge import TIE_TOLERANCE, Verdict, judge_logits
 from dflash_ckpt.sources.prompts import Prompt
-
-TIE_TOLERANCE: dict[torch.dtype, float] = {torch.float32: 1e-3, torch.float16: 0.0625, torch.bfloat16: 0.5}
 WARMUP_TOKENS = 4
 #: Target-only tokens timed per prompt (the first comes with the prefill and is not a step).
 TIMING_TOKENS = 16
@@ -57,12 +55,28 @@ class Lossless:
     dflash_token: int | None = None
     margin: float | None = None
     runner_up: int | None = None
+    #: The DFlash token's rank in the target's logits at ``position`` (1 = the best).
+    rank: int | None = None
+    #: Positions judged ties (``runtime/judge.py``: every position is judged).
+    ties: int = 0
+    largest_margin: float | None = None
+
+    @classmethod
+    def of(cls, verdict: Verdict) -> Lossless:
+        """From the judge's verdict (``runtime/judge.py``); ``runner_up`` is kept for readers
+        of the JSON as the DFlash token when it is the target's second choice."""
+        p = verdict.position
+        if p is None:
+            return cls(verdict.status, verdict.compared)
+        return cls(verdict.status, verdict.compared, p.index, p.target_token, p.dflash_token, p.margin,
+                   p.dflash_token if p.rank == 2 else None, p.rank, verdict.ties, verdict.largest_margin)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "status": self.status, "compared": self.compared, "position": self.position,
             "target_token": self.target_token, "dflash_token": self.dflash_token,
-            "margin": self.margin, "runner_up": self.runner_up,
+            "margin": self.margin, "runner_up": self.runner_up, "rank": self.rank, "ties": self.ties,
+            "largest_margin": self.largest_margin,
         }
 
 
@@ -254,8 +268,8 @@ def measure_prompts(loop: Any, prompts: Sequence[Prompt], encoded: Sequence[list
         if ref.overflow or spec.overflow:
             lossless = Lossless("skipped", 0)
         else:
-            target_tokens, top_v, top_i = loop.teacher_forced(ids, spec.tokens)
-            lossless = compare_outputs(target_tokens, spec.tokens, top_v, top_i, tie_tolerance)
+            verdict = judge_logits(loop.teacher_forced_logits(ids, spec.tokens), spec.tokens, tie_tolerance)
+            target_tokens, lossless = verdict.target_tokens, Lossless.of(verdict)
         runs.append(PromptRun(prompt, ids, ref, spec, lossless, target_tokens=target_tokens,
                               target_text=encoder.decode(target_tokens), dflash_text=encoder.decode(spec.tokens)))
     return runs

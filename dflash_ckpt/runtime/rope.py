@@ -92,6 +92,11 @@ class RotaryTable:
     Lookups by position index (``cos[positions]``) keep RoPE at absolute positions for any
     layout of the keys, which the draft needs: its context and block keys are not contiguous
     in a training batch with several anchors.
+
+    Captured CUDA graphs read these tables by address, so a table, once made, is never freed
+    or rewritten while the object lives: ``grow`` within the capacity and ``to`` the device it
+    is on change nothing (same ``data_ptr``), and a real growth or move makes new tables and
+    keeps the old ones alive (``_retired``), valid for the positions an older graph reads.
     """
 
     def __init__(self, spec: RopeSpec, head_dim: int, device: torch.device | str = "cpu", capacity: int = 0) -> None:
@@ -102,6 +107,7 @@ class RotaryTable:
         self.cos = torch.empty(0, head_dim, device=device)
         self.sin = torch.empty(0, head_dim, device=device)
         self._cast: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+        self._retired: list[object] = []
         self.grow(capacity)
 
     @property
@@ -114,14 +120,24 @@ class RotaryTable:
         pos = torch.arange(capacity, dtype=torch.float32, device=self.inv_freq.device)
         freqs = torch.outer(pos, self.inv_freq)
         emb = torch.cat([freqs, freqs], dim=-1)
+        self._retire()
         self.cos = emb.cos() * self.attention_factor
         self.sin = emb.sin() * self.attention_factor
-        self._cast.clear()
+
+    def _retire(self) -> None:
+        """Keep the current tables alive (graphs may hold their addresses) before replacing them."""
+        if self.cos.numel() or self._cast:
+            self._retired.append((self.cos, self.sin, dict(self._cast)))
+        self._cast = {}
 
     def to(self, device: torch.device | str) -> RotaryTable:
+        want, here = torch.device(device), self.cos.device
+        if want.type == here.type and want.index in (None, here.index) and self.inv_freq.device == here:
+            return self
+        cos, sin = self.cos, self.sin
+        self._retire()
         self.inv_freq = self.inv_freq.to(device)
-        self.cos, self.sin = self.cos.to(device), self.sin.to(device)
-        self._cast.clear()
+        self.cos, self.sin = cos.to(device), sin.to(device)
         return self
 
     def _tables(self, dtype: torch.dtype, signed: bool) -> tuple[torch.Tensor, torch.Tensor]:

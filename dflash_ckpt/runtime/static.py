@@ -10,10 +10,17 @@ What makes it static (docs/DESIGN.md section 6 is the algorithm; this is its lay
   and each step updates it there: acceptance is computed on the device, and the one host sync
   per step only reads the tokens for the output and the stop check.
 
+Attention is bounded by the used length, not the capacity: each step attends over the first
+``span`` cache slots, ``span`` the smallest of a few buckets (``span_buckets``: powers of two
+from 64 up to the capacity) that covers every position the step touches; the host knows that
+bound without a device read (it tracks the anchor's position). So a step at 64 used tokens
+costs the same in a cache of 128 or 4096 positions.
+
 With ``graphs=True`` (CUDA only) the draft call, the verify-and-accept and the one-token decode
-step are each captured once as a CUDA graph and replayed: a step is then a few launches, not
-thousands. Capture needs exactly the above: fixed shapes, static buffers, no host reads inside.
-On the CPU these functions run eagerly, the same code; ``graphs`` is refused there.
+step are captured as CUDA graphs, one per step and span bucket, all in one memory pool, and
+replayed: a step is then a few launches, not thousands. Capture needs exactly the above: fixed
+shapes, static buffers, no host reads inside. On the CPU these functions run eagerly, the same
+code; ``graphs`` is refused there.
 """
 
 from __future__ import annotations
@@ -26,6 +33,19 @@ import torch
 from dflash_ckpt.runtime.draft import DFlashDraft, DraftLayer
 from dflash_ckpt.runtime.generate import Generation, Proposer, StepRecorder, now, start_dflash
 from dflash_ckpt.runtime.target import TargetModel
+
+
+#: The smallest span bucket: below it, attention is a small part of a step anyway.
+MIN_SPAN = 64
+
+
+def span_buckets(capacity: int, smallest: int = MIN_SPAN) -> list[int]:
+    """Powers of two from ``smallest`` below ``capacity``, then ``capacity`` itself."""
+    out, span = [], smallest
+    while span < capacity:
+        out.append(span)
+        span *= 2
+    return out + [capacity]
 
 
 def supports_static(target: object, draft: object | None = None) -> bool:
@@ -77,12 +97,13 @@ class StaticRunner:
             self.tok = torch.zeros(1, 1, **long)  # target-only: the last token and its position
             self.pos = torch.zeros(1, **long)
             self.dpack = torch.zeros(6, dtype=torch.float64, device=dev)  # token, finite, top-2 values, ids
-        self.steps: dict[str, Callable[[], None]] = {
-            "draft": lambda: self._draft_step(self.ctx),
+        self.spans = span_buckets(capacity)
+        self.steps: dict[str, Callable[[int], None]] = {
+            "draft": lambda span: self._draft_step(self.ctx, span),
             "verify": self._verify_step,
             "decode": self._decode_step,
         }
-        self.graphs: dict[str, torch.cuda.CUDAGraph] = {}
+        self.graphs: dict[tuple[str, int], torch.cuda.CUDAGraph] = {}
         #: Seconds spent capturing the CUDA graphs (warm-up included); 0 without graphs.
         self.capture_s = 0.0
         if graphs:
@@ -90,7 +111,11 @@ class StaticRunner:
 
     # -- the steps (device only: no host reads, fixed shapes) ---------------------------------
 
-    def _draft_step(self, context: torch.Tensor) -> None:
+    def span_for(self, used: int) -> int:
+        """The smallest span bucket holding positions ``0..used-1``."""
+        return next((s for s in self.spans if s >= used), self.capacity)
+
+    def _draft_step(self, context: torch.Tensor, span: int) -> None:
         """Draft the block ``[ids[0,0], mask...]`` into ``ids[0,1:]`` from ``context``."""
         d, t = self.draft, self.target
         c = context.shape[1]
@@ -100,45 +125,54 @@ class StaticRunner:
         valid = ctx_pos < self.t_pos  # rows past the accepted tokens are padding
         fused_ok = (torch.isfinite(fused[0]).all(-1) | ~valid).all()
         block = torch.where(self.ar == 0, self.ids[0, :1], self.mask_id)[None]
-        hidden = d.forward_static(fused, d.embed(block, t.embed_tokens.weight), ctx_pos, blk_pos, self.dcache)
+        hidden = d.forward_static(fused, d.embed(block, t.embed_tokens.weight), ctx_pos, blk_pos, self.dcache, span)
         self.ids[:, 1:].copy_(d.pick_tokens(hidden[:, 1:], t.lm_head.weight, self.ids[:, :1]))
         self.d_len.copy_(self.t_pos)
         self.fok.copy_(fused_ok)
 
-    def _verify_step(self) -> None:
-        """Verify ``ids`` at the anchor's position, accept, and move the state to the next step."""
-        out = self.target.forward_static(self.ids, self.t_pos + self.ar, self.tcache, taps=self.taps, logits="all")
-        scores = out.logits[0].float()
-        post = scores.argmax(dim=-1)
+    def _verify_step(self, span: int) -> None:
+        """Verify ``ids`` at the anchor's position, accept, and move the state to the next step.
+
+        Per row one max over the logits in their own dtype gives the argmax and the finite
+        check (a NaN or +inf anywhere makes the row's max non-finite; the argmax of bf16 values
+        is that of their exact float32 upcast), and one sum per feature row the features'
+        check: no float32 copy of the logits, no elementwise pass over them."""
+        out = self.target.forward_static(self.ids, self.t_pos + self.ar, self.tcache, taps=self.taps, logits="all",
+                                         span=span)
+        top, post = out.logits[0].max(dim=-1)
         drafts = self.ids[0, 1:]
         match = (drafts == post[:-1]) & (self.ar[:-1] < self.limit)
         accepted = match.long().cumprod(0).sum()
         rows = self.ar <= self.limit  # rows the budget uses; the rest is padding
-        ok = ((torch.isfinite(out.features[0]).all(-1) & torch.isfinite(scores).all(-1)) | ~rows).all()
+        ok = ((torch.isfinite(out.features[0].sum(-1)) & torch.isfinite(top)) | ~rows).all()
         self.packed.copy_(torch.cat([drafts, post, accepted[None], ok.long()[None], self.fok]))
         self.ctx.copy_(out.features)
         self.ids[0, :1].copy_(post.gather(0, accepted[None]))  # the bonus token: the next anchor
         self.t_pos.add_(accepted + 1)
 
-    def _decode_step(self) -> None:
-        """One target-only token at ``pos``: argmax, finiteness and top-2 into ``dpack``."""
-        out = self.target.forward_static(self.tok, self.pos, self.tcache, logits="all")
-        scores = out.logits[0, -1].float()
-        # Top-2 by two argmax passes (topk's large-vocabulary kernels are not needed in a graph).
-        nxt = scores.argmax()[None]
-        second = scores.index_fill(0, nxt, float("-inf")).argmax()[None]
-        values = torch.cat([scores.gather(0, nxt), scores.gather(0, second)])
-        self.dpack.copy_(torch.cat([nxt.double(), torch.isfinite(scores).all()[None].double(), values.double(),
-                                    nxt.double(), second.double()]))
+    def _decode_step(self, span: int) -> None:
+        """One target-only token at ``pos``: argmax, finiteness and top-2 into ``dpack``, read
+        from one top-2 over the logits in their own dtype (no float32 or masked copy of the
+        vocabulary; the top value is non-finite when any logit is NaN or +inf)."""
+        out = self.target.forward_static(self.tok, self.pos, self.tcache, logits="all", span=span)
+        logits = out.logits[0, -1]
+        top = logits.topk(2)
+        nxt = logits.argmax()[None]  # the first index among equal maxima, as the generic path picks
+        second = torch.where(top.indices[:1] == nxt, top.indices[1:], top.indices[:1])
+        values = top.values.double()
+        self.dpack.copy_(torch.cat([nxt.double(), torch.isfinite(values[:1]).double(), values, nxt.double(),
+                                    second.double()]))
         self.tok.copy_(nxt.view(1, 1))
         self.pos.add_(1)
 
-    def _run(self, name: str) -> None:
-        graph = self.graphs.get(name)
+    def _run(self, name: str, used: int) -> None:
+        """Run step ``name`` for a step touching positions below ``used``."""
+        span = self.span_for(used)
+        graph = self.graphs.get((name, span))
         if graph is not None:
             graph.replay()
         else:
-            self.steps[name]()
+            self.steps[name](span)
 
     def _reset_state(self) -> None:
         self.ids.fill_(self.mask_id)
@@ -148,9 +182,11 @@ class StaticRunner:
 
     @torch.inference_mode()
     def capture(self) -> None:
-        """Capture each step as a CUDA graph, after a warm-up on a side stream (what capture
-        needs: lazily made tensors such as the rope casts exist before it starts). Warm-up
-        writes land in cache slots every run overwrites before reading."""
+        """Capture each step for each span bucket as a CUDA graph, all in one memory pool (the
+        graphs never run concurrently, so their temporaries can share it), after a warm-up on
+        a side stream (what capture needs: lazily made tensors such as the rope casts exist
+        before it starts). Warm-up writes land in cache slots every run overwrites before
+        reading."""
         dev = self.target.device
         t0 = time.perf_counter()
         side = torch.cuda.Stream(dev)
@@ -158,15 +194,18 @@ class StaticRunner:
         with torch.cuda.stream(side):
             for _ in range(2):
                 for step in self.steps.values():
-                    self._reset_state()
-                    step()
+                    for span in (self.spans[0], self.spans[-1]):
+                        self._reset_state()
+                        step(span)
         torch.cuda.current_stream(dev).wait_stream(side)
+        pool = torch.cuda.graph_pool_handle()
         for name, step in self.steps.items():
-            self._reset_state()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                step()
-            self.graphs[name] = graph
+            for span in self.spans:
+                self._reset_state()
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=pool):
+                    step(span)
+                self.graphs[(name, span)] = graph
         self._reset_state()
         torch.cuda.synchronize(dev)
         self.capture_s = time.perf_counter() - t0
@@ -177,7 +216,7 @@ class StaticRunner:
         dev = self.target.device
         ids = torch.tensor([list(prompt_ids)], dtype=torch.long, device=dev)
         out = self.target.forward_static(ids, torch.arange(ids.shape[1], device=dev), self.tcache, taps=taps,
-                                         logits="last")
+                                         logits="last", span=ids.shape[1])
         return out.logits[:, -1], out.features
 
     @torch.inference_mode()
@@ -186,7 +225,8 @@ class StaticRunner:
         attention path as decode and verify."""
         dev = self.target.device
         x = torch.tensor([list(ids)], dtype=torch.long, device=dev)
-        return self.target.forward_static(x, torch.arange(x.shape[1], device=dev), self.tcache, logits="all").logits
+        return self.target.forward_static(x, torch.arange(x.shape[1], device=dev), self.tcache, logits="all",
+                                          span=x.shape[1]).logits
 
     def _check_room(self, prompt_ids: Sequence[int], max_new_tokens: int) -> None:
         need = len(prompt_ids) + max_new_tokens + self.block
@@ -228,7 +268,7 @@ class StaticRunner:
                 first = False
             if gen.stopped or len(gen.tokens) >= max_new_tokens:
                 break
-            self._run("decode")
+            self._run("decode", len(prompt_ids) + len(gen.tokens))  # the token fed sits one below
             gen.target_forwards += 1
             host = self.dpack.tolist()
         gen.decode_s = now(dev) - t_decode
@@ -260,13 +300,13 @@ class StaticRunner:
                     proposal = list(proposer(start, last, size - 1)) + [self.mask_id] * (b - size)
                     self.ids[0, 1:] = torch.tensor(proposal, dtype=torch.long, device=dev)
                 elif context is not None:
-                    self._draft_step(context)
+                    self._draft_step(context, self.span_for(start + b))
                     context = None
                     gen.draft_forwards += 1
                 else:
-                    self._run("draft")
+                    self._run("draft", start + b)
                     gen.draft_forwards += 1
-            self._run("verify")
+            self._run("verify", start + b)
             gen.target_forwards += 1
             host = self.packed.tolist()
             drafts, post, accepted = host[: b - 1], host[b - 1: 2 * b - 1], host[2 * b - 1]

@@ -34,6 +34,8 @@ class TargetOutput:
 
 
 class TargetAttention(nn.Module):
+    FUSED = (("qkv", ("q_proj", "k_proj", "v_proj")),)
+
     def __init__(self, args: TargetArgs) -> None:
         super().__init__()
         d = args.dims
@@ -104,7 +106,8 @@ class TargetAttention(nn.Module):
             if isinstance(at, torch.Tensor):
                 k_buf.index_copy_(2, at, k)
                 v_buf.index_copy_(2, at, v)
-                k, v = k_buf, v_buf
+                span = mask.shape[-1] if mask is not None else k_buf.shape[2]
+                k, v = k_buf[:, :, :span], v_buf[:, :, :span]  # the mask's width: the slots in use
             else:
                 k_buf[:, :, at:at + n] = k
                 v_buf[:, :, at:at + n] = v
@@ -213,6 +216,7 @@ class TargetModel(nn.Module):
         *,
         taps: Sequence[int] = (),
         logits: str = "all",
+        span: int | None = None,
     ) -> TargetOutput:
         """Run ``ids [1, n]`` at ``positions [n]`` (a device tensor): the static, gpt-fast shape.
 
@@ -221,10 +225,14 @@ class TargetModel(nn.Module):
         decode, verify and prefill take one attention path, and no shape or host value depends
         on the decoding state: what CUDA graphs need. Stale entries past a query's position
         (rejected drafts) are masked, so the caller never crops; ``cache.length`` is not used.
+
+        ``span``: attend over the first ``span`` slots only (every position must lie below it):
+        the caller picks it from a few fixed buckets (``static.span_buckets``), so attention
+        costs what the context uses, not the capacity, and each bucket keeps fixed shapes.
         """
         h = self.embed_tokens(ids)
         cos, sin = self.rotary.gather(positions, h.dtype, signed=True)
-        mask = cache.slots[None, :] <= positions[:, None]
+        mask = cache.slots[None, :span] <= positions[:, None]
         return self._layers(h, cos, sin, cache, positions, mask, False, taps, logits)
 
     def _layers(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: KVCache | None,
