@@ -111,7 +111,7 @@ def test_out_of_memory_errors_are_recognised() -> None:
 
 _CHILD = textwrap.dedent("""
     import resource, sys
-    import dflash_ckpt.commands.smoke_run, dflash_ckpt.commands.smoke_cmd, dflash_ckpt.cli, tokenizers, jinja2
+    import dflash_ckpt.commands.smoke_run, dflash_ckpt.commands.smoke_cmd, dflash_ckpt.cli, dflash_ckpt.entry, tokenizers, jinja2
     import dflash_ckpt.runtime.memory as memory
     mode, extra = sys.argv[1], int(sys.argv[2])
     if mode == "run-oom":  # the pre-check believes everything fits: the run itself must run out
@@ -119,7 +119,7 @@ _CHILD = textwrap.dedent("""
     vm = next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmSize:"))
     resource.setrlimit(resource.RLIMIT_AS, (vm + extra, resource.RLIM_INFINITY))
     sys.argv = ["dflash-ckpt", "smoke-run", *sys.argv[3:]]
-    dflash_ckpt.cli.main()
+    dflash_ckpt.entry.main()
 """)
 
 
