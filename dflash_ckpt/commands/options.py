@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import contextmanager
+from typing import Iterator
 
 import typer
 
@@ -75,3 +77,17 @@ def require_run_extra(command: str) -> None:
         from dflash_ckpt.errors import UsageError
 
         raise UsageError(f"{command} needs {', '.join(missing)}: {RUN_EXTRA_HINT}")
+
+
+@contextmanager
+def starting_run(command: str, draft: str, target: str, *, json_out: bool, quiet: bool) -> Iterator[None]:
+    """The start smoke-run and probe-taps share, around the caller's runtime imports: owe a JSON
+    document with ``--json``, need the ``run`` extra, silence progress bars, and say on a terminal
+    what loads while torch is imported (``terminal.loading_note``)."""
+    want_json(command, json_out)
+    require_run_extra(command)
+    silence_progress(json_out or quiet)
+    from dflash_ckpt.terminal import loading_note
+
+    with loading_note(command, draft, target, json_out or quiet):
+        yield

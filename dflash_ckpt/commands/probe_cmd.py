@@ -14,8 +14,7 @@ import typer
 from dflash_ckpt.commands.options import (DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_ACCEPTANCE, BackendOpt, BlockSizeOpt,
                                           DeviceOpt, DraftArg, DraftDtypeOpt, IgnoreEosOpt, NoChatTemplateOpt,
                                           PairTargetOpt, PromptOpt, PromptsFileOpt, QuietOpt, RevisionOpt,
-                                          TargetDtypeOpt, ThinkingOpt, TokenizerOpt, TokenOpt, require_run_extra,
-                                          silence_progress, want_json)
+                                          TargetDtypeOpt, ThinkingOpt, TokenizerOpt, TokenOpt, starting_run)
 
 
 def register(app: typer.Typer) -> None:
@@ -54,12 +53,7 @@ def register(app: typer.Typer) -> None:
         matches the configured ids (if any); 1 when the configured ids lose (DF410), nothing works
         (DF411) or the pair fails inspect's checks; 2 usage error.
         """
-        want_json("probe-taps", json_out)
-        require_run_extra("probe-taps")
-        silence_progress(json_out or quiet)
-        from dflash_ckpt.terminal import loading_note
-
-        with loading_note("probe-taps", draft, target, json_out or quiet):
+        with starting_run("probe-taps", draft, target, json_out=json_out, quiet=quiet):
             from dflash_ckpt.commands.probe_report import report_probe
             from dflash_ckpt.commands.probe_run import run_probe_taps
 

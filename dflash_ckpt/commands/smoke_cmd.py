@@ -13,8 +13,7 @@ import typer
 from dflash_ckpt.commands.options import (DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_ACCEPTANCE, BackendOpt, BlockSizeOpt,
                                           DeviceOpt, DraftArg, DraftDtypeOpt, IgnoreEosOpt, NoChatTemplateOpt,
                                           PairTargetOpt, PromptOpt, PromptsFileOpt, QuietOpt, RevisionOpt,
-                                          TargetDtypeOpt, ThinkingOpt, TokenizerOpt, TokenOpt, require_run_extra,
-                                          silence_progress, want_json)
+                                          TargetDtypeOpt, ThinkingOpt, TokenizerOpt, TokenOpt, starting_run)
 
 
 def register(app: typer.Typer) -> None:
@@ -63,12 +62,7 @@ def register(app: typer.Typer) -> None:
         Exit 0 pass; 1 refused by inspect's checks, output differs beyond a tie, tau below
         --min-acceptance, or overflow; 2 usage error, a pair neither backend supports, or a target too big for the device.
         """
-        want_json("smoke-run", json_out)
-        require_run_extra("smoke-run")
-        silence_progress(json_out or quiet)
-        from dflash_ckpt.terminal import loading_note
-
-        with loading_note("smoke-run", draft, target, json_out or quiet):
+        with starting_run("smoke-run", draft, target, json_out=json_out, quiet=quiet):
             from dflash_ckpt.commands.smoke_report import report_smoke
             from dflash_ckpt.commands.smoke_run import run_smoke_run
 
