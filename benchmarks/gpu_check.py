@@ -78,7 +78,7 @@ def load_pair(draft_dir: Path, target_dir: Path, dev: Any) -> tuple[Any, Any]:
     from dflash_ckpt.runtime.args import DraftArgs, TargetArgs
     from dflash_ckpt.runtime.loading import load_draft, load_target
     from dflash_ckpt.sources.local import LocalSource
-    from dflash_ckpt.spec.resolve import load_draft as read_draft
+    from dflash_ckpt.draftspec.specs import read_draft_spec as read_draft
 
     cfg = json.loads((target_dir / "config.json").read_text())
     target = load_target(target_dir, TargetArgs.from_config(cfg, "t"), dtype=torch.bfloat16, device=dev)
@@ -116,10 +116,10 @@ def check_pair(name: str, draft_dir: Path, target_dir: Path, dev: Any, table: Ta
     eager = dflash_decode(target, draft, prompt, max_new_tokens=tokens, target_cache=tc, draft_cache=dc)
     del tc, dc
     runner = StaticRunner(target, draft, cap, graphs=True)
-    graphed_t = decode(target, prompt, max_new_tokens=tokens, runner=runner)
-    graphed = dflash_decode(target, draft, prompt, max_new_tokens=tokens, runner=runner)
+    graphed_t = runner.decode(prompt, max_new_tokens=tokens)
+    graphed = runner.dflash(prompt, max_new_tokens=tokens)
     # Equal up to near ties in the target's logits, judged as smoke-run judges (runtime/judge.py).
-    verdicts = [judge_logits(teacher_forced_logits(target, prompt, gen.tokens, runner=runner), gen.tokens,
+    verdicts = [judge_logits(teacher_forced_logits(target, prompt, gen.tokens, forward_all=runner.forward_all), gen.tokens,
                              TIE_TOLERANCE[torch.bfloat16]).status for gen in (graphed_t, graphed, eager)]
     table.add(name, "graphed = eager (target-only, DFlash; up to ties)",
               f"{sum(a == b for a, b in zip(graphed.tokens, eager.tokens))}/{len(eager.tokens)} DFlash, "
