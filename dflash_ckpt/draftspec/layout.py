@@ -1,0 +1,119 @@
+"""Which block layout a draft was trained with: "1+N" or "anchor-first".
+
+Both layouts share one ``block_size`` number and the same input block ``[bonus, mask, ...]``; they
+differ in which block slots are drafts (1..B-1 or 0..B-1) and so in the verify width (B or B+1).
+Serving one as the other shifts every draft by a position: acceptance length ~1.0 and no error
+(docs of the format: shared DESIGN section 12). The layout is resolved like every DFlash key, with
+where it came from, and a declaration that contradicts another is a conflict, never picked silently.
+
+Order: an explicit declaration (``sample_from_anchor`` nested or top level,
+``dflash_config.query_zero_predicts_next``, ``dflash_config.shift_label``), then a DSpark-family
+architecture (DeepSpec drafts declare nothing and are anchor-first), then a speculators DSpark
+export without a key (ambiguous: readers default differently), else 1+N.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+ONE_PLUS_N = "1+N"
+ANCHOR_FIRST = "anchor-first"
+
+#: Architectures of the DSpark family (DFlash backbone, anchor-first blocks).
+DSPARK_ARCHITECTURES = frozenset(
+    {
+        "Qwen3DSparkModel",
+        "Qwen3OmniDSparkModel",
+        "Gemma4DSparkModel",
+        "K3DSparkModel",
+        "DSparkDraftModel",
+        "DSparkV41DraftModel",
+    }
+)
+
+#: (where, key) of each explicit declaration; a true value means anchor-first.
+DECLARATIONS: tuple[tuple[str, str], ...] = (
+    ("dflash_config", "sample_from_anchor"),
+    ("top_level", "sample_from_anchor"),
+    ("dflash_config", "query_zero_predicts_next"),
+    ("dflash_config", "shift_label"),
+)
+
+
+@dataclass(frozen=True)
+class BlockLayout:
+    """The resolved layout and its provenance.
+
+    ``source`` names what decided it: a declaration (``"dflash_config.sample_from_anchor"``,
+    ``"sample_from_anchor"`` for the top level, ...), ``"architectures"`` or ``"default"``.
+    ``declared`` maps each declaration found to its raw value. ``conflict`` is a one-line
+    description when declarations disagree, ``invalid`` when one is not a JSON boolean; in either
+    case ``layout`` is the first valid declaration's (or 1+N) and must not be trusted.
+    ``ambiguous`` is set for a speculators DSpark export that declares nothing.
+    """
+
+    layout: str
+    source: str
+    declared: dict[str, Any]
+    conflict: str | None = None
+    invalid: str | None = None
+    ambiguous: bool = False
+
+    @property
+    def anchor_first(self) -> bool:
+        return self.layout == ANCHOR_FIRST
+
+    @property
+    def first_draft_slot(self) -> int:
+        """The first block slot whose output is a draft token (0 anchor-first, 1 for 1+N)."""
+        return 0 if self.anchor_first else 1
+
+    def drafts_per_block(self, block_size: int) -> int:
+        """Draft tokens per block: B for anchor-first, B-1 for 1+N."""
+        return block_size - self.first_draft_slot
+
+    def verify_width(self, block_size: int) -> int:
+        """Tokens the target verifies per step: the bonus token plus the drafts."""
+        return self.drafts_per_block(block_size) + 1
+
+
+def _name(where: str, key: str) -> str:
+    return f"dflash_config.{key}" if where == "dflash_config" else key
+
+
+def is_dspark_architecture(config: Mapping[str, Any]) -> bool:
+    archs = config.get("architectures")
+    return isinstance(archs, list) and any(isinstance(a, str) and a in DSPARK_ARCHITECTURES for a in archs)
+
+
+def resolve_layout(config: Mapping[str, Any]) -> BlockLayout:
+    """Resolve the block layout of a draft config (pure: reads the dict only)."""
+    nested = config.get("dflash_config")
+    nested = nested if isinstance(nested, Mapping) else {}
+    declared: dict[str, Any] = {}
+    valid: list[tuple[str, bool]] = []
+    invalid: list[str] = []
+    for where, key in DECLARATIONS:
+        place = nested if where == "dflash_config" else config
+        if key not in place:
+            continue
+        name = _name(where, key)
+        value = place[key]
+        declared[name] = value
+        if isinstance(value, bool):
+            valid.append((name, value))
+        else:
+            invalid.append(f"{name} is {value!r}, not true or false")
+    conflict = None
+    if len({v for _, v in valid}) > 1:
+        conflict = " but ".join(f"{n} is {str(v).lower()}" for n, v in valid)
+    bad = "; ".join(invalid) or None
+    if valid:
+        name, value = valid[0]
+        return BlockLayout(ANCHOR_FIRST if value else ONE_PLUS_N, name, declared, conflict, bad)
+    if is_dspark_architecture(config):
+        return BlockLayout(ANCHOR_FIRST, "architectures", declared, None, bad)
+    if config.get("speculators_model_type") == "dspark":
+        return BlockLayout(ANCHOR_FIRST, "speculators_model_type", declared, None, bad, ambiguous=True)
+    return BlockLayout(ONE_PLUS_N, "default", declared, None, bad)
