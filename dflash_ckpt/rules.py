@@ -396,6 +396,26 @@ _RULES: list[Rule] = [
          "write wrong ids that load cleanly (exit 1, and --write refuses without --force).",
          "Rerun with more tokens (-n) or more prompts in the draft's training format "
          "(--prompts FILE.jsonl), or check the model card; `--write OUT --force` writes the leader anyway."),
+    Rule("DF413", "weights-unfilled", E, "A weight matrix reads back as one value (zeros)",
+         "Before loading, smoke-run and probe-taps sample a few bounded slices of every weight "
+         "matrix's data (a few MiB for a whole model; a tensor is reported only when every byte "
+         "read of it is one repeated value). A preallocated or never-filled shard, a sparse file, or "
+         "an export that wrote zeros has a valid header and passes every header check, and a run "
+         "on it ties every logit: both sides pick token 0, the outputs match and every draft is "
+         "accepted, so it would PASS while measuring nothing. The pair is refused (exit 1). Norm "
+         "weights and biases are not judged (zero-centred norms are legitimately zero).",
+         "Download the named file again (or re-export the checkpoint) and compare its checksum "
+         "with the Hub's."),
+    Rule("DF414", "logits-tied", E, "The target's logits tie at every position",
+         "At every position of a prompt the target's two best logits (or all of them) are equal, "
+         "so greedy decoding picks by token id alone and DFlash reproducing it proves nothing: the "
+         "target's weights or LM head are degenerate (zeros, one constant). The run fails (exit 1).",
+         "Check the target's weights (DF413) and download them again."),
+    Rule("DF415", "output-one-token", E, "Every prompt's output is one token repeated",
+         "A draft accepted on an output that repeats one token only had to copy its anchor, so tau "
+         "and the output match measure nothing about it. It happens with degenerate weights, or "
+         "with prompts that send the target into a loop. The run fails (exit 1).",
+         "Rerun with other prompts (-p/--prompts); check the weights (DF413, DF414)."),
 ]
 
 _RULES += [Rule(code, name, Severity(sev), *texts) for code, name, sev, *texts in ENGINE_RULES]

@@ -116,6 +116,8 @@ _CHILD = textwrap.dedent("""
     mode, extra = sys.argv[1], int(sys.argv[2])
     if mode == "run-oom":  # the pre-check believes everything fits: the run itself must run out
         memory.memory_limits = lambda device: {}
+        import dflash_ckpt.sources.weight_sample as ws  # and the sparse (zero) weights pass DF413
+        ws.constant_tensors = lambda *a, **k: []
     vm = next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmSize:"))
     resource.setrlimit(resource.RLIMIT_AS, (vm + extra, resource.RLIM_INFINITY))
     sys.argv = ["dflash-ckpt", "smoke-run", *sys.argv[3:]]

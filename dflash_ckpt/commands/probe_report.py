@@ -82,6 +82,10 @@ def render_probe(console: Console, res: ProbeResult) -> None:
         more = ", ".join(str(r["max_new_tokens"]) for r in rounds[1:])
         console.print(f"narrow lead at {rounds[0]['max_new_tokens']} tokens: the leading candidates measured again with up to "
                       f"{more} tokens per prompt ({len(rounds[-1]['prompts'])} prompt(s); the figures below are the last round's)")
+    if not res.ranked:  # stopped before the search: a degenerate pair (DF414/DF415) ranks nothing
+        render_findings(console, res.findings)
+        console.print("[bold red]FAIL[/]  no tap set ranked: on this pair every one would \"work\"; fix the findings above")
+        return
     table = Table(title="probe-taps", title_justify="left", show_edge=False,
                   caption="tau = mean tokens per DFlash step (bonus included); ± its standard error; "
                           "loop = measured as smoke-run measures, probe = simulated from the recorded features, "

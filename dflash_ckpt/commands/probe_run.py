@@ -15,7 +15,9 @@ The pair is planned as smoke-run plans it (``runtime/plan.py``), on the backend 
 
 Verdict (exit code): 0 when the best tap set reaches ``--min-acceptance`` and the configured ids
 (if any) are the best; 1 when the configured ids measure worse than another set (DF410) or no set
-reaches ``--min-acceptance`` (DF411), or the pair fails inspect's checks; 2 for usage errors.
+reaches ``--min-acceptance`` (DF411), or the pair fails inspect's checks, or it is degenerate (a
+weight matrix reads back as one value, DF413; the target's logits tie everywhere, DF414; every
+continuation is one token, DF415: then any tap set would "work", so none is ranked); 2 for usage errors.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from dflash_ckpt.checks import run_checks
+from dflash_ckpt.checks.degenerate import repeated_token_findings, tied_logit_findings
 from dflash_ckpt.checks.run_findings import probe_findings, unclear_findings
 from dflash_ckpt.checks.target_config import check_target_config
 from dflash_ckpt.commands.options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_ACCEPTANCE
@@ -44,6 +47,7 @@ from dflash_ckpt.normalize.measured import write_copy
 from dflash_ckpt.runtime.probe import measure, reading_taps, record
 from dflash_ckpt.sources.local import LocalSource
 from dflash_ckpt.sources.prompts import stop_token_ids
+from dflash_ckpt.sources.weight_sample import unfilled_weights
 from dflash_ckpt.draftspec.specs import TargetSpec, as_int, fc_taps, read_draft_spec, read_target_spec, with_layer_ids
 
 # -- the run -----------------------------------------------------------------------------------
@@ -111,6 +115,7 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None, prog
 
     backend = select_backend(opts.backend, spec, tspec.config, tspec.where)
     errors = [f for f in run_checks(spec, tspec) if f.severity == Severity.ERROR]
+    errors += unfilled_weights(Path(draft_dir), spec0.weights, Path(target_dir), target_inv)  # DF413
     if errors:
         result.refused = errors
         return result
@@ -151,6 +156,13 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None, prog
     if all(len(r.tokens) < 2 for r in recs):
         raise UsageError("the target stops after one token on every prompt, so no draft is ever verified; "
                          "give longer prompts, or --ignore-eos")
+    result.prompts = [
+        {**p.to_json(), "input_ids": ids, "continuation_ids": rec.tokens, "stopped": rec.stopped}
+        for p, ids, rec in zip(prompts, encoded, recs)
+    ]
+    result.findings = recording_findings(target, prompts, recs, tcache, target_label)  # DF414, DF415
+    if result.findings:
+        return result  # every tap set would "work" on a degenerate target: nothing to rank
 
     embed_w, head_w = target.embed_tokens.weight, target.lm_head.weight
 
@@ -188,15 +200,27 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None, prog
         cand.lengths = lengths
     result.confirm_s = time.perf_counter() - t1
     result.ranked = sorted(ranked, key=lambda c: c.sort_key)  # stable: ties keep the order measured
-    result.prompts = [
-        {**p.to_json(), "input_ids": ids, "continuation_ids": rec.tokens, "stopped": rec.stopped}
-        for p, ids, rec in zip(prompts, encoded, recs)
-    ]
     result.evidence = settle(result, Session(
         draft, target, prompts, encoder, encoded, opts.max_new_tokens, stops, block, depth, plan.target.max_position_embeddings,
         tspec.where, CONFIRM, configured, bool(opts.prompts or opts.prompts_file)), say)
     result.findings = probe_findings(result) + unclear_findings(result)
     return result
+
+
+def recording_findings(target: Any, prompts: Sequence[Any], recs: Sequence[Any], cache: Any, label: str) -> list[Any]:
+    """DF414 (the target's logits tie at every position of a prompt's continuation, from one
+    teacher-forced forward per prompt) and DF415 (every continuation is one token repeated)."""
+    from types import SimpleNamespace
+
+    from dflash_ckpt.runtime.generate import teacher_forced_logits
+    from dflash_ckpt.runtime.judge import tie_counts
+
+    rows = []
+    for p, rec in zip(prompts, recs):
+        tied, flat = tie_counts(teacher_forced_logits(target, rec.prompt_ids, rec.tokens, cache=cache)) if rec.tokens else (0, 0)
+        lossless = SimpleNamespace(compared=len(rec.tokens), tied_rows=tied, flat_rows=flat)
+        rows.append(SimpleNamespace(prompt=p, lossless=lossless))
+    return tied_logit_findings(rows, label) + repeated_token_findings([r.tokens for r in recs], "target", label)
 
 
 __all__ = ["CONFIRM", "Candidate", "ProbeOptions", "ProbeResult", "run_probe", "run_probe_taps", "write_copy"]

@@ -11,7 +11,9 @@ everything a second time); gather acceptance and speed figures (``runtime/measur
 
 Verdict (exit code): 0 pass; 1 when the pair was refused by the checks, DFlash's output differs
 from the target's beyond a tie (DF401), the mean acceptance length is below ``--min-acceptance``
-(DF403), or non-finite values reached the draft (DF404); 2 for usage errors and unsupported pairs.
+(DF403), or non-finite values reached the draft (DF404), or the pair is degenerate: a weight matrix
+reads back as zeros or one constant (DF413, sampled before loading), the target's logits tie at
+every position (DF414), every output is one token repeated (DF415); 2 for usage errors and unsupported pairs.
 The thresholds (``--min-acceptance`` 2.0, the tie tolerance) are explained in ``runtime/measure.py``.
 
 ``run_smoke_run`` is the command's work with the CLI's long options as keywords: no printing, no
@@ -27,6 +29,8 @@ from pathlib import Path
 from typing import Any, Callable, ClassVar, Sequence
 
 from dflash_ckpt.checks.acceptance import refuse_unimplemented
+from dflash_ckpt.checks.degenerate import smoke_degenerate_findings
+from dflash_ckpt.sources.weight_sample import unfilled_weights
 from dflash_ckpt.checks.inspection import InspectResult, inspect_sources
 from dflash_ckpt.checks.run_findings import prompt_format_causes, smoke_findings, special_token_texts
 from dflash_ckpt.checks.target_config import check_target_config
@@ -205,6 +209,11 @@ def run_smoke(opts: SmokeOptions, progress: Any = None, log: Callable[[str], Non
                             draft_dtype=plan.draft_dtype, capacity=plan.capacity, longest=longest,
                             block=plan.block_size, backend=plan.backend, taps=len(plan.draft_args.target_layer_ids)),
                device, target_label, target_dtype=plan.target_dtype)
+    unfilled = unfilled_weights(Path(draft_dir), plan.draft_inv, Path(target_dir), plan.target_inv)  # DF413
+    if unfilled:  # sampled after the memory check (about the machine), before anything is loaded
+        pre.findings += unfilled
+        result.refused = True
+        return result
     say(f"loading target {target_label} ({plan.target.model_type}, {result.target_dtype}, {plan.backend} backend) and draft "
         f"{draft_label} ({result.draft_dtype}) on {device}")
     result.threads = set_threads(opts.threads, device)
@@ -226,7 +235,7 @@ def run_smoke(opts: SmokeOptions, progress: Any = None, log: Callable[[str], Non
     for run in result.runs:
         run.input_text = encoder.render(run.prompt)
     result.findings = smoke_findings(result, target_layer_ids=plan.draft_args.target_layer_ids,
-                                     mask_token_id=plan.draft_args.mask_token_id)
+                                     mask_token_id=plan.draft_args.mask_token_id) + smoke_degenerate_findings(result)
     return result
 
 

@@ -23,6 +23,7 @@ far below a real disagreement. ``--tie-tolerance`` overrides them.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -55,6 +56,24 @@ class Verdict:
     #: How many positions were ties, and the largest tie margin.
     ties: int = 0
     largest_margin: float | None = None
+    #: Rows whose two best logits are equal (the argmax is decided by token order alone), and
+    #: rows whose logits are all equal: degenerate weights give both at every position (DF414).
+    tied_rows: int = 0
+    flat_rows: int = 0
+
+
+def tie_counts(logits: torch.Tensor) -> tuple[int, int]:
+    """``(rows whose top two logits are equal, rows whose logits are all equal)`` of ``[n, V]``
+    logits; two numbers reach the host."""
+    if logits.shape[0] == 0:
+        return 0, 0
+    scores = logits.float()
+    if scores.shape[-1] < 2:
+        return scores.shape[0], scores.shape[0]
+    top = scores.topk(2, dim=-1).values
+    tied = int((top[:, 0] == top[:, 1]).sum())
+    flat = int((top[:, 0] == scores.min(dim=-1).values).sum())
+    return tied, flat
 
 
 def row_figures(logits: torch.Tensor, tokens: Sequence[int]) -> tuple[list[int], list[float], list[int]]:
@@ -92,4 +111,5 @@ def judge_logits(logits: torch.Tensor, dflash_tokens: Sequence[int], tolerance: 
     if not dflash_tokens:
         return Verdict("identical", 0, [])
     argmax, margins, ranks = row_figures(logits, dflash_tokens)
-    return judge_rows(argmax, dflash_tokens, margins, ranks, tolerance)
+    tied, flat = tie_counts(logits)
+    return dataclasses.replace(judge_rows(argmax, dflash_tokens, margins, ranks, tolerance), tied_rows=tied, flat_rows=flat)

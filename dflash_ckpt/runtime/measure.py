@@ -60,23 +60,27 @@ class Lossless:
     #: Positions judged ties (``runtime/judge.py``: every position is judged).
     ties: int = 0
     largest_margin: float | None = None
+    #: Positions whose target logits tie at the top, and whose logits are all equal (DF414).
+    tied_rows: int = 0
+    flat_rows: int = 0
 
     @classmethod
     def of(cls, verdict: Verdict) -> Lossless:
         """From the judge's verdict (``runtime/judge.py``); ``runner_up`` is kept for readers
         of the JSON as the DFlash token when it is the target's second choice."""
         p = verdict.position
+        rows = {"tied_rows": verdict.tied_rows, "flat_rows": verdict.flat_rows}
         if p is None:
-            return cls(verdict.status, verdict.compared)
+            return cls(verdict.status, verdict.compared, **rows)
         return cls(verdict.status, verdict.compared, p.index, p.target_token, p.dflash_token, p.margin,
-                   p.dflash_token if p.rank == 2 else None, p.rank, verdict.ties, verdict.largest_margin)
+                   p.dflash_token if p.rank == 2 else None, p.rank, verdict.ties, verdict.largest_margin, **rows)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "status": self.status, "compared": self.compared, "position": self.position,
             "target_token": self.target_token, "dflash_token": self.dflash_token,
             "margin": self.margin, "runner_up": self.runner_up, "rank": self.rank, "ties": self.ties,
-            "largest_margin": self.largest_margin,
+            "largest_margin": self.largest_margin, "tied_rows": self.tied_rows, "flat_rows": self.flat_rows,
         }
 
 
