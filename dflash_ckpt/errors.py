@@ -11,17 +11,21 @@ from __future__ import annotations
 import os
 import re
 
+from dflash_ckpt.neutral import no_opener
+
 #: Where a line points when the problem is about no file (an option, the command line itself).
 PROGRAM = "dflash-ckpt"
 
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
 def inert(text: str) -> str:
     """``text`` with control characters (terminal escapes, carriage returns, newlines, bidi
-    overrides) written as visible escapes, so a name taken from a checkpoint prints as what it is
-    and cannot move the cursor, recolour the terminal or start a second line."""
-    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+    overrides, and lone surrogates: a byte of a name that is not UTF-8, which no stream can
+    encode) written as visible escapes, so a name taken from a checkpoint prints as what it is
+    and cannot move the cursor, recolour the terminal or start a second line; nor, wherever it
+    lands in a line, open a CI runner's command (``##[error]``: ``neutral.no_opener``)."""
+    return no_opener(_CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text))
 
 
 def split_location(message: str) -> tuple[str | None, str]:
@@ -46,8 +50,11 @@ def split_location(message: str) -> tuple[str | None, str]:
 
 
 def error_line(path: str | None, code: str, severity: str, message: str) -> str:
-    """The one line every problem is printed as: ``PATH: CODE severity: message`` (made inert)."""
-    return inert(f"{path or PROGRAM}: {code} {severity}: {message}")
+    """The one line every problem is printed as: ``PATH: CODE severity: message`` (made inert, and
+    no CI command: ``neutral.no_command``; a relative path that would start one is ``./PATH``)."""
+    from dflash_ckpt.neutral import no_command, safe_path_start
+
+    return no_command(inert(f"{safe_path_start(path) if path else PROGRAM}: {code} {severity}: {message}"))
 
 
 class DFlashCkptError(Exception):

@@ -58,12 +58,20 @@ def repeated_token_findings(outputs: Sequence[Sequence[int]], who: str, label: s
 
 
 def smoke_degenerate_findings(result: Any) -> list[Finding]:
-    """DF414 and DF415 over a smoke-run's runs (``commands.smoke_run.SmokeResult``)."""
+    """DF414 and DF415 over a smoke-run's runs (``commands.smoke_run.SmokeResult``).
+
+    DF415 judges the acceptance verdict: it fires when tau reaches ``--min-acceptance`` (> 0) on
+    outputs that repeat one token, where that pass is not earned. With ``--min-acceptance 0``
+    acceptance is not judged, and a small untrained model looping on one token is no false PASS
+    (its logits are not tied: the lossless check still means something there)."""
     runs = list(result.runs)
     judged = [r for r in runs if r.lossless.status != "skipped"]
-    return (tied_logit_findings(judged, result.target_label)
-            + repeated_token_findings([r.dflash.tokens for r in judged], "DFlash and target-only",
-                                      result.target_label))
+    out = tied_logit_findings(judged, result.target_label)
+    tau = result.overall()["tau"] if judged else None
+    mina = result.options.min_acceptance
+    if tau is not None and mina > 0 and tau >= mina:
+        out += repeated_token_findings([r.dflash.tokens for r in judged], "DFlash and target-only", result.target_label)
+    return out
 
 
 __all__ = ["MIN_JUDGED", "repeated_token_findings", "smoke_degenerate_findings",

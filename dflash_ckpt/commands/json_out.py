@@ -35,8 +35,10 @@ def pending() -> tuple[str, str] | None:
 
 def print_json(doc: Any) -> None:
     """One JSON document on stdout."""
+    from dflash_ckpt.neutral import json_safe
+
     _pending.clear()
-    sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    sys.stdout.write(json_safe(json.dumps(doc, indent=2)) + "\n")
 
 
 def print_document(doc: dict[str, Any], output_format: str = "json") -> None:
@@ -46,5 +48,8 @@ def print_document(doc: dict[str, Any], output_format: str = "json") -> None:
         return
     from dflash_ckpt.output_formats import render
 
+    from dflash_ckpt.neutral import json_safe
+
     _pending.clear()
-    sys.stdout.write(render(doc, output_format))
+    text = render(doc, output_format)
+    sys.stdout.write(json_safe(text) if output_format == "sarif" else text)

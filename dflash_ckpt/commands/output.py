@@ -21,6 +21,7 @@ from rich.table import Table
 from dflash_ckpt.checks.engines import READERS
 from dflash_ckpt.checks.inspection import InspectResult
 from dflash_ckpt.errors import inert
+from dflash_ckpt.neutral import no_command
 from dflash_ckpt.rules import RULES, Finding, Rule, Severity
 
 STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "dim"}
@@ -33,17 +34,28 @@ PIPE_WIDTH = 100_000
 def make_console(stderr: bool = False) -> Console:
     """A console whose plain lines never wrap (one-line messages stay one line).
 
-    On a terminal tables fit its width; piped (and with no ``COLUMNS`` set) nothing is wrapped.
+    On a terminal tables fit its width; piped (and with no ``COLUMNS`` set) nothing is wrapped,
+    and every line goes through ``neutral.no_command`` (a folder name cannot start a CI command).
     """
     console = Console(stderr=stderr, highlight=False, soft_wrap=True)
-    if not console.is_terminal and "COLUMNS" not in os.environ:
-        console.width = PIPE_WIDTH
+    if not console.is_terminal:  # a pipe a CI runner may read: no line starts a workflow command
+        import atexit
+        import sys
+
+        from dflash_ckpt.neutral import CommandSafeFile
+
+        safe_file = CommandSafeFile(sys.stderr if stderr else sys.stdout)
+        atexit.register(safe_file.close_line)
+        console.file = safe_file  # type: ignore[assignment]
+        if "COLUMNS" not in os.environ:
+            console.width = PIPE_WIDTH
     return console
 
 
 def safe(text: Any) -> str:
-    """``text`` from a checkpoint, ready for ``console.print``: inert and markup-escaped."""
-    return escape(inert(str(text)))
+    """``text`` from a checkpoint, ready for ``console.print``: inert, no CI command
+    (``neutral.no_command``, so a table lays out the escaped text) and markup-escaped."""
+    return escape(no_command(inert(str(text))))
 
 
 def _fmt(value: Any) -> str:
@@ -119,11 +131,11 @@ def render_result(console: Console, res: InspectResult, *, quiet: bool = False, 
             console.print(f"{safe(names)} would load it after [bold]{safe(res.normalize_command)}[/] (weights untouched)")
     console.print(_summary_line(res, strict))
     if res.serve and not res.failed(strict):
-        from dflash_ckpt.checks.serve import shell_line
+        from dflash_ckpt.checks.serve import NOT_SHOWN, shell_line
 
         console.print("serve it with (argv in --json 'serve'; add the engine's tensor-parallel option for several GPUs):")
         for engine, argv in res.serve.items():
-            print_line(console, inert(f"  {engine}: {shell_line(argv)}"))
+            print_line(console, f"  {engine}: {shell_line(argv) or NOT_SHOWN}")
 
 
 def _summary_line(res: InspectResult, strict: bool) -> str:
