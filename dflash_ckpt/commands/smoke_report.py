@@ -42,7 +42,9 @@ def render_smoke(console: Console, res: SmokeResult, *, quiet: bool = False, sho
     if res.refused:
         assert res.precheck is not None
         render_result(console, res.precheck)
-        console.print("[bold red]REFUSED[/]  the pair fails inspect's checks; fix the errors above before running it")
+        weights = any(f.code == "DF413" for f in res.precheck.findings)
+        console.print("[bold red]REFUSED[/]  the pair fails " + ("the weight check (DF413)" if weights else "inspect's checks")
+                      + "; fix the errors above before running it")
         if missing_taps(res.precheck.findings):
             console.print(f"target_layer_ids is missing: measure it with [bold]{safe(probe_taps_command(res.draft_label, res.target_label))}[/]")
         return
