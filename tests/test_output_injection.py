@@ -62,6 +62,14 @@ def test_inspect_text_quiet_and_summary_start_no_command(cli, hostile_drafts) ->
     assert res.stderr.startswith("./::add-mask::FAIL/config.json: DF002 error: "), res.stderr
 
 
+def test_forced_colour_on_a_pipe_starts_no_command(cli, hostile_drafts, monkeypatch) -> None:
+    """CI often sets FORCE_COLOR, which makes rich treat the pipe as a terminal."""
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    res = cli("inspect", *hostile_drafts)
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", res.stdout)
+    assert "\x1b[" in res.stdout and _commands(plain) == [] and _commands(res.stdout) == []
+
+
 def test_the_pre_commit_hook_output_starts_no_command(hostile_drafts, capsys) -> None:
     from dflash_ckpt.precommit import main
 

@@ -37,18 +37,22 @@ def make_console(stderr: bool = False) -> Console:
     On a terminal tables fit its width; piped (and with no ``COLUMNS`` set) nothing is wrapped,
     and every line goes through ``neutral.no_command`` (a folder name cannot start a CI command).
     """
+    import sys
+
     console = Console(stderr=stderr, highlight=False, soft_wrap=True)
-    if not console.is_terminal:  # a pipe a CI runner may read: no line starts a workflow command
+    stream = sys.stderr if stderr else sys.stdout
+    if not getattr(stream, "isatty", lambda: False)():
+        # A pipe a CI runner may read (even where FORCE_COLOR makes rich call it a terminal): no
+        # line starts a workflow command.
         import atexit
-        import sys
 
         from dflash_ckpt.neutral import CommandSafeFile
 
-        safe_file = CommandSafeFile(sys.stderr if stderr else sys.stdout)
+        safe_file = CommandSafeFile(stream)
         atexit.register(safe_file.close_line)
         console.file = safe_file  # type: ignore[assignment]
-        if "COLUMNS" not in os.environ:
-            console.width = PIPE_WIDTH
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console.width = PIPE_WIDTH
     return console
 
 
