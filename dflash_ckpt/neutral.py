@@ -20,7 +20,7 @@ import re
 from typing import IO, Any
 
 #: ``##[``, ``##vso[``, ``##teamcity[``: a command opener anywhere in a line.
-_OPENER = re.compile(r"(##[A-Za-z]*)\[")
+OPENER = re.compile(r"(##[A-Za-z]*)\[")
 #: The end of a partial line that a later write could still turn into an opener.
 _OPEN_TAIL = re.compile(r"#[A-Za-z#]*\Z")
 
@@ -28,7 +28,7 @@ _OPEN_TAIL = re.compile(r"#[A-Za-z#]*\Z")
 def no_opener(text: str) -> str:
     """``text`` with the ``[`` of every ``##[``-style opener written ``\\x5b`` (``errors.inert`` does
     this to every name it shows, wherever in a line it lands)."""
-    return _OPENER.sub(lambda m: m.group(1) + "\\x5b", text)
+    return OPENER.sub(lambda m: m.group(1) + "\\x5b", text)
 
 
 def no_command(line: str, *, line_start: bool = True) -> str:
@@ -54,7 +54,7 @@ def safe_path_start(path: str) -> str:
 def json_safe(text: str) -> str:
     """JSON text with ``[`` written ``\\u005b`` after ``##``: the same document to a JSON reader,
     no command to a CI runner (``[`` after ``#`` only occurs inside strings)."""
-    return _OPENER.sub(lambda m: m.group(1) + "\\u005b", text)
+    return OPENER.sub(lambda m: m.group(1) + "\\u005b", text)
 
 
 class CommandSafeFile:
@@ -121,4 +121,4 @@ class CommandSafeFile:
         return getattr(self.raw, "errors", None)
 
 
-__all__ = ["CommandSafeFile", "json_safe", "no_command", "no_opener", "safe_path_start"]
+__all__ = ["OPENER", "CommandSafeFile", "json_safe", "no_command", "no_opener", "safe_path_start"]

@@ -8,13 +8,12 @@ from __future__ import annotations
 import io
 import struct
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
 
 from degenerate_pairs import TINY, constant, only, rewritten, zeroed
-from dflash_ckpt.checks.degenerate import repeated_token_findings, tied_logit_findings
+from dflash_ckpt.checks.degenerate import TieRows, repeated_token_findings, tied_logit_findings
 from dflash_ckpt.runtime.judge import tie_counts
 from dflash_ckpt.sources.local import LocalSource
 from dflash_ckpt.sources.safetensors_header import TensorInfo
@@ -190,14 +189,10 @@ def test_tie_counts() -> None:
     assert tie_counts(logits) == (2, 1)
 
 
-def _run(name: str, compared: int, tied: int, flat: int = 0) -> SimpleNamespace:
-    return SimpleNamespace(prompt=SimpleNamespace(name=name), lossless=SimpleNamespace(
-        compared=compared, tied_rows=tied, flat_rows=flat))
-
-
 def test_tied_logit_findings_need_every_position_and_enough_of_them() -> None:
-    assert [f.code for f in tied_logit_findings([_run("a", 8, 8, 8), _run("b", 8, 7), _run("c", 3, 3)], "T")] == ["DF414"]
-    [f] = tied_logit_findings([_run("a", 8, 8, 0)], "T")
+    rows = [TieRows("a", 8, 8, 8), TieRows("b", 8, 7, 0), TieRows("c", 3, 3, 3)]
+    assert [f.code for f in tied_logit_findings(rows, "T")] == ["DF414"]
+    [f] = tied_logit_findings([TieRows("a", 8, 8, 0)], "T")
     assert "the two best logits are equal" in f.message and f.path == "T"
 
 

@@ -10,7 +10,7 @@ measured (the judge's row counts for DF414, the outputs for DF415).
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 from dflash_ckpt.rules import Finding, finding
 
@@ -19,19 +19,27 @@ from dflash_ckpt.rules import Finding, finding
 MIN_JUDGED = 4
 
 
-def tied_logit_findings(runs: Sequence[Any], target: str) -> list[Finding]:
-    """DF414 for each prompt where the target's logits tie at the top at every judged position
-    (``runs``: ``measure.PromptRun``, whose ``lossless`` carries the judge's row counts)."""
+class TieRows(NamedTuple):
+    """One prompt's teacher-forced target logits, counted (``runtime.judge.tie_counts``)."""
+
+    prompt: str
+    #: Positions judged.
+    compared: int
+    #: Positions whose two best logits are equal, and whose logits are all equal.
+    tied: int
+    flat: int
+
+
+def tied_logit_findings(rows: Sequence[TieRows], target: str) -> list[Finding]:
+    """DF414 for each prompt where the target's logits tie at the top at every judged position."""
     out = []
-    for run in runs:
-        lo = run.lossless
-        if lo.compared < MIN_JUDGED or lo.tied_rows < lo.compared:
+    for row in rows:
+        if row.compared < MIN_JUDGED or row.tied < row.compared:
             continue
-        what = ("every logit is equal" if lo.flat_rows == lo.compared
-                else "the two best logits are equal")
+        what = "every logit is equal" if row.flat == row.compared else "the two best logits are equal"
         out.append(finding(
             "DF414",
-            f"{target}: prompt {run.prompt.name!r}: at all {lo.compared} positions judged {what} in the target's "
+            f"{target}: prompt {row.prompt!r}: at all {row.compared} positions judged {what} in the target's "
             "logits, so greedy decoding picks by token id alone and DFlash matching it proves nothing; the "
             "target's weights are degenerate (zeros, one constant) or its LM head is; check them (DF413) and "
             "download them again",
@@ -66,7 +74,8 @@ def smoke_degenerate_findings(result: Any) -> list[Finding]:
     (its logits are not tied: the lossless check still means something there)."""
     runs = list(result.runs)
     judged = [r for r in runs if r.lossless.status != "skipped"]
-    out = tied_logit_findings(judged, result.target_label)
+    out = tied_logit_findings([TieRows(r.prompt.name, r.lossless.compared, r.lossless.tied_rows, r.lossless.flat_rows)
+                               for r in judged], result.target_label)
     tau = result.overall()["tau"] if judged else None
     mina = result.options.min_acceptance
     if tau is not None and mina > 0 and tau >= mina:
@@ -74,5 +83,4 @@ def smoke_degenerate_findings(result: Any) -> list[Finding]:
     return out
 
 
-__all__ = ["MIN_JUDGED", "repeated_token_findings", "smoke_degenerate_findings",
-           "tied_logit_findings"]
+__all__ = ["MIN_JUDGED", "TieRows", "repeated_token_findings", "smoke_degenerate_findings", "tied_logit_findings"]

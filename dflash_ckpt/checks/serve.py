@@ -19,6 +19,7 @@ import re
 import shlex
 
 from dflash_ckpt.checks.reading import Verdict
+from dflash_ckpt.neutral import OPENER
 from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec
 
 #: Engines with a launch command, in report order.
@@ -77,7 +78,6 @@ def _revision(rev: str | None) -> list[str]:
     return ["--revision", rev] if rev else []
 
 
-_OPENER = re.compile(r"(##[A-Za-z]*)\[")
 #: What a literal writes as ``\uXXXX`` and a pasted line cannot carry: control characters (a
 #: newline, a tab that a shell would complete on), C1 controls, line separators, bidi controls and
 #: marks (they reorder what is shown), lone surrogates (a byte that is not UTF-8, which Python
@@ -112,7 +112,7 @@ def shell_line(argv: list[str]) -> str | None:
         return None
     # ``##[`` in a line is a CI runner's command (``neutral``): every one is inside single quotes
     # (``#`` and ``[`` are quoted), where ``''`` ends and reopens the quote: the same argument.
-    return _OPENER.sub(r"\1''[", shlex.join(argv))
+    return OPENER.sub(r"\1''[", shlex.join(argv))
 
 
 #: What the report says instead of a serve line ``shell_line`` cannot show.

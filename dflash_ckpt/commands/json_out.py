@@ -46,9 +46,8 @@ def print_document(doc: dict[str, Any], output_format: str = "json") -> None:
     if output_format == "json":
         print_json(doc)
         return
-    from dflash_ckpt.output_formats import render
-
     from dflash_ckpt.neutral import json_safe
+    from dflash_ckpt.output_formats import render
 
     _pending.clear()
     text = render(doc, output_format)

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from dflash_ckpt.checks import run_checks
-from dflash_ckpt.checks.degenerate import repeated_token_findings, tied_logit_findings
+from dflash_ckpt.checks.degenerate import TieRows, repeated_token_findings, tied_logit_findings
 from dflash_ckpt.checks.run_findings import probe_findings, unclear_findings
 from dflash_ckpt.checks.target_config import check_target_config
 from dflash_ckpt.commands.options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_ACCEPTANCE
@@ -35,7 +35,7 @@ from dflash_ckpt.runtime.probe_search import (KEEP_EXACT, Measured, TapSet, conf
                                               search_taps)
 from dflash_ckpt.errors import DFlashCkptError, InputError, UsageError
 from dflash_ckpt.result import error_json
-from dflash_ckpt.rules import Severity
+from dflash_ckpt.rules import Finding, Severity
 from dflash_ckpt.runtime.backend import select_backend
 from dflash_ckpt.runtime.loading import dtype_name, inventory, load_draft
 from dflash_ckpt.runtime.loops import make_loop
@@ -207,19 +207,14 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None, prog
     return result
 
 
-def recording_findings(target: Any, prompts: Sequence[Any], recs: Sequence[Any], cache: Any, label: str) -> list[Any]:
+def recording_findings(target: Any, prompts: Sequence[Any], recs: Sequence[Any], cache: Any, label: str) -> list[Finding]:
     """DF414 (the target's logits tie at every position of a prompt's continuation, from one
     teacher-forced forward per prompt) and DF415 (every continuation is one token repeated)."""
-    from types import SimpleNamespace
-
     from dflash_ckpt.runtime.generate import teacher_forced_logits
     from dflash_ckpt.runtime.judge import tie_counts
 
-    rows = []
-    for p, rec in zip(prompts, recs):
-        tied, flat = tie_counts(teacher_forced_logits(target, rec.prompt_ids, rec.tokens, cache=cache)) if rec.tokens else (0, 0)
-        lossless = SimpleNamespace(compared=len(rec.tokens), tied_rows=tied, flat_rows=flat)
-        rows.append(SimpleNamespace(prompt=p, lossless=lossless))
+    rows = [TieRows(p.name, len(rec.tokens), *tie_counts(teacher_forced_logits(target, rec.prompt_ids, rec.tokens, cache=cache)))
+            for p, rec in zip(prompts, recs) if rec.tokens]
     return tied_logit_findings(rows, label) + repeated_token_findings([r.tokens for r in recs], "target", label)
 
 
