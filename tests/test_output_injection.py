@@ -89,6 +89,13 @@ def test_smoke_run_report_starts_no_command(cli, one_thread, hostile_drafts) -> 
     assert "\\x3a:error title=x::boom" in res.stdout  # the name, shown as an escape, not dropped
 
 
+def test_normalize_output_starts_no_command(cli, hostile_drafts) -> None:
+    for args in (["normalize", hostile_drafts[0], "::add-mask::out"], ["normalize", "--check", hostile_drafts[2]],
+                 ["normalize", hostile_drafts[1], "::x::out2"]):
+        res = cli(*args)
+        assert _commands(res.stdout) == [] and _commands(res.stderr) == [], (args, res.stdout, res.stderr)
+
+
 def test_json_is_the_same_document_without_commands(cli, hostile_drafts) -> None:
     res = cli("inspect", "--json", hostile_drafts[3], hostile_drafts[4])
     assert V1.search(res.stdout) is None
