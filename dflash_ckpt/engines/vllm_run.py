@@ -70,12 +70,19 @@ def head_dim(config: Mapping[str, Any]) -> int | None:
 
 def refuse_pair(facts: VllmFacts, *, generation: str, draft_config: Mapping[str, Any], draft_where: str,
                 target_config: Mapping[str, Any], target_where: str) -> None:
-    """What vLLM would refuse or die on with this pair: DFlash2 on the CPU build (DF422), a
-    head size the CPU attention lacks (DF423), a target without ``architectures`` (DF424)."""
+    """What vLLM would refuse or die on with this pair: on the CPU build a DFlash2 draft or one
+    mixing sliding and full layers (DF422, its V1 runner's own refusals) or a head size its
+    attention lacks (DF423); a target without ``architectures`` (DF424)."""
     if generation == "DFlash2" and facts.cpu_build:
         raise UsageError(f"{draft_where}: a DFlash2 draft, and vLLM's CPU build {facts.version} refuses DFlash2 "
                          "(V1 runner: no candidate-head drafts; V2 runner: needs Triton); run it with "
                          "--engine reference here, or vLLM on a CUDA machine", code="DF422", key="architectures")
+    kinds = draft_config.get("layer_types")
+    if facts.cpu_build and isinstance(kinds, list) and 0 < sum(k == "sliding_attention" for k in kinds) < len(kinds):
+        raise UsageError(f"{draft_where}: key 'layer_types' mixes sliding and full attention layers, and vLLM's CPU "
+                         f"build {facts.version} refuses such drafts (its V1 runner: \"mixed sliding/full dflash "
+                         "drafts\"; the V2 runner needs Triton); run it with --engine reference here, or vLLM on a "
+                         "CUDA machine", code="DF422", key="layer_types")
     if facts.cpu_build and facts.cpu_head_sizes:
         for where, config in ((target_where, target_config), (draft_where, draft_config)):
             size = head_dim(config)
