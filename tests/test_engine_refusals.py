@@ -201,6 +201,7 @@ def test_a_hanging_engine_is_stopped_at_its_deadline_with_all_its_processes(tmp_
     assert "did not finish within 3 s" in err.message and "RuntimeError: worker stuck in a busy loop" in err.message
     log = Path(err.message.rsplit("kept in ", 1)[1])
     assert log.is_file() and "busy loop" in log.read_text()
+    shutil.rmtree(log.parent)
     child, grandchild = map(int, pids.read_text().split())
     assert not _alive(child) and not _alive(grandchild)
 
@@ -211,8 +212,9 @@ def test_an_engine_that_fails_gives_its_last_error_line(tmp_path: Path) -> None:
                       "echo 'INFO shutting down'\nexit 3\n")
     runner.chmod(0o755)
     with pytest.raises(EngineFailed, match=r"tgt: vLLM exited with status 3: ValueError: Unsupported CPU attention "
-                                           r"configuration; the engine's log is kept in /"):
+                                           r"configuration; the engine's log is kept in /") as info:
         run_child({"phases": []}, python=str(runner), timeout_s=30, where="tgt")
+    shutil.rmtree(Path(info.value.message.rsplit("kept in ", 1)[1]).parent)
 
 
 def test_inspect_says_which_vllm_the_row_was_checked_against(tmp_path: Path) -> None:
