@@ -9,6 +9,7 @@ from typing import Any, Callable, Iterable
 
 from dflash_ckpt.checks import run_checks
 from dflash_ckpt.checks.engines import READER_TITLES, Verdict, judge_readers
+from dflash_ckpt.engines.vllm_facts import reader_check_note as vllm_reader_note
 from dflash_ckpt.errors import DFlashCkptError, InputError, split_location
 from dflash_ckpt.rules import Finding, Severity, finding
 from dflash_ckpt.result import error_json
@@ -95,7 +96,9 @@ class InspectResult:
             "sources": d.sources_json() if d else {},
             "target": self.target.to_json() if self.target else None,
             "findings": [f.to_json() for f in self.findings],
-            "readers": {k: {**v.to_json(), "fixed_by_normalize": k in self.normalize_fixes} for k, v in self.readers.items()},
+            "readers": {k: {**v.to_json(), "fixed_by_normalize": k in self.normalize_fixes,
+                            **({"checked_against": vllm_reader_note()} if k == "vllm" else {})}
+                        for k, v in self.readers.items()},
             "normalize_command": self.normalize_command if self.normalize_fixes else None,
             "serve": self.serve if not self.failed(strict) else {},
             "counts": {s.value: self.count(s) for s in Severity},

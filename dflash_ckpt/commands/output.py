@@ -20,6 +20,7 @@ from rich.table import Table
 
 from dflash_ckpt.checks.engines import READERS
 from dflash_ckpt.checks.inspection import InspectResult
+from dflash_ckpt.engines.vllm_facts import reader_check_note as vllm_reader_note
 from dflash_ckpt.errors import inert
 from dflash_ckpt.neutral import no_command
 from dflash_ckpt.rules import RULES, Finding, Rule, Severity
@@ -130,6 +131,9 @@ def render_result(console: Console, res: InspectResult, *, quiet: bool = False, 
             why = v.reason + ("; normalize fixes it" if reader.key in res.normalize_fixes else "")
             table.add_row(reader.title, "[green]yes[/]" if v.loads else "[red]no[/]", safe(why))
         console.print(table)
+        if "vllm" in res.readers and (note := vllm_reader_note())["installed"]:
+            console.print(f"vLLM row: measured against vLLM {note['measured_against']}; installed here: "
+                          f"{safe(note['installed'])} (smoke-run --engine vllm runs it)")
         if res.normalize_fixes and res.normalize_command:
             names = ", ".join(r.title for r in READERS if r.key in res.normalize_fixes)
             console.print(f"{safe(names)} would load it after [bold]{safe(res.normalize_command)}[/] (weights untouched)")

@@ -11,7 +11,7 @@ from typing import List, Literal, Optional
 import typer
 
 from dflash_ckpt.commands.options import (DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_ACCEPTANCE, BackendOpt, BlockSizeOpt,
-                                          DeviceOpt, DraftArg, DraftDtypeOpt, IgnoreEosOpt, NoChatTemplateOpt,
+                                          DeviceOpt, DraftArg, DraftDtypeOpt, EngineOpt, IgnoreEosOpt, NoChatTemplateOpt,
                                           PairTargetOpt, PromptOpt, PromptsFileOpt, QuietOpt, RevisionOpt,
                                           TargetDtypeOpt, ThinkingOpt, TokenizerOpt, TokenOpt, starting_run)
 
@@ -53,6 +53,12 @@ def register(app: typer.Typer) -> None:
             False, "--no-compile",
             help="On CUDA, run eagerly instead of replaying CUDA graphs of the decode, draft and verify steps "
                  "(captured once; the capture time is reported apart). The CPU always runs eagerly."),
+        engine: Literal["reference", "vllm", "both"] = EngineOpt,
+        tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", help="vLLM: GPUs the target is split over (--engine vllm|both)."),
+        pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", help="vLLM: pipeline stages (--engine vllm|both)."),
+        max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="vLLM: positions per sequence (default: what the prompts, -n and one block need, at least 256).", show_default=False),
+        engine_arg: Optional[List[str]] = typer.Option(None, "--engine-arg", metavar="KEY=VALUE", help="vLLM: a keyword of vllm.LLM, VALUE as JSON where it parses (repeatable), e.g. gpu_memory_utilization=0.85."),
+        engine_timeout: Optional[float] = typer.Option(None, "--engine-timeout", help="vLLM: seconds the whole engine run may take before it is stopped (default 900).", show_default=False),
         show_text: bool = typer.Option(False, "--show-text", help="Print each prompt's generated text under the table (the JSON always has it)."),
         json_out: bool = typer.Option(False, "--json", help="Print one JSON document with every figure, ids, texts and acceptance lengths."),
         quiet: bool = QuietOpt,
@@ -71,7 +77,9 @@ def register(app: typer.Typer) -> None:
             draft_dtype=draft_dtype, target_dtype=target_dtype, device=device, backend=backend,
             block_size=block_size, thinking=thinking, no_chat_template=no_chat_template, tokenizer=tokenizer,
             ignore_eos=ignore_eos, tie_tolerance=tie_tolerance, revision=revision, token=token, threads=threads,
-            no_compile=no_compile)
+            no_compile=no_compile, engine=engine, tensor_parallel_size=tensor_parallel_size,
+            pipeline_parallel_size=pipeline_parallel_size, max_model_len=max_model_len, engine_arg=list(engine_arg or []),
+            engine_timeout=engine_timeout)
         from dflash_ckpt.runtime.memory import out_of_memory
 
         with out_of_memory(target):  # one DF407 line (exit 2), never a traceback or a failed verdict

@@ -13,6 +13,7 @@ from dflash_ckpt.commands.output import print_line, render_findings, render_resu
 from dflash_ckpt.checks.run_findings import missing_taps, probe_taps_command
 from dflash_ckpt.rules import Severity
 from dflash_ckpt.commands.smoke_run import SmokeResult
+from dflash_ckpt.commands.engine_report import engine_line, render_comparison
 
 LOSSLESS_TEXT = {"identical": "[green]same[/]", "tie": "[yellow]tie[/]", "differs": "[bold red]DIFFERS[/]",
                  "skipped": "[bold red]overflow[/]"}
@@ -78,6 +79,9 @@ def render_smoke(console: Console, res: SmokeResult, *, quiet: bool = False, sho
     stats = res.overall()
     if stats["steps"]:
         console.print(_histogram(stats["histogram"], stats["steps"]))
+    if (line := engine_line(res)) is not None:
+        console.print(line)
+    render_comparison(console, res)
     render_findings(console, res.findings)
     console.print(verdict_line(res))
 

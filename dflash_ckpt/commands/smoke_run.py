@@ -35,6 +35,7 @@ from dflash_ckpt.checks.inspection import InspectResult, inspect_sources
 from dflash_ckpt.checks.run_findings import prompt_format_causes, smoke_findings, special_token_texts
 from dflash_ckpt.checks.target_config import check_target_config
 from dflash_ckpt.commands.options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_ACCEPTANCE
+from dflash_ckpt.engines.smoke_engine import EngineRun, validate_engine_options
 from dflash_ckpt.errors import UsageError
 from dflash_ckpt.result import ResultShape
 from dflash_ckpt.rules import Finding, Severity
@@ -58,8 +59,16 @@ class SmokeOptions(RunOptions):
     warmup: bool = True
     threads: int | None = None
     compile: bool = True
+    #: ``reference`` (our runtime), ``vllm`` or ``both`` (``engines/``), and what goes through to vLLM.
+    engine: str = "reference"
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    max_model_len: int | None = None
+    engine_arg: list[str] = field(default_factory=list)
+    engine_timeout: float | None = None
 
     def validate_own(self) -> None:
+        validate_engine_options(self)
         if self.tie_tolerance is not None and (not math.isfinite(self.tie_tolerance) or self.tie_tolerance < 0):
             raise UsageError(f"--tie-tolerance {self.tie_tolerance}: must be a number >= 0")
         if self.threads is not None and self.threads < 1:
@@ -94,6 +103,11 @@ class SmokeResult(ResultShape):
     capture_s: float = 0.0
     #: What times the steps: ``thread`` (the decoding thread's CPU time) or ``wall``.
     step_clock: str = "wall"
+    #: ``--engine vllm|both``: which vLLM ran, its own counters, and (``both``) the comparison.
+    engine_run: dict[str, Any] | None = None
+    #: ``--engine both``: vLLM's runs and their comparison with ``runs`` (in ``engine_run`` as JSON).
+    engine_runs: list[PromptRun] = field(default_factory=list)
+    comparisons: list[Any] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -131,7 +145,9 @@ class SmokeResult(ResultShape):
                 "capture_s": self.capture_s,
                 "step_clock": self.step_clock,
                 "timing_tokens": min(TIMING_TOKENS, o.max_new_tokens),
+                "engine": o.engine,
             },
+            "engine_run": self.engine_run,
             "overall": self.overall() if self.runs else None,
             "prompts": [r.to_json(self.block_size or 1) for r in self.runs],
         }
@@ -146,7 +162,9 @@ def run_smoke_run(draft: str, target: str, *, prompt: Sequence[str] = (), prompt
                   backend: str = "auto", block_size: int | None = None, thinking: bool = False,
                   no_chat_template: bool = False, tokenizer: str | None = None, ignore_eos: bool = False,
                   tie_tolerance: float | None = None, revision: str | None = None, token: str | None = None,
-                  threads: int | None = None, no_compile: bool = False,
+                  threads: int | None = None, no_compile: bool = False, engine: str = "reference",
+                  tensor_parallel_size: int = 1, pipeline_parallel_size: int = 1, max_model_len: int | None = None,
+                  engine_arg: Sequence[str] = (), engine_timeout: float | None = None,
                   progress: Any = None, log: Callable[[str], None] | None = None) -> SmokeResult:
     """``dflash-ckpt smoke-run DRAFT --target TARGET``: keywords are its long options (``prompt`` is
     ``-p``, repeatable; ``prompts`` the JSONL file). ``progress``: a rich ``Progress``; ``log``: where
@@ -156,13 +174,16 @@ def run_smoke_run(draft: str, target: str, *, prompt: Sequence[str] = (), prompt
         min_acceptance=min_acceptance, draft_dtype=draft_dtype, target_dtype=target_dtype, device=device,
         backend=backend, block_size=block_size, thinking=thinking, chat_template=not no_chat_template,
         tokenizer=tokenizer, ignore_eos=ignore_eos, tie_tolerance=tie_tolerance, revision=revision, token=token,
-        threads=threads, compile=not no_compile)
+        threads=threads, compile=not no_compile, engine=engine, tensor_parallel_size=tensor_parallel_size,
+        pipeline_parallel_size=pipeline_parallel_size, max_model_len=max_model_len, engine_arg=list(engine_arg),
+        engine_timeout=engine_timeout)
     return run_smoke(opts, progress=progress, log=log)
 
 
 def run_smoke(opts: SmokeOptions, progress: Any = None, log: Callable[[str], None] | None = None) -> SmokeResult:
     """Everything ``smoke-run`` does short of printing. ``progress`` is a rich ``Progress`` (or None)."""
     opts.validate()
+    engine = EngineRun.start(opts) if opts.engine != "reference" else None  # DF420/DF421 before anything is read
     say = log or (lambda _msg: None)
     draft_dir, draft_label, target_dir, target_label = resolve_folders(opts)
     result = SmokeResult(draft_label, target_label, opts)
@@ -174,6 +195,8 @@ def run_smoke(opts: SmokeOptions, progress: Any = None, log: Callable[[str], Non
     assert pre.draft is not None and pre.target is not None
     refuse_unimplemented(pre.draft)  # DF151, exit 2: never measure a draft without its acceptance keys
     check_target_config(pre.target.config, pre.target.where)  # either backend, before anything is built
+    if engine is not None:
+        engine.refuse_pair(pre.draft, pre.target)  # DF422-DF424, exit 2, before an engine starts
     backend = select_backend(opts.backend, pre.draft, pre.target.config, pre.target.where)
     headers = load_inventory(LocalSource(Path(target_dir), label=target_label))  # unreadable: refused below
     check_target_config(pre.target.config, pre.target.where, headers.tensors)
@@ -201,6 +224,15 @@ def run_smoke(opts: SmokeOptions, progress: Any = None, log: Callable[[str], Non
     result.chat_template = encoder.uses_template
     result.stop_token_ids = stops
 
+    if engine is not None:
+        engine.prepare(draft_dir=Path(draft_dir), target_dir=Path(target_dir), plan=plan, encoded=encoded, stops=stops,
+                       max_new_tokens=opts.max_new_tokens, where=target_label, max_positions=pre.target.config.get("max_position_embeddings"))
+    if opts.engine == "vllm":
+        say(f"running vLLM {engine.facts.version} on target {target_label} and draft {draft_label} in a child process")
+        engine.run_into(result, prompts, encoded, encoder)
+        result.findings = smoke_findings(result, target_layer_ids=plan.draft_args.target_layer_ids,
+                                         mask_token_id=plan.draft_args.mask_token_id)
+        return result
     longest = max(len(ids) for ids in encoded) + opts.max_new_tokens
     check_fits(estimate_run(target_config=pre.target.config,
                             target_file_bytes=needed_bytes(plan.target_inv.tensors, plan.target_dtype),
@@ -236,6 +268,10 @@ def run_smoke(opts: SmokeOptions, progress: Any = None, log: Callable[[str], Non
         run.input_text = encoder.render(run.prompt)
     result.findings = smoke_findings(result, target_layer_ids=plan.draft_args.target_layer_ids,
                                      mask_token_id=plan.draft_args.mask_token_id) + smoke_degenerate_findings(result)
+    if engine is not None:  # --engine both: vLLM on the same ids, after the reference has let go of the CPU
+        del target_model, draft_model, loop
+        say(f"running vLLM {engine.facts.version} on the same ids in a child process")
+        result.findings += engine.compare_into(result, prompts, encoded, encoder)
     return result
 
 

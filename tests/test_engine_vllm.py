@@ -1,0 +1,118 @@
+"""``smoke-run --engine both`` on the tiny pair in the installed vLLM (one run for the module,
+two engine starts): vLLM's figures are its own, its tokens are its own target-only run's, the
+reference and vLLM agree on the same ids, and nothing of vLLM is left running afterwards."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import ROOT, run_cli
+from dflash_ckpt.checks.engine_compare import per_position
+from dflash_ckpt.engines.vllm_facts import read_facts, vllm_available
+
+pytestmark = [pytest.mark.vllm,
+              pytest.mark.skipif(not vllm_available(), reason="the engine's python has no vLLM with DFlash")]
+
+TINY = ROOT / "fixtures" / "tiny-pair"
+BLOCK = 8
+
+
+def child_processes() -> list[str]:
+    """Command lines of every process running our vLLM child (none may outlive a run)."""
+    out = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if "vllm_child.py" in cmd:
+                out.append(cmd)
+    return out
+
+
+@pytest.fixture(scope="module")
+def both() -> dict[str, Any]:
+    res = run_cli("smoke-run", str(TINY / "draft"), "--target", str(TINY / "target"), "--engine", "both",
+                  "-n", "48", "--json", timeout=900)
+    assert res.code == 0, (res.stdout[-2000:], res.stderr[-2000:])
+    doc = json.loads(res.stdout)
+    return {"doc": doc, "result": doc["results"][0]}
+
+
+def test_the_document_holds_the_schema(both: dict[str, Any]) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    from dflash_ckpt.schema import load_schema
+
+    jsonschema.Draft202012Validator(load_schema()).validate(both["doc"])
+    assert both["result"]["settings"]["engine"] == "both"
+
+
+def test_which_vllm_ran(both: dict[str, Any]) -> None:
+    run = both["result"]["engine_run"]
+    facts = read_facts()
+    assert run["version"] == facts.version == run["reported_version"] and run["python"] == facts.python
+    assert run["start_s"]["dflash"] > 0 and run["start_s"]["target_only"] > 0
+
+
+def test_step_lengths_agree_with_vllms_own_counters(both: dict[str, Any]) -> None:
+    """Our per-step acceptance (new tokens per engine step) against vLLM's counters: one draft
+    per step, and the accepted drafts equal ours but for the last step, which -n may cut."""
+    run = both["result"]["engine_run"]
+    for extra, prompt in zip(run["prompts"], run["runs"]):
+        m, lengths = extra["vllm_metrics"], prompt["acceptance_lengths"]
+        assert m["drafts"] == len(lengths) and m["draft_tokens"] == (BLOCK - 1) * len(lengths)
+        kept = sum(n - 1 for n in lengths[:-1])
+        assert kept + lengths[-1] - 1 <= m["accepted"] <= kept + BLOCK - 1, (m, lengths)
+        floor = per_position(lengths[:-1], BLOCK)
+        assert all(f <= v <= f + 1 for f, v in zip(floor, m["accepted_per_pos"])), (floor, m["accepted_per_pos"])
+        assert prompt["tau"] == pytest.approx(sum(lengths) / len(lengths))
+    assert run["vllm_tau"] == pytest.approx(1 + run["vllm_metrics"]["accepted"] / run["vllm_metrics"]["drafts"])
+
+
+def test_vllm_dflash_tokens_are_its_own_target_only_tokens(both: dict[str, Any]) -> None:
+    run = both["result"]["engine_run"]
+    for extra, prompt in zip(run["prompts"], run["runs"]):
+        assert prompt["lossless"]["status"] in ("identical", "tie"), prompt["lossless"]
+        if prompt["lossless"]["status"] == "identical":
+            assert extra["target_only_equal"], extra
+        assert prompt["new_tokens"] == 48 or prompt["output_ids"][-1] in both["result"]["settings"]["stop_token_ids"]
+
+
+def test_reference_and_vllm_agree_on_the_same_ids(both: dict[str, Any]) -> None:
+    res = both["result"]
+    comparison = res["engine_run"]["comparison"]
+    assert [c["name"] for c in comparison] == [p["name"] for p in res["prompts"]]
+    for c, ref, eng in zip(comparison, res["prompts"], res["engine_run"]["runs"]):
+        assert eng["input_ids"] == ref["input_ids"]
+        assert c["tokens_equal"] or c["difference"] == "tie", c
+        assert c["tokens_equal"] == (ref["output_ids"] == eng["output_ids"])
+        assert c["reference_tau"] == pytest.approx(ref["tau"]) and c["engine_tau"] == pytest.approx(eng["tau"])
+    codes = {f["code"] for f in res["findings"]}
+    assert not codes & {"DF426", "DF427", "DF401"}, res["findings"]
+    assert res["engine_run"]["vllm_tau"] > 2.0 and res["overall"]["tau"] > 2.0
+
+
+def test_no_vllm_process_outlives_the_run(both: dict[str, Any]) -> None:
+    assert both["result"]["engine_run"] is not None
+    assert child_processes() == []
+
+
+def test_an_engine_that_fails_after_starting(tmp_path: Path) -> None:
+    """A keyword vllm.LLM does not take: vLLM raises after it was imported; one DF425 line
+    with its error, the log kept, exit 2, and no child left."""
+    res = run_cli("smoke-run", str(TINY / "draft"), "--target", str(TINY / "target"), "--engine", "vllm", "-p", "hi",
+                  "-n", "4", "--engine-arg", "no_such_engine_option=1", timeout=600)
+    assert res.code == 2, res.stderr
+    line = res.stderr.strip().splitlines()[-1]
+    assert "DF425 error: vLLM failed:" in line and "no_such_engine_option" in line, line
+    log = Path(line.rsplit("kept in ", 1)[1])
+    assert log.is_file() and "Traceback" in log.read_text()
+    assert "Traceback" not in res.stderr
+    assert child_processes() == []
+    shutil.rmtree(log.parent)
