@@ -10,6 +10,7 @@ from rich.table import Table
 from dflash_ckpt.commands.json_out import print_json
 from dflash_ckpt.commands.output import make_console, print_line, render_findings, safe
 from dflash_ckpt.commands.probe_run import ProbeResult
+from dflash_ckpt.errors import inert
 from dflash_ckpt.rules import Severity
 
 
@@ -33,11 +34,23 @@ def report_probe(run: Callable[..., ProbeResult], *, json_out: bool, quiet: bool
         return res.exit_code
     if quiet:
         render_errors(console, res)
+        if res.write and res.write.get("written"):
+            print_line(console, inert(wrote_line(res)))
     else:
         render_probe(console, res)
     if res.write_error is not None:
         raise res.write_error
     return res.exit_code
+
+
+def wrote_line(res: ProbeResult) -> str:
+    """What ``--write`` wrote and the verdict of what it wrote (shown with ``-q`` too)."""
+    best = res.best
+    assert best is not None and best.tau is not None
+    ok = best.tau >= res.options.min_acceptance
+    return (f"wrote {res.options.write}: a normalized copy of {res.draft_label} with target_layer_ids "
+            f"{_ids(best.target_layer_ids)}, measured at tau {best.tau:.2f} ({'passes' if ok else 'below'} "
+            f"--min-acceptance {res.options.min_acceptance:g})")
 
 
 def render_errors(console: Console, res: ProbeResult) -> None:
@@ -118,12 +131,17 @@ def render_probe(console: Console, res: ProbeResult) -> None:
     if best is None:
         return
     if res.write and res.write.get("written"):
-        console.print(f"wrote {safe(str(o.write))}: a normalized copy with target_layer_ids {_ids(best.target_layer_ids)}")
+        console.print(safe(wrote_line(res)))
     elif res.configured is None:
         console.print(f"to write it: {safe(res.normalize_command() or '')}  (or rerun with --write OUT)")
     elif res.configured != best.target_layer_ids and any(f.code == "DF410" for f in res.findings):
         console.print("to write it: rerun with --write OUT (a normalized copy with the measured ids; "
                       "normalize alone only supplies missing ids)")
+    if res.wrote_fix and res.configured is not None and res.configured != best.target_layer_ids:
+        console.print(f"[bold green]PASS[/]  the copy {safe(str(o.write))} with target_layer_ids "
+                      f"{_ids(best.target_layer_ids)} measures tau {best.tau:.2f} (min {o.min_acceptance:g}); "
+                      f"DRAFT itself is unchanged and its ids {_ids(res.configured)} lose (DF410)")
+        return
     status = "[bold green]PASS[/]" if res.exit_code == 0 else "[bold red]FAIL[/]"
     kept = (f"configured target_layer_ids {_ids(conf.target_layer_ids)} hold; "
             if conf is not None and res.exit_code == 0 else "")
