@@ -2,8 +2,9 @@
 
 Every fenced block whose lines start with ``$ dflash-ckpt ...`` is a run: the command, then what
 it prints (stdout and stderr as a terminal 100 columns wide shows them). ``tests/test_readme.py`` reruns each one and compares; run this
-file to rewrite the README's blocks from the real commands (``python tests/readme_examples.py``,
-in the repo root; smoke-run examples included, whose timings differ on every run).
+file to print the README with its blocks redone from the real commands (``python
+tests/readme_examples.py > /tmp/README.md``, in the repo root; ``--write`` rewrites README.md in
+place; smoke-run examples included, whose timings differ on every run).
 
 Where an example runs: paths under ``fixtures/`` in the repo root; others in the fixtures tree
 ``fixtures/make_fixtures.py`` builds (``drafts/``, ``mutants/``, ``targets/``), and a bare draft
@@ -26,7 +27,24 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 #: The terminal width the examples are printed at.
 COLUMNS = "100"
-_FENCE = re.compile(r"^```\n(.*?)^```$", flags=re.S | re.M)
+_FENCE_LINE = re.compile(r"^```(\S*)[ \t]*$", flags=re.M)
+
+
+def plain_fences(text: str) -> list[tuple[int, int]]:
+    """``(start, end)`` of the body of every plain (language-less) fenced block. Fences are paired
+    in order, opening then closing, so the closing fence of a ```bash block is never taken for
+    the opening of a plain one (the pattern ``^```\\n(.*?)^```$`` did that, and then read the text
+    between two blocks as an example)."""
+    bodies: list[tuple[int, int]] = []
+    opening: re.Match[str] | None = None
+    for m in _FENCE_LINE.finditer(text):
+        if opening is None:
+            opening = m
+            continue
+        if not opening.group(1):
+            bodies.append((opening.end() + 1, m.start()))
+        opening = None
+    return bodies
 
 
 @dataclass
@@ -49,8 +67,8 @@ class Example:
 def examples(text: str) -> list[Example]:
     """Every ``$ dflash-ckpt`` run in the README's plain fenced blocks, in order."""
     found: list[Example] = []
-    for fence in _FENCE.finditer(text):
-        body, base = fence.group(1), fence.start(1)
+    for base, end in plain_fences(text):
+        body = text[base:end]
         starts = [m.start() for m in re.finditer(r"^\$ dflash-ckpt ", body, flags=re.M)]
         for i, s in enumerate(starts):
             e = starts[i + 1] if i + 1 < len(starts) else len(body)
@@ -79,12 +97,12 @@ def run_example(ex: Example, fixtures: Path) -> str:
     return proc.stdout
 
 
-def regenerate(fixtures: Path) -> None:
-    """Rewrite every example's output in README.md from the real command."""
+def regenerate(fixtures: Path) -> str:
+    """README.md's text with every example's output redone from the real command."""
     text = README.read_text()
     for ex in reversed(examples(text)):
         text = text[:ex.start] + f"$ {ex.command}\n" + run_example(ex, fixtures) + text[ex.end:]
-    README.write_text(text)
+    return text
 
 
 if __name__ == "__main__":
@@ -92,7 +110,11 @@ if __name__ == "__main__":
     import make_fixtures  # noqa: E402
 
     with tempfile.TemporaryDirectory() as tmp:
-        regenerate(make_fixtures.build_all(Path(tmp) / "build"))
+        fresh = regenerate(make_fixtures.build_all(Path(tmp) / "build"))
+    if "--write" in sys.argv[1:]:
+        README.write_text(fresh)
+    else:
+        sys.stdout.write(fresh)
 
 
 def shape(output: str) -> str:

@@ -8,6 +8,7 @@ besides the taps); and probe-taps' DF410 (configured tap layers beaten) and DF41
 
 from __future__ import annotations
 
+import shlex
 from typing import TYPE_CHECKING, Any, Sequence
 
 from dflash_ckpt.errors import CheckFailed

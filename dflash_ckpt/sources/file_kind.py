@@ -51,15 +51,19 @@ def other_format(head: bytes) -> str | None:
     return None
 
 
-def sniff(source: Source, name: str, size: int) -> tuple[str, str] | None:
+def sniff(source: Source, name: str, size: int, *, signatures_only: bool = False) -> tuple[str, str] | None:
     """``(code, message)`` when the file ``name`` is an LFS pointer (DF230) or another format
-    (DF231); ``None`` when it may be a (broken) safetensors file."""
+    (DF231); ``None`` when it may be a (broken) safetensors file. ``signatures_only``: the first
+    eight bytes are a plausible header length (a file cut short), so only a 4-byte magic number
+    counts (a zip's), not a first character such as ``{`` that a real length's low byte can be."""
     where = source.where(name)
     head = source.read(name, 0, min(size, SNIFF_BYTES))
     message = lfs_pointer_message(head, where)
     if message is not None:
         return "DF230", message
     kind = other_format(head)
+    if signatures_only and not head.startswith(b"PK\x03\x04"):
+        kind = None
     if kind is None:
         return None
     return "DF231", (f"{where}: this is {kind}, not a safetensors file; download it again "

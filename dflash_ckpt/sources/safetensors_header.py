@@ -100,6 +100,9 @@ def read_header(source: Source, name: str, *, max_tensors: int = MAX_TENSORS) ->
             "safetensors format; not a safetensors file or corrupt",
         )
     if 8 + header_len > size:
+        other = sniff(source, name, size, signatures_only=True)  # a zip's magic reads as 67 MB
+        if other is not None:
+            raise HeaderError(*other)
         raise HeaderError(
             "DF204",
             f"{where}: file has {size} bytes but its header alone needs {8 + header_len}; "
