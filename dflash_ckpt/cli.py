@@ -14,7 +14,7 @@ from typing import Any, List, Literal, Optional
 import typer
 
 from dflash_ckpt._version import __version__
-from dflash_ckpt.commands.options import JsonOpt, QuietOpt, RevisionOpt, TokenOpt, silence_progress, want_json
+from dflash_ckpt.commands.options import Annotations, AnnotationsOpt, JsonOpt, QuietOpt, RevisionOpt, TokenOpt, silence_progress, want_json
 from dflash_ckpt.errors import PROGRAM, DFlashCkptError, UsageError, error_line
 from dflash_ckpt.terminal import reflow_help
 
@@ -60,6 +60,7 @@ def inspect(
     json_out: bool = JsonOpt,
     output_format: OutputFormat = typer.Option(
         "text", "--output-format", help="text (the report), json (as --json), github (workflow annotations) or sarif (SARIF 2.1.0)."),
+    annotations: Annotations = AnnotationsOpt,
     quiet: bool = QuietOpt,
     strict: bool = typer.Option(False, "--strict", help="Warnings count as errors."),
     select: Optional[List[str]] = typer.Option(None, "--select", help="Report only these rule codes or prefixes (DF2, DF101,DF3; repeatable).", show_default=False),
@@ -84,7 +85,7 @@ def inspect(
     raise typer.Exit(report_inspect(
         lambda: run_inspect(args, target, revision=revision, token=token, strict=strict, select=select or [],
                             ignore=ignore or [], require_engines=require_engines or []),
-        json_out=fmt != "text", quiet=quiet, strict=strict, output_format=fmt))
+        json_out=fmt != "text", quiet=quiet, strict=strict, output_format=fmt, annotations=annotations))
 
 
 @app.command()

@@ -39,12 +39,13 @@ def print_json(doc: Any) -> None:
     sys.stdout.write(json.dumps(doc, indent=2) + "\n")
 
 
-def print_document(doc: dict[str, Any], output_format: str = "json") -> None:
-    """The run's document on stdout: as JSON, or as GitHub annotations or SARIF (``output_formats``)."""
+def print_document(doc: dict[str, Any], output_format: str = "json", annotations: str = "warnings") -> None:
+    """The run's document on stdout: as JSON, or as GitHub annotations (of the severities
+    ``annotations`` names) or SARIF (``output_formats``)."""
     if output_format == "json":
         print_json(doc)
         return
     from dflash_ckpt.output_formats import render
 
     _pending.clear()
-    sys.stdout.write(render(doc, output_format))
+    sys.stdout.write(render(doc, output_format, annotations))

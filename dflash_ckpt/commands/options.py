@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, Literal
 
 import typer
 
@@ -18,6 +18,12 @@ from dflash_ckpt.commands.json_out import want_json  # noqa: F401  (each command
 JsonOpt = typer.Option(False, "--json", help="Print one JSON document instead of the report (progress bars off).")
 QuietOpt = typer.Option(False, "-q", "--quiet", help="Print errors only (progress bars off).")
 RevisionOpt = typer.Option(None, "--revision", help="Hub revision (branch, tag or commit) of DRAFT; or write org/name@rev.", show_default=False)
+#: ``--annotations`` values (``output_formats.ANNOTATIONS``, without importing it at start-up).
+Annotations = Literal["warnings", "all", "errors"]
+AnnotationsOpt = typer.Option(
+    "warnings", "--annotations",
+    help="With --output-format github: the findings that become annotations: warnings (errors and warnings), "
+         "all (info notices too, e.g. DF220) or errors.")
 TokenOpt = typer.Option(None, "--token", help="Hugging Face token for gated or private repos (default: HF_TOKEN or the saved login).", show_default=False)
 
 
@@ -79,12 +85,20 @@ def require_run_extra(command: str) -> None:
         raise UsageError(f"{command} needs {', '.join(missing)}: {RUN_EXTRA_HINT}")
 
 
+#: ``--output-format`` of smoke-run and probe-taps (inspect's, less SARIF: a run's findings name no file lines).
+RunOutputFormat = Literal["text", "json", "github"]
+RunOutputFormatOpt = typer.Option(
+    "text", "--output-format",
+    help="text (the report), json (as --json) or github (workflow annotations of the findings; see --annotations).")
+
+
 @contextmanager
-def starting_run(command: str, draft: str, target: str, *, json_out: bool, quiet: bool) -> Iterator[None]:
+def starting_run(command: str, draft: str, target: str, *, json_out: bool, quiet: bool,
+                 output_format: str = "json") -> Iterator[None]:
     """The start smoke-run and probe-taps share, around the caller's runtime imports: owe a JSON
     document with ``--json``, need the ``run`` extra, silence progress bars, and say on a terminal
     what loads while torch is imported (``terminal.loading_note``)."""
-    want_json(command, json_out)
+    want_json(command, json_out, output_format)
     require_run_extra(command)
     silence_progress(json_out or quiet)
     from dflash_ckpt.terminal import loading_note

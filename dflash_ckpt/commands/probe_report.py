@@ -7,14 +7,15 @@ from typing import Any, Callable
 from rich.console import Console
 from rich.table import Table
 
-from dflash_ckpt.commands.json_out import print_json
+from dflash_ckpt.commands.json_out import print_document
 from dflash_ckpt.commands.output import make_console, print_line, render_findings, safe
 from dflash_ckpt.commands.probe_run import ProbeResult
 from dflash_ckpt.errors import inert
 from dflash_ckpt.rules import Severity
 
 
-def report_probe(run: Callable[..., ProbeResult], *, json_out: bool, quiet: bool) -> int:
+def report_probe(run: Callable[..., ProbeResult], *, json_out: bool, quiet: bool, output_format: str = "json",
+                 annotations: str = "warnings") -> int:
     """Call ``run(log=, copy_progress=)`` (``run_probe_taps`` with the options bound), print the
     report or the JSON document, return the exit code; a failed ``--write`` is raised as its line
     after the report."""
@@ -30,7 +31,7 @@ def report_probe(run: Callable[..., ProbeResult], *, json_out: bool, quiet: bool
     else:
         res = run(log=log, copy_progress=copy)
     if json_out:
-        print_json(res.envelope())
+        print_document(res.envelope(), output_format, annotations)
         return res.exit_code
     if quiet:
         render_errors(console, res)

@@ -146,12 +146,13 @@ def render_error_lines(console: Console, res: SmokeResult) -> None:
             print_line(console, f.line(res.draft_label))
 
 
-def report_smoke(run: Callable[..., SmokeResult], *, json_out: bool, quiet: bool, show_text: bool = False) -> int:
+def report_smoke(run: Callable[..., SmokeResult], *, json_out: bool, quiet: bool, show_text: bool = False,
+                 output_format: str = "json", annotations: str = "warnings") -> int:
     """Call ``run(progress=, log=)`` with a progress bar and a loading line where a person
     watches (neither with ``--json`` or ``-q``), print its report or JSON, return the exit code."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from dflash_ckpt.commands.json_out import print_json
+    from dflash_ckpt.commands.json_out import print_document
     from dflash_ckpt.commands.output import make_console
 
     console = make_console()
@@ -165,7 +166,7 @@ def report_smoke(run: Callable[..., SmokeResult], *, json_out: bool, quiet: bool
     else:
         result = run(log=log)
     if json_out:
-        print_json(result.envelope())
+        print_document(result.envelope(), output_format, annotations)
     else:
         render_smoke(console, result, quiet=quiet, show_text=show_text)
     return result.exit_code
