@@ -16,6 +16,8 @@ import typer
 from dflash_ckpt.commands.json_out import want_json  # noqa: F401  (each command body says whether it owes a document)
 
 JsonOpt = typer.Option(False, "--json", help="Print one JSON document instead of the report (progress bars off).")
+#: ``--json`` of the commands that show no progress bar (rules, schema).
+PlainJsonOpt = typer.Option(False, "--json", help="Print one JSON document instead of the text.")
 QuietOpt = typer.Option(False, "-q", "--quiet", help="Print errors only (progress bars off).")
 RevisionOpt = typer.Option(None, "--revision", help="Hub revision (branch, tag or commit) of DRAFT; or write org/name@rev.", show_default=False)
 #: ``--annotations`` values (``output_formats.ANNOTATIONS``, without importing it at start-up).
