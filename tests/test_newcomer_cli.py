@@ -67,3 +67,30 @@ def test_smoke_run_speaks_the_github_format() -> None:
     lines = res.stdout.splitlines()
     assert res.code == 1 and lines and all(x.startswith(("::error ", "::warning ")) for x in lines), res.stdout
     assert any("title=DF403" in x for x in lines)
+
+
+def _cut(text: str) -> list[str]:
+    return [line for line in text.splitlines() if "…" in line]
+
+
+@pytest.mark.parametrize("width", ["60", "40"])
+def test_inspect_in_a_narrow_terminal_cuts_nothing(width: str) -> None:
+    res = run_cli("inspect", str(D), "--target", str(T), env={"COLUMNS": width})
+    assert res.code == 0 and not _cut(res.stdout), _cut(res.stdout)
+    flat = "".join(line.replace("│", "").strip() for line in res.stdout.splitlines())
+    assert "num_speculative_tokens=7" in flat.replace(" ", "")
+
+
+def test_smoke_run_in_a_narrow_terminal_stacks_the_table() -> None:
+    """At 60 columns the table cannot show its figures whole: each prompt becomes a line of
+    column-value pairs, every figure printed in full, the prompt's name kept."""
+    pytest.importorskip("torch")
+    wide = run_cli("smoke-run", str(D), "--target", str(T), "-n", "16", "--device", "cpu", "--json").result()
+    res = run_cli("smoke-run", str(D), "--target", str(T), "-n", "16", "--device", "cpu", env={"COLUMNS": "60"})
+    no_traceback(res)
+    assert res.code == 0 and not _cut(res.stdout), res.stdout
+    text = " ".join(res.stdout.split())
+    for p in wide["prompts"]:
+        assert f"{p['name']}: new {p['new_tokens']}," in text, text
+        assert f"tau/acc {p['tau']:.2f}/{p['accepted_per_step']:.2f}" in text
+    assert "overall: new" in text and "┃" not in res.stdout.split("smoke-run, native backend")[1].split("T = target")[0]

@@ -64,7 +64,7 @@ def render_findings(console: Console, findings: Iterable[Finding]) -> None:
     table = Table(title="Findings", title_justify="left", show_edge=False)
     table.add_column("code", no_wrap=True)
     table.add_column("severity", no_wrap=True)
-    table.add_column("message")
+    table.add_column("message", overflow="fold")  # a long word (a key=value, a path) wraps, never "…"
     for f in found:
         table.add_row(f.code, f"[{STYLE[f.severity]}]{f.severity.value}[/]", safe(finding_text(f)))
     console.print(table)
@@ -83,9 +83,9 @@ def render_result(console: Console, res: InspectResult, *, quiet: bool = False, 
         return
     console.print(f"[bold]{safe(res.label)}[/]  layout [cyan]{d.layout}[/]  generation [cyan]{d.generation}[/]")
     keys = Table(title="Resolved DFlash keys", title_justify="left", show_edge=False)
-    keys.add_column("key")
-    keys.add_column("value")
-    keys.add_column("from")
+    keys.add_column("key", overflow="fold")
+    keys.add_column("value", overflow="fold")
+    keys.add_column("from", overflow="fold")
     sources = d.sources_json()
     for key, value in d.resolved_json().items():
         src = sources[key]
@@ -108,7 +108,7 @@ def render_result(console: Console, res: InspectResult, *, quiet: bool = False, 
         table = Table(title="Readers", title_justify="left", show_edge=False)
         table.add_column("reader", no_wrap=True)
         table.add_column("loads", no_wrap=True)
-        table.add_column("why")
+        table.add_column("why", overflow="fold")
         for reader in READERS:
             v = res.readers[reader.key]
             why = v.reason + ("; normalize fixes it" if reader.key in res.normalize_fixes else "")

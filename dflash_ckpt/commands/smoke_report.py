@@ -6,6 +6,7 @@ from typing import Any, Callable
 
 from rich.console import Console
 from rich.markup import escape
+from rich.text import Text
 from rich.table import Table
 
 from dflash_ckpt.errors import inert
@@ -57,20 +58,18 @@ def render_smoke(console: Console, res: SmokeResult, *, quiet: bool = False, sho
         for f in res.precheck.findings:
             if f.severity == Severity.WARNING:
                 print_line(console, f.line(res.draft_label))
+    rows = _rows(res)
     table = Table(title=f"smoke-run, {res.backend} backend", title_justify="left", show_edge=False, caption=legend(), caption_justify="left")
     for col in COLUMNS:
         left = col in ("prompt", "output")
         table.add_column(col, justify="left" if left else "right", no_wrap=col != "prompt", overflow="fold",
                          min_width=8 if col == "prompt" else None)
-    block = res.block_size or 1
-    for run in res.runs:
-        fig = run.figures(block)
-        table.add_row(safe(run.prompt.name), *_cells(fig), LOSSLESS_TEXT[run.lossless.status])
-    if len(res.runs) > 1:
-        fig = res.overall()
-        same = sum(1 for r in res.runs if r.lossless.status == "identical")
-        table.add_row("[bold]overall[/]", *_cells(fig), f"{same}/{len(res.runs)} same", end_section=True)
-    console.print(table)
+    for i, row in enumerate(rows):
+        table.add_row(*row, end_section=len(res.runs) > 1 and i == len(rows) - 1)
+    if table_width(rows) <= console.width:
+        console.print(table)
+    else:  # too narrow for the columns: one block per prompt, so no figure is ever cut
+        render_stacked(console, res.backend, rows)
     if show_text:
         render_texts(console, res)
     stats = res.overall()
@@ -78,6 +77,33 @@ def render_smoke(console: Console, res: SmokeResult, *, quiet: bool = False, sho
         console.print(_histogram(stats["histogram"], stats["steps"]))
     render_findings(console, res.findings)
     console.print(verdict_line(res))
+
+
+def _rows(res: SmokeResult) -> list[list[str]]:
+    """The table's rows (markup in the prompt and output cells): one per prompt, then overall."""
+    block = res.block_size or 1
+    rows = [[safe(run.prompt.name), *_cells(run.figures(block)), LOSSLESS_TEXT[run.lossless.status]] for run in res.runs]
+    if len(res.runs) > 1:
+        same = sum(1 for r in res.runs if r.lossless.status == "identical")
+        rows.append(["[bold]overall[/]", *_cells(res.overall()), f"{same}/{len(res.runs)} same"])
+    return rows
+
+
+def table_width(rows: list[list[str]]) -> int:
+    """The columns' full width: every header and cell unbroken, one space of padding each side
+    and a rule between columns (rich would otherwise squeeze figures and cut them)."""
+    widths = [max([len(col), *(Text.from_markup(row[i]).cell_len for row in rows)]) for i, col in enumerate(COLUMNS)]
+    return sum(widths) + 2 * len(widths) + len(widths) - 1
+
+
+def render_stacked(console: Console, backend: str | None, rows: list[list[str]]) -> None:
+    """The table for a terminal narrower than its columns: each prompt a line of ``column value``
+    pairs that wraps between pairs (never inside a figure), then the legend."""
+    console.print(f"smoke-run, {backend} backend")
+    for row in rows:
+        pairs = [f"{escape(col)} [bold]{cell}[/]" for col, cell in zip(COLUMNS[1:], row[1:])]
+        console.print(f"[bold]{row[0]}[/]: " + ",  ".join(pairs))
+    console.print(legend(), markup=False, highlight=False)
 
 
 def legend() -> str:
