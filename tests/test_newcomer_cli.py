@@ -94,3 +94,42 @@ def test_smoke_run_in_a_narrow_terminal_stacks_the_table() -> None:
         assert f"{p['name']}: new {p['new_tokens']}," in text, text
         assert f"tau/acc {p['tau']:.2f}/{p['accepted_per_step']:.2f}" in text
     assert "overall: new" in text and "┃" not in res.stdout.split("smoke-run, native backend")[1].split("T = target")[0]
+
+
+def test_smoke_run_pass_shows_the_serve_lines_inspect_shows() -> None:
+    pytest.importorskip("torch")
+    smoke = run_cli("smoke-run", str(D), "--target", str(T), "-n", "16", "--device", "cpu")
+    inspect = run_cli("inspect", str(D), "--target", str(T))
+    assert smoke.code == 0 and "PASS" in smoke.stdout
+    serve = inspect.stdout[inspect.stdout.index("serve it with"):]
+    assert smoke.stdout.rstrip().endswith(serve.rstrip()), smoke.stdout[-600:]
+    failed = run_cli("smoke-run", str(TINY / "draft-shifted-taps"), "--target", str(T), "-n", "8", "--device", "cpu")
+    assert failed.code == 1 and "serve it with" not in failed.stdout
+
+
+def test_a_log_gets_a_progress_line_every_few_seconds() -> None:
+    from dflash_ckpt.progress_lines import LineProgress
+
+    now = [100.0]
+    lines: list[str] = []
+    bar = LineProgress(lines.append, every=5.0, clock=lambda: now[0])
+    task = bar.add_task("generating", total=40)
+    for _ in range(40):
+        now[0] += 1.0
+        bar.update(task, description="generating math")
+        bar.advance(task)
+    assert len(lines) == 8, lines  # 40 s of work, a line each 5 s
+    assert lines[0] == "generating math: 5/40 (12%), 5 s elapsed, about 35 s left"
+    assert lines[-1].startswith("generating math: 40/40 (100%), 40 s elapsed")
+
+
+def test_smoke_run_piped_prints_progress_lines(cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("torch")
+    import dflash_ckpt.progress_lines as lines
+
+    monkeypatch.setattr(lines, "EVERY_S", 0.0)
+    res = cli("smoke-run", str(D), "--target", str(T), "-n", "8", "-p", "hi", "--device", "cpu", "--min-acceptance", "0")
+    progress = [x for x in res.stderr.splitlines() if "s elapsed" in x]
+    assert res.code == 0 and progress and all("/8 (" in x for x in progress), res.stderr
+    quiet = cli("smoke-run", str(D), "--target", str(T), "-n", "8", "-p", "hi", "--device", "cpu", "--min-acceptance", "0", "-q")
+    assert "elapsed" not in quiet.stderr

@@ -119,11 +119,16 @@ def render_result(console: Console, res: InspectResult, *, quiet: bool = False, 
             console.print(f"{safe(names)} would load it after [bold]{safe(res.normalize_command)}[/] (weights untouched)")
     console.print(_summary_line(res, strict))
     if res.serve and not res.failed(strict):
-        from dflash_ckpt.checks.serve import shell_line
+        render_serve(console, res.serve)
 
-        console.print("serve it with (argv in --json 'serve'; add the engine's tensor-parallel option for several GPUs):")
-        for engine, argv in res.serve.items():
-            print_line(console, inert(f"  {engine}: {shell_line(argv)}"))
+
+def render_serve(console: Console, serve: dict[str, list[str]]) -> None:
+    """The lines that serve a pair that passed, one per engine (inspect's, and smoke-run's after PASS)."""
+    from dflash_ckpt.checks.serve import shell_line
+
+    console.print("serve it with (argv in --json 'serve'; add the engine's tensor-parallel option for several GPUs):")
+    for engine, argv in serve.items():
+        print_line(console, inert(f"  {engine}: {shell_line(argv)}"))
 
 
 def _summary_line(res: InspectResult, strict: bool) -> str:

@@ -23,11 +23,15 @@ def report_probe(run: Callable[..., ProbeResult], *, json_out: bool, quiet: bool
     log = None if json_out or quiet else (lambda msg: err_console.print(f"[dim]{safe(msg)}[/]"))
     copy = not (quiet or json_out)
     if not json_out and not quiet and err_console.is_terminal:  # a bar over the candidates, people only
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=err_console, transient=True) as progress:
+                      TextColumn("eta"), TimeRemainingColumn(), console=err_console, transient=True) as progress:
             res = run(log=log, copy_progress=copy, progress=progress)
+    elif not quiet and (not json_out or output_format == "github"):  # a log: a line every few seconds
+        from dflash_ckpt.progress_lines import stderr_progress
+
+        res = run(log=log, copy_progress=copy, progress=stderr_progress())
     else:
         res = run(log=log, copy_progress=copy)
     if json_out:

@@ -10,7 +10,7 @@ from rich.text import Text
 from rich.table import Table
 
 from dflash_ckpt.errors import inert
-from dflash_ckpt.commands.output import print_line, render_findings, render_result, safe
+from dflash_ckpt.commands.output import print_line, render_findings, render_result, render_serve, safe
 from dflash_ckpt.checks.run_findings import missing_taps, probe_taps_command
 from dflash_ckpt.rules import Severity
 from dflash_ckpt.commands.smoke_run import SmokeResult
@@ -77,6 +77,8 @@ def render_smoke(console: Console, res: SmokeResult, *, quiet: bool = False, sho
         console.print(_histogram(stats["histogram"], stats["steps"]))
     render_findings(console, res.findings)
     console.print(verdict_line(res))
+    if res.exit_code == 0 and res.precheck is not None and res.precheck.serve:
+        render_serve(console, res.precheck.serve)  # what to run next, as inspect shows it
 
 
 def _rows(res: SmokeResult) -> list[list[str]]:
@@ -174,9 +176,10 @@ def render_error_lines(console: Console, res: SmokeResult) -> None:
 
 def report_smoke(run: Callable[..., SmokeResult], *, json_out: bool, quiet: bool, show_text: bool = False,
                  output_format: str = "json", annotations: str = "warnings") -> int:
-    """Call ``run(progress=, log=)`` with a progress bar and a loading line where a person
-    watches (neither with ``--json`` or ``-q``), print its report or JSON, return the exit code."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    """Call ``run(progress=, log=)`` with a progress bar (with an ETA) and a loading line where a
+    person watches, a progress line every few seconds where the output is a log (piped, or the
+    github format), neither with ``--json`` or ``-q``; print its report or document, return the exit code."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from dflash_ckpt.commands.json_out import print_document
     from dflash_ckpt.commands.output import make_console
@@ -187,8 +190,13 @@ def report_smoke(run: Callable[..., SmokeResult], *, json_out: bool, quiet: bool
     log = None if json_out or quiet else (lambda msg: err_console.print(f"[dim]{safe(msg)}[/]"))
     if show_progress:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("tokens"),
-                      TimeElapsedColumn(), console=err_console, transient=True) as progress:
+                      TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=err_console,
+                      transient=True) as progress:
             result = run(progress=progress, log=log)
+    elif not quiet and (not json_out or output_format == "github"):  # a log: a line every few seconds
+        from dflash_ckpt.progress_lines import stderr_progress
+
+        result = run(progress=stderr_progress(), log=log)
     else:
         result = run(log=log)
     if json_out:
