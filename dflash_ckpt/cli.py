@@ -75,7 +75,7 @@ def inspect(
 ) -> None:
     """Resolve and check a draft from config.json and safetensors headers (no tensor data, no torch).
 
-    Exit 0 no errors (no warnings either with --strict); 1 an error found (or a warning with
+    Exit codes: 0 no errors (no warnings either with --strict); 1 an error found (or a warning with
     --strict, or a --require-engines reader that would not load it); 2 usage error or a draft or
     target that cannot be read.
     """
@@ -103,7 +103,7 @@ def rules(
 ) -> None:
     """List the checks with their codes, or explain one with its fix.
 
-    Exit 0; 2 for an unknown code.
+    Exit codes: 0 listed; 2 an unknown code.
     """
     from dflash_ckpt.commands.json_out import document, print_json
     from dflash_ckpt.rules import RULES
@@ -131,7 +131,7 @@ def schema(
 ) -> None:
     """Print the JSON Schema (draft 2020-12) of every command's --json document, or of one command's.
 
-    Exit 0; 2 for an unknown command.
+    Exit codes: 0 printed; 2 an unknown command.
     """
     from dflash_ckpt.commands.json_out import document, print_json
     from dflash_ckpt.schema import COMMANDS, load_schema

@@ -51,9 +51,11 @@ def register(app: typer.Typer) -> None:
         """Recover (or check) the draft's target_layer_ids by measuring acceptance with candidate tap sets.
 
         k comes from fc.weight; candidates are ranked by tau on the prompts, the finalists measured
-        by smoke-run's loop. Nothing is written unless --write OUT. Exit 0 when the best set works and
-        matches the configured ids (if any); 1 when the configured ids lose (DF410), nothing works
-        (DF411) or the pair fails inspect's checks; 2 usage error.
+        by smoke-run's loop. Nothing is written unless --write OUT.
+
+        Exit codes: 0 the best set works and matches the configured ids (if any), or --write wrote a
+        copy with the winner that works; 1 the configured ids lose (DF410) and nothing was written,
+        nothing works (DF411) or the pair fails inspect's checks; 2 usage error.
         """
         fmt = "json" if json_out else output_format
         json_out = fmt != "text"

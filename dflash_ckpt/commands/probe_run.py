@@ -15,7 +15,9 @@ The pair is planned as smoke-run plans it (``runtime/plan.py``), on the backend 
 
 Verdict (exit code): 0 when the best tap set reaches ``--min-acceptance`` and the configured ids
 (if any) are the best; 1 when the configured ids measure worse than another set (DF410) or no set
-reaches ``--min-acceptance`` (DF411), or the pair fails inspect's checks; 2 for usage errors.
+reaches ``--min-acceptance`` (DF411), or the pair fails inspect's checks; 2 for usage errors. With
+``--write``, a copy written with the winner that works turns a DF410 into exit 0: the exit code
+is the verdict of what was written (``ProbeResult.wrote_fix``); DRAFT itself is never edited.
 """
 
 from __future__ import annotations

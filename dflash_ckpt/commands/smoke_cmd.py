@@ -61,7 +61,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Decode with the target alone and with DFlash; check the outputs match and measure acceptance and speed.
 
-        Exit 0 pass; 1 refused by inspect's checks, output differs beyond a tie, tau below
+        Exit codes: 0 pass; 1 refused by inspect's checks, output differs beyond a tie, tau below
         --min-acceptance, or overflow; 2 usage error, a pair neither backend supports, or a target too big for the device.
         """
         fmt = "json" if json_out else output_format
