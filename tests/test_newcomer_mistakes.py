@@ -130,3 +130,14 @@ def test_probe_taps_write_exits_on_the_copy_it_wrote(tmp_path: Path) -> None:
     wrote = [x for x in res.stdout.splitlines() if x.startswith("wrote ")]
     assert len(wrote) == 1 and "target_layer_ids [1, 3, 5]" in wrote[0] and "passes --min-acceptance" in wrote[0], res.stdout
     assert "DF410" in res.stdout  # the original draft's ids still lose, and it says so
+
+
+def test_df216_names_a_tensor_that_exists(cli, tmp_path: Path) -> None:
+    """A model.-prefixed folder without fc.weight (a target's weights under a draft's config): the
+    example DF216 gives is one of its tensors, never a model.fc.weight that is not there."""
+    folder = tmp_path / "draft"
+    shutil.copytree(D, folder)
+    shutil.copy(T / "model.safetensors", folder / "model.safetensors")
+    doc = cli("inspect", str(folder), "--json").result()
+    df216 = next(f for f in doc["findings"] if f["code"] == "DF216")
+    assert "model.fc.weight" not in df216["message"] and "(e.g. model.embed_tokens.weight)" in df216["message"], df216
