@@ -66,9 +66,10 @@ def line(task: _Task, now: float) -> str:
     spent = now - task.started
     if not task.total:
         return f"{task.description}: {task.completed:g} done, {spent:.0f} s elapsed"
-    share = min(task.completed / task.total, 1.0)
+    done = min(task.completed, task.total)  # a run may step past its estimate (re-measured finalists)
+    share = done / task.total
     left = f", about {spent * (1 - share) / share:.0f} s left" if share > 0 else ""
-    return f"{task.description}: {task.completed:g}/{task.total:g} ({100 * share:.0f}%), {spent:.0f} s elapsed{left}"
+    return f"{task.description}: {done:g}/{task.total:g} ({100 * share:.0f}%), {spent:.0f} s elapsed{left}"
 
 
 def stderr_progress() -> LineProgress:
