@@ -51,7 +51,10 @@ def iter_findings(doc: dict[str, Any]) -> Iterator[tuple[dict[str, Any], str]]:
     carried = {(r["error"].get("code"), r["error"].get("message")) for r in results if isinstance(r.get("error"), dict)}
     error = doc.get("error")
     if error and (error.get("code"), error.get("message")) not in carried:
-        yield {"code": error["code"], "severity": "error", "path": None, "key": None, "message": error["message"]}, ""
+        path, message = error.get("path"), error["message"]
+        if path and message.startswith(f"{path}: "):
+            message = message[len(path) + 2:]  # the file goes in its own property, as a finding's does
+        yield {"code": error["code"], "severity": "error", "path": path, "key": error.get("key"), "message": message}, path or ""
     for result in results:
         for f in [*result.get("precheck", []), *result.get("findings", [])]:
             yield f, f.get("path") or result.get("draft") or ""

@@ -133,3 +133,8 @@ def test_smoke_run_piped_prints_progress_lines(cli, monkeypatch: pytest.MonkeyPa
     assert res.code == 0 and progress and all("/8 (" in x for x in progress), res.stderr
     quiet = cli("smoke-run", str(D), "--target", str(T), "-n", "8", "-p", "hi", "--device", "cpu", "--min-acceptance", "0", "-q")
     assert "elapsed" not in quiet.stderr
+
+
+def test_a_missing_draft_is_one_annotation_in_smoke_run_too(tmp_path) -> None:
+    res = run_cli("smoke-run", str(tmp_path / "nowhere"), "--target", str(T), "--output-format", "github")
+    assert res.code == 2 and res.stdout.count("::error") == 1 and res.stdout.startswith(f"::error file={tmp_path}"), res.stdout

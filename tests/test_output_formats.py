@@ -99,7 +99,7 @@ def test_github_escapes_workflow_command_characters() -> None:
 def test_github_reports_a_run_that_stopped(cli: Any, fixtures_root: Path, tmp_path: Path) -> None:
     res = cli("inspect", str(fixtures_root / "drafts/Qwen3-4B-DFlash-b16"), "--target", str(tmp_path / "none"), "--output-format", "github")
     assert res.code == 2
-    assert res.stdout.startswith("::error title=DF001::") and "no such folder" in res.stdout
+    assert res.stdout == f"::error file={escape_property(str(tmp_path / 'none'))},title=DF001::no such folder; give a local target folder or a Hub repo id (org/name)\n"
 
 
 def test_sarif_document(cli: Any, fixtures_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
