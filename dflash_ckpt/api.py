@@ -4,13 +4,15 @@
 ``.exit_code``, ``.findings``, ``.to_dict()`` (the command's ``--json`` result, one element of
 ``results``) and ``.envelope()`` (the whole ``--json`` document). They print nothing, never call
 ``sys.exit`` and show no progress bar unless asked (``progress`` / ``copy_progress``; Hub download
-bars stay off unless ``HF_HUB_DISABLE_PROGRESS_BARS`` is set otherwise); a problem
-that stops a run is raised as ``DFlashCkptError`` with ``.code`` (the DF rule code), ``.exit_code``
-and ``.message``; so is an argument of the wrong type or an unknown keyword (DF010), and a
+bars stay off unless ``HF_HUB_DISABLE_PROGRESS_BARS`` is set otherwise). Every problem is a
+``DFlashCkptError`` with ``.code`` (the DF rule code), ``.exit_code`` and ``.message``: one that
+stops a run; an argument of the wrong type, an unknown keyword or a missing argument (DF010,
+checked against these signatures by ``api_types.checked_call`` before anything is read); a
 missing ``run`` extra (DF004, naming the install line). Keywords are the CLI's long options with
-its defaults; ``prompt`` is one text or a list. Each wraps the ``run_<command>`` function the CLI runs (with a call's own Hub
-deadline and no download bars), so a result here is the CLI's document. Importing this module imports nothing heavy:
-each function imports its command's run when called (torch only for smoke_run and probe_taps).
+its defaults; ``prompt`` is one text or a list. Each wraps the ``run_<command>`` function the CLI
+runs (with a call's own Hub deadline and no download bars), so a result here is the CLI's
+document. Importing this module imports nothing heavy: each function imports its command's run
+when called (torch only for smoke_run and probe_taps).
 """
 
 from __future__ import annotations
