@@ -21,6 +21,7 @@ D, T = TINY / "draft", TINY / "target"
 WRONG: list[tuple[str, Callable[[], Any], str]] = [
     ("non-path draft", lambda: dflash_ckpt.inspect(5), "draft=5"),
     ("None in a list", lambda: dflash_ckpt.inspect([D, None]), "draft=["),
+    ("no draft at all", lambda: dflash_ckpt.inspect([]), "draft=[]"),
     ("bytes path", lambda: dflash_ckpt.inspect(str(D).encode()), "draft=b'"),
     ("bytes target", lambda: dflash_ckpt.inspect(D, target=str(T).encode()), "target=b'"),
     ("misspelt keyword", lambda: dflash_ckpt.inspect(D, strcit=True), "did you mean strict="),
