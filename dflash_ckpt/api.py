@@ -63,8 +63,8 @@ def _need_run_extra(command: str) -> None:
 @checked_call
 def inspect(draft: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], target: str | os.PathLike[str] | None = None,
             *, revision: str | None = None, token: str | None = None, strict: bool = False,
-            select: str | Sequence[str] = (), ignore: str | Sequence[str] = (),
-            require_engines: str | Sequence[str] = ()) -> InspectRun:
+            select: str | Sequence[str] | None = (), ignore: str | Sequence[str] | None = (),
+            require_engines: str | Sequence[str] | None = ()) -> InspectRun:
     """Check a draft folder or Hub repo id (and its pairing with ``target``) from config.json and
     safetensors headers, as ``dflash-ckpt inspect`` does. ``select``, ``ignore`` and
     ``require_engines``: a code or name, a comma list, or a list of them.
@@ -110,7 +110,7 @@ def normalize(draft: str | os.PathLike[str], out: str | os.PathLike[str] | None 
 
 
 @checked_call
-def smoke_run(draft: str | os.PathLike[str], target: str | os.PathLike[str], *, prompt: str | Sequence[str] = (),
+def smoke_run(draft: str | os.PathLike[str], target: str | os.PathLike[str], *, prompt: str | Sequence[str] | None = (),
               prompts: str | os.PathLike[str] | None = None, max_new_tokens: int = 128, min_acceptance: float = 2.0,
               draft_dtype: str = "bfloat16",
               target_dtype: str | None = None, device: str = "auto",
@@ -138,7 +138,7 @@ def smoke_run(draft: str | os.PathLike[str], target: str | os.PathLike[str], *, 
 
 
 @checked_call
-def probe_taps(draft: str | os.PathLike[str], target: str | os.PathLike[str], *, prompt: str | Sequence[str] = (),
+def probe_taps(draft: str | os.PathLike[str], target: str | os.PathLike[str], *, prompt: str | Sequence[str] | None = (),
                prompts: str | os.PathLike[str] | None = None, budget: int | None = None, max_new_tokens: int = 128,
                min_acceptance: float = 2.0, write: str | os.PathLike[str] | None = None, force: bool = False,
                top: int = 5, draft_dtype: str = "bfloat16",

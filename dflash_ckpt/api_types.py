@@ -117,8 +117,11 @@ def checked_call(fn: F) -> F:
     return call  # type: ignore[return-value]
 
 
-def texts(value: str | typing.Sequence[str]) -> list[str]:
-    """One text or many as a list: ``"hello"`` is one prompt, never five one-letter ones."""
+def texts(value: str | typing.Sequence[str] | None) -> list[str]:
+    """One text or many as a list: ``"hello"`` is one prompt, never five one-letter ones; ``None``
+    is none (the command's default)."""
+    if value is None:
+        return []
     return [value] if isinstance(value, str) else list(value)
 
 
