@@ -138,3 +138,14 @@ def test_smoke_run_piped_prints_progress_lines(cli, monkeypatch: pytest.MonkeyPa
 def test_a_missing_draft_is_one_annotation_in_smoke_run_too(tmp_path) -> None:
     res = run_cli("smoke-run", str(tmp_path / "nowhere"), "--target", str(T), "--output-format", "github")
     assert res.code == 2 and res.stdout.count("::error") == 1 and res.stdout.startswith(f"::error file={tmp_path}"), res.stdout
+
+
+def test_probe_taps_in_a_narrow_terminal_cuts_no_figure() -> None:
+    pytest.importorskip("torch")
+    res = run_cli("probe-taps", str(TINY / "draft-shifted-taps"), "--target", str(T), "-n", "16", "--device", "cpu",
+                  env={"COLUMNS": "60"})
+    no_traceback(res)
+    assert not _cut(res.stdout), _cut(res.stdout)
+    ranked = [x for x in res.stdout.splitlines() if x.startswith("rank ")]
+    assert ranked and all(re.search(r"tau \d+\.\d\d,  ± \d+\.\d\d", x) for x in ranked), res.stdout
+    assert any("note configured" in x for x in ranked)

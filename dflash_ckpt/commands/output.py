@@ -221,3 +221,22 @@ def render_rule(console: Console, rule: Rule) -> None:
 
 
 __all__ = ["RULES", "finding_text", "make_console", "print_line", "render_result", "render_rule", "render_rules", "render_summary", "safe"]
+
+
+def table_width(columns: Iterable[str], rows: list[list[str]]) -> int:
+    """A table's full width: every header and cell (rich markup) unbroken, one space of padding
+    each side and a rule between columns. Wider than the terminal, rich would squeeze the
+    columns and cut figures ("0.…"), so the reports stack such a table instead (``print_stacked``)."""
+    from rich.text import Text
+
+    widths = [max([len(col), *(Text.from_markup(row[i]).cell_len for row in rows)]) for i, col in enumerate(columns)]
+    return sum(widths) + 3 * len(widths) - 1
+
+
+def print_stacked(console: Console, title: str, columns: list[str], rows: list[list[str]]) -> None:
+    """A table for a terminal narrower than its columns: each row one line, its first cell then
+    ``column value`` pairs, wrapping between pairs (never inside a figure)."""
+    console.print(title)
+    for row in rows:
+        pairs = [f"{escape(col)} [bold]{cell}[/]" for col, cell in zip(columns[1:], row[1:]) if cell]
+        console.print(f"[bold]{row[0]}[/]: " + ",  ".join(pairs))

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dflash_ckpt.commands.json_out import print_document
-from dflash_ckpt.commands.output import make_console, print_line, render_findings, safe
+from dflash_ckpt.commands.output import make_console, print_line, print_stacked, render_findings, safe, table_width
 from dflash_ckpt.commands.probe_run import ProbeResult
 from dflash_ckpt.errors import inert
 from dflash_ckpt.rules import Severity
@@ -105,20 +105,28 @@ def render_probe(console: Console, res: ProbeResult) -> None:
                           "loop = measured as smoke-run measures, probe = simulated from the recorded features, "
                           "cut = given up once sure to lose (tau below the bound shown)",
                   caption_justify="left")
-    for col in ("rank", "target_layer_ids", "tau", "±", "measured", "note"):
+    columns = ["rank", "target_layer_ids", "tau", "±", "measured", "note"]
+    for col in columns:
         table.add_column(col, justify="right" if col in ("rank", "tau", "±") else "left", no_wrap=True)
     shown = res.ranked[: o.top]
     conf = res.candidate(res.configured)
     if conf is not None and conf not in shown:
         shown = [*shown, conf]
+    rows = []
     for cand in shown:
         rank = res.ranked.index(cand) + 1
         note = "configured" if conf is cand else ""
         se = cand.stderr
         tau = f"{cand.tau:.2f}" if cand.tau is not None else f"< {cand.tau_below:.2f}"
         how = "loop" if cand.tau_loop is not None else "probe" if cand.tau_probe is not None else "cut"
-        table.add_row(str(rank), _ids(cand.target_layer_ids), tau, "—" if se is None else f"{se:.2f}", how, note)
-    console.print(table)
+        rows.append([str(rank), _ids(cand.target_layer_ids), tau, "—" if se is None else f"{se:.2f}", how, note])
+    if table_width(columns, rows) <= console.width:
+        for row in rows:
+            table.add_row(*row)
+        console.print(table)
+    else:  # too narrow for the columns: a line per candidate, no figure cut
+        print_stacked(console, "probe-taps", columns, [[f"rank {row[0]}", *row[1:]] for row in rows])
+        console.print(table.caption, markup=False, highlight=False)
     c = res.confidence()
     if c["gap"] is not None:
         z = "—" if c["z"] is None else f"{c['z']:.1f}"

@@ -6,11 +6,11 @@ from typing import Any, Callable
 
 from rich.console import Console
 from rich.markup import escape
-from rich.text import Text
 from rich.table import Table
 
 from dflash_ckpt.errors import inert
-from dflash_ckpt.commands.output import print_line, render_findings, render_result, render_serve, safe
+from dflash_ckpt.commands.output import (print_line, print_stacked, render_findings, render_result, render_serve, safe,
+                                         table_width)
 from dflash_ckpt.checks.run_findings import missing_taps, probe_taps_command
 from dflash_ckpt.rules import Severity
 from dflash_ckpt.commands.smoke_run import SmokeResult
@@ -66,7 +66,7 @@ def render_smoke(console: Console, res: SmokeResult, *, quiet: bool = False, sho
                          min_width=8 if col == "prompt" else None)
     for i, row in enumerate(rows):
         table.add_row(*row, end_section=len(res.runs) > 1 and i == len(rows) - 1)
-    if table_width(rows) <= console.width:
+    if table_width(COLUMNS, rows) <= console.width:
         console.print(table)
     else:  # too narrow for the columns: one block per prompt, so no figure is ever cut
         render_stacked(console, res.backend, rows)
@@ -91,20 +91,9 @@ def _rows(res: SmokeResult) -> list[list[str]]:
     return rows
 
 
-def table_width(rows: list[list[str]]) -> int:
-    """The columns' full width: every header and cell unbroken, one space of padding each side
-    and a rule between columns (rich would otherwise squeeze figures and cut them)."""
-    widths = [max([len(col), *(Text.from_markup(row[i]).cell_len for row in rows)]) for i, col in enumerate(COLUMNS)]
-    return sum(widths) + 2 * len(widths) + len(widths) - 1
-
-
 def render_stacked(console: Console, backend: str | None, rows: list[list[str]]) -> None:
-    """The table for a terminal narrower than its columns: each prompt a line of ``column value``
-    pairs that wraps between pairs (never inside a figure), then the legend."""
-    console.print(f"smoke-run, {backend} backend")
-    for row in rows:
-        pairs = [f"{escape(col)} [bold]{cell}[/]" for col, cell in zip(COLUMNS[1:], row[1:])]
-        console.print(f"[bold]{row[0]}[/]: " + ",  ".join(pairs))
+    """The table for a terminal narrower than its columns: a line per prompt, then the legend."""
+    print_stacked(console, f"smoke-run, {backend} backend", list(COLUMNS), rows)
     console.print(legend(), markup=False, highlight=False)
 
 
