@@ -175,3 +175,22 @@ def test_action_runs_inspect_with_github_annotations(tmp_path: Path) -> None:
     env["DRAFTS"], env["ARGS"] = str(tmp_path / "drafts" / "lost*"), ""
     run = subprocess.run(["bash", "-e", "-c", step["run"]], env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 2 and "title=DF001::no such folder" in run.stdout, run.stdout + run.stderr
+
+
+def test_one_canonical_repository_name_everywhere() -> None:
+    """pyproject's [project.urls], the schema's $id, the hook, the action and the guide name the
+    same repository, and no OWNER placeholder is left for a user to guess."""
+    canonical = "github.com/dflash-ckpt/dflash-ckpt"
+    tomllib = pytest.importorskip("tomllib")
+    urls = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]
+    assert urls and all(canonical in u for u in urls.values()), urls
+    schema = json.loads((ROOT / "dflash_ckpt/schema/dflash-ckpt.schema.json").read_text())
+    assert schema["$id"].startswith(f"https://{canonical}/")
+    for name in ("README.md", "docs/ci.md", ".pre-commit-hooks.yaml", "action.yml"):
+        text = (ROOT / name).read_text()
+        assert canonical in text or "dflash-ckpt/dflash-ckpt@" in text, name
+        assert "OWNER" not in text and "<owner>" not in text, name
+    from dflash_ckpt._version import __version__
+
+    tag = f"v{__version__}"  # the tag a user pins is the package's version
+    assert f"rev: {tag}" in (ROOT / "README.md").read_text() and f"dflash-ckpt/dflash-ckpt@{tag}" in (ROOT / "action.yml").read_text()
