@@ -4,11 +4,15 @@
 ``.exit_code``, ``.findings``, ``.to_dict()`` (the command's ``--json`` result, one element of
 ``results``) and ``.envelope()`` (the whole ``--json`` document). They print nothing, never call
 ``sys.exit`` and show no progress bar unless asked (``progress`` / ``copy_progress``; Hub download
-bars stay off unless ``HF_HUB_DISABLE_PROGRESS_BARS`` is set otherwise); a problem
-that stops a run is raised as ``DFlashCkptError`` with ``.code`` (the DF rule code), ``.exit_code``
-and ``.message``. Each wraps the ``run_<command>`` function the CLI runs (with a call's own Hub
-deadline and no download bars), so a result here is the CLI's document. Importing this module imports nothing heavy:
-each function imports its command's run when called (torch only for smoke_run and probe_taps).
+bars stay off unless ``HF_HUB_DISABLE_PROGRESS_BARS`` is set otherwise). Every problem is a
+``DFlashCkptError`` with ``.code`` (the DF rule code), ``.exit_code`` and ``.message``: one that
+stops a run; an argument of the wrong type, an unknown keyword or a missing argument (DF010,
+checked against these signatures by ``api_types.checked_call`` before anything is read); a
+missing ``run`` extra (DF004, naming the install line). Keywords are the CLI's long options with
+its defaults; ``prompt`` is one text or a list. Each wraps the ``run_<command>`` function the CLI
+runs (with a call's own Hub deadline and no download bars), so a result here is the CLI's
+document. Importing this module imports nothing heavy: each function imports its command's run
+when called (torch only for smoke_run and probe_taps).
 """
 
 from __future__ import annotations
@@ -16,8 +20,9 @@ from __future__ import annotations
 import os
 import sys
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
+from dflash_ckpt.api_types import checked_call, path_text, texts
 from dflash_ckpt.errors import DFlashCkptError
 
 if TYPE_CHECKING:
@@ -47,11 +52,22 @@ def _call() -> Iterator[None]:
         os.environ.pop("HF_HUB_DISABLE_PROGRESS_BARS", None)
 
 
+def _need_run_extra(command: str) -> None:
+    """The ``run`` extra's check, made before any module that imports torch: DF004 naming the
+    install line, not a ``ModuleNotFoundError``."""
+    from dflash_ckpt.commands.options import require_run_extra
+
+    require_run_extra(command)
+
+
+@checked_call
 def inspect(draft: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], target: str | os.PathLike[str] | None = None,
-            **options: Any) -> InspectRun:
+            *, revision: str | None = None, token: str | None = None, strict: bool = False,
+            select: str | Sequence[str] | None = (), ignore: str | Sequence[str] | None = (),
+            require_engines: str | Sequence[str] | None = ()) -> InspectRun:
     """Check a draft folder or Hub repo id (and its pairing with ``target``) from config.json and
-    safetensors headers, as ``dflash-ckpt inspect`` does. Options: ``revision``, ``token``,
-    ``strict``, ``select``, ``ignore``, ``require_engines`` (lists of codes or names).
+    safetensors headers, as ``dflash-ckpt inspect`` does. ``select``, ``ignore`` and
+    ``require_engines``: a code or name, a comma list, or a list of them.
 
     An unreadable draft is a result (``.exit_code`` 2, its error in ``.to_dict()["error"]``), as
     in the CLI's document; an unreadable target or a bad option raises ``DFlashCkptError``. A
@@ -60,45 +76,91 @@ def inspect(draft: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], ta
     from dflash_ckpt.commands.inspect_cmd import run_inspect
 
     drafts = os.fspath(draft) if isinstance(draft, (str, os.PathLike)) else [os.fspath(d) for d in draft]
+    if not drafts:
+        raise DFlashCkptError("dflash_ckpt.inspect(): draft=[] names no draft; give at least one", code="DF010", key="draft")
     with _call():
-        return run_inspect(drafts, None if target is None else os.fspath(target), **options)
+        return run_inspect(drafts, path_text(target), revision=revision, token=token, strict=strict,
+                           select=texts(select), ignore=texts(ignore), require_engines=texts(require_engines))
 
 
-def normalize(draft: str | os.PathLike[str], out: str | os.PathLike[str] | None = None, **options: Any) -> Outcome:
+@checked_call
+def normalize(draft: str | os.PathLike[str], out: str | os.PathLike[str] | None = None, *, in_place: bool = False,
+              no_backup: bool = False, check: bool = False, dry_run: bool = False, force: bool = False,
+              copy: bool = False, external_links: str = "copy",
+              target_layer_ids: str | Sequence[int] | None = None, block_size: int | None = None,
+              mask_token_id: int | None = None, num_target_layers: int | None = None,
+              layer_types: str | Sequence[str] | None = None, prefer: str | None = None, no_mirrors: bool = False,
+              target: str | os.PathLike[str] | None = None, revision: str | None = None, token: str | None = None,
+              progress: bool = False) -> Outcome:
     """Rewrite a draft's config.json into the canonical nested form, as ``dflash-ckpt normalize``
     does: into the new folder ``out``, or with ``in_place=True``, ``check=True`` or ``dry_run=True``.
-    Other options are the CLI's (``force``, ``copy``, ``target_layer_ids``, ``block_size``, ...;
-    ``progress=True`` shows a copy bar on stderr). A refusal raises ``DFlashCkptError``, nothing written.
+    ``progress=True`` shows a copy bar on stderr. A refusal raises ``DFlashCkptError``, nothing written.
     """
     from dflash_ckpt.commands.normalize_run import run_normalize
 
     with _call():
-        return run_normalize(os.fspath(draft), out, **options)
+        return run_normalize(
+            os.fspath(draft), path_text(out), in_place=in_place, no_backup=no_backup, check=check, dry_run=dry_run,
+            force=force, copy=copy, external_links=external_links,
+            target_layer_ids=target_layer_ids if isinstance(target_layer_ids, (str, type(None))) else list(target_layer_ids),
+            block_size=block_size, mask_token_id=mask_token_id, num_target_layers=num_target_layers,
+            layer_types=layer_types if isinstance(layer_types, (str, type(None))) else list(layer_types),
+            prefer=prefer, no_mirrors=no_mirrors, target=path_text(target), revision=revision, token=token,
+            progress=progress)
 
 
-def smoke_run(draft: str | os.PathLike[str], target: str | os.PathLike[str], **options: Any) -> SmokeResult:
+@checked_call
+def smoke_run(draft: str | os.PathLike[str], target: str | os.PathLike[str], *, prompt: str | Sequence[str] | None = (),
+              prompts: str | os.PathLike[str] | None = None, max_new_tokens: int = 128, min_acceptance: float = 2.0,
+              draft_dtype: str = "bfloat16",
+              target_dtype: str | None = None, device: str = "auto",
+              backend: str = "auto", block_size: int | None = None,
+              thinking: bool = False, no_chat_template: bool = False, tokenizer: str | os.PathLike[str] | None = None,
+              ignore_eos: bool = False, tie_tolerance: float | None = None, revision: str | None = None,
+              token: str | None = None, threads: int | None = None, no_compile: bool = False,
+              progress: Any = None, log: Callable[[str], None] | None = None) -> SmokeResult:
     """Decode with the target alone and with DFlash, check the outputs match and measure
-    acceptance and speed, as ``dflash-ckpt smoke-run`` does (needs the ``run`` extra). Options are
-    the CLI's long options (``prompt``: a list of texts, ``max_new_tokens``, ``device``,
-    ``backend``, ...); ``progress``: a rich ``Progress`` to show, ``log``: a callable for the loading line.
+    acceptance and speed, as ``dflash-ckpt smoke-run`` does (needs the ``run`` extra). ``prompt``:
+    one text or a list (default: the built-in prompts); ``prompts``: a JSONL file; ``progress``: a
+    rich ``Progress`` to show, ``log``: a callable for the loading line.
     """
-    from dflash_ckpt.commands.options import require_run_extra
+    _need_run_extra("smoke-run")
     from dflash_ckpt.commands.smoke_run import run_smoke_run
 
-    require_run_extra("smoke-run")
     with _call():
-        return run_smoke_run(os.fspath(draft), os.fspath(target), **options)
+        return run_smoke_run(
+            os.fspath(draft), os.fspath(target), prompt=texts(prompt), prompts=path_text(prompts),
+            max_new_tokens=max_new_tokens, min_acceptance=min_acceptance, draft_dtype=draft_dtype,
+            target_dtype=target_dtype, device=device, backend=backend, block_size=block_size, thinking=thinking,
+            no_chat_template=no_chat_template, tokenizer=path_text(tokenizer), ignore_eos=ignore_eos,
+            tie_tolerance=tie_tolerance, revision=revision, token=token, threads=threads, no_compile=no_compile,
+            progress=progress, log=log)
 
 
-def probe_taps(draft: str | os.PathLike[str], target: str | os.PathLike[str], **options: Any) -> ProbeResult:
+@checked_call
+def probe_taps(draft: str | os.PathLike[str], target: str | os.PathLike[str], *, prompt: str | Sequence[str] | None = (),
+               prompts: str | os.PathLike[str] | None = None, budget: int | None = None, max_new_tokens: int = 128,
+               min_acceptance: float = 2.0, write: str | os.PathLike[str] | None = None, force: bool = False,
+               top: int = 5, draft_dtype: str = "bfloat16",
+               target_dtype: str | None = None, device: str = "auto",
+               backend: str = "auto", block_size: int | None = None,
+               thinking: bool = False, no_chat_template: bool = False, tokenizer: str | os.PathLike[str] | None = None,
+               ignore_eos: bool = False, revision: str | None = None, token: str | None = None,
+               log: Callable[[str], None] | None = None, copy_progress: bool = False,
+               progress: Any = None) -> ProbeResult:
     """Recover (or check) the draft's target_layer_ids by measuring acceptance with candidate tap
-    sets, as ``dflash-ckpt probe-taps`` does (needs the ``run`` extra). Options are the CLI's long
-    options (``budget``, ``max_new_tokens``, ``write``, ``force``, ...; ``copy_progress=True``
-    shows a copy bar with ``write``). A refused ``write`` is in ``.to_dict()["write"]`` and the exit code.
+    sets, as ``dflash-ckpt probe-taps`` does (needs the ``run`` extra). ``write``: a new folder for
+    a normalized copy with the winner (``copy_progress=True`` shows a copy bar); a refused ``write``
+    is in ``.to_dict()["write"]`` and the exit code.
     """
-    from dflash_ckpt.commands.options import require_run_extra
+    _need_run_extra("probe-taps")
     from dflash_ckpt.commands.probe_run import run_probe_taps
 
-    require_run_extra("probe-taps")
     with _call():
-        return run_probe_taps(os.fspath(draft), os.fspath(target), **options)
+        return run_probe_taps(
+            os.fspath(draft), os.fspath(target), prompt=texts(prompt), prompts=path_text(prompts), budget=budget,
+            max_new_tokens=max_new_tokens, min_acceptance=min_acceptance, write=path_text(write), force=force,
+            top=top, draft_dtype=draft_dtype, target_dtype=target_dtype, device=device, backend=backend,
+            block_size=block_size, thinking=thinking, no_chat_template=no_chat_template,
+            tokenizer=path_text(tokenizer), ignore_eos=ignore_eos, revision=revision, token=token, log=log,
+            copy_progress=copy_progress, progress=progress)

@@ -8,13 +8,14 @@ Exit codes: 0 clean, 1 findings/check failed, 2 usage error or unreadable input.
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from typing import Any, List, Literal, Optional
 
 import typer
 
 from dflash_ckpt._version import __version__
-from dflash_ckpt.commands.options import JsonOpt, QuietOpt, RevisionOpt, TokenOpt, silence_progress, want_json
+from dflash_ckpt.commands.options import Annotations, AnnotationsOpt, JsonOpt, PlainJsonOpt, QuietOpt, RevisionOpt, TokenOpt, silence_progress, want_json
 from dflash_ckpt.errors import PROGRAM, DFlashCkptError, UsageError, error_line
 from dflash_ckpt.terminal import reflow_help
 
@@ -60,16 +61,24 @@ def inspect(
     json_out: bool = JsonOpt,
     output_format: OutputFormat = typer.Option(
         "text", "--output-format", help="text (the report), json (as --json), github (workflow annotations) or sarif (SARIF 2.1.0)."),
+    annotations: Annotations = AnnotationsOpt,
     quiet: bool = QuietOpt,
     strict: bool = typer.Option(False, "--strict", help="Warnings count as errors."),
     select: Optional[List[str]] = typer.Option(None, "--select", help="Report only these rule codes or prefixes (DF2, DF101,DF3; repeatable).", show_default=False),
     ignore: Optional[List[str]] = typer.Option(None, "--ignore", help="Do not report these rule codes or prefixes (repeatable).", show_default=False),
     require_engines: Optional[List[str]] = typer.Option(
         None, "--require-engines",
-        help="Fail (exit 1, DF144) unless these engines would load the config: zlab-legacy, zlab, sglang, vllm, lmdeploy, speculators, or all.",
+        help="Fail (exit 1, DF144) unless these readers would load the config: zlab-legacy, zlab, sglang, vllm, "
+             "lmdeploy, speculators, tensorrt-llm, zlab-mlx, mlx-vlm, exllamav3-legacy, exllamav3, or all "
+             "(comma list, repeatable).",
         show_default=False),
 ) -> None:
-    """Resolve and check a draft from config.json and safetensors headers (no tensor data, no torch)."""
+    """Resolve and check a draft from config.json and safetensors headers (no tensor data, no torch).
+
+    Exit codes: 0 no errors (no warnings either with --strict); 1 an error found (or a warning with
+    --strict, or a --require-engines reader that would not load it); 2 usage error or a draft or
+    target that cannot be read.
+    """
     from dflash_ckpt.commands.inspect_cmd import parse_codes, parse_engines, report_inspect, run_inspect
 
     fmt = "json" if json_out else output_format
@@ -84,15 +93,18 @@ def inspect(
     raise typer.Exit(report_inspect(
         lambda: run_inspect(args, target, revision=revision, token=token, strict=strict, select=select or [],
                             ignore=ignore or [], require_engines=require_engines or []),
-        json_out=fmt != "text", quiet=quiet, strict=strict, output_format=fmt))
+        json_out=fmt != "text", quiet=quiet, strict=strict, output_format=fmt, annotations=annotations))
 
 
 @app.command()
 def rules(
     code: Optional[str] = typer.Argument(None, help="A rule code such as DF211; all rules when omitted."),
-    json_out: bool = JsonOpt,
+    json_out: bool = PlainJsonOpt,
 ) -> None:
-    """List the checks with their codes, or explain one with its fix."""
+    """List the checks with their codes, or explain one with its fix.
+
+    Exit codes: 0 listed; 2 an unknown code.
+    """
     from dflash_ckpt.commands.json_out import document, print_json
     from dflash_ckpt.rules import RULES
 
@@ -115,9 +127,12 @@ def rules(
 @app.command()
 def schema(
     command: Optional[str] = typer.Argument(None, metavar="[COMMAND]", help="inspect, normalize, smoke-run, probe-taps, rules or schema; the whole schema when omitted."),
-    json_out: bool = JsonOpt,
+    json_out: bool = PlainJsonOpt,
 ) -> None:
-    """Print the JSON Schema (draft 2020-12) of every command's --json document, or of one command's."""
+    """Print the JSON Schema (draft 2020-12) of every command's --json document, or of one command's.
+
+    Exit codes: 0 printed; 2 an unknown command.
+    """
     from dflash_ckpt.commands.json_out import document, print_json
     from dflash_ckpt.schema import COMMANDS, load_schema
 
@@ -190,9 +205,11 @@ def run(argv: list[str] | None = None) -> int:
     want_json("", False)  # an earlier command in this process owes nothing now
     try:
         result = _app_for(args)(args=args, prog_name=PROGRAM, standalone_mode=False)
-    except no_args_help as exc:  # bare `dflash-ckpt`: the help, as click prints it
-        help_text = exc.ctx.get_help() if exc.ctx else ""
-        if help_text:
+    except no_args_help as exc:  # bare `dflash-ckpt`: the help, once
+        # The error's constructor rendered the help already (typer's rich help prints as it is
+        # built, and returns ""): asking the context for it again printed the panel twice.
+        help_text = exc.format_message()
+        if help_text.strip():
             print(help_text, file=sys.stderr)
         return 2
     except exc_mod.UsageError as exc:
@@ -283,8 +300,39 @@ def _click_exceptions() -> Any:
     return exceptions
 
 
+def _positionals(ctx: Any, args: list[str]) -> list[str]:
+    """The bare words of a command line after the command's name (option values left out; the
+    command's flags, which take none, read from its click parameters)."""
+    flags = {o for p in getattr(ctx.command, "params", []) if getattr(p, "is_flag", False) for o in p.opts + p.secondary_opts}
+    words, skip = [], False
+    for i, arg in enumerate(args):
+        if skip:
+            skip = False
+            continue
+        if arg.startswith("-"):
+            skip = "=" not in arg and arg not in flags
+            continue
+        words.append(arg)
+    return words[1:]  # the command's name first
+
+
+def _stray_target(exc: Any, args: list[str]) -> str:
+    """For ``smoke-run DRAFT TARGET``: what to write instead, naming the stray argument."""
+    param = getattr(exc, "param", None)
+    if exc.ctx is None or getattr(param, "name", None) != "target":
+        return ""
+    words = _positionals(exc.ctx, args)
+    if len(words) < 2:
+        return ""
+    return (f"; {words[1]!r} was given as a second argument: the target goes after --target "
+            f"({exc.ctx.command_path} {shlex.quote(words[0])} --target {shlex.quote(words[1])})")
+
+
 def _usage_line(exc: Any, args: list[str]) -> str:
     path = exc.ctx.command_path if exc.ctx is not None else _command_path(args)
     message = " ".join(exc.format_message().split())
+    stray = _stray_target(exc, args)
+    if stray:
+        message = message.rstrip(".") + stray
     what = "commands" if path == PROGRAM else "options"
     return error_line(path, "DF004", "error", f"{message} (`{path} --help` lists the {what})")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterator
 from urllib.parse import quote
@@ -42,29 +43,87 @@ def iter_findings(doc: dict[str, Any]) -> Iterator[tuple[dict[str, Any], str]]:
     """Every finding of the document with the file it is about: its ``path``, else the draft.
 
     The document's own ``error`` (the run stopped before any draft, e.g. an unreadable target) is
-    yielded as an error finding too, so CI sees why the run failed.
+    yielded as an error finding too, so CI sees why the run failed, unless a result carries that
+    same error as its finding (a missing draft is one annotation, not two). A refused pair's
+    pre-check findings (smoke-run's and probe-taps' ``precheck``) count as findings.
     """
+    results = doc.get("results", [])
+    carried = {(r["error"].get("code"), r["error"].get("message")) for r in results if isinstance(r.get("error"), dict)}
     error = doc.get("error")
-    if error:
-        yield {"code": error["code"], "severity": "error", "path": None, "key": None, "message": error["message"]}, ""
-    for result in doc.get("results", []):
-        for f in result.get("findings", []):
+    if error and (error.get("code"), error.get("message")) not in carried:
+        path, message = error.get("path"), error["message"]
+        if path and message.startswith(f"{path}: "):
+            message = message[len(path) + 2:]  # the file goes in its own property, as a finding's does
+        yield {"code": error["code"], "severity": "error", "path": path, "key": error.get("key"), "message": message}, path or ""
+    for result in results:
+        for f in [*result.get("precheck", []), *result.get("findings", [])]:
             yield f, f.get("path") or result.get("draft") or ""
 
 
-def github_annotations(doc: dict[str, Any]) -> str:
-    """``::error file=PATH,title=DF101::message`` lines, one per finding (empty for a clean run).
+#: ``--annotations``: which severities become GitHub annotations. Notices (DF220 on every draft)
+#: would spend the run's annotation quota (10 per step and kind) on facts, so they are asked for.
+ANNOTATIONS = {"warnings": ("error", "warning"), "all": ("error", "warning", "info"), "errors": ("error",)}
+
+
+def github_annotations(doc: dict[str, Any], annotations: str = "warnings") -> str:
+    """``::error file=PATH,title=DF101::message`` lines, one per finding of the severities
+    ``annotations`` names (errors and warnings by default; ``all`` adds the info notices).
 
     GitHub shows them on the run's summary and, when ``file`` is a file of the repository, on the
     file in a pull request's diff. The key a finding names is put in front of its message.
     """
+    wanted = ANNOTATIONS[annotations]
     lines = []
     for f, where in iter_findings(doc):
+        if f.get("severity", "error") not in wanted:
+            continue
+        where = file_of(where) if where else where
         props = [f"file={escape_property(where)}"] if where else []
+        line = key_line(where, f.get("key")) if where else 1
+        if line > 1:
+            props.append(f"line={line}")
         props.append(f"title={escape_property(f['code'])}")
         message = f["message"] if not f.get("key") or f["key"] in f["message"] else f"{f['key']}: {f['message']}"
         lines.append(f"::{GITHUB_COMMAND.get(f['severity'], 'error')} {','.join(props)}::{escape_data(message)}")
     return "".join(line + "\n" for line in lines)
+
+
+#: The largest JSON file searched for a key's line (a config is a few KB).
+_KEY_LINE_MAX_BYTES = 4_000_000
+
+
+def key_line(path: str, key: str | None) -> int:
+    """The line of ``key`` (dotted: ``dflash_config.block_size``; each part searched after the one
+    before) in the JSON file ``path``; 1 when there is no key, the file is not a local JSON file,
+    or the key is not written in it (a missing key's finding points at the file's top)."""
+    if not key or not path.endswith(".json"):
+        return 1
+    try:
+        file = Path(path)
+        if not file.is_file() or file.stat().st_size > _KEY_LINE_MAX_BYTES:
+            return 1
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError, ValueError):
+        return 1
+    pos, found = 0, False
+    for part in re.sub(r"\[\d+\]", "", key).split("."):
+        m = re.compile(re.escape(json.dumps(part)) + r"\s*:").search(text, pos)
+        if m is None:
+            break
+        pos, found = m.start(), True
+    return text.count("\n", 0, pos) + 1 if found else 1
+
+
+def file_of(where: str) -> str:
+    """A finding's location as a file: a local draft folder stands for its config.json (code
+    scanning places alerts on files, never on a folder)."""
+    folder = Path(where)
+    try:
+        if folder.is_dir() and (folder / "config.json").is_file():
+            return str(folder / "config.json")
+    except (OSError, ValueError):
+        pass
+    return where
 
 
 def artifact_uri(path: str, root: str | None = None) -> str:
@@ -112,7 +171,10 @@ def sarif_document(doc: dict[str, Any], root: str | None = None) -> dict[str, An
         if f["code"] in index:
             result["ruleIndex"] = index[f["code"]]
         if where:
-            location: dict[str, Any] = {"physicalLocation": {"artifactLocation": {"uri": artifact_uri(where, root)}}}
+            file = file_of(where)
+            location: dict[str, Any] = {"physicalLocation": {
+                "artifactLocation": {"uri": artifact_uri(file, root)},
+                "region": {"startLine": key_line(file, f.get("key"))}}}
             if f.get("key"):
                 location["logicalLocations"] = [{"fullyQualifiedName": f["key"], "kind": "member"}]
             result["locations"] = [location]
@@ -128,10 +190,11 @@ def sarif_document(doc: dict[str, Any], root: str | None = None) -> dict[str, An
     }
 
 
-def render(doc: dict[str, Any], output_format: str) -> str:
-    """The text to print for ``doc`` in a machine format (``json``, ``github`` or ``sarif``)."""
+def render(doc: dict[str, Any], output_format: str, annotations: str = "warnings") -> str:
+    """The text to print for ``doc`` in a machine format (``json``, ``github`` or ``sarif``);
+    ``annotations``: the severities the github format prints (``ANNOTATIONS``)."""
     if output_format == "github":
-        return github_annotations(doc)
+        return github_annotations(doc, annotations)
     if output_format == "sarif":
         return json.dumps(sarif_document(doc), indent=2) + "\n"
     return json.dumps(doc, indent=2) + "\n"

@@ -2,8 +2,10 @@
 
 Every fenced block whose lines start with ``$ dflash-ckpt ...`` is a run: the command, then what
 it prints (stdout and stderr as a terminal 100 columns wide shows them). ``tests/test_readme.py`` reruns each one and compares; run this
-file to rewrite the README's blocks from the real commands (``python tests/readme_examples.py``,
-in the repo root; smoke-run examples included, whose timings differ on every run).
+file to print README.md and the docs/ pages with their blocks redone from the real commands
+(``python tests/readme_examples.py``, in the repo root, prints each page after a ``==> PATH <==``
+line; ``--write`` rewrites them in place; smoke-run examples included, whose timings differ on
+every run).
 
 Where an example runs: paths under ``fixtures/`` in the repo root; others in the fixtures tree
 ``fixtures/make_fixtures.py`` builds (``drafts/``, ``mutants/``, ``targets/``), and a bare draft
@@ -24,17 +26,48 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+#: The user guide's reference pages, whose examples are checked as README's are (docs/DESIGN.md,
+#: the design notes, shows no runs).
+DOCS = ROOT / "docs"
+
+
+def guide_files() -> list[Path]:
+    """README.md and the docs/ pages it links, in a stable order."""
+    return [README, *sorted(p for p in DOCS.glob("*.md") if p.name != "DESIGN.md")]
+
+
+def guide_text() -> str:
+    """The whole user guide as one text (README first), for claims checked wherever they moved."""
+    return "\n".join(p.read_text() for p in guide_files())
 #: The terminal width the examples are printed at.
 COLUMNS = "100"
-_FENCE = re.compile(r"^```\n(.*?)^```$", flags=re.S | re.M)
+_FENCE_LINE = re.compile(r"^```(\S*)[ \t]*$", flags=re.M)
+
+
+def plain_fences(text: str) -> list[tuple[int, int]]:
+    """``(start, end)`` of the body of every plain (language-less) fenced block. Fences are paired
+    in order, opening then closing, so the closing fence of a ```bash block is never taken for
+    the opening of a plain one (the pattern ``^```\\n(.*?)^```$`` did that, and then read the text
+    between two blocks as an example)."""
+    bodies: list[tuple[int, int]] = []
+    opening: re.Match[str] | None = None
+    for m in _FENCE_LINE.finditer(text):
+        if opening is None:
+            opening = m
+            continue
+        if not opening.group(1):
+            bodies.append((opening.end() + 1, m.start()))
+        opening = None
+    return bodies
 
 
 @dataclass
 class Example:
     command: str  # as written after "$ ", comments included
     output: str  # what the README shows
-    start: int  # offsets of the example's text in the README
+    start: int  # offsets of the example's text in its file
     end: int
+    file: Path = README
 
     @property
     def argv(self) -> list[str]:
@@ -46,16 +79,21 @@ class Example:
         return "smoke-run" in self.argv or "probe-taps" in self.argv
 
 
-def examples(text: str) -> list[Example]:
-    """Every ``$ dflash-ckpt`` run in the README's plain fenced blocks, in order."""
+def all_examples() -> list[Example]:
+    """Every example of README.md and the docs/ pages, file by file."""
+    return [ex for path in guide_files() for ex in examples(path.read_text(), path)]
+
+
+def examples(text: str, file: Path = README) -> list[Example]:
+    """Every ``$ dflash-ckpt`` run in a page's plain fenced blocks, in order."""
     found: list[Example] = []
-    for fence in _FENCE.finditer(text):
-        body, base = fence.group(1), fence.start(1)
+    for base, end in plain_fences(text):
+        body = text[base:end]
         starts = [m.start() for m in re.finditer(r"^\$ dflash-ckpt ", body, flags=re.M)]
         for i, s in enumerate(starts):
             e = starts[i + 1] if i + 1 < len(starts) else len(body)
             command, _, output = body[s:e].partition("\n")
-            found.append(Example(command[2:], output, base + s, base + e))
+            found.append(Example(command[2:], output, base + s, base + e, file))
     return found
 
 
@@ -79,12 +117,12 @@ def run_example(ex: Example, fixtures: Path) -> str:
     return proc.stdout
 
 
-def regenerate(fixtures: Path) -> None:
-    """Rewrite every example's output in README.md from the real command."""
-    text = README.read_text()
-    for ex in reversed(examples(text)):
+def regenerate(fixtures: Path, path: Path = README) -> str:
+    """The page's text with every example's output redone from the real command."""
+    text = path.read_text()
+    for ex in reversed(examples(text, path)):
         text = text[:ex.start] + f"$ {ex.command}\n" + run_example(ex, fixtures) + text[ex.end:]
-    README.write_text(text)
+    return text
 
 
 if __name__ == "__main__":
@@ -92,7 +130,17 @@ if __name__ == "__main__":
     import make_fixtures  # noqa: E402
 
     with tempfile.TemporaryDirectory() as tmp:
-        regenerate(make_fixtures.build_all(Path(tmp) / "build"))
+        built = make_fixtures.build_all(Path(tmp) / "build")
+        for page in guide_files():
+            fresh = regenerate(built, page)
+            if "--write" in sys.argv[1:]:
+                page.write_text(fresh)
+            else:
+                sys.stdout.write(f"==> {page.relative_to(ROOT)} <==\n{fresh}")
+
+
+#: A piped run's progress line (``progress_lines.line``).
+_PROGRESS_LINE = re.compile(r"^.*: \d+(/\d+ \(\d+%\))?(,| done,) \d+ s elapsed(, about \d+ s left)?$")
 
 
 def shape(output: str) -> str:
@@ -100,10 +148,13 @@ def shape(output: str) -> str:
 
     A speedup withheld as implausible (DF406, a loaded machine) is a figure too: its ``—`` cell,
     its verdict wording and its findings row are masked like any number, so only the report's
-    structure and its untimed words are compared."""
+    structure and its untimed words are compared. Progress lines (a piped run prints one every
+    5 s, so their number depends on the machine's load) are left out."""
     lines: list[str] = []
     skipping = False
     for line in output.splitlines(keepends=True):
+        if _PROGRESS_LINE.match(line):  # one every 5 s of a piped run: how many depends on the load
+            continue
         if line.startswith(" DF406 "):
             skipping = True
             continue

@@ -97,8 +97,9 @@ def test_errors_raise_one_exception_type(tmp_path: Path, capsys: pytest.CaptureF
     with pytest.raises(dflash_ckpt.DFlashCkptError) as err:
         dflash_ckpt.normalize(ROOT / "fixtures" / "tiny-pair" / "draft", refused, block_size=1)
     assert err.value.exit_code == 2 and err.value.code.startswith("DF") and not refused.exists()
-    with pytest.raises(TypeError):
+    with pytest.raises(dflash_ckpt.DFlashCkptError) as err:  # an unknown keyword is a usage error too
         dflash_ckpt.inspect(TINY / "draft", no_such_option=True)
+    assert (err.value.code, err.value.exit_code) == ("DF010", 2) and "no_such_option" in err.value.message
     unreadable = dflash_ckpt.inspect(tmp_path / "missing")  # a draft that cannot be read is a result
     assert unreadable.exit_code == 2 and unreadable.to_dict()["error"]["code"] == "DF001"
     assert capsys.readouterr().out == ""

@@ -30,6 +30,31 @@ def test_hook_arguments_become_folders_and_options() -> None:
     assert folders_and_options(["--target", "targets/t/config.json"]) == ([], ["--target", "targets/t/config.json"])
 
 
+def test_hook_paths_that_start_with_a_dash_are_files() -> None:
+    """Issue 32: a draft in a folder named like an option is a file to inspect, never an option."""
+    argv = ["--strict", "--token=x/config.json", "--revision=main/config.json", "--", "-q", "--select"]
+    assert folders_and_options(argv) == (["--token=x", "--revision=main", "-q", "--select"], ["--strict"])
+
+
+def test_hook_inspects_a_dash_folder_and_skips_a_config_that_holds_no_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from dflash_ckpt.precommit import main
+
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.chdir(tmp_path)
+    bad = tmp_path / "--token=x"
+    shutil.copytree(DRAFT, bad)
+    cfg = json.loads((bad / "config.json").read_text())
+    cfg["dflash_config"].pop("target_layer_ids")
+    (bad / "config.json").write_text(json.dumps(cfg))
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools" / "config.json").write_text('{"indent": 4, "lint": true}\n')
+    assert main(["--strict", "-q", "--token=x/config.json", "tools/config.json"]) == 1
+    out = capsys.readouterr()
+    assert "--token=x/config.json: DF101 error: key 'target_layer_ids'" in out.out, out
+    assert "tools" not in out.out and "skipped 1 config.json" in out.err
+    assert main(["tools/config.json"]) == 0
+
 def test_hook_definition() -> None:
     hooks = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())
     (hook,) = hooks
@@ -111,7 +136,11 @@ def test_action_runs_inspect_with_github_annotations(tmp_path: Path) -> None:
     install = next(s for s in steps if s.get("name") == "Install dflash-ckpt")
     assert "pip install" in install["run"] and "GITHUB_ACTION_PATH" in install["run"]
     step = next(s for s in steps if s.get("name") == "Inspect")
-    assert set(step["env"]) == {"DRAFTS", "TARGET", "ARGS"} and "--output-format github" in step["run"]
+    assert set(step["env"]) == {"DRAFTS", "TARGET", "ARGS", "SARIF", "HF_TOKEN_INPUT"} and "--output-format github" in step["run"]
+    assert "${{" not in step["run"], "inputs reach the script through the environment only"
+    assert {"token", "sarif"} <= set(action["inputs"])
+    header = (ROOT / "action.yml").read_text().split("\nname:")[0]
+    assert "lfs: true" in header and "upload-sarif" in header and "dflash-ckpt/dflash-ckpt@v0.1.0" in header
 
     # the step's script as the runner runs it (bash -e), with dflash-ckpt on PATH
     bin_dir = tmp_path / "bin"
@@ -127,7 +156,16 @@ def test_action_runs_inspect_with_github_annotations(tmp_path: Path) -> None:
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(ROOT),
            "DRAFTS": str(DRAFT), "TARGET": str(DRAFT.parent / "target"), "ARGS": "--strict"}
     run = subprocess.run(["bash", "-e", "-c", step["run"]], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and run.stdout == "", run.stdout + run.stderr  # no notices unless asked
+    env["ARGS"], env["SARIF"] = "--annotations all", str(tmp_path / "out.sarif")
+    run = subprocess.run(["bash", "-e", "-c", step["run"]], env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and run.stdout.startswith("::notice file="), run.stdout + run.stderr
+    assert json.loads((tmp_path / "out.sarif").read_text())["version"] == "2.1.0"
+    env["SARIF"] = ""
+    env["DRAFTS"] = f"  {DRAFT}  \n\n{tmp_path / 'with space'}\n"  # one per line: a name may hold a space
+    shutil.copytree(DRAFT, tmp_path / "with space")
+    run = subprocess.run(["bash", "-e", "-c", step["run"]], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and run.stdout.count("::notice") == 2, run.stdout + run.stderr
     env["DRAFTS"], env["TARGET"], env["ARGS"] = f"{DRAFT}\n{lost}", "", "--select DF1"
     run = subprocess.run(["bash", "-e", "-c", step["run"]], env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 1, run.stdout + run.stderr
@@ -137,3 +175,22 @@ def test_action_runs_inspect_with_github_annotations(tmp_path: Path) -> None:
     env["DRAFTS"], env["ARGS"] = str(tmp_path / "drafts" / "lost*"), ""
     run = subprocess.run(["bash", "-e", "-c", step["run"]], env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 2 and "title=DF001::no such folder" in run.stdout, run.stdout + run.stderr
+
+
+def test_one_canonical_repository_name_everywhere() -> None:
+    """pyproject's [project.urls], the schema's $id, the hook, the action and the guide name the
+    same repository, and no OWNER placeholder is left for a user to guess."""
+    canonical = "github.com/dflash-ckpt/dflash-ckpt"
+    tomllib = pytest.importorskip("tomllib")
+    urls = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]
+    assert urls and all(canonical in u for u in urls.values()), urls
+    schema = json.loads((ROOT / "dflash_ckpt/schema/dflash-ckpt.schema.json").read_text())
+    assert schema["$id"].startswith(f"https://{canonical}/")
+    for name in ("README.md", "docs/ci.md", ".pre-commit-hooks.yaml", "action.yml"):
+        text = (ROOT / name).read_text()
+        assert canonical in text or "dflash-ckpt/dflash-ckpt@" in text, name
+        assert "OWNER" not in text and "<owner>" not in text, name
+    from dflash_ckpt._version import __version__
+
+    tag = f"v{__version__}"  # the tag a user pins is the package's version
+    assert f"rev: {tag}" in (ROOT / "README.md").read_text() and f"dflash-ckpt/dflash-ckpt@{tag}" in (ROOT / "action.yml").read_text()

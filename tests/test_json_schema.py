@@ -13,7 +13,7 @@ import pytest
 
 from conftest import ROOT
 from dflash_ckpt.schema import COMMANDS, load_schema
-from readme_examples import README, examples, run_example
+from readme_examples import all_examples, run_example
 
 jsonschema = pytest.importorskip("jsonschema")
 
@@ -155,9 +155,9 @@ def test_the_schema_fails_a_missing_or_misspelt_field(cli) -> None:
 
 
 def test_readme_json_examples_hold(fixtures_root: Path) -> None:
-    """Each README example run with ``--json`` prints a document the schema holds."""
-    shown = [ex for ex in examples(README.read_text()) if "--json" in ex.argv]
-    assert shown, "the README shows no --json example"
+    """Each example of the guide (README and docs/ pages) run with ``--json`` prints a document the schema holds."""
+    shown = [ex for ex in all_examples() if "--json" in ex.argv]
+    assert shown, "the guide shows no --json example"
     for ex in shown:
         out = run_example(ex, fixtures_root)
         start = out.index("{\n")

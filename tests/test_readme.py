@@ -10,7 +10,7 @@ import pytest
 
 from conftest import ROOT, run_cli
 from dflash_ckpt.rules import RULES
-from readme_examples import examples, run_example, shape
+from readme_examples import DOCS, all_examples, run_example, shape
 
 README = (ROOT / "README.md").read_text()
 CI = (ROOT / ".ci" / "run").read_text()
@@ -40,24 +40,59 @@ def test_quick_start_command_passes() -> None:
 
 
 def test_rules_table_matches_the_registry() -> None:
+    table = (DOCS / "rules.md").read_text()  # README links it: the rules table lives there
+    assert "docs/rules.md" in README
     rows = dict(
         (m.group(1), (m.group(2), m.group(3), m.group(4)))
-        for m in re.finditer(r"^\| (DF\d{3}) \| ([\w-]+) \| (\w+) \| (.+?) \|$", README, flags=re.M)
+        for m in re.finditer(r"^\| (DF\d{3}) \| ([\w-]+) \| (\w+) \| (.+?) \|$", table, flags=re.M)
     )
     assert list(rows) == list(RULES)
     for code, rule in RULES.items():
         assert rows[code] == (rule.name, rule.severity.value, rule.summary)
 
 
-EXAMPLES = examples(README)
+EXAMPLES = all_examples()
 
 
 def test_the_readme_shows_examples() -> None:
-    commands = [ex.argv[0] for ex in EXAMPLES]
-    assert {"inspect", "rules", "normalize", "smoke-run"} <= set(commands), commands
+    """One example per command in README itself, the set-up command's output among them."""
+    ours = [ex for ex in EXAMPLES if ex.file.name == "README.md"]
+    assert {"inspect", "rules", "normalize", "smoke-run", "probe-taps"} <= {ex.argv[0] for ex in ours}
+    setup = _bash_blocks(README)[0].strip().split("&&")[-1].strip()
+    assert ours[0].command == setup, "the set-up line's output is the first example, and it is checked"
 
 
-@pytest.mark.parametrize("ex", EXAMPLES, ids=[" ".join(ex.argv)[:60] for ex in EXAMPLES])
+def test_the_readme_is_a_short_guide_that_links_its_reference() -> None:
+    assert len(README.splitlines()) <= 300, len(README.splitlines())
+    links = re.findall(r"\]\(((?:docs|benchmarks)/[^)#]+)\)", README)
+    assert {"docs/rules.md", "docs/ci.md", "docs/limits.md", "docs/json.md", "docs/backends.md"} <= set(links)
+    for link in links:
+        assert (ROOT / link).exists(), link
+
+
+def test_plain_fences_pair_in_order() -> None:
+    """A ```bash block's closing fence is not the opening of a plain block: text between two
+    blocks is never read as an example, and the plain block after it is."""
+    from readme_examples import examples
+
+    text = "```bash\nrun this\n```\n\nprose\n$ dflash-ckpt rules not-an-example\n\n```\n$ dflash-ckpt rules DF211\nout\n```\n"
+    (ex,) = examples(text)
+    assert ex.command == "dflash-ckpt rules DF211" and ex.output == "out\n"
+
+
+def test_readme_examples_prints_and_does_not_rewrite(tmp_path: Path, fixtures_root: Path) -> None:
+    from readme_examples import regenerate
+
+    page = tmp_path / "page.md"
+    page.write_text("Intro\n\n```\n$ dflash-ckpt rules DF211\nstale output\n```\n")
+    before = page.read_text()
+    fresh = regenerate(fixtures_root, page)
+    assert page.read_text() == before and "stale output" not in fresh and "DF211 fc-shape (error)" in fresh
+    main = (ROOT / "tests" / "readme_examples.py").read_text().split('if __name__ == "__main__":')[1]
+    assert "write_text" in main and '"--write" in sys.argv' in main
+
+
+@pytest.mark.parametrize("ex", EXAMPLES, ids=[f"{ex.file.name}: {' '.join(ex.argv)[:60]}" for ex in EXAMPLES])
 def test_example_output_is_what_the_command_prints(ex, fixtures_root: Path) -> None:
     """Each ``$ dflash-ckpt ...`` block is the command's real output (`python tests/readme_examples.py`
     rewrites them); smoke-run's speeds differ run to run, so its figures are masked."""

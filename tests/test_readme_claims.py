@@ -14,9 +14,12 @@ from typing import Any
 import pytest
 
 from conftest import run_cli
+from readme_examples import guide_text
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
+#: The whole user guide (README and docs/ pages): a claim is checked on whichever page holds it.
+GUIDE = guide_text()
 SOURCES = "\n".join(p.read_text() for p in (ROOT / "dflash_ckpt").rglob("*.py"))
 
 
@@ -32,13 +35,13 @@ def _sizes(root: Path) -> tuple[int, int]:
 
 
 def test_fixture_sizes_match_the_readme(fixtures_root: Path) -> None:
-    m = re.search(r"sparse data \((\d+(?:\.\d+)?) GiB on paper, (\d+(?:\.\d+)?) MiB on\s+disk", README)
+    m = re.search(r"sparse data \((\d+(?:\.\d+)?) GiB on paper, (\d+(?:\.\d+)?) MiB on\s+disk", GUIDE)
     assert m, "the README states the built fixtures' size"
     apparent, disk = _sizes(fixtures_root)
     assert float(m.group(1)) == pytest.approx(apparent / 2**30, abs=0.5)
     # blocks allocated to sparse files depend a little on the file system: within 15%
     assert float(m.group(2)) == pytest.approx(disk / 2**20, rel=0.15)
-    m = re.search(r"`fixtures/tiny-pair/` \((\d+(?:\.\d+)?) MiB\)", README)
+    m = re.search(r"`fixtures/tiny-pair/` \((\d+(?:\.\d+)?) MiB\)", GUIDE)
     assert m, "the README states the tiny pair's size"
     assert float(m.group(1)) == pytest.approx(_sizes(ROOT / "fixtures" / "tiny-pair")[0] / 2**20, abs=0.06)
 
@@ -48,7 +51,7 @@ def test_the_hub_client_is_the_one_the_readme_names() -> None:
     huggingface_hub; neither is how the code fetches."""
     calls = [SOURCES[m.end():m.end() + 400] for m in re.finditer(r"\bsnapshot_download\(", SOURCES)]
     assert all("local_files_only=True" in call for call in calls), "snapshot_download only looks in the cache"
-    hub = README[README.index("### Hub repos"):README.index("## Limits")]
+    hub = (ROOT / "docs" / "hub.md").read_text()
     assert "`snapshot_download`" not in hub and "through huggingface_hub" not in hub
     assert "own bounded HTTP client" in hub and (ROOT / "dflash_ckpt/sources/hub/download.py").exists()
 

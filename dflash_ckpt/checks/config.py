@@ -21,7 +21,9 @@ def key_path(place: str, key: str) -> str:
     return f"dflash_config.{key}" if place == NESTED else key
 
 
-def check_config(spec: DraftSpec) -> list[Finding]:
+def check_config(spec: DraftSpec, target_label: str | None = None) -> list[Finding]:
+    """The config's own findings; ``target_label`` (the pair's target, when given) goes into the
+    probe-taps command DF101 suggests, instead of a TARGET placeholder."""
     out: list[Finding] = []
     w = spec.where
     dc = spec.config.get("dflash_config", ABSENT)
@@ -30,7 +32,7 @@ def check_config(spec: DraftSpec) -> list[Finding]:
 
     for key in ("block_size", "mask_token_id", "target_layer_ids"):
         if not spec.keys[key].present:
-            measure = (f"; or measure it: `dflash-ckpt probe-taps {shlex.quote(spec.label)} --target TARGET --write OUT`"
+            measure = (f"; or measure it: `dflash-ckpt probe-taps {shlex.quote(spec.label)} --target {shlex.quote(target_label) if target_label else 'TARGET'} --write OUT`"
                        if key == "target_layer_ids" else "")
             out.append(finding(
                 "DF101",

@@ -8,6 +8,7 @@ besides the taps); and probe-taps' DF410 (configured tap layers beaten) and DF41
 
 from __future__ import annotations
 
+import shlex
 from typing import TYPE_CHECKING, Any, Sequence
 
 from dflash_ckpt.errors import CheckFailed
@@ -127,7 +128,8 @@ def smoke_findings(result: Any, *, target_layer_ids: Sequence[int], mask_token_i
             f"mean acceptance length tau {tau:.2f} is below --min-acceptance {opts.min_acceptance:g}: a draft "
             f"reading the wrong tap layers loads cleanly and lands here; check target_layer_ids {ids} against "
             f"the draft's model card (they are the 0-based outputs of target layers, not HF hidden_states "
-            f"indices), mask_token_id {mask_token_id}, and keep the draft in bfloat16"
+            f"indices) or measure the trained ids with `dflash-ckpt probe-taps {shlex.quote(str(opts.draft))} --target "
+            f"{shlex.quote(str(opts.target))}`, check mask_token_id {mask_token_id}, and keep the draft in bfloat16"
             + prompt_format_note(result.prompt_format),
         ))
     return out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 from collections import Counter
 
 from dflash_ckpt.checks.pitfalls import VOCAB_MAPS, side_file_owner
@@ -49,7 +50,7 @@ def check_weights(spec: DraftSpec) -> list[Finding]:
     if prefix:
         out.append(finding(
             "DF216",
-            f"{label}: tensor names carry the prefix '{prefix}' (e.g. {prefix}fc.weight); "
+            f"{label}: tensor names carry the prefix '{prefix}' (e.g. {names.get('fc.weight') or min(names.values())}); "
             "vLLM and lmdeploy expect unprefixed names, re-save without it",
         ))
     shapes = {name: inv.tensors[orig].shape for name, orig in names.items()}
@@ -129,7 +130,8 @@ def _check_fc(spec: DraftSpec, shapes: dict[str, tuple[int, ...]], where: str) -
         return [finding(
             "DF211",
             f"{where}: fc.weight is {list(fc)}, which implies {implied} tap layers, but "
-            f"target_layer_ids has {len(ids)}; restore the {implied} trained tap layers",
+            f"target_layer_ids has {len(ids)}; restore the {implied} trained tap layers (from the model card, "
+            f"or measure them: `dflash-ckpt probe-taps {shlex.quote(spec.label)} --target TARGET --write OUT`)",
         )]
     return [finding("DF211", f"{where}: fc.weight is {list(fc)}; expected [{h}, k*{h}] (hidden_size {h})")]
 

@@ -98,12 +98,12 @@ def run_inspect(draft: str | Sequence[str], target: str | None = None, *, revisi
 
 
 def report_inspect(run: Callable[[], InspectRun], *, json_out: bool, quiet: bool, strict: bool,
-                   output_format: str = "json") -> int:
+                   output_format: str = "json", annotations: str = "warnings") -> int:
     """Run, print the report or the document (``output_format``: json, github or sarif), return the
     exit code (an error that stops the run is the CLI's: its line, and with ``--json`` the envelope)."""
     result = run()
     if json_out:
-        print_document(result.envelope(), output_format)
+        print_document(result.envelope(), output_format, annotations)
         return result.exit_code
     from dflash_ckpt.commands.output import make_console, render_result, render_summary  # rich: people only
 

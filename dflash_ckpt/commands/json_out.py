@@ -41,8 +41,9 @@ def print_json(doc: Any) -> None:
     sys.stdout.write(json_safe(json.dumps(doc, indent=2)) + "\n")
 
 
-def print_document(doc: dict[str, Any], output_format: str = "json") -> None:
-    """The run's document on stdout: as JSON, or as GitHub annotations or SARIF (``output_formats``)."""
+def print_document(doc: dict[str, Any], output_format: str = "json", annotations: str = "warnings") -> None:
+    """The run's document on stdout: as JSON, or as GitHub annotations (of the severities
+    ``annotations`` names) or SARIF (``output_formats``)."""
     if output_format == "json":
         print_json(doc)
         return
@@ -50,5 +51,5 @@ def print_document(doc: dict[str, Any], output_format: str = "json") -> None:
     from dflash_ckpt.output_formats import render
 
     _pending.clear()
-    text = render(doc, output_format)
+    text = render(doc, output_format, annotations)
     sys.stdout.write(json_safe(text) if output_format == "sarif" else text)

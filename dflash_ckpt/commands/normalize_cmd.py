@@ -55,8 +55,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Rewrite a draft's config.json into the canonical nested form (weights untouched).
 
-        Exit codes: 0 done (or canonical with --check), 1 not canonical (--check), a conflict, a
-        missing key or a failed check, 2 usage error or unreadable input.
+        Exit codes: 0 done (or canonical with --check); 1 not canonical (--check), a conflict, a
+        missing key or a failed check; 2 usage error or unreadable input.
         """
         from dflash_ckpt.commands.normalize_run import make_request
 

@@ -9,15 +9,23 @@ from __future__ import annotations
 import os
 import sys
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, Literal
 
 import typer
 
 from dflash_ckpt.commands.json_out import want_json  # noqa: F401  (each command body says whether it owes a document)
 
 JsonOpt = typer.Option(False, "--json", help="Print one JSON document instead of the report (progress bars off).")
+#: ``--json`` of the commands that show no progress bar (rules, schema).
+PlainJsonOpt = typer.Option(False, "--json", help="Print one JSON document instead of the text.")
 QuietOpt = typer.Option(False, "-q", "--quiet", help="Print errors only (progress bars off).")
 RevisionOpt = typer.Option(None, "--revision", help="Hub revision (branch, tag or commit) of DRAFT; or write org/name@rev.", show_default=False)
+#: ``--annotations`` values (``output_formats.ANNOTATIONS``, without importing it at start-up).
+Annotations = Literal["warnings", "all", "errors"]
+AnnotationsOpt = typer.Option(
+    "warnings", "--annotations",
+    help="With --output-format github: the findings that become annotations: warnings (errors and warnings), "
+         "all (info notices too, e.g. DF220) or errors.")
 TokenOpt = typer.Option(None, "--token", help="Hugging Face token for gated or private repos (default: HF_TOKEN or the saved login).", show_default=False)
 
 
@@ -53,8 +61,8 @@ PromptsFileOpt = typer.Option(
     None, "--prompts",
     help="JSONL file: per line {\"prompt\": ...}, {\"messages\": [...]} or ShareGPT {\"conversations\": [...]}, "
          "optional \"name\"; unnamed prompts are named prompt-N by position.")
-DraftDtypeOpt = typer.Option("bfloat16", "--draft-dtype", metavar="[bfloat16|float16|float32]", help="bfloat16 (keep it: fp16 overflows on Qwen3 outliers), float16 or float32.")
-TargetDtypeOpt = typer.Option(None, "--target-dtype", metavar="[bfloat16|float16|float32]", help="Default: the target config's dtype, else its weights' dtype.")
+DraftDtypeOpt = typer.Option("bfloat16", "--draft-dtype", metavar="<bfloat16|float16|float32>", help="bfloat16 (keep it: fp16 overflows on Qwen3 outliers), float16 or float32.")
+TargetDtypeOpt = typer.Option(None, "--target-dtype", metavar="<bfloat16|float16|float32>", help="Default: the target config's dtype, else its weights' dtype.")
 DeviceOpt = typer.Option("auto", "--device", help="auto (CUDA when present, else CPU), cpu, cuda or cuda:N.")
 BackendOpt = typer.Option(
     "auto", "--backend",
@@ -83,12 +91,20 @@ def require_run_extra(command: str) -> None:
         raise UsageError(f"{command} needs {', '.join(missing)}: {RUN_EXTRA_HINT}")
 
 
+#: ``--output-format`` of smoke-run and probe-taps (inspect's, less SARIF: a run's findings name no file lines).
+RunOutputFormat = Literal["text", "json", "github"]
+RunOutputFormatOpt = typer.Option(
+    "text", "--output-format",
+    help="text (the report), json (as --json) or github (workflow annotations of the findings; see --annotations).")
+
+
 @contextmanager
-def starting_run(command: str, draft: str, target: str, *, json_out: bool, quiet: bool) -> Iterator[None]:
+def starting_run(command: str, draft: str, target: str, *, json_out: bool, quiet: bool,
+                 output_format: str = "json") -> Iterator[None]:
     """The start smoke-run and probe-taps share, around the caller's runtime imports: owe a JSON
     document with ``--json``, need the ``run`` extra, silence progress bars, and say on a terminal
     what loads while torch is imported (``terminal.loading_note``)."""
-    want_json(command, json_out)
+    want_json(command, json_out, output_format)
     require_run_extra(command)
     silence_progress(json_out or quiet)
     from dflash_ckpt.terminal import loading_note

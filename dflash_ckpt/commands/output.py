@@ -81,7 +81,7 @@ def render_findings(console: Console, findings: Iterable[Finding]) -> None:
     table = Table(title="Findings", title_justify="left", show_edge=False)
     table.add_column("code", no_wrap=True)
     table.add_column("severity", no_wrap=True)
-    table.add_column("message")
+    table.add_column("message", overflow="fold")  # a long word (a key=value, a path) wraps, never "…"
     for f in found:
         table.add_row(f.code, f"[{STYLE[f.severity]}]{f.severity.value}[/]", safe(finding_text(f)))
     console.print(table)
@@ -100,9 +100,9 @@ def render_result(console: Console, res: InspectResult, *, quiet: bool = False, 
         return
     console.print(f"[bold]{safe(res.label)}[/]  layout [cyan]{d.layout}[/]  generation [cyan]{d.generation}[/]")
     keys = Table(title="Resolved DFlash keys", title_justify="left", show_edge=False)
-    keys.add_column("key")
-    keys.add_column("value")
-    keys.add_column("from")
+    keys.add_column("key", overflow="fold")
+    keys.add_column("value", overflow="fold")
+    keys.add_column("from", overflow="fold")
     sources = d.sources_json()
     for key, value in d.resolved_json().items():
         src = sources[key]
@@ -125,7 +125,7 @@ def render_result(console: Console, res: InspectResult, *, quiet: bool = False, 
         table = Table(title="Readers", title_justify="left", show_edge=False)
         table.add_column("reader", no_wrap=True)
         table.add_column("loads", no_wrap=True)
-        table.add_column("why")
+        table.add_column("why", overflow="fold")
         for reader in READERS:
             v = res.readers[reader.key]
             why = v.reason + ("; normalize fixes it" if reader.key in res.normalize_fixes else "")
@@ -139,11 +139,16 @@ def render_result(console: Console, res: InspectResult, *, quiet: bool = False, 
             console.print(f"{safe(names)} would load it after [bold]{safe(res.normalize_command)}[/] (weights untouched)")
     console.print(_summary_line(res, strict))
     if res.serve and not res.failed(strict):
-        from dflash_ckpt.checks.serve import NOT_SHOWN, shell_line
+        render_serve(console, res.serve)
 
-        console.print("serve it with (argv in --json 'serve'; add the engine's tensor-parallel option for several GPUs):")
-        for engine, argv in res.serve.items():
-            print_line(console, f"  {engine}: {shell_line(argv) or NOT_SHOWN}")
+
+def render_serve(console: Console, serve: dict[str, list[str]]) -> None:
+    """The lines that serve a pair that passed, one per engine (inspect's, and smoke-run's after PASS)."""
+    from dflash_ckpt.checks.serve import NOT_SHOWN, shell_line
+
+    console.print("serve it with (argv in --json 'serve'; add the engine's tensor-parallel option for several GPUs):")
+    for engine, argv in serve.items():
+        print_line(console, inert(f"  {engine}: {shell_line(argv) or NOT_SHOWN}"))
 
 
 def _summary_line(res: InspectResult, strict: bool) -> str:
@@ -236,3 +241,22 @@ def render_rule(console: Console, rule: Rule) -> None:
 
 
 __all__ = ["RULES", "finding_text", "make_console", "print_line", "render_result", "render_rule", "render_rules", "render_summary", "safe"]
+
+
+def table_width(columns: Iterable[str], rows: list[list[str]]) -> int:
+    """A table's full width: every header and cell (rich markup) unbroken, one space of padding
+    each side and a rule between columns. Wider than the terminal, rich would squeeze the
+    columns and cut figures ("0.…"), so the reports stack such a table instead (``print_stacked``)."""
+    from rich.text import Text
+
+    widths = [max([len(col), *(Text.from_markup(row[i]).cell_len for row in rows)]) for i, col in enumerate(columns)]
+    return sum(widths) + 3 * len(widths) - 1
+
+
+def print_stacked(console: Console, title: str, columns: list[str], rows: list[list[str]]) -> None:
+    """A table for a terminal narrower than its columns: each row one line, its first cell then
+    ``column value`` pairs, wrapping between pairs (never inside a figure)."""
+    console.print(title)
+    for row in rows:
+        pairs = [f"{escape(col)} [bold]{cell}[/]" for col, cell in zip(columns[1:], row[1:]) if cell]
+        console.print(f"[bold]{row[0]}[/]: " + ",  ".join(pairs))

@@ -11,7 +11,7 @@ from typing import List, Literal, Optional
 
 import typer
 
-from dflash_ckpt.commands.options import (DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_ACCEPTANCE, BackendOpt, BlockSizeOpt,
+from dflash_ckpt.commands.options import (Annotations, AnnotationsOpt, RunOutputFormat, RunOutputFormatOpt, DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_ACCEPTANCE, BackendOpt, BlockSizeOpt,
                                           DeviceOpt, DraftArg, DraftDtypeOpt, IgnoreEosOpt, NoChatTemplateOpt,
                                           PairTargetOpt, PromptOpt, PromptsFileOpt, QuietOpt, RevisionOpt,
                                           TargetDtypeOpt, ThinkingOpt, TokenizerOpt, TokenOpt, starting_run)
@@ -44,16 +44,22 @@ def register(app: typer.Typer) -> None:
         revision: Optional[str] = RevisionOpt,
         token: Optional[str] = TokenOpt,
         json_out: bool = typer.Option(False, "--json", help="Print one JSON document: best, runner-up, confidence, search cost and every candidate."),
+        output_format: RunOutputFormat = RunOutputFormatOpt,
+        annotations: Annotations = AnnotationsOpt,
         quiet: bool = QuietOpt,
     ) -> None:
         """Recover (or check) the draft's target_layer_ids by measuring acceptance with candidate tap sets.
 
         k comes from fc.weight; candidates are ranked by tau on the prompts, the finalists measured
-        by smoke-run's loop. Nothing is written unless --write OUT. Exit 0 when the best set works and
-        matches the configured ids (if any); 1 when the configured ids lose (DF410), nothing works
-        (DF411) or the pair fails inspect's checks; 2 usage error.
+        by smoke-run's loop. Nothing is written unless --write OUT.
+
+        Exit codes: 0 the best set works and matches the configured ids (if any), or --write wrote a
+        copy with the winner that works; 1 the configured ids lose (DF410) and nothing was written,
+        nothing works (DF411) or the pair fails inspect's checks; 2 usage error.
         """
-        with starting_run("probe-taps", draft, target, json_out=json_out, quiet=quiet):
+        fmt = "json" if json_out else output_format
+        json_out = fmt != "text"
+        with starting_run("probe-taps", draft, target, json_out=json_out, quiet=quiet, output_format=fmt):
             from dflash_ckpt.commands.probe_report import report_probe
             from dflash_ckpt.commands.probe_run import run_probe_taps
 
@@ -64,4 +70,5 @@ def register(app: typer.Typer) -> None:
             no_chat_template=no_chat_template, tokenizer=tokenizer, ignore_eos=ignore_eos, revision=revision,
             token=token)
         raise typer.Exit(report_probe(lambda **live: run_probe_taps(draft, target, **options, **live),
-                                      json_out=json_out, quiet=quiet))
+                                      json_out=json_out, quiet=quiet, output_format=fmt,
+                                      annotations=annotations))

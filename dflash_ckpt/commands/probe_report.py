@@ -7,13 +7,15 @@ from typing import Any, Callable
 from rich.console import Console
 from rich.table import Table
 
-from dflash_ckpt.commands.json_out import print_json
-from dflash_ckpt.commands.output import make_console, print_line, render_findings, safe
+from dflash_ckpt.commands.json_out import print_document
+from dflash_ckpt.commands.output import make_console, print_line, print_stacked, render_findings, safe, table_width
 from dflash_ckpt.commands.probe_run import ProbeResult
+from dflash_ckpt.errors import inert
 from dflash_ckpt.rules import Severity
 
 
-def report_probe(run: Callable[..., ProbeResult], *, json_out: bool, quiet: bool) -> int:
+def report_probe(run: Callable[..., ProbeResult], *, json_out: bool, quiet: bool, output_format: str = "json",
+                 annotations: str = "warnings") -> int:
     """Call ``run(log=, copy_progress=)`` (``run_probe_taps`` with the options bound), print the
     report or the JSON document, return the exit code; a failed ``--write`` is raised as its line
     after the report."""
@@ -21,23 +23,39 @@ def report_probe(run: Callable[..., ProbeResult], *, json_out: bool, quiet: bool
     log = None if json_out or quiet else (lambda msg: err_console.print(f"[dim]{safe(msg)}[/]"))
     copy = not (quiet or json_out)
     if not json_out and not quiet and err_console.is_terminal:  # a bar over the candidates, people only
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=err_console, transient=True) as progress:
+                      TextColumn("eta"), TimeRemainingColumn(), console=err_console, transient=True) as progress:
             res = run(log=log, copy_progress=copy, progress=progress)
+    elif not quiet and (not json_out or output_format == "github"):  # a log: a line every few seconds
+        from dflash_ckpt.progress_lines import stderr_progress
+
+        res = run(log=log, copy_progress=copy, progress=stderr_progress())
     else:
         res = run(log=log, copy_progress=copy)
     if json_out:
-        print_json(res.envelope())
+        print_document(res.envelope(), output_format, annotations)
         return res.exit_code
     if quiet:
         render_errors(console, res)
+        if res.write and res.write.get("written"):
+            print_line(console, inert(wrote_line(res)))
     else:
         render_probe(console, res)
     if res.write_error is not None:
         raise res.write_error
     return res.exit_code
+
+
+def wrote_line(res: ProbeResult) -> str:
+    """What ``--write`` wrote and the verdict of what it wrote (shown with ``-q`` too)."""
+    best = res.best
+    assert best is not None and best.tau is not None
+    ok = best.tau >= res.options.min_acceptance
+    return (f"wrote {res.options.write}: a normalized copy of {res.draft_label} with target_layer_ids "
+            f"{_ids(best.target_layer_ids)}, measured at tau {best.tau:.2f} ({'passes' if ok else 'below'} "
+            f"--min-acceptance {res.options.min_acceptance:g})")
 
 
 def render_errors(console: Console, res: ProbeResult) -> None:
@@ -91,20 +109,28 @@ def render_probe(console: Console, res: ProbeResult) -> None:
                           "loop = measured as smoke-run measures, probe = simulated from the recorded features, "
                           "cut = given up once sure to lose (tau below the bound shown)",
                   caption_justify="left")
-    for col in ("rank", "target_layer_ids", "tau", "±", "measured", "note"):
+    columns = ["rank", "target_layer_ids", "tau", "±", "measured", "note"]
+    for col in columns:
         table.add_column(col, justify="right" if col in ("rank", "tau", "±") else "left", no_wrap=True)
     shown = res.ranked[: o.top]
     conf = res.candidate(res.configured)
     if conf is not None and conf not in shown:
         shown = [*shown, conf]
+    rows = []
     for cand in shown:
         rank = res.ranked.index(cand) + 1
         note = "configured" if conf is cand else ""
         se = cand.stderr
         tau = f"{cand.tau:.2f}" if cand.tau is not None else f"< {cand.tau_below:.2f}"
         how = "loop" if cand.tau_loop is not None else "probe" if cand.tau_probe is not None else "cut"
-        table.add_row(str(rank), _ids(cand.target_layer_ids), tau, "—" if se is None else f"{se:.2f}", how, note)
-    console.print(table)
+        rows.append([str(rank), _ids(cand.target_layer_ids), tau, "—" if se is None else f"{se:.2f}", how, note])
+    if table_width(columns, rows) <= console.width:
+        for row in rows:
+            table.add_row(*row)
+        console.print(table)
+    else:  # too narrow for the columns: a line per candidate, no figure cut
+        print_stacked(console, "probe-taps", columns, [[f"rank {row[0]}", *row[1:]] for row in rows])
+        console.print(table.caption, markup=False, highlight=False)
     c = res.confidence()
     if c["gap"] is not None:
         z = "—" if c["z"] is None else f"{c['z']:.1f}"
@@ -122,12 +148,17 @@ def render_probe(console: Console, res: ProbeResult) -> None:
     if best is None:
         return
     if res.write and res.write.get("written"):
-        console.print(f"wrote {safe(str(o.write))}: a normalized copy with target_layer_ids {_ids(best.target_layer_ids)}")
+        console.print(safe(wrote_line(res)))
     elif res.configured is None:
         console.print(f"to write it: {safe(res.normalize_command() or '')}  (or rerun with --write OUT)")
     elif res.configured != best.target_layer_ids and any(f.code == "DF410" for f in res.findings):
         console.print("to write it: rerun with --write OUT (a normalized copy with the measured ids; "
                       "normalize alone only supplies missing ids)")
+    if res.wrote_fix and res.configured is not None and res.configured != best.target_layer_ids:
+        console.print(f"[bold green]PASS[/]  the copy {safe(str(o.write))} with target_layer_ids "
+                      f"{_ids(best.target_layer_ids)} measures tau {best.tau:.2f} (min {o.min_acceptance:g}); "
+                      f"DRAFT itself is unchanged and its ids {_ids(res.configured)} lose (DF410)")
+        return
     status = "[bold green]PASS[/]" if res.exit_code == 0 else "[bold red]FAIL[/]"
     kept = (f"configured target_layer_ids {_ids(conf.target_layer_ids)} hold; "
             if conf is not None and res.exit_code == 0 else "")

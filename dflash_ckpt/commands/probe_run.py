@@ -17,7 +17,9 @@ Verdict (exit code): 0 when the best tap set reaches ``--min-acceptance`` and th
 (if any) are the best; 1 when the configured ids measure worse than another set (DF410) or no set
 reaches ``--min-acceptance`` (DF411), or the pair fails inspect's checks, or it is degenerate (a
 weight matrix reads back as one value, DF413; the target's logits tie everywhere, DF414; every
-continuation is one token, DF415: then any tap set would "work", so none is ranked); 2 for usage errors.
+continuation is one token, DF415: then any tap set would "work", so none is ranked); 2 for usage
+errors. With ``--write``, a copy written with the winner that works turns a DF410 into exit 0: the
+exit code is the verdict of what was written (``ProbeResult.wrote_fix``); DRAFT itself is never edited.
 """
 
 from __future__ import annotations

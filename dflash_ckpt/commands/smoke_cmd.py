@@ -10,7 +10,7 @@ from typing import List, Literal, Optional
 
 import typer
 
-from dflash_ckpt.commands.options import (DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_ACCEPTANCE, BackendOpt, BlockSizeOpt,
+from dflash_ckpt.commands.options import (Annotations, AnnotationsOpt, RunOutputFormat, RunOutputFormatOpt, DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_ACCEPTANCE, BackendOpt, BlockSizeOpt,
                                           DeviceOpt, DraftArg, DraftDtypeOpt, EngineOpt, IgnoreEosOpt, NoChatTemplateOpt,
                                           PairTargetOpt, PromptOpt, PromptsFileOpt, QuietOpt, RevisionOpt,
                                           TargetDtypeOpt, ThinkingOpt, TokenizerOpt, TokenOpt, starting_run)
@@ -61,14 +61,18 @@ def register(app: typer.Typer) -> None:
         engine_timeout: Optional[float] = typer.Option(None, "--engine-timeout", help="vLLM: seconds the whole engine run may take before it is stopped (default 900).", show_default=False),
         show_text: bool = typer.Option(False, "--show-text", help="Print each prompt's generated text under the table (the JSON always has it)."),
         json_out: bool = typer.Option(False, "--json", help="Print one JSON document with every figure, ids, texts and acceptance lengths."),
+        output_format: RunOutputFormat = RunOutputFormatOpt,
+        annotations: Annotations = AnnotationsOpt,
         quiet: bool = QuietOpt,
     ) -> None:
         """Decode with the target alone and with DFlash; check the outputs match and measure acceptance and speed.
 
-        Exit 0 pass; 1 refused by inspect's checks, output differs beyond a tie, tau below
+        Exit codes: 0 pass; 1 refused by inspect's checks, output differs beyond a tie, tau below
         --min-acceptance, or overflow; 2 usage error, a pair neither backend supports, or a target too big for the device.
         """
-        with starting_run("smoke-run", draft, target, json_out=json_out, quiet=quiet):
+        fmt = "json" if json_out else output_format
+        json_out = fmt != "text"
+        with starting_run("smoke-run", draft, target, json_out=json_out, quiet=quiet, output_format=fmt):
             from dflash_ckpt.commands.smoke_report import report_smoke
             from dflash_ckpt.commands.smoke_run import run_smoke_run
 
@@ -84,5 +88,6 @@ def register(app: typer.Typer) -> None:
 
         with out_of_memory(target):  # one DF407 line (exit 2), never a traceback or a failed verdict
             code = report_smoke(lambda **live: run_smoke_run(draft, target, **options, **live),
-                                json_out=json_out, quiet=quiet, show_text=show_text)
+                                json_out=json_out, quiet=quiet, show_text=show_text,
+                                output_format=fmt, annotations=annotations)
         raise typer.Exit(code)

@@ -9,7 +9,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from dflash_ckpt.errors import inert
-from dflash_ckpt.commands.output import print_line, render_findings, render_result, safe
+from dflash_ckpt.commands.output import (print_line, print_stacked, render_findings, render_result, render_serve, safe,
+                                         table_width)
 from dflash_ckpt.checks.run_findings import missing_taps, probe_taps_command
 from dflash_ckpt.rules import Severity
 from dflash_ckpt.commands.smoke_run import SmokeResult
@@ -60,20 +61,18 @@ def render_smoke(console: Console, res: SmokeResult, *, quiet: bool = False, sho
         for f in res.precheck.findings:
             if f.severity == Severity.WARNING:
                 print_line(console, f.line(res.draft_label))
+    rows = _rows(res)
     table = Table(title=f"smoke-run, {res.backend} backend", title_justify="left", show_edge=False, caption=legend(), caption_justify="left")
     for col in COLUMNS:
         left = col in ("prompt", "output")
         table.add_column(col, justify="left" if left else "right", no_wrap=col != "prompt", overflow="fold",
                          min_width=8 if col == "prompt" else None)
-    block = res.block_size or 1
-    for run in res.runs:
-        fig = run.figures(block)
-        table.add_row(safe(run.prompt.name), *_cells(fig), LOSSLESS_TEXT[run.lossless.status])
-    if len(res.runs) > 1:
-        fig = res.overall()
-        same = sum(1 for r in res.runs if r.lossless.status == "identical")
-        table.add_row("[bold]overall[/]", *_cells(fig), f"{same}/{len(res.runs)} same", end_section=True)
-    console.print(table)
+    for i, row in enumerate(rows):
+        table.add_row(*row, end_section=len(res.runs) > 1 and i == len(rows) - 1)
+    if table_width(COLUMNS, rows) <= console.width:
+        console.print(table)
+    else:  # too narrow for the columns: one block per prompt, so no figure is ever cut
+        render_stacked(console, res.backend, rows)
     if show_text:
         render_texts(console, res)
     stats = res.overall()
@@ -84,6 +83,24 @@ def render_smoke(console: Console, res: SmokeResult, *, quiet: bool = False, sho
     render_comparison(console, res)
     render_findings(console, res.findings)
     console.print(verdict_line(res))
+    if res.exit_code == 0 and res.precheck is not None and res.precheck.serve:
+        render_serve(console, res.precheck.serve)  # what to run next, as inspect shows it
+
+
+def _rows(res: SmokeResult) -> list[list[str]]:
+    """The table's rows (markup in the prompt and output cells): one per prompt, then overall."""
+    block = res.block_size or 1
+    rows = [[safe(run.prompt.name), *_cells(run.figures(block)), LOSSLESS_TEXT[run.lossless.status]] for run in res.runs]
+    if len(res.runs) > 1:
+        same = sum(1 for r in res.runs if r.lossless.status == "identical")
+        rows.append(["[bold]overall[/]", *_cells(res.overall()), f"{same}/{len(res.runs)} same"])
+    return rows
+
+
+def render_stacked(console: Console, backend: str | None, rows: list[list[str]]) -> None:
+    """The table for a terminal narrower than its columns: a line per prompt, then the legend."""
+    print_stacked(console, f"smoke-run, {backend} backend", list(COLUMNS), rows)
+    console.print(legend(), markup=False, highlight=False)
 
 
 def legend() -> str:
@@ -152,12 +169,14 @@ def render_error_lines(console: Console, res: SmokeResult) -> None:
             print_line(console, f.line(res.draft_label))
 
 
-def report_smoke(run: Callable[..., SmokeResult], *, json_out: bool, quiet: bool, show_text: bool = False) -> int:
-    """Call ``run(progress=, log=)`` with a progress bar and a loading line where a person
-    watches (neither with ``--json`` or ``-q``), print its report or JSON, return the exit code."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+def report_smoke(run: Callable[..., SmokeResult], *, json_out: bool, quiet: bool, show_text: bool = False,
+                 output_format: str = "json", annotations: str = "warnings") -> int:
+    """Call ``run(progress=, log=)`` with a progress bar (with an ETA) and a loading line where a
+    person watches, a progress line every few seconds where the output is a log (piped, or the
+    github format), neither with ``--json`` or ``-q``; print its report or document, return the exit code."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    from dflash_ckpt.commands.json_out import print_json
+    from dflash_ckpt.commands.json_out import print_document
     from dflash_ckpt.commands.output import make_console
 
     console = make_console()
@@ -166,12 +185,17 @@ def report_smoke(run: Callable[..., SmokeResult], *, json_out: bool, quiet: bool
     log = None if json_out or quiet else (lambda msg: err_console.print(f"[dim]{safe(msg)}[/]"))
     if show_progress:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("tokens"),
-                      TimeElapsedColumn(), console=err_console, transient=True) as progress:
+                      TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=err_console,
+                      transient=True) as progress:
             result = run(progress=progress, log=log)
+    elif not quiet and (not json_out or output_format == "github"):  # a log: a line every few seconds
+        from dflash_ckpt.progress_lines import stderr_progress
+
+        result = run(progress=stderr_progress(), log=log)
     else:
         result = run(log=log)
     if json_out:
-        print_json(result.envelope())
+        print_document(result.envelope(), output_format, annotations)
     else:
         render_smoke(console, result, quiet=quiet, show_text=show_text)
     return result.exit_code

@@ -86,7 +86,16 @@ class ProbeResult(ResultShape):
         return next((c for c in self.ranked if c.target_layer_ids == tuple(ids)), None)
 
     @property
+    def wrote_fix(self) -> bool:
+        """``--write`` wrote a copy whose ids fix the one error found (DF410: the configured ids
+        lose): the exit code is then the copy's verdict, 0, since what was asked for exists and works."""
+        errors = {f.code for f in self.findings if f.severity == Severity.ERROR}
+        return bool(self.write and self.write.get("written")) and not self.refused and errors <= {"DF410"}
+
+    @property
     def exit_code(self) -> int:
+        if self.wrote_fix:
+            return 0
         if self.refused or any(f.severity == Severity.ERROR for f in self.findings):
             return 1
         return self.write_error.exit_code if self.write_error is not None else 0

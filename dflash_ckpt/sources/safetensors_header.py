@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 from dflash_ckpt.errors import InputError
 from dflash_ckpt.limits import MAX_HEADER_BYTES, MAX_HEADER_ITEMS, MAX_JSON_DEPTH, MAX_TENSORS, MAX_USIZE
 from dflash_ckpt.sources.base import Source
+from dflash_ckpt.sources.file_kind import sniff
 from dflash_ckpt.sources.jsonfile import json_depth
 
 #: Bits per element of every dtype the safetensors library knows (0.8: its ``Dtype`` enum).
@@ -83,8 +84,15 @@ def read_header(source: Source, name: str, *, max_tensors: int = MAX_TENSORS) ->
     where = source.where(name)
     size = source.size(name)
     if size < 8:
+        other = sniff(source, name, size) if size else None
+        if other is not None:
+            raise HeaderError(*other)
         raise HeaderError("DF203", f"{where}: {size} bytes, shorter than the 8-byte header length")
     (header_len,) = struct.unpack("<Q", source.read(name, 0, 8))
+    if header_len > MAX_HEADER_BYTES:  # text where the 8-byte length belongs reads as ~1e18
+        other = sniff(source, name, size)  # an LFS pointer (DF230) or another format (DF231)
+        if other is not None:
+            raise HeaderError(*other)
     if header_len > MAX_HEADER_BYTES:
         raise HeaderError(
             "DF203",
@@ -92,6 +100,9 @@ def read_header(source: Source, name: str, *, max_tensors: int = MAX_TENSORS) ->
             "safetensors format; not a safetensors file or corrupt",
         )
     if 8 + header_len > size:
+        other = sniff(source, name, size, signatures_only=True)  # a zip's magic reads as 67 MB
+        if other is not None:
+            raise HeaderError(*other)
         raise HeaderError(
             "DF204",
             f"{where}: file has {size} bytes but its header alone needs {8 + header_len}; "

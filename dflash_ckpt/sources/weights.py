@@ -17,7 +17,7 @@ from dflash_ckpt.sources.safetensors_header import HeaderError, SafetensorsHeade
 from dflash_ckpt.sources.base import Source
 
 #: Problems after which absent tensors may just be unread ones.
-UNREADABLE = frozenset({"DF203", "DF204", "DF205", "DF207"})
+UNREADABLE = frozenset({"DF203", "DF204", "DF205", "DF207", "DF230", "DF231"})
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 INDEX_SUFFIX = ".safetensors.index.json"
 
