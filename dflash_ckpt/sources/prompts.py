@@ -21,9 +21,10 @@ from typing import Any
 
 from dflash_ckpt import limits
 from dflash_ckpt.errors import InputError, UsageError
-from dflash_ckpt.sources.chat_template import compile_template, render_all
+from dflash_ckpt.sources.chat_template import compile_template  # noqa: F401 - re-exported (tests, callers)
 from dflash_ckpt.sources.files import read_capped, read_capped_text
 from dflash_ckpt.sources.jsonfile import decode_json_bytes
+from dflash_ckpt.sources.template_process import render_all
 
 SPECIAL_TOKEN_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 
@@ -236,8 +237,7 @@ class PromptEncoder:
         if isinstance(extra, list):
             self.special_tokens["additional_special_tokens"] = [t for t in map(_token_text, extra) if t is not None]
         self.template = self._find_template(config) if chat_template else None
-        self._compiled = None
-        #: Renderings by prompt, made once each, in a child process (``chat_template.render_all``).
+        #: Renderings by prompt, made once each, in a child process (``template_process.render_all``), compiled there too.
         self._rendered: dict[tuple[str, str | None, str], str] = {}
 
     def _find_template(self, config: dict[str, Any]) -> str | None:
@@ -278,14 +278,12 @@ class PromptEncoder:
         todo = list({_key(p): p for p in prompts if _key(p) not in self._rendered}.values())
         if not todo:
             return
-        if self._compiled is None:
-            self._compiled = compile_template(self.template, f"{self.folder}: chat template")
         contexts = [{
             "messages": p.conversation(), "tools": None, "documents": None, "add_generation_prompt": True,
             **self.special_tokens, "enable_thinking": self.thinking,
         } for p in todo]
         wheres = [f"{self.folder}: the chat template fails on prompt {p.name!r}" for p in todo]
-        for p, text in zip(todo, render_all(self._compiled, contexts, wheres)):
+        for p, text in zip(todo, render_all(self.template, contexts, wheres, f"{self.folder}: chat template")):
             self._rendered[_key(p)] = text
 
     def encode(self, prompt: Prompt) -> list[int]:
