@@ -76,6 +76,20 @@ def normalize(draft: str | os.PathLike[str], out: str | os.PathLike[str] | None 
         return run_normalize(os.fspath(draft), out, **options)
 
 
+@contextmanager
+def _caller_torch_threads() -> Iterator[None]:
+    """The caller's torch thread count, restored when the call returns or raises: a run sets its
+    own (``--threads``, or one on a small CPU), which is the run's business, not the caller's."""
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
+
+
 def smoke_run(draft: str | os.PathLike[str], target: str | os.PathLike[str], **options: Any) -> SmokeResult:
     """Decode with the target alone and with DFlash, check the outputs match and measure
     acceptance and speed, as ``dflash-ckpt smoke-run`` does (needs the ``run`` extra). Options are
@@ -86,7 +100,7 @@ def smoke_run(draft: str | os.PathLike[str], target: str | os.PathLike[str], **o
     from dflash_ckpt.commands.smoke_run import run_smoke_run
 
     require_run_extra("smoke-run")
-    with _call():
+    with _call(), _caller_torch_threads():
         return run_smoke_run(os.fspath(draft), os.fspath(target), **options)
 
 
@@ -100,5 +114,5 @@ def probe_taps(draft: str | os.PathLike[str], target: str | os.PathLike[str], **
     from dflash_ckpt.commands.probe_run import run_probe_taps
 
     require_run_extra("probe-taps")
-    with _call():
+    with _call(), _caller_torch_threads():
         return run_probe_taps(os.fspath(draft), os.fspath(target), **options)

@@ -172,6 +172,11 @@ def encode_prompts(opts: RunOptions, target_dir: str | Path) -> tuple[list[Promp
     encoder.prepare(prompts)  # every rendering in one child process
     encoded = [encoder.encode(p) for p in prompts]
     for p, ids in zip(prompts, encoded):
+        if not ids and encoder.uses_template:  # the template dropped the prompt, whatever it was
+            what = "no text" if not encoder.render(p) else "text of no tokens"
+            raise InputError(
+                f"{encoder.template_file}: the chat template renders prompt {p.name!r} as {what}; the template "
+                "is broken (it drops the messages): fix it, or run with --no-chat-template", code="DF002")
         if not ids:
             raise UsageError(f"prompt {p.name!r} encodes to no tokens; give some text")
     return prompts, encoder, encoded

@@ -236,11 +236,14 @@ class PromptEncoder:
         extra = config.get("additional_special_tokens")
         if isinstance(extra, list):
             self.special_tokens["additional_special_tokens"] = [t for t in map(_token_text, extra) if t is not None]
+        #: The file the chat template came from (tokenizer_config.json, chat_template.jinja/.json).
+        self.template_file: Path | None = None
         self.template = self._find_template(config) if chat_template else None
         #: Renderings by prompt, made once each, in a child process (``template_process.render_all``), compiled there too.
         self._rendered: dict[tuple[str, str | None, str], str] = {}
 
     def _find_template(self, config: dict[str, Any]) -> str | None:
+        self.template_file = self.folder / "tokenizer_config.json"  # where the template was found
         tpl = config.get("chat_template")
         if isinstance(tpl, list):  # named templates: [{"name": "default", "template": ...}, ...]
             named = {t.get("name"): t.get("template") for t in tpl if isinstance(t, dict) and isinstance(t.get("name"), str)}
@@ -249,8 +252,10 @@ class PromptEncoder:
             return tpl
         jinja_file = self.folder / "chat_template.jinja"
         if jinja_file.exists() or jinja_file.is_symlink():
+            self.template_file = jinja_file
             return read_capped_text(jinja_file, limits.MAX_TEMPLATE_BYTES, what="chat template", code="DF002")
-        tpl = _read_json(self.folder / "chat_template.json", limits.MAX_TEMPLATE_BYTES).get("chat_template")
+        self.template_file = self.folder / "chat_template.json"
+        tpl = _read_json(self.template_file, limits.MAX_TEMPLATE_BYTES).get("chat_template")
         return tpl if isinstance(tpl, str) else None
 
     @property
