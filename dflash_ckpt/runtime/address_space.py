@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import resource
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -45,10 +46,12 @@ def _vm_size() -> int:
 
 
 def library_bytes(packages: tuple[str, ...] = PACKAGES) -> int:
-    """Bytes of the shared libraries of ``packages`` (and their ``<pkg>.libs`` folders), found
-    without importing them."""
+    """Bytes of the shared libraries of ``packages`` not imported yet (and their ``<pkg>.libs``
+    folders), found without importing them."""
     total = 0
     for name in packages:
+        if name in sys.modules:  # imported already: mapped, and counted in this process's size
+            continue
         try:
             spec = importlib.util.find_spec(name)
         except (ImportError, ValueError):
@@ -80,7 +83,7 @@ def soft_limit() -> int | None:
 def check_import_floor(command: str) -> None:
     """Refuse (DF407, exit 2) a run whose address-space limit is below what importing torch maps."""
     limit = soft_limit()
-    if limit is None:
+    if limit is None or "torch" in sys.modules:  # loaded: the memory pre-check counts the run
         return
     floor = import_floor()
     if limit < floor:
