@@ -136,7 +136,7 @@ def cpu_limit(seconds: float) -> Iterator[None]:
         return
 
     def expired(signum: int, frame: Any) -> None:
-        raise TemplateLimit(f"rendering used more than {seconds:g} s of CPU time")
+        raise TemplateLimit(f"it used more than {seconds:g} s of CPU time")
 
     previous = signal.signal(signal.SIGPROF, expired)
     signal.setitimer(signal.ITIMER_PROF, seconds)
