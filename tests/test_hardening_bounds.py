@@ -245,3 +245,10 @@ def test_a_folder_literally_named_tilde_user_is_taken_as_is(tmp_path: Path) -> N
     res = run_cli("inspect", NO_USER, cwd=tmp_path)
     no_traceback(res)
     assert "no user" not in res.stderr and res.code in (0, 1), res.stderr
+
+
+def test_a_hub_cache_under_a_tilde_user_that_does_not_exist_is_one_line(tmp_path: Path) -> None:
+    res = run_cli("inspect", "org/name", env={"HF_HOME": "~nosuchuser-i32b/hf", "HF_HUB_OFFLINE": "1"}, cwd=tmp_path)
+    no_traceback(res)
+    line = res.stderr.strip().splitlines()[-1]
+    assert res.code == 2 and "DF001" in line and "HF_HOME" in line and "please report" not in line, res.stderr
