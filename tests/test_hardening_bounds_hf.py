@@ -98,3 +98,12 @@ def test_what_transformers_raises_while_loading_is_one_df212_line(tmp_path: Path
     with pytest.raises(DFlashCkptError) as err:
         load_hf_target(target, info, dtype=torch.float32, device=torch.device("cpu"), tensor_names=[])
     assert err.value.code == "DF212" and "TypeError" in err.value.message and err.value.exit_code == 2
+
+
+def test_probe_taps_refuses_the_same_config_in_one_line(cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _never_loaded(monkeypatch)
+    target = _target(tmp_path / "t", {"to_dict": 1})
+    res = cli("probe-taps", str(PAIR / "draft"), "--target", str(target), "--backend", "transformers", "--device", "cpu")
+    assert res.code == 2, res.stdout + res.stderr
+    assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert "DF142 error:" in error_line(res) and "key 'to_dict' names a method" in error_line(res)
