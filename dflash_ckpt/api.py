@@ -109,6 +109,20 @@ def normalize(draft: str | os.PathLike[str], out: str | os.PathLike[str] | None 
             progress=progress)
 
 
+@contextmanager
+def _caller_torch_threads() -> Iterator[None]:
+    """The caller's torch thread count, restored when the call returns or raises: a run sets its
+    own (``--threads``, or one on a small CPU), which is the run's business, not the caller's."""
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
+
+
 @checked_call
 def smoke_run(draft: str | os.PathLike[str], target: str | os.PathLike[str], *, prompt: str | Sequence[str] | None = (),
               prompts: str | os.PathLike[str] | None = None, max_new_tokens: int = 128, min_acceptance: float = 2.0,
@@ -127,7 +141,7 @@ def smoke_run(draft: str | os.PathLike[str], target: str | os.PathLike[str], *, 
     _need_run_extra("smoke-run")
     from dflash_ckpt.commands.smoke_run import run_smoke_run
 
-    with _call():
+    with _call(), _caller_torch_threads():
         return run_smoke_run(
             os.fspath(draft), os.fspath(target), prompt=texts(prompt), prompts=path_text(prompts),
             max_new_tokens=max_new_tokens, min_acceptance=min_acceptance, draft_dtype=draft_dtype,
@@ -156,7 +170,7 @@ def probe_taps(draft: str | os.PathLike[str], target: str | os.PathLike[str], *,
     _need_run_extra("probe-taps")
     from dflash_ckpt.commands.probe_run import run_probe_taps
 
-    with _call():
+    with _call(), _caller_torch_threads():
         return run_probe_taps(
             os.fspath(draft), os.fspath(target), prompt=texts(prompt), prompts=path_text(prompts), budget=budget,
             max_new_tokens=max_new_tokens, min_acceptance=min_acceptance, write=path_text(write), force=force,

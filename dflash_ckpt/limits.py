@@ -68,6 +68,9 @@ MAX_TEMPLATE_OUTPUT = 4 * MiB
 #: Memory one rendering may add (it runs in a child process under this RLIMIT_AS margin): filters
 #: and formatting that build gigabytes in one call stop here (real templates need kilobytes).
 TEMPLATE_MEMORY_BYTES = 256 * MiB
+#: Wall-clock seconds this process waits for each rendering (the first: compile and render) before
+#: it kills the child: a child stopped, or starved of CPU on a loaded machine, is not waited for.
+TEMPLATE_WALL_SECONDS = 30.0
 #: Characters of one prompt, after the template (also bounds what the tokenizer is given).
 MAX_PROMPT_CHARS = 4 * MiB
 

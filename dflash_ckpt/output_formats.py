@@ -131,7 +131,10 @@ def artifact_uri(path: str, root: str | None = None) -> str:
     when it lies below it, so code scanning can place it in the repository; else absolute
     (``file://``). Hub locations (``org/name@rev:config.json``) stay as written, percent-encoded."""
     root = os.getcwd() if root is None else root
-    p = Path(path).expanduser()
+    try:
+        p = Path(path).expanduser()
+    except RuntimeError:  # ``~nosuchuser/...``: no home to expand; the location stays as written
+        p = Path(path)
     if p.is_absolute():
         try:
             return quote(PurePosixPath(*p.resolve().relative_to(Path(root).resolve()).parts).as_posix(), safe="/@")

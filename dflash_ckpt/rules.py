@@ -219,6 +219,13 @@ _RULES: list[Rule] = [
          "conv_group_size must divide hidden_size (one dynamic coefficient per group of channels) "
          "and selector_top_k cannot exceed vocab_size.",
          "Restore the keys from the published config of the draft."),
+    Rule("DF147", "rope-value-invalid", E, "rope_theta is not a positive finite number, or a rope object is not an object",
+         "The draft's attention uses the target's rotary base (rope_theta, at the top level, in "
+         "rope_parameters or per layer type in it); engines and smoke-run read it as a float. A "
+         "string, a boolean, an object, NaN, 0, a negative number or 1e400 (read as infinity) "
+         "fails their load or gives NaN rotary tables; rope_parameters and rope_scaling must be "
+         "objects (or null).",
+         "Copy rope_theta (and rope_parameters) from the target's config.json."),
     # -- DF2xx: the weights -----------------------------------------------------------------------
     Rule("DF201", "no-safetensors", E, "No safetensors weights",
          "The folder holds no *.safetensors file. This tool reads only safetensors (never pickle "

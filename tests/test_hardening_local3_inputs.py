@@ -108,12 +108,12 @@ def test_a_named_template_with_a_name_that_is_not_a_string_names_nothing(tmp_pat
 
 
 def test_all_prompts_render_in_one_child_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import dflash_ckpt.sources.chat_template as chat_template
     import dflash_ckpt.sources.prompts as prompts
+    import dflash_ckpt.sources.template_process as template_process
 
     forks: list[int] = []
-    real_fork = chat_template.os.fork
-    monkeypatch.setattr(chat_template.os, "fork", lambda: forks.append(1) or real_fork())
+    real_fork = template_process.os.fork
+    monkeypatch.setattr(template_process.os, "fork", lambda: forks.append(1) or real_fork())
     enc = prompts.PromptEncoder(tokenizer_folder(tmp_path / "tok", BENIGN))
     batch = [prompts.Prompt(f"p{i}", f"hello {i}") for i in range(5)]
     enc.prepare(batch)

@@ -13,6 +13,7 @@ from dflash_ckpt.checks.dflash2 import check_dflash2_config, check_dflash2_weigh
 from dflash_ckpt.checks.mistakes import check_target_as_draft
 from dflash_ckpt.checks.pairing import check_pairing
 from dflash_ckpt.checks.pitfalls import check_draft_pitfalls, check_target_pitfalls
+from dflash_ckpt.checks.rope_values import check_rope_values
 from dflash_ckpt.checks.weights import check_weights
 from dflash_ckpt.rules import Finding
 from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec
@@ -24,7 +25,7 @@ def run_checks(spec: DraftSpec, target: TargetSpec | None = None) -> list[Findin
     mistaken = check_target_as_draft(spec)
     if mistaken:
         return mistaken
-    findings = check_config(spec, target.label if target is not None else None) + check_dflash2_config(spec) + check_acceptance_keys(spec)
+    findings = check_config(spec, target.label if target is not None else None) + check_rope_values(spec) + check_dflash2_config(spec) + check_acceptance_keys(spec)
     if spec.weights is not None:
         findings += check_weights(spec) + check_dflash2_weights(spec)
     findings += check_draft_pitfalls(spec)

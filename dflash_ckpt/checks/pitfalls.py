@@ -160,12 +160,24 @@ def special_ids(target: TargetSpec) -> dict[str, tuple[int, str]]:
                                                  (target.generation_config, "generation_config.json")]
     for cfg, file in sources:
         for key in ("eos_token_id", "bos_token_id", "pad_token_id"):
-            raw = cfg.get(key)
-            for v in raw if isinstance(raw, list) else [raw]:
-                i = as_int(v)
-                if i is not None and str(i) not in out:
+            for i in token_ids(cfg.get(key)):
+                if str(i) not in out:
                     out[str(i)] = (i, f"{key} in {file}")
     return out
+
+
+def token_ids(raw: Any, depth: int = 0) -> list[int]:
+    """The token ids a special-id value names, as loaders read it: an integer, an integral float
+    (``725.0``: Python and JavaScript readers use it as 725), or lists of them, nested too
+    (``[[725]]``), at most a few levels and ``MAX_VOCAB`` in size."""
+    if isinstance(raw, list):
+        if depth >= 4:
+            return []
+        return [i for v in raw[:4096] for i in token_ids(v, depth + 1)]
+    if isinstance(raw, float) and raw.is_integer() and abs(raw) <= MAX_VOCAB:
+        return [int(raw)]
+    i = as_int(raw)
+    return [i] if i is not None else []
 
 
 def check_target_pitfalls(spec: DraftSpec, target: TargetSpec) -> list[Finding]:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from dflash_ckpt.normalize.run import Outcome, Request, normalize_into
+from dflash_ckpt.sources.base import user_path
 
 
 def run_normalize(draft: str, out: str | Path | None = None, *, in_place: bool = False, no_backup: bool = False,
@@ -63,7 +64,7 @@ def make_request(draft: str, out: Path | None, *, in_place: bool, no_backup: boo
         layer_types=parse_layer_types(layer_types) if isinstance(layer_types, str) else layer_types,
     )
     return Request(
-        draft=draft, out=out.expanduser() if out is not None else None, in_place=in_place,
+        draft=draft, out=user_path(out, "OUT") if out is not None else None, in_place=in_place,
         backup=not no_backup, check=check, dry_run=dry_run, force=force, copy=copy,
         external_links=external_links, prefer=prefer, mirrors=not no_mirrors,
         overrides=overrides, target=target, revision=revision, token=token, json_out=json_out, quiet=quiet,
@@ -101,7 +102,7 @@ def _refuse_cache_in_place(req: Request, draft_dir: Path | None) -> None:
     if not req.in_place or req.force:
         return
     if draft_dir is None:
-        if looks_like_path(req.draft) or Path(req.draft).expanduser().exists():
+        if looks_like_path(req.draft) or user_path(req.draft).exists():
             return
         repo, where = req.draft.split("@", 1)[0], "its Hugging Face cache snapshot"
     else:

@@ -107,7 +107,9 @@ def starting_run(command: str, draft: str, target: str, *, json_out: bool, quiet
     want_json(command, json_out, output_format)
     require_run_extra(command)
     silence_progress(json_out or quiet)
+    from dflash_ckpt.runtime.address_space import check_import_floor, torch_import_guard
     from dflash_ckpt.terminal import loading_note
 
-    with loading_note(command, draft, target, json_out or quiet):
+    check_import_floor(command)  # under ulimit -v: one DF407 line, not a crash inside the import
+    with loading_note(command, draft, target, json_out or quiet), torch_import_guard(command):
         yield

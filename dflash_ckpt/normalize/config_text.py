@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import difflib
 import json
+import math
 from typing import Any, NamedTuple, Sequence
 
 from dflash_ckpt.errors import InputError
@@ -207,7 +208,8 @@ class ConfigText:
         return parse_object(self.text, _skip_ws(self.text, 0))
 
     def _refuse_duplicates(self, obj: ObjectSpan, path: tuple[str, ...]) -> None:
-        """A key given twice is read as the last one by Python and as either by other parsers."""
+        """A key given twice is read as the last one by Python and as either by other parsers:
+        refused at every level (``dflash_config``, ``rope_parameters`` and its per-layer objects)."""
         seen: set[str] = set()
         for m in obj.members:
             if m.key in seen:
@@ -218,8 +220,8 @@ class ConfigText:
                     code="DF002",
                 )
             seen.add(m.key)
-            if not path and m.key == "dflash_config" and isinstance(m.value, dict):
-                self._refuse_duplicates(parse_object(self.text, m.value_start), (m.key,))
+            if isinstance(m.value, dict):
+                self._refuse_duplicates(parse_object(self.text, m.value_start), (*path, m.key))
 
     def value(self) -> Any:
         return json.loads(self.text)
@@ -290,7 +292,10 @@ class ConfigText:
         return t[:end] + "," + between + member + t[end:]
 
     def render(self, edits: Sequence[Edit], expected: Any) -> bytes:
-        """Apply ``edits`` and return the file's new bytes; the original bytes when there are none."""
+        """Apply ``edits`` and return the file's new bytes; the original bytes when there are none.
+        Either way the result is strict JSON (``refuse_non_finite``)."""
+        refuse_non_finite(self.value(), self.where)  # named as the source spells it
+        refuse_non_finite(expected, self.where)
         if not edits:
             return self.original
         for edit in edits:
@@ -306,6 +311,30 @@ class ConfigText:
             if not same_tree(json.loads(self.text), expected):
                 raise AssertionError("re-serialized config does not match the planned config")
         return ((BOM if self.bom else "") + self.text).encode("utf-8")
+
+
+def non_finite_path(value: Any, path: tuple[str, ...] = ()) -> tuple[str, ...] | None:
+    """Where ``value`` holds a float that is NaN or infinite (``NaN``, ``Infinity``, or ``1e400``
+    which Python reads as infinity), else ``None``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return path
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = non_finite_path(item, (*path, str(key)))
+        if found is not None:
+            return found
+    return None
+
+
+def refuse_non_finite(value: Any, where: str) -> None:
+    """normalize writes strict JSON: ``json.dumps`` would write ``Infinity`` or ``NaN``, which
+    JSON does not have (serde_json, JavaScript and Go refuse the file); one DF002 line instead."""
+    path = non_finite_path(value)
+    if path is not None:
+        raise InputError(
+            f"{where}: key '{'.'.join(path)}' is not a finite number (NaN, Infinity, or a literal like 1e400 "
+            "beyond a double); normalize writes strict JSON only: fix the value in the source", code="DF002",
+            key=".".join(path))
 
 
 def unified_diff(old: bytes, new: bytes, old_name: str, new_name: str) -> str:

@@ -11,6 +11,7 @@ from typing import Any
 
 from dflash_ckpt.checks.run_findings import refuse_unclear_write
 from dflash_ckpt.errors import CheckFailed, UsageError
+from dflash_ckpt.sources.base import user_path
 
 
 def write_copy(result: Any, *, quiet: bool) -> dict[str, Any]:
@@ -36,7 +37,7 @@ def write_copy(result: Any, *, quiet: bool) -> dict[str, Any]:
         # normalize supplies only missing keys; a measured winner may replace the configured ids.
         replace = (("target_layer_ids", f"measured by probe-taps (tau {best.tau:.2f})"),)
     req = Request(
-        draft=result.draft_path, out=opts.write.expanduser(), in_place=False, backup=True, check=False,
+        draft=result.draft_path, out=user_path(opts.write, "--write"), in_place=False, backup=True, check=False,
         dry_run=False, force=opts.force, copy=False, prefer=None, mirrors=True,
         overrides=Overrides(target_layer_ids=list(best.target_layer_ids), replace=replace), target=result.target_path or None, revision=None,
         token=opts.token, json_out=True, quiet=quiet,

@@ -221,9 +221,10 @@ def _open_draft(req: Request) -> tuple[Source, Source]:
     config and the headers wherever they are, downloading no weights.
     """
     from dflash_ckpt.sources.local import LocalSource
+    from dflash_ckpt.sources.base import user_path
     from dflash_ckpt.sources.resolve import local_folder, looks_like_path, open_source
 
-    local = looks_like_path(req.draft) or Path(req.draft).expanduser().exists()
+    local = looks_like_path(req.draft) or user_path(req.draft).exists()
     if req.out is not None or (req.in_place and local):
         folder, label = local_folder(req.draft, revision=req.revision, token=req.token, role="draft")
         src = LocalSource(folder, label=label)

@@ -115,9 +115,10 @@ def plan_target(backend: str, config: dict[str, Any], where: str) -> TargetPlan:
 
         return TargetPlan("native", args.model_type, args.rope.max_position_embeddings, args.dtype, args.dims.num_layers,
                           load_native)
-    from dflash_ckpt.runtime.hf_target import hf_target_info, load_hf_target
+    from dflash_ckpt.runtime.hf_target import check_buildable, hf_target_info, load_hf_target
 
     info = hf_target_info(config, where)
+    check_buildable(config, where)
 
     def load_hf(folder: Path, dtype: torch.dtype, device: torch.device, label: str, inv: WeightInventory) -> Any:
         if device.type != "cpu":  # transformers loads (and dequantizes) in host memory, then moves

@@ -80,9 +80,37 @@ def _clean_quantization(value: Any) -> dict[str, Any] | None:
     return kept
 
 
+def attribute_problem(config: dict[str, Any], config_class: type, text_class: type | None = None) -> tuple[str, str] | None:
+    """``(dotted key, what it names)`` for the first key of ``config`` (or of its ``text_config``,
+    against ``text_class``) that names something of the transformers config class other than a
+    setting: a method (``to_dict``, ``get_text_config``), a property without a setter
+    (``use_return_dict``, ``is_heterogeneous``) or a class property (``sub_configs``). transformers
+    sets every key as an attribute, so such a key is an ``AttributeError`` from deep inside it,
+    or replaces a method it calls later (``'int' object is not callable``); ``None`` when clean."""
+    import inspect
+
+    levels: list[tuple[str, dict[str, Any], type]] = [("", config, config_class)]
+    text = config.get("text_config")
+    if isinstance(text, dict) and text_class is not None:
+        levels.append(("text_config.", text, text_class))
+    for prefix, node, cls in levels:
+        for key in node:
+            if not isinstance(key, str) or key.startswith("__"):
+                continue
+            found = inspect.getattr_static(cls, key, None)
+            if isinstance(found, property):
+                if found.fset is None:
+                    return f"{prefix}{key}", f"a read-only property of transformers' {cls.__name__}"
+            elif isinstance(found, (staticmethod, classmethod)) or inspect.isroutine(found):
+                return f"{prefix}{key}", f"a method of transformers' {cls.__name__}"
+            elif found is not None and type(found).__name__ == "classproperty":
+                return f"{prefix}{key}", f"a class property of transformers' {cls.__name__}"
+    return None
+
+
 def pinned_attention(model_class: Any) -> str:
     """``sdpa`` when the model class implements it, else ``eager``: never a kernel or flash-attn."""
     return "sdpa" if getattr(model_class, "_supports_sdpa", False) else "eager"
 
 
-__all__ = ["CODE_KEYS", "MXFP4_KEYS", "clean_config", "pinned_attention"]
+__all__ = ["CODE_KEYS", "MXFP4_KEYS", "attribute_problem", "clean_config", "pinned_attention"]

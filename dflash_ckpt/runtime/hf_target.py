@@ -68,7 +68,7 @@ from transformers.utils import logging as _hf_logging
 
 from dflash_ckpt.errors import InputError, UsageError
 from dflash_ckpt.runtime.families import HF_FAMILIES, HF_SUPPORTED_TEXT, hf_family_of
-from dflash_ckpt.runtime.hf_config import clean_config, pinned_attention
+from dflash_ckpt.runtime.hf_config import attribute_problem, clean_config, pinned_attention
 from dflash_ckpt.runtime.target import TargetOutput
 
 
@@ -117,6 +117,39 @@ def hf_target_info(config: dict[str, Any], where: str) -> HFTargetInfo:
         max_position_embeddings=mpe if isinstance(mpe, int) and mpe > 0 else None,
         dtype=dtype, text_config=inner is not config, mxfp4=method == "mxfp4",
     )
+
+
+def check_buildable(config: dict[str, Any], where: str) -> None:
+    """Refuse (DF142, exit 2) a config transformers cannot build: a key naming a method or a
+    read-only property of its config class, or a value of the wrong type (``num_labels: "x"``,
+    ``rope_scaling: "x"``). The config object is built here, from the cleaned dict, before
+    anything is loaded (after ``hf_target_info`` and inspect's checks, whose lines are more
+    precise); whatever transformers raises is one line."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    inner = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    cls = CONFIG_MAPPING[config["model_type"]]
+    text_type = inner.get("model_type") if inner is not config else None
+    text_cls = CONFIG_MAPPING[text_type] if isinstance(text_type, str) and text_type in CONFIG_MAPPING else None
+    problem = attribute_problem(config, cls, text_cls)
+    if problem is not None:
+        key, what = problem
+        raise InputError(f"{where}: key '{key}' names {what}, not a setting; remove it (transformers "
+                         "cannot set it)", code="DF142", key=key)
+    verbosity = _hf_logging.get_verbosity()
+    _hf_logging.set_verbosity_error()
+    try:
+        cls.from_dict(clean_config(config)[0])
+    except (MemoryError, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # noqa: BLE001 - transformers raises TypeError, AttributeError, ValueError...
+        first = (str(exc).strip().splitlines() or [""])[0]
+        first = first if len(first) <= 200 else first[:197] + "..."
+        raise InputError(f"{where}: transformers cannot build {cls.__name__} from it ({type(exc).__name__}: "
+                         f"{first}); a value has the wrong type: restore it from the published config",
+                         code="DF142") from None
+    finally:
+        _hf_logging.set_verbosity(verbosity)
 
 
 # -- the cache ---------------------------------------------------------------------------------
@@ -340,8 +373,11 @@ def load_hf_target(folder: Path, info: HFTargetInfo, *, dtype: torch.dtype, devi
         model, loading = AutoModelForCausalLM.from_pretrained(
             str(staging), config=text, dtype=dtype, use_safetensors=True, trust_remote_code=False,
             local_files_only=True, attn_implementation=attention, output_loading_info=True, **kwargs)
-    except (OSError, ValueError, KeyError) as exc:
-        raise InputError(f"{folder}: transformers could not load the target: {str(exc).splitlines()[0]}",
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        if isinstance(exc, OSError) and "memory" in str(exc).lower():
+            raise  # out of memory: memory.out_of_memory makes it DF407
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise InputError(f"{folder}: transformers could not load the target ({type(exc).__name__}: {first})",
                          code="DF212") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)  # links and a config: the weights stay where they are
@@ -365,4 +401,4 @@ def load_hf_target(folder: Path, info: HFTargetInfo, *, dtype: torch.dtype, devi
     return HFTarget(model)
 
 
-__all__ = ["HF_FAMILIES", "HFCache", "HFTarget", "HFTargetInfo", "hf_target_info", "load_hf_target"]
+__all__ = ["HF_FAMILIES", "HFCache", "HFTarget", "HFTargetInfo", "check_buildable", "hf_target_info", "load_hf_target"]

@@ -25,6 +25,7 @@ from dflash_ckpt.runtime.args import DraftArgs
 from dflash_ckpt.runtime.backend import BACKENDS, TargetPlan, plan_target
 from dflash_ckpt.runtime.loading import inventory, parse_dtype, stored_dtype
 from dflash_ckpt.sources.prompts import Prompt, PromptEncoder, gather_prompts
+from dflash_ckpt.sources.base import user_path
 from dflash_ckpt.sources.resolve import local_folder
 from dflash_ckpt.sources.weights import WeightInventory
 from dflash_ckpt.draftspec.specs import DraftSpec
@@ -164,13 +165,18 @@ def encode_prompts(opts: RunOptions, target_dir: str | Path) -> tuple[list[Promp
     """The prompts (``-p``/``--prompts``, or the defaults), the encoder (the target's tokenizer
     unless ``--tokenizer``) and each prompt's token ids; a prompt of no tokens is a usage error."""
     prompts = gather_prompts(opts.prompts, opts.prompts_file)
-    tok_dir = Path(opts.tokenizer).expanduser() if opts.tokenizer else Path(target_dir)
+    tok_dir = user_path(opts.tokenizer, "--tokenizer") if opts.tokenizer else Path(target_dir)
     if opts.tokenizer and not tok_dir.is_dir():
         raise InputError(f"--tokenizer {opts.tokenizer}: no such folder", code="DF001")
     encoder = PromptEncoder(tok_dir, chat_template=opts.chat_template, thinking=opts.thinking)
     encoder.prepare(prompts)  # every rendering in one child process
     encoded = [encoder.encode(p) for p in prompts]
     for p, ids in zip(prompts, encoded):
+        if not ids and encoder.uses_template:  # the template dropped the prompt, whatever it was
+            what = "no text" if not encoder.render(p) else "text of no tokens"
+            raise InputError(
+                f"{encoder.template_file}: the chat template renders prompt {p.name!r} as {what}; the template "
+                "is broken (it drops the messages): fix it, or run with --no-chat-template", code="DF002")
         if not ids:
             raise UsageError(f"prompt {p.name!r} encodes to no tokens; give some text")
     return prompts, encoder, encoded

@@ -84,3 +84,23 @@ def describe_os_error(err: OSError, path: str) -> str:
         return (f"{shown}: path too long ({len(path)} characters; the system allows 255 bytes a name, "
                 "4096 a path); give a shorter one")
     return f"{path}: {err.strerror or err}"
+
+
+def user_path(arg: str | Path, what: str | None = None) -> Path:
+    """``arg`` as a ``Path`` with a leading ``~`` or ``~user`` expanded, as every path option is.
+
+    ``Path.expanduser`` raises ``RuntimeError`` for a user that does not exist (``~nosuchuser/x``)
+    or without a home directory. A shell leaves such a word as it is, so a folder literally named
+    ``~nosuchuser`` here is taken as is; otherwise it is one DF001 line naming the argument.
+    """
+    path = Path(arg)
+    try:
+        return path.expanduser()
+    except RuntimeError:
+        if path.exists() or path.is_symlink():
+            return path
+        user = str(arg).split("/", 1)[0]
+        raise InputError(
+            f"{arg}: {f'{what}: ' if what else ''}{user!r} names no user with a home directory here, and no "
+            "such folder exists; write the path in full (or ./ before a folder whose name starts with ~)",
+            code="DF001") from None

@@ -15,20 +15,16 @@ building huge strings: ``{{ 'a' * 10**10 }}``, ``'a'|center(10**10)``, nested lo
 
 Those checks see operands, not what a filter or format does with them: ``"%999999999d"|format(1)``,
 ``("{0:>{1}}"*200).format("a", 4000000)``, ``|indent(4000000)``, ``"%*d" % (n, 1)``, ``~``
-doubling inside a loop each pass one check and still build gigabytes in one C call. So the
-rendering itself runs in a forked child process whose address space may grow by at most
-``limits.TEMPLATE_MEMORY_BYTES`` (``RLIMIT_AS``) and whose CPU time is capped (``RLIMIT_CPU``,
-beside the timer above); whatever the template does, the cost stays there, and a child stopped by
-either limit is one DF002 line. Only the text (at most ``MAX_TEMPLATE_OUTPUT`` characters) comes
-back, through a pipe read no further than that.
+doubling inside a loop each pass one check and still build gigabytes in one C call, and compiling
+a huge template takes gigabytes by itself. So both compiling and rendering run in a forked child
+process under kernel limits and a wall-clock deadline (``template_process.render_all``); this module
+is what runs in there.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import math
-import os
 import re
 import signal
 import threading
@@ -140,7 +136,7 @@ def cpu_limit(seconds: float) -> Iterator[None]:
         return
 
     def expired(signum: int, frame: Any) -> None:
-        raise TemplateLimit(f"rendering used more than {seconds:g} s of CPU time")
+        raise TemplateLimit(f"it used more than {seconds:g} s of CPU time")
 
     previous = signal.signal(signal.SIGPROF, expired)
     signal.setitimer(signal.ITIMER_PROF, seconds)
@@ -202,107 +198,15 @@ def compile_template(source: str, where: str = "chat template") -> Any:
         return env.from_string(source)
     except jinja2.TemplateSyntaxError as err:
         raise InputError(f"{where}: jinja syntax error at line {err.lineno}: {err.message}", code="DF002") from None
+    except TemplateLimit as err:
+        raise InputError(f"{where}: stopped while compiling: {err} (README, Limits)", code="DF002") from None
+    except MemoryError:
+        raise InputError(f"{where}: stopped while compiling: it needed more than "
+                         f"{limits.human_bytes(limits.TEMPLATE_MEMORY_BYTES)} of memory (README, Limits)", code="DF002") from None
+    except RecursionError:
+        raise InputError(f"{where}: cannot be compiled: nested too deeply", code="DF002") from None
     except Exception as err:  # noqa: BLE001 - a template that cannot compile, for any reason, is one line
         raise InputError(f"{where}: cannot be compiled ({type(err).__name__}: {_first_line(err)})", code="DF002") from None
-
-
-def render(template: Any, context: dict[str, Any], where: str) -> str:
-    """``template`` rendered with ``context`` in a child process under memory and CPU limits."""
-    return render_all(template, [context], [where])[0]
-
-
-def render_all(template: Any, contexts: list[dict[str, Any]], wheres: list[str]) -> list[str]:
-    """Each context rendered, in one child process under memory and CPU limits (one fork for
-    all: a fork of a process that loaded torch costs about 60 ms). The first failure is raised.
-
-    Where ``fork`` is missing (not POSIX), they render here under the in-process limits only.
-    """
-    if not hasattr(os, "fork"):
-        return [render_here(template, c, w) for c, w in zip(contexts, wheres)]
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: send ``T<text>`` or ``E<message>`` per context, never return
-        status = 0
-        try:
-            os.close(read_end)
-            _limit_memory()
-            for context, where in zip(contexts, wheres):
-                _limit_cpu()
-                try:
-                    frame = b"T" + render_here(template, context, where).encode("utf-8", "surrogatepass")
-                except InputError as err:
-                    frame = b"E" + err.message.encode("utf-8", "replace")
-                _write_all(write_end, len(frame).to_bytes(8, "little") + frame)
-                if frame[:1] == b"E":
-                    break
-        except BaseException:  # noqa: BLE001 - the parent reports a child that stops early
-            status = 1
-        finally:
-            os._exit(status)
-    os.close(write_end)
-    texts: list[str] = []
-    try:
-        for where in wheres:
-            head = _read_exactly(read_end, 8)
-            size = int.from_bytes(head, "little") if len(head) == 8 else 0
-            frame = _read_exactly(read_end, size) if 0 < size <= 4 * limits.MAX_TEMPLATE_OUTPUT + 1 else b""
-            if frame[:1] == b"T" and len(frame) == size:
-                texts.append(frame[1:].decode("utf-8", "surrogatepass"))
-            elif frame[:1] == b"E":
-                raise InputError(frame[1:].decode("utf-8", "replace"), code="DF002")
-            else:
-                raise InputError(
-                    f"{where}: stopped: the rendering passed its limits of "
-                    f"{limits.human_bytes(limits.TEMPLATE_MEMORY_BYTES)} of memory or {limits.TEMPLATE_CPU_SECONDS:g} s "
-                    "of CPU time (README, Limits)", code="DF002")
-    finally:
-        os.close(read_end)
-        os.waitpid(pid, 0)
-    return texts
-
-
-def _limit_memory() -> None:
-    """In the forked child: its address space may grow by ``TEMPLATE_MEMORY_BYTES`` at most."""
-    import resource
-
-    try:
-        with open("/proc/self/statm") as fh:
-            now = int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return
-    cap = now + limits.TEMPLATE_MEMORY_BYTES
-    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
-
-
-def _limit_cpu() -> None:
-    """In the forked child, before each rendering: the kernel stops it (SIGXCPU) a second past
-    the timer's limit, in case one C call never lets the timer's signal run."""
-    import resource
-
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    soft = math.ceil(usage.ru_utime + usage.ru_stime + limits.TEMPLATE_CPU_SECONDS) + 1
-    hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
-    if hard != resource.RLIM_INFINITY:
-        soft = min(soft, hard)
-    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def _read_exactly(fd: int, size: int) -> bytes:
-    chunks: list[bytes] = []
-    left = size
-    while left:
-        chunk = os.read(fd, min(1 << 20, left))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
 
 
 def render_here(template: Any, context: dict[str, Any], where: str) -> str:
@@ -337,4 +241,4 @@ def _first_line(err: BaseException, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-__all__ = ["TemplateLimit", "compile_template", "cpu_limit", "render", "render_all", "render_here"]
+__all__ = ["TemplateLimit", "compile_template", "cpu_limit", "render_here"]

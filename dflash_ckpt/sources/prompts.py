@@ -21,9 +21,10 @@ from typing import Any
 
 from dflash_ckpt import limits
 from dflash_ckpt.errors import InputError, UsageError
-from dflash_ckpt.sources.chat_template import compile_template, render_all
+from dflash_ckpt.sources.chat_template import compile_template  # noqa: F401 - re-exported (tests, callers)
 from dflash_ckpt.sources.files import read_capped, read_capped_text
 from dflash_ckpt.sources.jsonfile import decode_json_bytes
+from dflash_ckpt.sources.template_process import render_all
 
 SPECIAL_TOKEN_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 
@@ -235,12 +236,14 @@ class PromptEncoder:
         extra = config.get("additional_special_tokens")
         if isinstance(extra, list):
             self.special_tokens["additional_special_tokens"] = [t for t in map(_token_text, extra) if t is not None]
+        #: The file the chat template came from (tokenizer_config.json, chat_template.jinja/.json).
+        self.template_file: Path | None = None
         self.template = self._find_template(config) if chat_template else None
-        self._compiled = None
-        #: Renderings by prompt, made once each, in a child process (``chat_template.render_all``).
+        #: Renderings by prompt, made once each, in a child process (``template_process.render_all``), compiled there too.
         self._rendered: dict[tuple[str, str | None, str], str] = {}
 
     def _find_template(self, config: dict[str, Any]) -> str | None:
+        self.template_file = self.folder / "tokenizer_config.json"  # where the template was found
         tpl = config.get("chat_template")
         if isinstance(tpl, list):  # named templates: [{"name": "default", "template": ...}, ...]
             named = {t.get("name"): t.get("template") for t in tpl if isinstance(t, dict) and isinstance(t.get("name"), str)}
@@ -249,8 +252,10 @@ class PromptEncoder:
             return tpl
         jinja_file = self.folder / "chat_template.jinja"
         if jinja_file.exists() or jinja_file.is_symlink():
+            self.template_file = jinja_file
             return read_capped_text(jinja_file, limits.MAX_TEMPLATE_BYTES, what="chat template", code="DF002")
-        tpl = _read_json(self.folder / "chat_template.json", limits.MAX_TEMPLATE_BYTES).get("chat_template")
+        self.template_file = self.folder / "chat_template.json"
+        tpl = _read_json(self.template_file, limits.MAX_TEMPLATE_BYTES).get("chat_template")
         return tpl if isinstance(tpl, str) else None
 
     @property
@@ -278,14 +283,12 @@ class PromptEncoder:
         todo = list({_key(p): p for p in prompts if _key(p) not in self._rendered}.values())
         if not todo:
             return
-        if self._compiled is None:
-            self._compiled = compile_template(self.template, f"{self.folder}: chat template")
         contexts = [{
             "messages": p.conversation(), "tools": None, "documents": None, "add_generation_prompt": True,
             **self.special_tokens, "enable_thinking": self.thinking,
         } for p in todo]
         wheres = [f"{self.folder}: the chat template fails on prompt {p.name!r}" for p in todo]
-        for p, text in zip(todo, render_all(self._compiled, contexts, wheres)):
+        for p, text in zip(todo, render_all(self.template, contexts, wheres, f"{self.folder}: chat template")):
             self._rendered[_key(p)] = text
 
     def encode(self, prompt: Prompt) -> list[int]:

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from dflash_ckpt.errors import InputError
-from dflash_ckpt.sources.base import Source, describe_os_error
+from dflash_ckpt.sources.base import Source, describe_os_error, user_path
 from dflash_ckpt.sources.local import LocalSource
 from dflash_ckpt.sources.repo_ref import parse_repo_ref
 
@@ -43,7 +43,7 @@ def open_source(
     A path that exists wins (as with ``from_pretrained``); otherwise ``org/name[@rev]`` is a Hub
     repo, read from the local cache first and, unless offline, over the network.
     """
-    path = Path(arg).expanduser()
+    path = user_path(arg)
     try:
         is_dir = path.is_dir()
         exists = is_dir or path.exists() or path.is_symlink()
@@ -89,7 +89,7 @@ def local_folder(
     is; a Hub repo id is downloaded (only ``allow_patterns``) into the Hugging Face cache, or
     taken from it, and its snapshot folder returned.
     """
-    src = open_source(arg, revision=revision, token=token, role=role) if looks_like_path(arg) or Path(arg).expanduser().exists() else None
+    src = open_source(arg, revision=revision, token=token, role=role) if looks_like_path(arg) or user_path(arg).exists() else None
     if src is not None:
         return src.local_dir, src.label  # type: ignore[return-value]
     ref = parse_repo_ref(arg, revision)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from dflash_ckpt import limits
+from dflash_ckpt.sources.base import user_path
 from dflash_ckpt.sources.hub.errors import HubError
 from dflash_ckpt.sources.hub.ids import inside, is_git_id, is_sha256, name_problem, shown
 
@@ -37,11 +38,11 @@ def hf_hub_cache() -> Path:
     env = os.environ
     for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
         if env.get(var):
-            return Path(env[var]).expanduser()
+            return user_path(env[var], var)
     if env.get("HF_HOME"):
-        return Path(env["HF_HOME"]).expanduser() / "hub"
-    xdg = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg).expanduser() / "huggingface" / "hub"
+        return user_path(env["HF_HOME"], "HF_HOME") / "hub"
+    xdg = env.get("XDG_CACHE_HOME") or str(user_path("~", "the home folder (set HF_HOME)") / ".cache")
+    return user_path(xdg, "XDG_CACHE_HOME") / "huggingface" / "hub"
 
 
 def hf_offline() -> bool:
