@@ -30,6 +30,7 @@ from dflash_ckpt.checks.acceptance import refuse_unimplemented
 from dflash_ckpt.checks.inspection import InspectResult, inspect_sources
 from dflash_ckpt.checks.run_findings import prompt_format_causes, smoke_findings, special_token_texts
 from dflash_ckpt.checks.target_config import check_target_config
+from dflash_ckpt.draftspec.quant_scheme import read_scheme, summarize
 from dflash_ckpt.commands.options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_ACCEPTANCE
 from dflash_ckpt.errors import UsageError
 from dflash_ckpt.result import ResultShape
@@ -90,6 +91,8 @@ class SmokeResult(ResultShape):
     capture_s: float = 0.0
     #: What times the steps: ``thread`` (the decoding thread's CPU time) or ``wall``.
     step_clock: str = "wall"
+    #: A quantized target's format and what was dequantized (``quant_scheme.summarize``), else None.
+    quantization: dict[str, Any] | None = None
 
     @property
     def exit_code(self) -> int:
@@ -130,6 +133,7 @@ class SmokeResult(ResultShape):
             },
             "overall": self.overall() if self.runs else None,
             "prompts": [r.to_json(self.block_size or 1) for r in self.runs],
+            "quantization": self.quantization,
         }
 
 
@@ -154,6 +158,12 @@ def run_smoke_run(draft: str, target: str, *, prompt: Sequence[str] = (), prompt
         tokenizer=tokenizer, ignore_eos=ignore_eos, tie_tolerance=tie_tolerance, revision=revision, token=token,
         threads=threads, compile=not no_compile)
     return run_smoke(opts, progress=progress, log=log)
+
+
+def _tied(config: dict[str, Any]) -> bool:
+    """Whether the target ties its head to its embeddings (Qwen3's small sizes do)."""
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    return text.get("tie_word_embeddings", config.get("tie_word_embeddings")) is True
 
 
 def run_smoke(opts: SmokeOptions, progress: Any = None, log: Callable[[str], None] | None = None) -> SmokeResult:
@@ -196,6 +206,10 @@ def run_smoke(opts: SmokeOptions, progress: Any = None, log: Callable[[str], Non
     result.tie_tolerance = opts.tie_tolerance if opts.tie_tolerance is not None else TIE_TOLERANCE[plan.target_dtype]
     result.chat_template = encoder.uses_template
     result.stop_token_ids = stops
+    scheme = read_scheme(pre.target.config, pre.target.where) if plan.backend == "native" else None
+    if scheme is not None:
+        result.quantization = summarize(scheme, plan.target_inv.tensors, result.target_dtype,
+                                        tied=_tied(pre.target.config))
 
     longest = max(len(ids) for ids in encoded) + opts.max_new_tokens
     check_fits(estimate_run(target_config=pre.target.config,

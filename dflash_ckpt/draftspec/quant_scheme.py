@@ -73,7 +73,8 @@ class QuantScheme:
 
     def describe(self) -> str:
         """``gptq 4-bit, group 128, act-order, asymmetric`` and the like."""
-        parts = [f"{self.method} {self.format}" if self.format != self.method else self.method, f"{self.bits}-bit"]
+        label = {"awq-gemm": "awq GEMM", "gptq_v2": "gptq (gptq_v2)"}.get(self.format, self.method if self.format == self.method else f"{self.method} {self.format}")
+        parts = [label, f"{self.bits}-bit"]
         if self.strategy == "group":
             parts.append(f"group {self.group_size}")
         elif self.strategy == "block" and self.block:
@@ -373,5 +374,49 @@ def check_headers(scheme: QuantScheme, tensors: Mapping[str, Any]) -> None:
                      "not quantized, or restore the quantized files", code="DF181")
 
 
+def _plain_modules(scheme: QuantScheme, tensors: Mapping[str, Any]) -> list[str]:
+    """Linear layers (and ``lm_head``) stored unquantized: the excluded ones, as stored."""
+    out = []
+    for name in tensors:
+        base = name.removesuffix(".weight")
+        if name.endswith(".weight") and (base.endswith("lm_head") or any(base.endswith(lin) for lin in LINEARS)) \
+                and not scheme.is_quantized(base, tensors):
+            out.append(base)
+    return sorted(out)
+
+
+def summarize(scheme: QuantScheme, tensors: Mapping[str, Any], compute_dtype: str, *, tied: bool) -> dict[str, Any]:
+    """What the report and ``--json`` say about a quantized target's run (``quantization``)."""
+    plain = _plain_modules(scheme, tensors)
+    if tied and not any(p.endswith("lm_head") for p in plain) and not scheme.is_quantized("lm_head", tensors):
+        plain.insert(0, "lm_head (tied to embed_tokens)")
+    return {
+        "format": scheme.method,
+        "layout": scheme.format,
+        "bits": scheme.bits,
+        "group_size": scheme.group_size,
+        "strategy": scheme.strategy,
+        "block": list(scheme.block) if scheme.block else None,
+        "symmetric": scheme.symmetric,
+        "act_order": scheme.act_order,
+        "description": scheme.describe(),
+        "quantized_layers": len(quantized_layers(scheme, tensors)),
+        "unquantized_modules": plain,
+        "dequantized": True,
+        "dequantized_to": compute_dtype,
+        "lossless_against": "the dequantized target",
+        "notes": list(scheme.notes),
+    }
+
+
+def summary_line(q: Mapping[str, Any]) -> str:
+    """One line for people: the format, what was dequantized, what stayed, what lossless means."""
+    plain = q["unquantized_modules"]
+    shown = ", ".join(plain[:6]) + (f" and {len(plain) - 6} more" if len(plain) > 6 else "")
+    notes = "".join(f"; {n}" for n in q["notes"])
+    return (f"target quantized: {q['description']}; {q['quantized_layers']} layers dequantized to {q['dequantized_to']} "
+            f"on load (kept as stored: {shown or 'none'}){notes}; lossless is judged against the dequantized target")
+
+
 __all__ = ["LINEARS", "SUPPORTED", "QuantScheme", "check_headers", "check_layer", "excluded_by_config",
-           "quantized_layers", "read_scheme"]
+           "quantized_layers", "read_scheme", "summarize", "summary_line"]
