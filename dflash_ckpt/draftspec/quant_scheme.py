@@ -276,9 +276,9 @@ def _shape(tensors: Mapping[str, Any], name: str) -> tuple[int, ...]:
 
 
 def _contradiction(scheme: QuantScheme, name: str, key: str, shape: tuple[int, ...], want: str) -> InputError:
-    return InputError(f"{scheme.where}: key 'quantization_config' {key} contradicts tensor '{name}': its header "
-                      f"shape is {list(shape)}, which implies {want}; restore the config the quantizer wrote "
-                      "(or re-quantize)", code="DF181")
+    return InputError(f"{scheme.where}: key 'quantization_config' {key} implies tensor '{name}' of shape {want}, "
+                      f"but its header has {list(shape)}; restore the config the quantizer wrote (or re-quantize)",
+                      code="DF181")
 
 
 def check_layer(scheme: QuantScheme, base: str, tensors: Mapping[str, Any], out_features: int,
