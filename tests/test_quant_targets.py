@@ -193,3 +193,43 @@ def test_inspect_pairs_a_quantized_target_by_its_config(cli: Any) -> None:
         assert res.code == 0, res.stdout
         found = {f["code"] for f in res.result()["findings"]}
         assert not {c for c in found if c.startswith("DF3")}, found
+
+
+# -- fp16 targets beside a bf16 draft (item 6) ------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["native", "transformers"])
+def test_fp16_target_tensors_enter_the_bf16_draft_cast(cli: Any, monkeypatch: pytest.MonkeyPatch, backend: str) -> None:
+    """The two boundaries where target tensors enter the draft, the block embeddings and the
+    tapped features, receive fp16 and hand the draft bf16, on both backends; the run is lossless."""
+    if backend == "transformers":
+        pytest.importorskip("transformers")
+    from dflash_ckpt.runtime.draft import DFlashDraft
+
+    seen: dict[str, set[tuple[torch.dtype, torch.dtype]]] = {"embed": set(), "fuse": set()}
+    embed, fuse = DFlashDraft.embed, DFlashDraft.fuse
+
+    def rec_embed(self: Any, ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        out = embed(self, ids, weight)
+        seen["embed"].add((weight.dtype, out.dtype))
+        return out
+
+    def rec_fuse(self: Any, features: torch.Tensor) -> torch.Tensor:
+        out = fuse(self, features)
+        seen["fuse"].add((features.dtype, out.dtype))
+        return out
+
+    monkeypatch.setattr(DFlashDraft, "embed", rec_embed)
+    monkeypatch.setattr(DFlashDraft, "fuse", rec_fuse)
+    res = smoke(cli, (DRAFT, str(SOURCE)), "-n", "16", "--target-dtype", "float16", "--backend", backend, "--json")
+    assert res.code == 0, res.stdout
+    result = res.result()
+    assert (result["settings"]["target_dtype"], result["settings"]["draft_dtype"]) == ("float16", "bfloat16")
+    assert seen == {"embed": {(torch.float16, torch.bfloat16)}, "fuse": {(torch.float16, torch.bfloat16)}}
+    assert all(p["lossless"]["status"] in ("identical", "tie") for p in result["prompts"])
+
+
+def test_the_transformers_backend_points_a_quantized_target_to_native(cli: Any) -> None:
+    res = smoke(cli, (DRAFT, str(QUANT / "awq")), "-n", "4", "--backend", "transformers")
+    assert res.code == 2
+    assert "--backend native" in error_line(res)
