@@ -233,3 +233,28 @@ def test_the_transformers_backend_points_a_quantized_target_to_native(cli: Any) 
     res = smoke(cli, (DRAFT, str(QUANT / "awq")), "-n", "4", "--backend", "transformers")
     assert res.code == 2
     assert "--backend native" in error_line(res)
+
+
+def test_a_sharded_quantized_target_loads_the_same(tmp_path: Path) -> None:
+    """A layer's packed weight and its scales may sit in different shards (the index names them)."""
+    from dflash_ckpt.runtime.args import TargetArgs
+    from dflash_ckpt.runtime.loading import load_target
+
+    folder = _copy(tmp_path, "gptq")
+    state = load_file(str(folder / "model.safetensors"))
+    (folder / "model.safetensors").unlink()
+    names = sorted(state)
+    shards = {"model-00001-of-00002.safetensors": [n for n in names if not n.endswith(".scales")],
+              "model-00002-of-00002.safetensors": [n for n in names if n.endswith(".scales")]}
+    for file, keys in shards.items():
+        save_file({k: state[k] for k in keys}, str(folder / file), metadata={"format": "pt"})
+    index = {"metadata": {}, "weight_map": {k: f for f, keys in shards.items() for k in keys}}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    cfg = json.loads((folder / "config.json").read_text())
+
+    def weights(where: Path) -> dict[str, torch.Tensor]:
+        return _weights(load_target(where, TargetArgs.from_config(cfg, "config.json"), dtype=torch.float32,
+                                    device=torch.device("cpu"), scheme=read_scheme(cfg, "config.json")))
+
+    got, want = weights(folder), weights(QUANT / "gptq")
+    assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
