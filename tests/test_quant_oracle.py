@@ -37,6 +37,7 @@ VLLM_PYTHON = Path(os.environ.get("DFLASH_VLLM_PYTHON", "/work/vllm-venv/bin/pyt
 
 CASES = [  # variant, python, oracle flags, tolerance
     ("w4a16", "vllm", [], 1e-3),
+    ("llmc-w4a16", "vllm", [], 1e-3),  # made by llm-compressor itself (GPTQ W4A16)
     ("fp8-block", "here", ["--fp8"], 1e-3),
     ("awq", "vllm", ["--vllm-ref", "awq"], 0.05),
     ("gptq", "vllm", ["--vllm-ref", "gptq"], 0.05),

@@ -64,7 +64,7 @@ def test_dequantized_weights_are_close_to_the_originals(variant: str, source_wei
         assert 0 < err < BOUNDS[variant], (variant, name, err)  # 0 would mean nothing was quantized
 
 
-@pytest.mark.parametrize("variant", ["fp8-block", "awq", "gptq", "w4a16"])
+@pytest.mark.parametrize("variant", ["fp8-block", "awq", "gptq", "w4a16", "llmc-w4a16"])
 def test_smoke_run_passes_the_quantized_target_and_says_what_ran(cli: Any, variant: str) -> None:
     res = smoke(cli, (DRAFT, str(QUANT / variant)), "-n", "24", "--json")
     assert res.code == 0, res.stdout
@@ -72,7 +72,7 @@ def test_smoke_run_passes_the_quantized_target_and_says_what_ran(cli: Any, varia
     result = doc["results"][0]
     q = result["quantization"]
     assert q["dequantized"] is True and q["lossless_against"] == "the dequantized target"
-    assert q["format"] == {"fp8-block": "fp8", "awq": "awq", "gptq": "gptq", "w4a16": "compressed-tensors"}[variant]
+    assert q["format"] == {"fp8-block": "fp8", "awq": "awq", "gptq": "gptq"}.get(variant, "compressed-tensors")
     assert q["bits"] == (8 if variant == "fp8-block" else 4)
     assert q["quantized_layers"] == (55 if variant in ("awq", "w4a16") else 56)
     if variant in ("awq", "w4a16"):

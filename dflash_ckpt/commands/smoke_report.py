@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from dflash_ckpt.draftspec.quant_scheme import summary_line
+from dflash_ckpt.draftspec.quant_layers import summary_line
 from dflash_ckpt.errors import inert
 from dflash_ckpt.commands.output import print_line, render_findings, render_result, safe
 from dflash_ckpt.checks.run_findings import missing_taps, probe_taps_command

@@ -30,7 +30,8 @@ from dflash_ckpt.checks.acceptance import refuse_unimplemented
 from dflash_ckpt.checks.inspection import InspectResult, inspect_sources
 from dflash_ckpt.checks.run_findings import prompt_format_causes, smoke_findings, special_token_texts
 from dflash_ckpt.checks.target_config import check_target_config
-from dflash_ckpt.draftspec.quant_scheme import read_scheme, summarize
+from dflash_ckpt.draftspec.quant_layers import summarize
+from dflash_ckpt.draftspec.quant_scheme import read_scheme
 from dflash_ckpt.commands.options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_ACCEPTANCE
 from dflash_ckpt.errors import UsageError
 from dflash_ckpt.result import ResultShape
@@ -91,7 +92,7 @@ class SmokeResult(ResultShape):
     capture_s: float = 0.0
     #: What times the steps: ``thread`` (the decoding thread's CPU time) or ``wall``.
     step_clock: str = "wall"
-    #: A quantized target's format and what was dequantized (``quant_scheme.summarize``), else None.
+    #: A quantized target's format and what was dequantized (``quant_layers.summarize``), else None.
     quantization: dict[str, Any] | None = None
 
     @property

@@ -25,7 +25,8 @@ from typing import Any, BinaryIO
 import torch
 from torch import nn
 
-from dflash_ckpt.draftspec.quant_scheme import QuantScheme, check_layer
+from dflash_ckpt.draftspec.quant_layers import check_layer
+from dflash_ckpt.draftspec.quant_scheme import QuantScheme
 from dflash_ckpt.errors import InputError, UsageError
 from dflash_ckpt.runtime.args import DraftArgs, TargetArgs
 from dflash_ckpt.runtime.draft import DFlashDraft
