@@ -29,6 +29,8 @@ import re
 from typing import Any, Mapping
 
 from dflash_ckpt import limits
+from dflash_ckpt.draftspec.quant_layers import check_headers
+from dflash_ckpt.draftspec.quant_scheme import read_scheme
 from dflash_ckpt.errors import InputError
 
 #: dtype names a config may declare (torch's names, as ``config.json`` spells them).
@@ -98,6 +100,9 @@ def check_target_config(config: Mapping[str, Any], where: str,
     for name, value in _values(config, inner, "pad_token_id"):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not -vocab <= value < vocab):
             raise _bad(where, name, value, f"a token id below vocab_size ({vocab}), or null")
+    scheme = read_scheme(config, where)  # DF180: a format the runtime does not dequantize
+    if scheme is not None and tensors:
+        check_headers(scheme, tensors)  # DF181: the config names a quantization the tensors lack
     if tensors:
         _check_shapes(inner, where, pre, tensors, hidden=hidden, vocab=vocab, layers=layers,
                       quantized=_quantized(config, inner))

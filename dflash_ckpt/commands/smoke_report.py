@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from dflash_ckpt.draftspec.quant_layers import summary_line
 from dflash_ckpt.errors import inert
 from dflash_ckpt.commands.output import (print_line, print_stacked, render_findings, render_result, render_serve, safe,
                                          table_width)
@@ -57,6 +58,8 @@ def render_smoke(console: Console, res: SmokeResult, *, quiet: bool = False, sho
         f"chat template {'on' if res.chat_template else 'off'}"
         + (f"  CUDA graphs (captured in {res.capture_s:.2f} s, not in any figure)" if res.cuda_graphs else "")
     )
+    if res.quantization is not None:
+        console.print(safe(summary_line(res.quantization)))
     if res.precheck is not None:
         for f in res.precheck.findings:
             if f.severity == Severity.WARNING:
@@ -157,8 +160,9 @@ def verdict_line(res: SmokeResult) -> str:
         speed = "withheld (DF406)"
     same = sum(1 for r in res.runs if r.lossless.status in ("identical", "tie"))
     status = "[bold green]PASS[/]" if res.exit_code == 0 else "[bold red]FAIL[/]"
+    against = " (against the dequantized target)" if res.quantization is not None else ""
     return (f"{status}  tau {tau} (min {res.options.min_acceptance:g}), outputs match on {same}/{len(res.runs)} "
-            f"prompt(s), speedup {speed}")
+            f"prompt(s){against}, speedup {speed}")
 
 
 def render_error_lines(console: Console, res: SmokeResult) -> None:

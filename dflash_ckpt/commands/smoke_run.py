@@ -34,6 +34,8 @@ from dflash_ckpt.sources.weight_sample import unfilled_weights
 from dflash_ckpt.checks.inspection import InspectResult, inspect_sources
 from dflash_ckpt.checks.run_findings import prompt_format_causes, smoke_findings, special_token_texts
 from dflash_ckpt.checks.target_config import check_target_config
+from dflash_ckpt.draftspec.quant_layers import summarize
+from dflash_ckpt.draftspec.quant_scheme import read_scheme
 from dflash_ckpt.commands.options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_ACCEPTANCE
 from dflash_ckpt.engines.smoke_engine import EngineRun, validate_engine_options
 from dflash_ckpt.errors import UsageError
@@ -108,6 +110,8 @@ class SmokeResult(ResultShape):
     #: ``--engine both``: vLLM's runs and their comparison with ``runs`` (in ``engine_run`` as JSON).
     engine_runs: list[PromptRun] = field(default_factory=list)
     comparisons: list[Any] = field(default_factory=list)
+    #: A quantized target's format and what was dequantized (``quant_layers.summarize``), else None.
+    quantization: dict[str, Any] | None = None
 
     @property
     def exit_code(self) -> int:
@@ -150,6 +154,7 @@ class SmokeResult(ResultShape):
             "engine_run": self.engine_run,
             "overall": self.overall() if self.runs else None,
             "prompts": [r.to_json(self.block_size or 1) for r in self.runs],
+            "quantization": self.quantization,
         }
 
 
@@ -178,6 +183,12 @@ def run_smoke_run(draft: str, target: str, *, prompt: Sequence[str] = (), prompt
         pipeline_parallel_size=pipeline_parallel_size, max_model_len=max_model_len, engine_arg=list(engine_arg),
         engine_timeout=engine_timeout)
     return run_smoke(opts, progress=progress, log=log)
+
+
+def _tied(config: dict[str, Any]) -> bool:
+    """Whether the target ties its head to its embeddings (Qwen3's small sizes do)."""
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    return text.get("tie_word_embeddings", config.get("tie_word_embeddings")) is True
 
 
 def run_smoke(opts: SmokeOptions, progress: Any = None, log: Callable[[str], None] | None = None) -> SmokeResult:
@@ -223,6 +234,10 @@ def run_smoke(opts: SmokeOptions, progress: Any = None, log: Callable[[str], Non
     result.tie_tolerance = opts.tie_tolerance if opts.tie_tolerance is not None else TIE_TOLERANCE[plan.target_dtype]
     result.chat_template = encoder.uses_template
     result.stop_token_ids = stops
+    scheme = read_scheme(pre.target.config, pre.target.where) if plan.backend == "native" else None
+    if scheme is not None:
+        result.quantization = summarize(scheme, plan.target_inv.tensors, result.target_dtype,
+                                        tied=_tied(pre.target.config))
 
     if engine is not None:
         engine.prepare(draft_dir=Path(draft_dir), target_dir=Path(target_dir), plan=plan, encoded=encoded, stops=stops,

@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 import torch
 
+from dflash_ckpt.draftspec.quant_scheme import read_scheme
 from dflash_ckpt.errors import InputError, UsageError
 from dflash_ckpt.runtime.args import TargetArgs, Unsupported, ensure_supported
 from dflash_ckpt.runtime.families import hf_family_of
@@ -110,8 +111,10 @@ def plan_target(backend: str, config: dict[str, Any], where: str) -> TargetPlan:
             _point_to_transformers(refusal, config)
             raise
 
+        scheme = read_scheme(config, where)  # a quantized target is dequantized while loading
+
         def load_native(folder: Path, dtype: torch.dtype, device: torch.device, label: str, inv: WeightInventory) -> Any:
-            return load_target(folder, args, dtype=dtype, device=device, label=label, inv=inv)
+            return load_target(folder, args, dtype=dtype, device=device, label=label, inv=inv, scheme=scheme)
 
         return TargetPlan("native", args.model_type, args.rope.max_position_embeddings, args.dtype, args.dims.num_layers,
                           load_native)

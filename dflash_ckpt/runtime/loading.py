@@ -25,6 +25,8 @@ from typing import Any, BinaryIO
 import torch
 from torch import nn
 
+from dflash_ckpt.draftspec.quant_layers import check_layer
+from dflash_ckpt.draftspec.quant_scheme import QuantScheme
 from dflash_ckpt.errors import InputError, UsageError
 from dflash_ckpt.runtime.args import DraftArgs, TargetArgs
 from dflash_ckpt.runtime.draft import DFlashDraft
@@ -79,7 +81,10 @@ def stored_dtype(inv: WeightInventory) -> str | None:
 _TORCH_DTYPES: dict[str, torch.dtype] = {
     "F64": torch.float64, "F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16,
     "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool,
+    "F8_E4M3": torch.float8_e4m3fn,
 }
+#: Stored dtypes that are never a layer's weight as is (FP8 and int8 weights need their scales).
+_QUANTIZED_DTYPES = ("F8_E4M3", "I8")
 #: Bytes read per chunk when a tensor is cast or moved on the way (bounds the temporary copy).
 _CHUNK_BYTES = 64 << 20
 
@@ -93,6 +98,7 @@ def _load_into(
     dtype: torch.dtype,
     device: torch.device,
     config_where: str,
+    scheme: QuantScheme | None = None,
 ) -> None:
     """Read checkpoint tensor ``names[param]`` into each parameter (``None``: leave it, tied).
 
@@ -100,14 +106,24 @@ def _load_into(
     k/v and gate/up buffers whose row blocks are the parameters), then each tensor's bytes are
     read from its file straight into that storage (``_read_into``). No file stays mapped and no
     tensor is held twice, so a loaded model costs its weights once (docs: benchmarks/README.md,
-    "real size").
+    "real size"). A layer stored quantized under ``scheme`` is checked against its headers
+    first and dequantized into its place after the plain tensors are read, one layer at a time
+    (``runtime/quant``), so a quantized target costs its dequantized weights once too.
     """
     expected = dict(module.named_parameters(remove_duplicate=False))
     by_file: dict[str, list[tuple[str, str]]] = {}
+    quantized: list[tuple[str, str]] = []
     for param, key in names.items():
         if key is None:
             continue
         info = inv.tensors.get(key)
+        base = key.removesuffix(".weight")
+        if scheme is not None and key.endswith(".weight") and (info is None or info.dtype in _QUANTIZED_DTYPES) \
+                and scheme.is_quantized(base, inv.tensors):
+            out_features, in_features = tuple(expected[param].shape)
+            check_layer(scheme, base, inv.tensors, out_features, in_features)
+            quantized.append((param, base))
+            continue
         if info is None:
             raise InputError(
                 f"{folder}: tensor '{key}' is missing from the safetensors files; the weights do "
@@ -121,6 +137,10 @@ def _load_into(
                 f"implies {list(want)}",
                 code="DF213",
             )
+        if info.dtype in _QUANTIZED_DTYPES:
+            raise InputError(f"{folder / info.file}: tensor '{key}' is stored as {info.dtype}, a quantized weight, but "
+                             f"{config_where} has no quantization_config saying how to scale it; restore the config "
+                             "the quantizer wrote", code="DF182")
         if info.dtype not in _TORCH_DTYPES:
             raise InputError(f"{folder / info.file}: tensor '{key}' is stored as {info.dtype}, which the native "
                              "runtime does not read; use --backend transformers", code="DF213")
@@ -132,6 +152,40 @@ def _load_into(
         with open(folder / file, "rb", buffering=0) as fh:
             for param, key in pairs:
                 _read_into(params[param].detach(), fh, data_start, inv.tensors[key], folder / file)
+    if quantized:
+        assert scheme is not None
+        _fill_dequantized(params, quantized, scheme, folder, inv)
+
+
+def _fill_dequantized(params: dict[str, nn.Parameter], layers: list[tuple[str, str]], scheme: QuantScheme,
+                      folder: Path, inv: WeightInventory) -> None:
+    """Dequantize each layer (``(param, base)``) from its stored tensors into its parameter."""
+    from dflash_ckpt.runtime.quant import dequantize_layer  # torch-only formats, on the run path
+
+    handles: dict[str, BinaryIO] = {}
+
+    def read(name: str) -> torch.Tensor:
+        info = inv.tensors.get(name)
+        if info is None:
+            raise KeyError(name)
+        if info.dtype not in _TORCH_DTYPES:
+            raise InputError(f"{folder / info.file}: tensor '{name}' is stored as {info.dtype}; a {scheme.method} "
+                             "layer's tensors are int32, int8, e4m3 or float", code="DF181")
+        fh = handles.get(info.file)
+        if fh is None:
+            fh = handles[info.file] = open(folder / info.file, "rb", buffering=0)
+        out = torch.empty(info.shape, dtype=_TORCH_DTYPES[info.dtype])
+        _readinto(fh, 8 + inv.headers[info.file].header_len + info.begin, out.view(-1).view(torch.uint8).numpy(),
+                  folder / info.file, info)
+        return out
+
+    try:
+        for param, base in layers:
+            dest = params[param].detach()
+            dest.copy_(dequantize_layer(scheme, base, read, tuple(dest.shape)))
+    finally:
+        for fh in handles.values():
+            fh.close()
 
 
 def _read_into(dest: torch.Tensor, fh: BinaryIO, data_start: int, info: TensorInfo, path: Path) -> None:
@@ -173,13 +227,18 @@ def _find_target_prefix(inv: WeightInventory, folder: Path) -> str:
 
 
 def load_target(folder: Path, args: TargetArgs, *, dtype: torch.dtype, device: torch.device,
-                label: str | None = None, inv: WeightInventory | None = None) -> TargetModel:
+                label: str | None = None, inv: WeightInventory | None = None,
+                scheme: QuantScheme | None = None) -> TargetModel:
+    """The target, its quantized layers (``scheme``, from ``quant_scheme.read_scheme``)
+    dequantized into ``dtype`` while loading."""
     inv = inv or inventory(folder, label or str(folder))
     where = str(folder / "config.json")
     prefix = _find_target_prefix(inv, folder)
     with torch.device("meta"):
         model = TargetModel(args)
     heads = sorted((k for k in inv.tensors if k.endswith("lm_head.weight")), key=len)
+    if not heads and scheme is not None and scheme.is_quantized("lm_head", inv.tensors):
+        heads = ["lm_head.weight"]  # a quantized head: its packed tensors stand for the weight
     names: dict[str, str | None] = {}
     for param, _ in model.named_parameters(remove_duplicate=False):
         if param != "lm_head.weight":
@@ -194,7 +253,7 @@ def load_target(folder: Path, args: TargetArgs, *, dtype: torch.dtype, device: t
                 "to true; add the head, or set the key if the model ties its embeddings",
                 code="DF212",
             )
-    _load_into(model, folder, inv, names, dtype=dtype, device=device, config_where=where)
+    _load_into(model, folder, inv, names, dtype=dtype, device=device, config_where=where, scheme=scheme)
     if names["lm_head.weight"] is None:
         model.tie_weights()
     model.rotary.to(device)

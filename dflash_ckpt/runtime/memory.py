@@ -48,10 +48,13 @@ HF_OVERHEAD = 0.15
 #: Keys whose presence means experts: the dense count from the config does not apply.
 _MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_intermediate_size")
 GIB = 2 ** 30
+#: Tensors of a quantized layer other than its packed weight (``runtime/quant``), not kept once dequantized.
+_QUANT_AUX = (".qzeros", ".scales", ".g_idx", ".weight_scale", ".weight_scale_inv", ".weight_zero_point",
+              ".weight_shape", ".weight_g_idx")
 
 
 def needed_bytes(tensors: Mapping[str, Any], dtype: torch.dtype) -> int:
-    """Bytes the text model's weights take in ``dtype`` (MXFP4 blocks count dequantized).
+    """Bytes the text model's weights take in ``dtype`` (MXFP4 blocks and quantized layers count dequantized).
 
     ``tensors`` maps names to objects with ``dtype`` (safetensors code) and ``numel``. Float
     tensors are cast to ``dtype``; an MXFP4 ``*_blocks`` byte holds two values; its ``*_scales``
@@ -63,6 +66,16 @@ def needed_bytes(tensors: Mapping[str, Any], dtype: torch.dtype) -> int:
         if _VISION.search(name):
             continue
         if name.endswith("_scales") and info.dtype == "U8":
+            continue
+        if name.endswith(_QUANT_AUX):
+            continue  # scales, zero points, group indices: gone once dequantized
+        if name.endswith((".qweight", ".weight_packed")) and info.dtype == "I32":
+            # AWQ/GPTQ/compressed-tensors: counted as int4 (8 values a word) dequantized; an 8-bit
+            # layer (4 a word) is counted twice over, on the safe side (the config count is exact)
+            total += 8 * info.numel * size
+            continue
+        if info.dtype in ("F8_E4M3", "I8") and name.endswith(".weight"):
+            total += info.numel * size  # FP8 / int8 weights dequantized into the run dtype
             continue
         if name.endswith("_blocks") and info.dtype == "U8":
             total += 2 * info.numel * size

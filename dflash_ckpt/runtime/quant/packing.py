@@ -1,0 +1,26 @@
+"""Bit unpacking shared by the integer formats: ``32 // bits`` values in one int32, lowest bits first."""
+
+from __future__ import annotations
+
+import torch
+
+
+def unpack_int32(packed: torch.Tensor, bits: int, dim: int) -> torch.Tensor:
+    """Unsigned values of ``packed`` (int32) spread along ``dim``: value ``j`` of each word sits at
+    bits ``j*bits`` and up (AutoAWQ, GPTQ and compressed-tensors all store it so; AWQ then
+    permutes its columns). Returns int32 with ``32 // bits`` times the size along ``dim``."""
+    per = 32 // bits
+    shifts = torch.arange(0, 32, bits, dtype=torch.int32)
+    mask = (1 << bits) - 1
+    if dim == 0:
+        vals = (packed.unsqueeze(1) >> shifts.view(1, per, 1)) & mask  # [rows, per, cols]
+        return vals.reshape(packed.shape[0] * per, packed.shape[1])
+    vals = (packed.unsqueeze(-1) >> shifts.view(1, 1, per)) & mask  # [rows, cols, per]
+    return vals.reshape(packed.shape[0], packed.shape[1] * per)
+
+
+def group_index(in_features: int, group_size: int | None) -> torch.Tensor:
+    """The group of each input column when groups are contiguous (no activation order)."""
+    if not group_size:
+        return torch.zeros(in_features, dtype=torch.long)
+    return torch.arange(in_features, dtype=torch.long) // group_size
