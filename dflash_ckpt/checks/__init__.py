@@ -10,6 +10,7 @@ from __future__ import annotations
 from dflash_ckpt.checks.acceptance import check_acceptance_keys
 from dflash_ckpt.checks.config import check_config
 from dflash_ckpt.checks.dflash2 import check_dflash2_config, check_dflash2_weights
+from dflash_ckpt.checks.layout import check_layout
 from dflash_ckpt.checks.pairing import check_pairing
 from dflash_ckpt.checks.pitfalls import check_draft_pitfalls, check_target_pitfalls
 from dflash_ckpt.checks.weights import check_weights
@@ -19,7 +20,7 @@ from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec
 
 def run_checks(spec: DraftSpec, target: TargetSpec | None = None) -> list[Finding]:
     """Every check that applies: config always, weights when read, pairing when a target is given."""
-    findings = check_config(spec) + check_dflash2_config(spec) + check_acceptance_keys(spec)
+    findings = check_config(spec) + check_layout(spec) + check_dflash2_config(spec) + check_acceptance_keys(spec)
     if spec.weights is not None:
         findings += check_weights(spec) + check_dflash2_weights(spec)
     findings += check_draft_pitfalls(spec)

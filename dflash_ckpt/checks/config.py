@@ -10,6 +10,7 @@ from typing import Any
 from dflash_ckpt.sources.jsonfile import json_type
 from dflash_ckpt.rules import Finding, finding
 from dflash_ckpt.draftspec.layer_kinds import LAYER_KINDS, SLIDING, explicit_layer_kinds
+from dflash_ckpt.draftspec.siblings import DSPARK
 from dflash_ckpt.limits import MAX_LAYERS, MAX_LIST_LEN
 from dflash_ckpt.sources.jsonfile import json_depth
 from dflash_ckpt.draftspec.specs import (
@@ -168,7 +169,8 @@ def _check_layer_ids(spec: DraftSpec) -> list[Finding]:
             "this order, restore the trained order",
         ))
     depth = spec.num_target_layers
-    bad = [i for i in ids if i < 0 or (depth is not None and i >= depth)]
+    lowest = -1 if spec.family == DSPARK else 0  # DeepSpec: -1 taps the embedding output
+    bad = [i for i in ids if i < lowest or (depth is not None and i >= depth)]
     if bad:
         hint = ""
         if depth is not None and max(ids) == depth and min(ids) >= 1:

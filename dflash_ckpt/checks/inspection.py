@@ -91,6 +91,7 @@ class InspectResult:
             "error": error_json(self.fatal),
             "layout": d.layout if d else None,
             "generation": d.generation if d else None,
+            "block_layout": block_layout_json(d) if d else None,
             "resolved": d.resolved_json() if d else dict.fromkeys(("block_size", "mask_token_id", "target_layer_ids", "num_target_layers")),
             "sources": d.sources_json() if d else {},
             "target": self.target.to_json() if self.target else None,
@@ -101,6 +102,15 @@ class InspectResult:
             "counts": {s.value: self.count(s) for s in Severity},
             "bytes_read": self.bytes_read,
         }
+
+
+def block_layout_json(spec: DraftSpec) -> dict[str, Any]:
+    """The resolved block layout, with what each engine's path does with it (``checks.layout``)."""
+    from dflash_ckpt.checks.layout import engine_paths
+    from dflash_ckpt.draftspec.layout import layout_json
+
+    paths = engine_paths(spec)
+    return {**layout_json(spec.block_layout), "engines": {k: p.status for k, p in paths.items()}}
 
 
 def inspect_sources(draft_src: Source, target_src: Source | None = None) -> InspectResult:

@@ -117,3 +117,15 @@ def resolve_layout(config: Mapping[str, Any]) -> BlockLayout:
     if config.get("speculators_model_type") == "dspark":
         return BlockLayout(ANCHOR_FIRST, "speculators_model_type", declared, None, bad, ambiguous=True)
     return BlockLayout(ONE_PLUS_N, "default", declared, None, bad)
+
+
+def layout_json(resolved: BlockLayout) -> dict[str, Any]:
+    """The resolved layout as inspect's JSON ``block_layout`` holds it (``engines`` added there)."""
+    return {
+        "layout": resolved.layout,
+        "source": resolved.source,
+        "declared": dict(resolved.declared),
+        "conflict": resolved.conflict,
+        "invalid": resolved.invalid,
+        "ambiguous": resolved.ambiguous,
+    }

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import copy
 import json
+from functools import cached_property
 from typing import Any, NamedTuple, Sequence
 
+from dflash_ckpt.draftspec.layout import BlockLayout, resolve_layout
+from dflash_ckpt.draftspec.siblings import is_muse_glimmer, sibling_family
 from dflash_ckpt.limits import MAX_BLOCK_SIZE, MAX_DIM, MAX_LAYERS, MAX_LIST_LEN, MAX_VOCAB
 from dflash_ckpt.sources.jsonfile import decode_json_bytes, require_object
 from dflash_ckpt.sources.base import Source
@@ -265,13 +268,26 @@ class DraftSpec:
         archs = self.config.get("architectures")
         return [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
 
+    @cached_property
+    def block_layout(self) -> BlockLayout:
+        """Which block slots are drafts (1+N or anchor-first), with where that was decided."""
+        return resolve_layout(self.config)
+
+    @cached_property
+    def family(self) -> str | None:
+        """``DSpark``, ``Laguna`` or ``LiLiCorr`` for a sibling family (``draftspec.siblings``)."""
+        return sibling_family(self.config)
+
     @property
     def generation(self) -> str:
-        """``DFlash2``, ``DFlash`` or ``unknown`` (then DFlash v1 tensors are expected)."""
+        """``DFlash2``, ``DFlash``, a sibling family (``DSpark``, ``Laguna``, ``LiLiCorr``) or
+        ``unknown`` (then DFlash v1 tensors are expected)."""
+        if self.family is not None:
+            return self.family
         archs = self.architectures
         if "DFlash2DraftModel" in archs:
             return "DFlash2"
-        if "DFlashDraftModel" in archs:
+        if "DFlashDraftModel" in archs or is_muse_glimmer(self.config):
             return "DFlash"
         if any(self.extra_keys[k].present for k in DFLASH2_KEYS):
             return "DFlash2"
