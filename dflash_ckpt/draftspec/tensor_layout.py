@@ -137,8 +137,9 @@ def dspark_tensors(spec: DraftSpec, names: Iterable[str]) -> dict[str, Shape]:
     if confidence_head(spec.config):
         width = _mul(1, h) if dspark_value(spec.config, "confidence_head_with_markov") is not True else (
             h + r if h is not None and r is not None else None)
-        out[_named(names, "confidence_head.proj.weight", "confidence_proj.weight")] = _shape(1, width)
-        out[_named(names, "confidence_head.proj.bias", "confidence_proj.bias")] = (1,)
+        proj = _named(names, "confidence_head.proj.weight", "confidence_proj.weight").removesuffix(".weight")
+        out[proj + ".weight"] = _shape(1, width)
+        out[proj + ".bias"] = (1,)
     out.update(own_embeddings(spec, names))
     return out
 
