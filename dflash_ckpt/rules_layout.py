@@ -36,4 +36,39 @@ LAYOUT_RULES: list[tuple[str, str, str, str, str, str]] = [
          "them (process_eagle_weight), the MLX ports stop on them (omlx#827), the other engines use the "
          "target's. Their shapes are checked like every tensor's.",
          "Nothing to do for vLLM; for the MLX ports, drop the tensor (the target's is the same)."),
+    ("DF165", "dspark-key-invalid", "error", "A DSpark key has the wrong type",
+         "A DSpark draft's heads are built from markov_rank (a non-negative integer; 0 is plain anchor-first "
+         "DFlash), markov_head_type (a string), enable_confidence_head / confidence_head_with_markov (booleans), "
+         "dspark_block_size, dspark_draft_topk and num_anchors (positive integers), dspark_noise_token_id and "
+         "dspark_target_layer_ids. A value of another type builds another head or none.",
+         "Restore the value the draft was exported with."),
+    ("DF166", "laguna-layer-types", "error", "A Laguna draft mixes layer kinds",
+         "vLLM's laguna_dflash.py runs one layer flavour for every draft layer and raises when layer_types holds "
+         "more than one kind.",
+         "Use the layer_types the draft was trained with (one kind, one entry per layer)."),
+    ("DF167", "lilicorr-draft", "info", "A LiLiCorr draft: served by vLLM's V2 runner only",
+         "LiLiCorr (LiLiCorrDraftModel, lilicorr_* keys in dflash_config) is a DFlash backbone with a "
+         "candidate-lattice head. vLLM's models/lilicorr.py serves it on the V2 model runner; its V1 runner (and "
+         "so the CPU build) refuses it, no other modelled engine has it, and smoke-run's reference runtime does "
+         "not run the head.",
+         "Serve it with vLLM on a GPU (V2 runner)."),
+    ("DF168", "speculative-tokens-above-block", "error", "The config asks for more drafts per step than a block holds",
+         "A block of B drafts B-1 tokens (1+N) or B (anchor-first); DSpark collapses above dspark_block_size. A "
+         "num_speculative_tokens above that (16 on a b16 1+N draft) breaks vLLM's scheduler (vllm#50708: "
+         "\"max_num_scheduled_tokens is set to -1792\").",
+         "Serve it with num_speculative_tokens at most the number the message gives."),
+    ("DF315", "draft-context-short", "warning", "The draft's max_position_embeddings is below the target's context",
+         "vLLM's V2 runner sizes the draft's positions from the draft config and crashes at the first request "
+         "longer than that (vllm#57941: Muse-Glimmer at 131072; a DFlash2 draft at 262144 under a 1M YaRN target). "
+         "The vLLM serve line caps --max-model-len at the draft's value.",
+         "Serve with --max-model-len at most the draft's max_position_embeddings (the serve line does)."),
+    ("DF316", "token-id-beyond-embedding", "error", "A token id is not a row of the embedding",
+         "The target's eos/bos/pad ids, the ids its tokenizer config names, or the draft's draft_vocab_size reach "
+         "past the target's embedding rows (vocab_size): the first such token is an out-of-bounds gather or an "
+         "'invalid token' error (llama.cpp#28158 'invalid token[1] = 248320'; a vLLM index assertion with an AWQ "
+         "target).",
+         "Use the tokenizer and configs published with the target's weights."),
+    ("DF317", "laguna-draft-vocab", "error", "A Laguna draft's draft_vocab_size is not the target's vocabulary",
+         "vLLM's laguna_dflash.py requires draft_vocab_size and requires it equal to the target's vocab_size.",
+         "Set draft_vocab_size to the target's vocab_size (the draft's lm_head must have that many rows)."),
 ]

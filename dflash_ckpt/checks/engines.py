@@ -14,7 +14,7 @@ from typing import Callable, NamedTuple
 from dflash_ckpt.checks import engines_more as more
 from dflash_ckpt.checks.acceptance import ignored_by
 from dflash_ckpt.checks.layout import RUNS, engine_path
-from dflash_ckpt.checks.reader_gates import dspark_verdict, weight_load_problems
+from dflash_ckpt.checks.reader_gates import dspark_verdict, family_problems, vllm_v1_refusals, weight_load_problems
 from dflash_ckpt.checks.reading import NESTED_ONLY, NESTED_THEN_TOP, TITLES, TOP_ONLY, TOP_THEN_NESTED, Verdict
 from dflash_ckpt.checks.reading import Reading as _Reading
 from dflash_ckpt.draftspec.specs import ABSENT, DraftSpec, TargetSpec, as_int
@@ -152,7 +152,7 @@ def judge_readers(spec: DraftSpec, target: TargetSpec | None = None) -> dict[str
         path = engine_path(reader.key, spec)
         verdict = dspark_verdict(reader.key, spec) if path.dspark and path.status == RUNS else reader.judge(spec, target)
         layout = () if path.status == RUNS else (path.why,)
-        problems = [*stoppers, *more.generation_problems(reader.key, spec, target)]
+        problems = [*stoppers, *family_problems(reader.key, spec, target), *more.generation_problems(reader.key, spec, target)]
         if problems or layout:
             old = verdict.reason.removeprefix("fails: ") if not verdict.loads else ""
             verdict = Verdict(False, "fails: " + "; ".join(p for p in (*layout, old, *problems) if p))
@@ -161,5 +161,9 @@ def judge_readers(spec: DraftSpec, target: TargetSpec | None = None) -> dict[str
             if ignored:
                 rest = verdict.reason.removeprefix("loads as is").lstrip("; ")
                 verdict = Verdict(True, f"loads, but ignores {', '.join(ignored)} (acceptance drops)" + (f"; {rest}" if rest else ""))
+        refused = vllm_v1_refusals(spec) if reader.key == "vllm" and verdict.loads else []
+        if refused:
+            verdict = Verdict(True, f"{verdict.reason}; V2 runner only: the V1 runner (the CPU build, no Triton) "
+                                    f"refuses {', '.join(refused)}")
         out[reader.key] = verdict
     return out

@@ -31,7 +31,8 @@ import shlex
 
 from dflash_ckpt.checks.layout import engine_path
 from dflash_ckpt.checks.reading import Verdict
-from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec, as_int, decoder_config
+from dflash_ckpt.checks.siblings import target_context
+from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec, as_int
 
 #: Engines with a launch command, in report order.
 SERVE_ENGINES = ("vllm", "sglang", "lmdeploy", "tensorrt-llm")
@@ -56,7 +57,7 @@ def vllm_batching(k: int) -> list[str]:
 def context_cap(spec: DraftSpec, target: TargetSpec) -> int | None:
     """The draft's ``max_position_embeddings`` when it is below the target's (else ``None``)."""
     draft = as_int(spec.config.get("max_position_embeddings"))
-    full = as_int(decoder_config(target.config).get("max_position_embeddings"))
+    full = target_context(target)
     return draft if draft is not None and full is not None and 0 < draft < full else None
 
 

@@ -362,6 +362,8 @@ class TargetSpec(NamedTuple):
     config: dict[str, Any]
     #: ``generation_config.json`` when the target has one (its eos/bos/pad ids), else empty.
     generation_config: dict[str, Any] = {}  # noqa: RUF012 - NamedTuple default, never mutated
+    #: The largest token id ``tokenizer_config.json``'s ``added_tokens_decoder`` names, when it has one.
+    tokenizer_max_id: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -417,6 +419,11 @@ def read_target_spec(source: Source) -> TargetSpec:
     if source.exists("generation_config.json"):
         gen, _ = read_config(source, "generation_config.json")
         spec = spec._replace(generation_config=gen)
+    if source.exists("tokenizer_config.json"):
+        tok, _ = read_config(source, "tokenizer_config.json")
+        added = tok.get("added_tokens_decoder")
+        ids = [int(k) for k in added if k.isdigit()] if isinstance(added, dict) else []
+        spec = spec._replace(tokenizer_max_id=max(ids) if ids else None)
     return spec
 
 
