@@ -71,4 +71,9 @@ LAYOUT_RULES: list[tuple[str, str, str, str, str, str]] = [
     ("DF317", "laguna-draft-vocab", "error", "A Laguna draft's draft_vocab_size is not the target's vocabulary",
          "vLLM's laguna_dflash.py requires draft_vocab_size and requires it equal to the target's vocab_size.",
          "Set draft_vocab_size to the target's vocab_size (the draft's lm_head must have that many rows)."),
+    ("DF318", "fp16-run", "warning", "The run is in float16, or on a GPU without bfloat16",
+         "DFlash drafts are trained in bfloat16. fp16 activations overflow in fc on Qwen3 hidden-state outliers and "
+         "acceptance falls to ~0 (dflash-mlx#60, lmdeploy #4991; fp16 DFlash2 on vLLM: vllm#55250); GPUs of compute "
+         "capability below 8.0 (V100 and older) have no bf16, so engines there run fp16 (1Cat-vLLM#478).",
+         "Run in bfloat16 on an SM 8.0+ GPU (or the CPU); --draft-dtype bfloat16."),
 ]

@@ -167,3 +167,14 @@ def test_muse_glimmer_names_are_dflash_names(fixtures_root: Path, tmp_path: Path
 def test_layout_fixture_expectations_are_written(fixtures_root: Path) -> None:
     written = json.loads((fixtures_root / "drafts/layouts/expected.json").read_text())
     assert written == {k: v[1] for k, v in layout_fixtures.VARIANTS.items()}
+
+
+def test_fp16_and_pre_ampere_runs_are_named() -> None:
+    from dflash_ckpt.checks.precision import precision_findings
+
+    assert precision_findings("d", "cpu", None, "bfloat16", "float16") == []
+    assert precision_findings("d", "cuda:0", (9, 0), "bfloat16", "bfloat16") == []
+    [fp16] = precision_findings("d", "cpu", None, "float16", "bfloat16")
+    assert fp16.code == "DF318" and "draft runs in float16" in fp16.message
+    [v100] = precision_findings("d", "cuda:0", (7, 0), "bfloat16", "bfloat16")
+    assert "compute capability 7.0" in v100.message

@@ -28,6 +28,7 @@ from typing import Any, Callable, ClassVar, Sequence
 
 from dflash_ckpt.checks.acceptance import refuse_unimplemented
 from dflash_ckpt.checks.inspection import InspectResult, inspect_sources
+from dflash_ckpt.checks.precision import precision_findings
 from dflash_ckpt.checks.run_findings import prompt_format_causes, smoke_findings, special_token_texts
 from dflash_ckpt.checks.target_config import check_target_config
 from dflash_ckpt.commands.options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_ACCEPTANCE
@@ -227,6 +228,12 @@ def run_smoke(opts: SmokeOptions, progress: Any = None, log: Callable[[str], Non
         run.input_text = encoder.render(run.prompt)
     result.findings = smoke_findings(result, target_layer_ids=plan.draft_args.target_layer_ids,
                                      mask_token_id=plan.draft_args.mask_token_id)
+    capability = None
+    if device.type == "cuda":
+        import torch  # noqa: PLC0415 - the run has loaded it already; inspect never gets here
+
+        capability = torch.cuda.get_device_capability(device)
+    result.findings += precision_findings(draft_label, str(device), capability, result.draft_dtype, result.target_dtype)
     return result
 
 
