@@ -178,3 +178,10 @@ def test_fp16_and_pre_ampere_runs_are_named() -> None:
     assert fp16.code == "DF318" and "draft runs in float16" in fp16.message
     [v100] = precision_findings("d", "cuda:0", (7, 0), "bfloat16", "bfloat16")
     assert "compute capability 7.0" in v100.message
+
+
+@pytest.mark.parametrize("draft, head", [("drafts/layouts/deepspec-dspark", "DSpark's Markov head ('markov_rank' 64)"),
+                                         ("mutants/DF167-lilicorr", "LiLiCorr's candidate-lattice head")])
+def test_smoke_run_refuses_a_head_it_cannot_run(fixtures_root: Path, draft: str, head: str) -> None:
+    res = run_cli("smoke-run", str(fixtures_root / draft), "--target", str(fixtures_root / "mutants/targets/small"))
+    assert res.code == 2 and "DF151" in res.stderr and head in res.stderr, res.stderr

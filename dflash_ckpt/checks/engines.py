@@ -23,6 +23,9 @@ __all__ = ["READERS", "READER_TITLES", "Reader", "Verdict", "judge_readers"]
 
 
 def _zlab_legacy(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
+    """z-lab ``dflash/model.py`` as stored at e763f230965aeba7e6c414f1957b5bece9448e1e:
+    ``config.block_size`` (top level), ``dflash_config`` for the taps and mask id; drafts are
+    ``block_output_ids[:, 1:]`` (1+N), no layout key read."""
     r = _Reading(spec)
     r.read("block_size", TOP_ONLY)
     r.read("mask_token_id", NESTED_ONLY)
@@ -32,6 +35,9 @@ def _zlab_legacy(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
 
 
 def _zlab(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
+    """z-lab main (docs/DESIGN.md section 3; its torch loader was not stored at a newer commit than
+    the older one's): block and mask nested then top, taps nested; 1+N only (shared/DESIGN.md
+    section 12)."""
     r = _Reading(spec)
     r.read("block_size", NESTED_THEN_TOP)
     r.read("mask_token_id", NESTED_THEN_TOP)
@@ -40,6 +46,9 @@ def _zlab(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
 
 
 def _sglang(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
+    """SGLang ``speculative/dflash_utils.py`` ``parse_dflash_draft_config`` at
+    00731f0bc9fa81c39802754fb4b62e9cce967582 (nested or top level for each key); DFLASH reads no
+    layout key in 0.5.23 (shared/DESIGN.md section 12), DSPARK is ``checks.layout``'s."""
     r = _Reading(spec)
     r.read("block_size", NESTED_THEN_TOP)
     mask = r.read("mask_token_id", NESTED_THEN_TOP)
@@ -103,6 +112,9 @@ def _lmdeploy(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
 
 
 def _speculators(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
+    """speculators' convert (docs/DESIGN.md section 3): block top then nested, mask and taps nested,
+    hidden_size equal to the target's; its flat config's top-level ``sample_from_anchor`` (>= PR
+    #760; default false for DFlash, true for DSpark) is the layout (``checks.layout``)."""
     r = _Reading(spec)
     r.read("block_size", TOP_THEN_NESTED)
     r.read("mask_token_id", NESTED_ONLY)

@@ -65,6 +65,8 @@ def _rope_theta(spec: DraftSpec) -> bool:
 
 
 def tensorrt_llm(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
+    """TensorRT-LLM ``_torch/models/modeling_dflash.py`` at 009d8fa431bd3de92245aab80f8b57dc70da1ac4
+    (module docstring); ``decoding_type: DFlash`` is 1+N, ``DSpark`` resolves ``shift_label``."""
     r = Reading(spec)
     block = r.read("block_size", TOP_ONLY)
     mask = r.read("mask_token_id", NESTED_THEN_TOP, required=False)
@@ -85,6 +87,8 @@ def tensorrt_llm(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
 
 
 def zlab_mlx(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
+    """z-lab ``dflash/model_mlx.py``: v1 at c2489aa8e9446ffb4f6591060b3d696305754f8e, DFlash2 at
+    0a7587c04af47b56024ef80f44c0926e795a540b (module docstring); 1+N only."""
     r = Reading(spec)
     # The shape keys every config has (hidden_size, ...) are DF142's; here, what the loader reads
     # with cfg[key] that drafts differ on.
@@ -163,6 +167,7 @@ def vllm_aux_ids(spec: DraftSpec, ids: list[int] | None) -> list[str]:
 
 
 def exllamav3_legacy(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
+    """exllamav3 ``architecture/dflash.py`` at 001c952b71be2277e3fd8b762e72d9ef5d05f861 (before PR #276)."""
     r = Reading(spec)
     r.read("block_size", TOP_ONLY)
     r.read("mask_token_id", NESTED_ONLY)
@@ -171,6 +176,8 @@ def exllamav3_legacy(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
 
 
 def exllamav3(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
+    """exllamav3 ``architecture/dflash.py``, the newest stored version (after PR #276; the index
+    gave no commit). Neither version reads a layout key: 1+N only."""
     r = Reading(spec)
     r.read("block_size", TOP_THEN_NESTED)
     r.read("mask_token_id", NESTED_THEN_TOP)

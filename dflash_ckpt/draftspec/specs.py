@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import json
-from functools import cached_property
 from typing import Any, NamedTuple, Sequence
 
 from dflash_ckpt.draftspec.layout import BlockLayout, resolve_layout
@@ -18,6 +17,7 @@ from dflash_ckpt.draftspec.siblings import is_muse_glimmer, sibling_family
 from dflash_ckpt.limits import MAX_BLOCK_SIZE, MAX_DIM, MAX_LAYERS, MAX_LIST_LEN, MAX_VOCAB
 from dflash_ckpt.sources.jsonfile import decode_json_bytes, require_object
 from dflash_ckpt.sources.base import Source
+from dflash_ckpt.sources.tokenizer_config import max_added_token_id
 from dflash_ckpt.sources.weights import WeightInventory, load_inventory
 
 #: The keys every DFlash draft needs, in report order.
@@ -268,20 +268,17 @@ class DraftSpec:
         archs = self.config.get("architectures")
         return [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
 
-    @cached_property
-    def block_layout(self) -> BlockLayout:
-        """Which block slots are drafts (1+N or anchor-first), with where that was decided."""
+    @property
+    def block_layout(self) -> BlockLayout:  # which block slots are drafts, and what decided it
         return resolve_layout(self.config)
 
-    @cached_property
-    def family(self) -> str | None:
-        """``DSpark``, ``Laguna`` or ``LiLiCorr`` for a sibling family (``draftspec.siblings``)."""
+    @property
+    def family(self) -> str | None:  # DSpark, Laguna or LiLiCorr (draftspec.siblings)
         return sibling_family(self.config)
 
     @property
     def generation(self) -> str:
-        """``DFlash2``, ``DFlash``, a sibling family (``DSpark``, ``Laguna``, ``LiLiCorr``) or
-        ``unknown`` (then DFlash v1 tensors are expected)."""
+        """``DFlash2``, ``DFlash``, a sibling ``family`` or ``unknown`` (DFlash v1 tensors expected)."""
         if self.family is not None:
             return self.family
         archs = self.architectures
@@ -420,10 +417,7 @@ def read_target_spec(source: Source) -> TargetSpec:
         gen, _ = read_config(source, "generation_config.json")
         spec = spec._replace(generation_config=gen)
     if source.exists("tokenizer_config.json"):
-        tok, _ = read_config(source, "tokenizer_config.json")
-        added = tok.get("added_tokens_decoder")
-        ids = [int(k) for k in added if k.isdigit()] if isinstance(added, dict) else []
-        spec = spec._replace(tokenizer_max_id=max(ids) if ids else None)
+        spec = spec._replace(tokenizer_max_id=max_added_token_id(read_config(source, "tokenizer_config.json")[0]))
     return spec
 
 
