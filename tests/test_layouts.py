@@ -185,3 +185,45 @@ def test_fp16_and_pre_ampere_runs_are_named() -> None:
 def test_smoke_run_refuses_a_head_it_cannot_run(fixtures_root: Path, draft: str, head: str) -> None:
     res = run_cli("smoke-run", str(fixtures_root / draft), "--target", str(fixtures_root / "mutants/targets/small"))
     assert res.code == 2 and "DF151" in res.stderr and head in res.stderr, res.stderr
+
+
+def test_vllm_qwen3_omni_dspark_needs_a_markov_head(fixtures_root: Path, tmp_path: Path) -> None:
+    import make_fixtures
+
+    cfg = json.loads((_variant(fixtures_root, "deepspec-dflash") / "config.json").read_text())
+    cfg["architectures"] = ["Qwen3OmniDSparkModel"]
+    make_fixtures.write_draft(tmp_path / "omni", cfg, tensors=layout_fixtures.variant_tensors(
+        {**cfg, "architectures": ["Qwen3DSparkModel"]}, make_fixtures.draft_tensors(cfg)))
+    doc = _doc(tmp_path / "omni", fixtures_root / "targets/Qwen3-4B")
+    assert doc["block_layout"]["engines"]["vllm"] == "refuses"
+    assert "markov_head_type 'vanilla'" in doc["readers"]["vllm"]["reason"] and "vllm" not in doc["serve"]
+
+
+def test_vllm_reader_corrections(fixtures_root: Path, tmp_path: Path) -> None:
+    """vLLM 0.32.0: a top-level mask id is read when dflash_config has none; aux layer ids from
+    eagle_aux_hidden_state_layer_ids or an eagle_config dict override the taps."""
+    from dflash_ckpt.checks.engines import judge_readers
+    from dflash_ckpt.draftspec.specs import build_spec
+
+    cfg = json.loads((fixtures_root / "mutants/base/config.json").read_text())
+    top_mask = {**cfg, "mask_token_id": cfg["dflash_config"]["mask_token_id"],
+                "dflash_config": {"target_layer_ids": [1, 3, 5]}}
+    assert judge_readers(build_spec(top_mask, label="d"))["vllm"].loads
+    right = judge_readers(build_spec({**cfg, "eagle_aux_hidden_state_layer_ids": [2, 4, 6]}, label="d"))["vllm"]
+    assert right.loads
+    wrong = judge_readers(build_spec({**cfg, "eagle_aux_hidden_state_layer_ids": [1, 3, 5]}, label="d"))["vllm"]
+    assert not wrong.loads and "target_layer_ids + 1 = [2, 4, 6]" in wrong.reason
+    empty = judge_readers(build_spec({**cfg, "eagle_config": {"use_aux_hidden_state": True}}, label="d"))["vllm"]
+    assert not empty.loads and "replaces the taps by none" in empty.reason
+
+
+def test_lmdeploy_has_no_dflash2_and_mlx_vlm_fills_defaults(fixtures_root: Path) -> None:
+    from dflash_ckpt.checks.engines import judge_readers
+    from dflash_ckpt.draftspec.specs import build_spec
+
+    v2 = json.loads((fixtures_root / "mutants/base2/config.json").read_text())
+    assert "no dflash2" in judge_readers(build_spec(v2, label="d"))["lmdeploy"].reason
+    cfg = json.loads((fixtures_root / "mutants/base/config.json").read_text())
+    del cfg["dflash_config"]["mask_token_id"]
+    mlx = judge_readers(build_spec(cfg, label="d"))["mlx-vlm"]
+    assert not mlx.loads and "its default 248070 (Qwen3.5-9B's) without a word" in mlx.reason

@@ -148,22 +148,26 @@ def mlx_vlm(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
 
 
 def vllm_aux_ids(spec: DraftSpec, ids: list[int] | None) -> list[str]:
-    """vLLM 0.32.0: an ``eagle_config`` dict in the draft config overrides the aux layer ids (with
-    ``None`` too), and a top-level ``eagle_aux_hidden_state_layer_ids`` is used verbatim, as
-    hidden-state indices (tap + 1). Either one that is not ``target_layer_ids`` + 1 taps other layers."""
-    out: list[str] = []
+    """vLLM 0.32.0 ``v1/worker/gpu_model_runner.py``: a top-level
+    ``eagle_aux_hidden_state_layer_ids`` is used verbatim, as hidden-state indices (tap + 1); else
+    the taps + 1, which an ``eagle_config`` dict in the draft config replaces by its own
+    ``eagle_aux_hidden_state_layer_ids``, ``None`` when it has none. Either that is not
+    ``target_layer_ids`` + 1 taps other layers than the draft was trained on."""
     expected = [i + 1 for i in ids] if ids is not None else None
+    top = spec.config.get("eagle_aux_hidden_state_layer_ids")
     eagle = spec.config.get("eagle_config")
-    places = [("eagle_config.eagle_aux_hidden_state_layer_ids", eagle.get("eagle_aux_hidden_state_layer_ids", ABSENT))
-              if isinstance(eagle, dict) else ("", ABSENT),
-              ("eagle_aux_hidden_state_layer_ids", spec.config.get("eagle_aux_hidden_state_layer_ids", ABSENT))]
-    for name, value in places:
-        if value is ABSENT:
-            continue
-        if expected is not None and value != expected:
-            out.append(f"{name} {show_value(value)} overrides the taps (it takes hidden-state indices, "
-                       f"target_layer_ids + 1 = {show_value(expected)})")
-    return out
+    if top:
+        name, value = "eagle_aux_hidden_state_layer_ids", top
+    elif isinstance(eagle, dict) and eagle:
+        name, value = "eagle_config.eagle_aux_hidden_state_layer_ids", eagle.get("eagle_aux_hidden_state_layer_ids")
+        if value is None:
+            return ["an eagle_config dict without eagle_aux_hidden_state_layer_ids replaces the taps by none"]
+    else:
+        return []
+    if expected is not None and value != expected:
+        return [f"{name} {show_value(value)} overrides the taps (it takes hidden-state indices, "
+                f"target_layer_ids + 1 = {show_value(expected)})"]
+    return []
 
 
 def exllamav3_legacy(spec: DraftSpec, target: TargetSpec | None) -> Verdict:

@@ -67,6 +67,11 @@ def engine_path(reader: str, spec: DraftSpec) -> EnginePath:
     cfg = spec.config
     nested = spec.dflash_config or {}
     dspark = spec.family == DSPARK
+    if dspark and reader == "vllm" and "Qwen3OmniDSparkModel" in spec.architectures:
+        rank = markov_rank(cfg)
+        if not rank or cfg.get("markov_head_type") != "vanilla":
+            return EnginePath(REFUSES, True, "its Qwen3-Omni DSpark check (config/speculative.py) requires a positive "
+                                             f"markov_rank (here {rank}) and markov_head_type 'vanilla'")
     if dspark and reader in ("vllm", "tensorrt-llm", "speculators", "mlx-vlm"):
         if reader == "tensorrt-llm":
             shift = nested.get("shift_label", cfg.get("shift_label"))
