@@ -76,4 +76,10 @@ LAYOUT_RULES: list[tuple[str, str, str, str, str, str]] = [
          "acceptance falls to ~0 (dflash-mlx#60, lmdeploy #4991; fp16 DFlash2 on vLLM: vllm#55250); GPUs of compute "
          "capability below 8.0 (V100 and older) have no bf16, so engines there run fp16 (1Cat-vLLM#478).",
          "Run in bfloat16 on an SM 8.0+ GPU (or the CPU); --draft-dtype bfloat16."),
+    ("DF319", "hub-repo-changed-in-place", "warning", "Another cached commit of the Hub repo is a different draft",
+         "The local Hugging Face cache holds another commit of the draft's repo whose depth, taps, layer kinds, "
+         "sliding window or block differ: the repo was re-uploaded in place (z-lab/dflash#152: 4 layers and 6 taps "
+         "became 6 and 8; the old draft accepted 1.4-2.6% on the new target code). An engine started from the old "
+         "snapshot serves the other draft. Only cached files are read (no request).",
+         "Pin the commit checked (ORG/NAME@COMMIT) in inspect and in the engine, or delete the old snapshot."),
 ]

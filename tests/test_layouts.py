@@ -227,3 +227,28 @@ def test_lmdeploy_has_no_dflash2_and_mlx_vlm_fills_defaults(fixtures_root: Path)
     del cfg["dflash_config"]["mask_token_id"]
     mlx = judge_readers(build_spec(cfg, label="d"))["mlx-vlm"]
     assert not mlx.loads and "its default 248070 (Qwen3.5-9B's) without a word" in mlx.reason
+
+
+def test_a_cached_older_commit_that_is_another_draft_is_named(fixtures_root: Path, tmp_path: Path) -> None:
+    """z-lab/dflash#152: the repo changed layers and taps in place; the old snapshot is still cached."""
+    from test_inspect_cache import populate_cache
+
+    home = tmp_path / "hf"
+    repo = "z-lab/Qwen3-4B-DFlash-b16"
+    commit = populate_cache(home / "hub", repo, fixtures_root / "drafts/Qwen3-4B-DFlash-b16")
+    old = json.loads((fixtures_root / "drafts/Qwen3-4B-DFlash-b16/config.json").read_text())
+    old.update(num_hidden_layers=4, layer_types=["full_attention"] * 4)
+    old["dflash_config"]["target_layer_ids"] = [1, 12, 23, 33]
+    old_commit = "0" * 40
+    snap = home / "hub/models--z-lab--Qwen3-4B-DFlash-b16/snapshots" / old_commit
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text(json.dumps(old))
+    env = {"HF_HOME": str(home), "HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9"}
+    doc = run_cli("inspect", repo, "--json", env=env).result()
+    [f] = [f for f in doc["findings"] if f["code"] == "DF319"]
+    assert f"commit {old_commit}" in f["message"] and "num_hidden_layers 4 (here 5)" in f["message"]
+    assert "target_layer_ids [1, 12, 23, 33] (here [1, 9, 17, 25, 33])" in f["message"]
+    assert f"pin {repo}@{commit}" in f["message"]
+    # the same config under another commit is no finding; a local folder never is
+    (snap / "config.json").write_text((fixtures_root / "drafts/Qwen3-4B-DFlash-b16/config.json").read_text())
+    assert "DF319" not in {f["code"] for f in run_cli("inspect", repo, "--json", env=env).result()["findings"]}

@@ -124,7 +124,7 @@ def inspect_sources(draft_src: Source, target_src: Source | None = None) -> Insp
         result.set_fatal(err)
         result.bytes_read = draft_src.bytes_read
         return result
-    result.findings = run_checks(result.draft, result.target) + pin_finding(draft_src)
+    result.findings = run_checks(result.draft, result.target) + pin_finding(draft_src) + cached_layout_findings(draft_src, result.draft)
     result.readers = judge_readers(result.draft, result.target)
     if result.target is not None and target_src is not None and not result.failed():
         from dflash_ckpt.checks.serve import serve_commands
@@ -140,6 +140,15 @@ def inspect_sources(draft_src: Source, target_src: Source | None = None) -> Insp
     result.normalize_fixes, result.normalize_command = normalize_fixes(result.draft, result.target, result.readers)
     result.bytes_read = draft_src.bytes_read + (target_src.bytes_read if target_src else 0)
     return result
+
+
+def cached_layout_findings(source: Source, spec: DraftSpec) -> list[Finding]:
+    """DF319: other cached commits of the draft's Hub repo that are another draft (no request made)."""
+    from dflash_ckpt.checks.hub_layout import hub_layout_findings
+    from dflash_ckpt.sources.hub.snapshots import other_cached_configs
+
+    commit, others = other_cached_configs(source)
+    return hub_layout_findings(source.label, commit, spec.config, others) if commit else []
 
 
 def pin_finding(source: Source) -> list[Finding]:
