@@ -252,3 +252,13 @@ def test_a_cached_older_commit_that_is_another_draft_is_named(fixtures_root: Pat
     # the same config under another commit is no finding; a local folder never is
     (snap / "config.json").write_text((fixtures_root / "drafts/Qwen3-4B-DFlash-b16/config.json").read_text())
     assert "DF319" not in {f["code"] for f in run_cli("inspect", repo, "--json", env=env).result()["findings"]}
+
+
+def test_layout_documents_hold_the_schema(fixtures_root: Path) -> None:
+    import jsonschema
+
+    from dflash_ckpt.schema import load_schema
+
+    docs = api_inspect([str(_variant(fixtures_root, n)) for n in VARIANTS], fixtures_root / "targets/Qwen3-4B").envelope()
+    jsonschema.Draft202012Validator(load_schema()).validate(docs)
+    assert [r["block_layout"]["layout"] for r in docs["results"]] == [v[1] for v in layout_fixtures.VARIANTS.values()]

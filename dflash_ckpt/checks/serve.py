@@ -19,9 +19,9 @@ sequence's K+1 verify tokens fit a batch (``max_num_seqs * (K+1) <= max_num_batc
 0.32.0 defaults of ``vllm serve`` break it: 1024 x 16 against 8192 on an H100, PR #53970's
 out-of-bounds gathers), and ``--max-model-len`` when the draft's ``max_position_embeddings`` is
 below the target's (vLLM's V2 runner crashes at the first longer request, vllm#57941). An
-environment variable an engine needs (vLLM: ``VLLM_USE_V2_MODEL_RUNNER=1`` for a draft mixing
-sliding and full layers, and for DSpark) is part of the argv through ``env``, so each list runs as
-it is. Draft and target are named as the user named them.
+environment variable an engine needs (vLLM: ``VLLM_USE_V2_MODEL_RUNNER=1`` for what its V1 runner
+refuses: a draft mixing sliding and full layers, DFlash2, LiLiCorr, DSpark) is part of the argv
+through ``env``, so each list runs as it is. Draft and target are named as the user named them.
 """
 
 from __future__ import annotations
@@ -30,17 +30,13 @@ import json
 import shlex
 
 from dflash_ckpt.checks.layout import engine_path
+from dflash_ckpt.checks.reader_gates import vllm_v1_refusals
 from dflash_ckpt.checks.reading import Verdict
 from dflash_ckpt.checks.siblings import target_context
 from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec, as_int
 
 #: Engines with a launch command, in report order.
 SERVE_ENGINES = ("vllm", "sglang", "lmdeploy", "tensorrt-llm")
-
-
-def mixed_attention(spec: DraftSpec) -> bool:
-    lt = spec.config.get("layer_types")
-    return isinstance(lt, list) and "sliding_attention" in lt and "full_attention" in lt
 
 
 #: Sequences per batch the vLLM line asks for, and the smallest token budget it sets.
@@ -81,7 +77,7 @@ def serve_commands(spec: DraftSpec, target: TargetSpec, readers: dict[str, Verdi
                                           "num_speculative_tokens": k}
         if revision:
             spec_config["revision"] = revision
-        env = ["env", "VLLM_USE_V2_MODEL_RUNNER=1"] if mixed_attention(spec) or dspark["vllm"] else []
+        env = ["env", "VLLM_USE_V2_MODEL_RUNNER=1"] if vllm_v1_refusals(spec) else []
         cap = context_cap(spec, target)
         out["vllm"] = [*env, "vllm", "serve", target_name, *_revision(target_revision),
                        "--speculative-config", json.dumps(spec_config), *vllm_batching(k),
