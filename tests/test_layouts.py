@@ -88,7 +88,8 @@ def test_dspark_with_markov_head_gets_sglang_dspark_and_its_heads_checked(fixtur
     assert doc["ok"] is True, doc["findings"]
     sglang = doc["serve"]["sglang"]
     assert sglang[sglang.index("--speculative-algorithm") + 1] == "DSPARK"
-    assert sglang[sglang.index("--speculative-num-draft-tokens") + 1] == "7"
+    assert sglang[sglang.index("--speculative-num-draft-tokens") + 1] == "8"  # B drafts + the bonus token
+    assert sglang[sglang.index("--speculative-dspark-block-size") + 1] == "7"
     # the Markov head is shape-checked from the header: a rank that is not the config's is DF213
     import make_fixtures
 
@@ -262,3 +263,17 @@ def test_layout_documents_hold_the_schema(fixtures_root: Path) -> None:
     docs = api_inspect([str(_variant(fixtures_root, n)) for n in VARIANTS], fixtures_root / "targets/Qwen3-4B").envelope()
     jsonschema.Draft202012Validator(load_schema()).validate(docs)
     assert [r["block_layout"]["layout"] for r in docs["results"]] == [v[1] for v in layout_fixtures.VARIANTS.values()]
+
+
+def test_dspark_names_of_the_dflash_keys_are_not_missing_keys(fixtures_root: Path) -> None:
+    from dflash_ckpt.checks import run_checks
+    from dflash_ckpt.checks.engines import judge_readers
+    from dflash_ckpt.draftspec.specs import build_spec
+
+    cfg = json.loads((_variant(fixtures_root, "deepspec-dflash") / "config.json").read_text())
+    cfg["dspark_block_size"] = cfg.pop("block_size")
+    spec = build_spec(cfg, label="d")
+    assert "DF101" not in {f.code for f in run_checks(spec)}
+    assert judge_readers(spec)["vllm"].loads
+    cfg.pop("dspark_block_size")
+    assert "DF101" in {f.code for f in run_checks(build_spec(cfg, label="d"))}

@@ -9,6 +9,7 @@ mis-shaped stop each of them, and each verdict says so.
 
 from __future__ import annotations
 
+from dflash_ckpt.checks.config import DSPARK_ALIASES
 from dflash_ckpt.checks.layout import DSPARK_PATHS, engine_path
 from dflash_ckpt.checks.reading import TOP_THEN_NESTED, Reading, Verdict
 from dflash_ckpt.draftspec.siblings import (DSPARK, LAGUNA, LILICORR, MUSE_GLIMMER_NAMES, dspark_value, is_muse_glimmer,
@@ -29,9 +30,6 @@ def weight_load_problems(spec: DraftSpec) -> list[str]:
     return [f"its weights do not load ({f.code}: {f.message})" for f in check_weights(spec) if f.code in LOAD_STOPPERS]
 
 
-#: DSpark's spelling of a DFlash key where DeepSpec or speculators use their own.
-DSPARK_ALIASES = {"block_size": "dspark_block_size", "target_layer_ids": "dspark_target_layer_ids",
-                  "mask_token_id": "dspark_noise_token_id"}
 
 
 def dspark_verdict(reader: str, spec: DraftSpec) -> Verdict:

@@ -2,8 +2,9 @@
 
 Each command is an argv list (JSON ``serve: {engine: argv}``), built from the checked facts:
 ``num_speculative_tokens`` = the drafts per block for vLLM (it does not read block_size: B-1 for a
-1+N draft, B for anchor-first), the trained block for SGLang's ``--speculative-num-draft-tokens``
-and lmdeploy's ``--speculative-dflash-block-size``, ``max_draft_len`` = the drafts per block for
+1+N draft, B for anchor-first), the verify window for SGLang's ``--speculative-num-draft-tokens``
+(the trained block B for DFLASH, B+1 for an anchor-first DSPARK draft), the block for lmdeploy's
+``--speculative-dflash-block-size``, ``max_draft_len`` = the drafts per block for
 TensorRT-LLM (it raises above block_size - 1 on its DFlash path). The launch syntax is the
 engines' (shared/DESIGN.md section 10, corrected from lmdeploy's 0.18.0 wheel and TensorRT-LLM's
 source): vLLM ``--speculative-config`` JSON, SGLang ``--speculative-algorithm DFLASH``, lmdeploy's
@@ -83,9 +84,13 @@ def serve_commands(spec: DraftSpec, target: TargetSpec, readers: dict[str, Verdi
                        "--speculative-config", json.dumps(spec_config), *vllm_batching(k),
                        *(["--max-model-len", str(cap)] if cap else [])]
     if loads["sglang"]:
+        # --speculative-num-draft-tokens is the verify window, bonus token included: B for 1+N (the
+        # trained block), B+1 for an anchor-first DSPARK draft (its draft samples from the anchor row)
+        window = str(spec.block_layout.verify_width(block))
+        algorithm = ["DSPARK", "--speculative-dspark-block-size", str(block)] if dspark["sglang"] else ["DFLASH"]
         out["sglang"] = ["python", "-m", "sglang.launch_server", "--model-path", target_name, *_revision(target_revision),
-                         "--speculative-algorithm", "DSPARK" if dspark["sglang"] else "DFLASH",
-                         "--speculative-draft-model-path", draft, "--speculative-num-draft-tokens", str(block),
+                         "--speculative-algorithm", *algorithm, "--speculative-draft-model-path", draft,
+                         "--speculative-num-draft-tokens", window,
                          *(["--speculative-draft-model-revision", revision] if revision else [])]
     if loads["lmdeploy"]:
         out["lmdeploy"] = ["lmdeploy", "serve", "api_server", target_name, "--backend", "pytorch",
