@@ -6,6 +6,7 @@ whose path would run the draft in the other layout; DSpark drafts get their engi
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -277,3 +278,15 @@ def test_dspark_names_of_the_dflash_keys_are_not_missing_keys(fixtures_root: Pat
     assert judge_readers(spec)["vllm"].loads
     cfg.pop("dspark_block_size")
     assert "DF101" in {f.code for f in run_checks(build_spec(cfg, label="d"))}
+
+
+def test_tokenizer_ids_past_the_embedding_rows(fixtures_root: Path, tmp_path: Path) -> None:
+    target = tmp_path / "t"
+    shutil.copytree(fixtures_root / "mutants/targets/small", target)
+    (target / "tokenizer_config.json").write_text(json.dumps({"added_tokens_decoder": {"1000": {}, "1024": {}}}))
+    doc = _doc(fixtures_root / "mutants/base", target)
+    [f] = [f for f in doc["findings"] if f["code"] == "DF316"]
+    assert "names token id 1024, not below the embedding's 1024 rows" in f["message"]
+    (target / "tokenizer_config.json").write_text("{not json")  # best effort: no finding, no error
+    doc = _doc(fixtures_root / "mutants/base", target)
+    assert doc["error"] is None and "DF316" not in {f["code"] for f in doc["findings"]}

@@ -104,7 +104,7 @@ def target_context(target: TargetSpec) -> int | None:
     scaling = cfg.get("rope_scaling") or cfg.get("rope_parameters")
     if isinstance(scaling, dict):
         orig, factor = as_int(scaling.get("original_max_position_embeddings")), scaling.get("factor")
-        if orig and isinstance(factor, (int, float)) and not isinstance(factor, bool) and factor > 1:
+        if orig and isinstance(factor, (int, float)) and not isinstance(factor, bool) and 1 < factor < 1e6:
             mpe = max(mpe or 0, int(orig * factor))
     return mpe
 

@@ -104,7 +104,8 @@ def resolve_layout(config: Mapping[str, Any]) -> BlockLayout:
         if isinstance(value, bool):
             valid.append((name, value))
         else:
-            invalid.append(f"{name} is {value!r}, not true or false")
+            shown = repr(value)
+            invalid.append(f"{name} is {shown if len(shown) <= 60 else shown[:57] + '...'}, not true or false")
     conflict = None
     if len({v for _, v in valid}) > 1:
         conflict = " but ".join(f"{n} is {str(v).lower()}" for n, v in valid)

@@ -416,9 +416,7 @@ def read_target_spec(source: Source) -> TargetSpec:
     if source.exists("generation_config.json"):
         gen, _ = read_config(source, "generation_config.json")
         spec = spec._replace(generation_config=gen)
-    if source.exists("tokenizer_config.json"):
-        spec = spec._replace(tokenizer_max_id=max_added_token_id(read_config(source, "tokenizer_config.json")[0]))
-    return spec
+    return spec._replace(tokenizer_max_id=max_added_token_id(source))  # best effort (DF316)
 
 
 def fc_taps(inventory: WeightInventory, hidden: int | None) -> int | None:
