@@ -15,6 +15,7 @@ from dflash_ckpt.errors import error_line, split_location
 from dflash_ckpt.rules_engines import ENGINE_RULES
 from dflash_ckpt.rules_vllm import VLLM_RULES
 from dflash_ckpt.rules_mistakes import MISTAKE_RULES
+from dflash_ckpt.rules_layout import LAYOUT_RULES
 
 
 class Severity(str, Enum):
@@ -445,7 +446,7 @@ _RULES: list[Rule] = [
          "Rerun with other prompts (-p/--prompts); check the weights (DF413, DF414)."),
 ]
 
-_RULES += [Rule(code, name, Severity(sev), *texts) for code, name, sev, *texts in ENGINE_RULES + VLLM_RULES + MISTAKE_RULES]
+_RULES += [Rule(code, name, Severity(sev), *texts) for code, name, sev, *texts in (*ENGINE_RULES, *LAYOUT_RULES, *VLLM_RULES, *MISTAKE_RULES)]
 _RULES.sort(key=lambda rule: rule.code)
 
 RULES: dict[str, Rule] = {rule.code: rule for rule in _RULES}

@@ -44,7 +44,7 @@ def edited(src: Path, dst: Path, edit: Any) -> Path:
 # -- readers on the published layouts -----------------------------------------------------------
 
 
-def test_new_readers_on_the_two_published_layouts(fixtures_root: Path) -> None:
+def test_new_readers_on_the_two_published_layouts(fixtures_root: Path, tmp_path: Path) -> None:
     """Older layout (block_size at the top): every new reader loads it; nested layout: the readers
     of a top-level block_size (TensorRT-LLM, exllamav3 before #276, z-lab's v1 MLX loader) fail,
     exllamav3 after #276 reads both places."""
@@ -60,8 +60,13 @@ def test_new_readers_on_the_two_published_layouts(fixtures_root: Path) -> None:
     assert newer["zlab-mlx"]["fixed_by_normalize"] is True
     # mlx-vlm runs a nested block of 16 at its default 16, but a nested block of 8 at 16: silent
     assert newer["mlx-vlm"]["loads"] is True
+    # mlx-vlm 0.7.10's DFlash2 config reads the nested block (its v1 config still does not)
     dflash2 = inspect(fixtures_root / "drafts/Qwen3.8-27B-DFlash2")["readers"]
-    assert dflash2["mlx-vlm"]["loads"] is False and "default 16" in dflash2["mlx-vlm"]["reason"]
+    assert dflash2["mlx-vlm"]["loads"] is True
+    v1_block8 = edited(fixtures_root / "drafts/Qwen3.5-122B-A10B-DFlash", tmp_path / "b8",
+                       lambda c: c["dflash_config"].update(block_size=8))
+    reason = inspect(v1_block8)["readers"]["mlx-vlm"]
+    assert reason["loads"] is False and "runs the block of 8 in dflash_config at its default 16" in reason["reason"]
 
 
 def test_tensorrt_llm_mask_id_falling_back_to_vocab_is_an_error(fixtures_root: Path, tmp_path: Path) -> None:
@@ -224,7 +229,7 @@ def test_hub_pair_serve_lines_pin_the_draft_commit(hub_server: HubServer, tmp_pa
     commit = pin["message"].rsplit("@", 1)[1]
     vllm = doc["serve"]["vllm"]
     assert vllm[:3] == ["vllm", "serve", "Qwen/Qwen3-4B"]
-    assert json.loads(vllm[-1]) == {"method": "dflash", "model": "z-lab/Qwen3-4B-DFlash-b16",
+    assert json.loads(vllm[vllm.index("--speculative-config") + 1]) == {"method": "dflash", "model": "z-lab/Qwen3-4B-DFlash-b16",
                                     "num_speculative_tokens": 15, "revision": commit}
     sglang = doc["serve"]["sglang"]
     assert sglang[sglang.index("--speculative-draft-model-path") + 1] == "z-lab/Qwen3-4B-DFlash-b16"
@@ -237,7 +242,7 @@ def test_hub_pair_serve_lines_pin_the_draft_commit(hub_server: HubServer, tmp_pa
 def _fake_engines(bin_dir: Path, log: Path) -> dict[str, str]:
     """Stand-ins for vllm, python and trtllm-serve that record the argv and env they get."""
     bin_dir.mkdir()
-    for name in ("vllm", "python", "trtllm-serve"):
+    for name in ("vllm", "python", "trtllm-serve", "lmdeploy"):
         exe = bin_dir / name
         exe.write_text(f"#!/bin/sh\nexec {shlex.quote(shutil.which('python3') or 'python3')} -c "
                        "'import json, os, sys; print(json.dumps({\"argv\": sys.argv[1:], \"v2\": os.environ.get(\"VLLM_USE_V2_MODEL_RUNNER\")}))'"
@@ -262,14 +267,20 @@ def test_serve_lines_are_argv_that_run(fixtures_root: Path, tmp_path: Path) -> N
     assert sglang[sglang.index("--speculative-algorithm") + 1] == "DFLASH"
     assert sglang[sglang.index("--speculative-num-draft-tokens") + 1] == "16"
     # each line, pasted into a shell, reaches the engine with the same argv
+    # every sequence's K+1 verify tokens fit a batch (vllm#50708, PR #53970)
+    seqs, tokens = (int(vllm[vllm.index(flag) + 1]) for flag in ("--max-num-seqs", "--max-num-batched-tokens"))
+    assert seqs * (15 + 1) <= tokens
+    # lmdeploy 0.18 serves DFlash from its PyTorch engine's CLI
+    assert serve["lmdeploy"] == ["lmdeploy", "serve", "api_server", str(target), "--backend", "pytorch",
+                                 "--speculative-algorithm", "dflash", "--speculative-draft-model", str(draft),
+                                 "--speculative-dflash-block-size", "16"]
     log = tmp_path / "log.jsonl"
     env = _fake_engines(tmp_path / "bin", log)
     for engine in ("vllm", "lmdeploy"):
         subprocess.run(["sh", "-c", shlex.join(serve[engine])], env=env, check=True, cwd=tmp_path)
     vllm_run, lmdeploy_run = (json.loads(line) for line in log.read_text().splitlines())
     assert vllm_run == {"argv": vllm[3:], "v2": "1"}
-    assert lmdeploy_run["argv"][0] == "-c" and f'speculative_draft_model="{draft}"' in lmdeploy_run["argv"][1]
-    compile(lmdeploy_run["argv"][1], "lmdeploy", "exec")  # valid Python
+    assert lmdeploy_run["argv"] == serve["lmdeploy"][1:]
 
 
 def test_tensorrt_llm_serve_line_writes_its_options(fixtures_root: Path, tmp_path: Path) -> None:
@@ -280,9 +291,9 @@ def test_tensorrt_llm_serve_line_writes_its_options(fixtures_root: Path, tmp_pat
     log = tmp_path / "log.jsonl"
     env = _fake_engines(tmp_path / "bin", log)
     subprocess.run(argv, env=env, check=True, cwd=tmp_path)
-    assert json.loads(log.read_text())["argv"][0] == str(fixtures_root / "targets/gpt-oss-20b")
+    assert json.loads(log.read_text())["argv"][:2] == ["serve", str(fixtures_root / "targets/gpt-oss-20b")]
     options = (tmp_path / "dflash-options.yaml").read_text()
-    assert "max_draft_len: 7" in options and f'speculative_model_dir: "{draft}"' in options
+    assert "max_draft_len: 7" in options and f'speculative_model: "{draft}"' in options
 
 
 def test_no_serve_lines_for_a_failing_pair_or_without_target(fixtures_root: Path) -> None:

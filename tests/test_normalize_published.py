@@ -46,7 +46,10 @@ def test_published_draft_normalizes_losslessly(cli, fixtures_root: Path, publish
     assert doc["diff"].startswith("---") and doc["changes"]
     # every reader, the TensorRT-LLM, MLX and exllamav3 ones included, loads the canonical form
     assert {"tensorrt-llm", "zlab-mlx", "mlx-vlm", "exllamav3-legacy", "exllamav3"} <= set(doc["readers_after"])
-    assert {k: v["loads"] for k, v in doc["readers_after"].items()} == dict.fromkeys(doc["readers_after"], True)
+    # (lmdeploy 0.18 has no dflash2 algorithm: a DFlash2 draft is not its to load, canonical or not)
+    dflash2 = "DFlash2DraftModel" in original["architectures"]
+    assert {k: v["loads"] for k, v in doc["readers_after"].items()} == {
+        k: not (dflash2 and k == "lmdeploy") for k in doc["readers_after"]}
     assert doc["resolved_before"] == doc["resolved_after"]
 
     new = read_json(out / "config.json")
@@ -93,7 +96,7 @@ def test_published_draft_normalizes_losslessly(cli, fixtures_root: Path, publish
     assert ins.code == 0, ins.stdout
     idoc = ins.result()
     assert idoc["layout"] == "nested"
-    assert all(v["loads"] for v in idoc["readers"].values()), idoc["readers"]
+    assert all(v["loads"] for k, v in idoc["readers"].items() if not (dflash2 and k == "lmdeploy")), idoc["readers"]
     assert [f for f in idoc["findings"] if f["severity"] == "error"] == []
 
     # idempotent: canonical for --check, and a second normalize changes no byte

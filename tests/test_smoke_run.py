@@ -149,7 +149,8 @@ def test_fp16_overflow_in_fc_is_a_finding_and_bf16_passes(cli, tmp_path: Path) -
     bad = cli(*args, "--draft-dtype", "float16")
     assert bad.code == 1
     doc = bad.merged()
-    [f] = doc["findings"]
+    [f, fp16] = doc["findings"]
+    assert fp16["code"] == "DF318" and "draft runs in float16" in fp16["message"]
     assert f["code"] == "DF404" and "fused features" in f["message"] and "keep the draft in bfloat16" in f["message"]
     assert doc["prompts"][0]["overflow"] == "fused features" and doc["prompts"][0]["lossless"]["status"] == "skipped"
     good = cli(*args)  # the default: a bf16 draft, fp16 target tensors cast to it

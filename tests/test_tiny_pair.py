@@ -244,7 +244,7 @@ def test_fp16_draft_runs_with_the_dtype_warnings_and_its_acceptance():
 
     code, doc = smoke(FP16, "--draft-dtype", "float16")
     assert code == 0 and doc["settings"]["draft_dtype"] == "float16"
-    assert doc["findings"] == [], "no overflow (DF404) and no acceptance failure"
+    assert [f["code"] for f in doc["findings"]] == ["DF318"], "no overflow (DF404), no acceptance failure; fp16 named"
     assert all(p["overflow"] is None and p["lossless"]["status"] == "identical" for p in doc["prompts"])
     assert doc["overall"]["tau"] == pytest.approx(base["overall"]["tau"], abs=0.5)
 

@@ -11,6 +11,8 @@ from dflash_ckpt.checks.acceptance import check_acceptance_keys
 from dflash_ckpt.checks.config import check_config
 from dflash_ckpt.checks.dflash2 import check_dflash2_config, check_dflash2_weights
 from dflash_ckpt.checks.mistakes import check_target_as_draft
+from dflash_ckpt.checks.layout import check_layout
+from dflash_ckpt.checks.siblings import check_serving_limits, check_sibling_config
 from dflash_ckpt.checks.pairing import check_pairing
 from dflash_ckpt.checks.pitfalls import check_draft_pitfalls, check_target_pitfalls
 from dflash_ckpt.checks.rope_values import check_rope_values
@@ -25,12 +27,13 @@ def run_checks(spec: DraftSpec, target: TargetSpec | None = None) -> list[Findin
     mistaken = check_target_as_draft(spec)
     if mistaken:
         return mistaken
-    findings = check_config(spec, target.label if target is not None else None) + check_rope_values(spec) + check_dflash2_config(spec) + check_acceptance_keys(spec)
+    findings = (check_config(spec, target.label if target is not None else None) + check_rope_values(spec) + check_layout(spec)
+                + check_sibling_config(spec) + check_dflash2_config(spec) + check_acceptance_keys(spec))
     if spec.weights is not None:
         findings += check_weights(spec) + check_dflash2_weights(spec)
     findings += check_draft_pitfalls(spec)
     if target is not None:
-        findings += check_pairing(spec, target) + check_target_pitfalls(spec, target)
+        findings += check_pairing(spec, target) + check_target_pitfalls(spec, target) + check_serving_limits(spec, target)
     return findings
 
 

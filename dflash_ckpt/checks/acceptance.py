@@ -129,7 +129,23 @@ def runtime_gaps(spec: DraftSpec) -> list[str]:
     dvs = spec.config.get("draft_vocab_size")
     if dvs is not None and dvs != spec.dims.vocab_size:
         gaps.append(f"'draft_vocab_size' ({show_value(dvs)}: a reduced draft vocabulary mapped through d2t)")
-    return gaps
+    return gaps + family_gaps(spec)
+
+
+def family_gaps(spec: DraftSpec) -> list[str]:
+    """A sibling family's head the reference runtime has no module for: DSpark's Markov head
+    (``markov_rank`` > 0; rank 0 is plain anchor-first DFlash, which it runs), LiLiCorr's
+    candidate-lattice head, Laguna's draft layers (fused qkv_proj, output gate)."""
+    from dflash_ckpt.draftspec.siblings import DSPARK, LAGUNA, LILICORR, markov_rank  # noqa: PLC0415
+
+    rank = markov_rank(spec.config)
+    if spec.family == DSPARK and rank:
+        return [f"DSpark's Markov head ('markov_rank' {rank})"]
+    if spec.family == LILICORR:
+        return ["LiLiCorr's candidate-lattice head (lilicorr_* keys)"]
+    if spec.family == LAGUNA:
+        return ["Laguna's draft layers (fused qkv_proj, per-head norms, output gate)"]
+    return []
 
 
 def refuse_unimplemented(spec: DraftSpec) -> None:

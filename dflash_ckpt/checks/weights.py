@@ -10,7 +10,8 @@ from dflash_ckpt.checks.pitfalls import VOCAB_MAPS, side_file_owner
 from dflash_ckpt.checks.pairing import short_list
 from dflash_ckpt.rules import Finding, finding
 from dflash_ckpt.draftspec.specs import DraftSpec
-from dflash_ckpt.draftspec.tensor_layout import DFLASH2_MARKERS, expected_tensors
+from dflash_ckpt.draftspec.siblings import DSPARK, LAGUNA, LILICORR, MUSE_GLIMMER_NAMES, is_muse_glimmer
+from dflash_ckpt.draftspec.tensor_layout import DFLASH2_MARKERS, expected_tensors, own_embeddings
 from dflash_ckpt.sources.weights import UNREADABLE, WeightInventory
 
 #: How many names a grouped finding spells out before it says "and N more".
@@ -46,6 +47,8 @@ def check_weights(spec: DraftSpec) -> list[Finding]:
         return out
 
     names, prefix = _strip_prefix(list(inv.tensors))
+    if is_muse_glimmer(spec.config):  # vLLM renames them (qwen3_dflash.py hf_to_vllm_mapper)
+        names = {MUSE_GLIMMER_NAMES.get(n, n): orig for n, orig in names.items()}
     fc_file = inv.where_of(names.get("fc.weight", "fc.weight"))
     if prefix:
         out.append(finding(
@@ -56,7 +59,14 @@ def check_weights(spec: DraftSpec) -> list[Finding]:
     shapes = {name: inv.tensors[orig].shape for name, orig in names.items()}
 
     borrowed = sorted(n for n in shapes if "embed_tokens" in n or "lm_head" in n)
-    if borrowed:
+    own = own_embeddings(spec, shapes) if spec.family == DSPARK or borrowed == ["embed_tokens.weight"] else {}
+    if own and spec.family != DSPARK:
+        out.append(finding(
+            "DF164",
+            f"{label}: ships its own embed_tokens.weight {list(shapes['embed_tokens.weight'])} (as Nemotron's "
+            "NVFP4-DFlash drafts do): vLLM uses it, the MLX ports stop on it, the other engines take the target's",
+        ))
+    if borrowed and not own:
         out.append(finding(
             "DF215",
             f"{label}: holds {_list(borrowed)}; a DFlash draft borrows embeddings and lm_head "
@@ -77,7 +87,7 @@ def check_weights(spec: DraftSpec) -> list[Finding]:
             f"{label}: config declares DFlash2 but the weights have no DFlash2 tensors; they look "
             "like DFlash v1, set architectures to [\"DFlashDraftModel\"]",
         ))
-    expected = expected_tensors(spec, dflash2=v2_config and has_v2)
+    expected = expected_tensors(spec, dflash2=v2_config and has_v2, names=shapes)
 
     out += _check_fc(spec, shapes, fc_file or label)
     missing = [n for n in expected if n not in shapes and n != "fc.weight"]
@@ -93,7 +103,7 @@ def check_weights(spec: DraftSpec) -> list[Finding]:
     # DFlash2 tensors in a v1 config are DF222's finding; in a DFlash2 config they are expected by name.
     v2_extra = has_v2 and not v2_config
     tolerated = set(borrowed) | (set(VOCAB_MAPS) if "draft_vocab_size" in spec.config else set()) | ({n for n in shapes if "_conv." in n or n.startswith("candidate_selector.")} if v2_extra else set())
-    unexpected = [n for n in shapes if n not in expected and n not in tolerated]
+    unexpected = [n for n in shapes if n not in expected and n not in tolerated and not _family_owned(spec, n)]
     if unexpected:
         layers = spec.dims.num_hidden_layers
         beyond = sorted({int(m.group(1)) for n in unexpected if (m := LAYER_RE.match(n))
@@ -102,6 +112,16 @@ def check_weights(spec: DraftSpec) -> list[Finding]:
         out.append(finding("DF214", f"{label}: {len(unexpected)} unexpected tensor(s){hint}: {_list(unexpected)}"))
     out += _check_dtypes(label, inv)
     return out
+
+
+def _family_owned(spec: DraftSpec, name: str) -> bool:
+    """Tensors of a sibling family's parts that are not modelled name by name: a Laguna draft's
+    layers (the target's own layer kind), LiLiCorr's candidate-lattice head."""
+    if spec.family == LAGUNA:
+        return name.startswith("layers.")
+    if spec.family == LILICORR:
+        return name.startswith("lilicorr.") or "_conv." in name
+    return False
 
 
 def _strip_prefix(names: list[str]) -> tuple[dict[str, str], str]:

@@ -98,7 +98,9 @@ def render_result(console: Console, res: InspectResult, *, quiet: bool = False, 
     if quiet or d is None:
         render_errors(console, [res], strict=strict)
         return
-    console.print(f"[bold]{safe(res.label)}[/]  layout [cyan]{d.layout}[/]  generation [cyan]{d.generation}[/]")
+    bl = d.block_layout
+    console.print(f"[bold]{safe(res.label)}[/]  layout [cyan]{d.layout}[/]  generation [cyan]{d.generation}[/]  "
+                  f"block [cyan]{bl.layout}[/] ({safe(bl.source)}{', conflict' if bl.conflict else ''})")
     keys = Table(title="Resolved DFlash keys", title_justify="left", show_edge=False)
     keys.add_column("key", overflow="fold")
     keys.add_column("value", overflow="fold")

@@ -32,6 +32,7 @@ from dflash_ckpt.checks.acceptance import refuse_unimplemented
 from dflash_ckpt.checks.degenerate import smoke_degenerate_findings
 from dflash_ckpt.sources.weight_sample import unfilled_weights
 from dflash_ckpt.checks.inspection import InspectResult, inspect_sources
+from dflash_ckpt.checks.precision import precision_findings
 from dflash_ckpt.checks.run_findings import prompt_format_causes, smoke_findings, special_token_texts
 from dflash_ckpt.checks.target_config import check_target_config
 from dflash_ckpt.draftspec.quant_layers import summarize
@@ -283,6 +284,12 @@ def run_smoke(opts: SmokeOptions, progress: Any = None, log: Callable[[str], Non
         run.input_text = encoder.render(run.prompt)
     result.findings = smoke_findings(result, target_layer_ids=plan.draft_args.target_layer_ids,
                                      mask_token_id=plan.draft_args.mask_token_id) + smoke_degenerate_findings(result)
+    capability = None
+    if device.type == "cuda":
+        import torch  # noqa: PLC0415 - the run has loaded it already; inspect never gets here
+
+        capability = torch.cuda.get_device_capability(device)
+    result.findings += precision_findings(draft_label, str(device), capability, result.draft_dtype, result.target_dtype)
     if engine is not None:  # --engine both: vLLM on the same ids, after the reference has let go of the CPU
         del target_model, draft_model, loop
         say(f"running vLLM {engine.facts.version} on the same ids in a child process")

@@ -104,7 +104,8 @@ def resolve_layout(config: Mapping[str, Any]) -> BlockLayout:
         if isinstance(value, bool):
             valid.append((name, value))
         else:
-            invalid.append(f"{name} is {value!r}, not true or false")
+            shown = repr(value)
+            invalid.append(f"{name} is {shown if len(shown) <= 60 else shown[:57] + '...'}, not true or false")
     conflict = None
     if len({v for _, v in valid}) > 1:
         conflict = " but ".join(f"{n} is {str(v).lower()}" for n, v in valid)
@@ -117,3 +118,15 @@ def resolve_layout(config: Mapping[str, Any]) -> BlockLayout:
     if config.get("speculators_model_type") == "dspark":
         return BlockLayout(ANCHOR_FIRST, "speculators_model_type", declared, None, bad, ambiguous=True)
     return BlockLayout(ONE_PLUS_N, "default", declared, None, bad)
+
+
+def layout_json(resolved: BlockLayout) -> dict[str, Any]:
+    """The resolved layout as inspect's JSON ``block_layout`` holds it (``engines`` added there)."""
+    return {
+        "layout": resolved.layout,
+        "source": resolved.source,
+        "declared": dict(resolved.declared),
+        "conflict": resolved.conflict,
+        "invalid": resolved.invalid,
+        "ambiguous": resolved.ambiguous,
+    }

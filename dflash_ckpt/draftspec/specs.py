@@ -12,9 +12,12 @@ import copy
 import json
 from typing import Any, NamedTuple, Sequence
 
+from dflash_ckpt.draftspec.layout import BlockLayout, resolve_layout
+from dflash_ckpt.draftspec.siblings import is_muse_glimmer, sibling_family
 from dflash_ckpt.limits import MAX_BLOCK_SIZE, MAX_DIM, MAX_LAYERS, MAX_LIST_LEN, MAX_VOCAB
 from dflash_ckpt.sources.jsonfile import decode_json_bytes, require_object
 from dflash_ckpt.sources.base import Source
+from dflash_ckpt.sources.tokenizer_config import max_added_token_id
 from dflash_ckpt.sources.weights import WeightInventory, load_inventory
 
 #: The keys every DFlash draft needs, in report order.
@@ -266,12 +269,22 @@ class DraftSpec:
         return [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
 
     @property
+    def block_layout(self) -> BlockLayout:  # which block slots are drafts, and what decided it
+        return resolve_layout(self.config)
+
+    @property
+    def family(self) -> str | None:  # DSpark, Laguna or LiLiCorr (draftspec.siblings)
+        return sibling_family(self.config)
+
+    @property
     def generation(self) -> str:
-        """``DFlash2``, ``DFlash`` or ``unknown`` (then DFlash v1 tensors are expected)."""
+        """``DFlash2``, ``DFlash``, a sibling ``family`` or ``unknown`` (DFlash v1 tensors expected)."""
+        if self.family is not None:
+            return self.family
         archs = self.architectures
         if "DFlash2DraftModel" in archs:
             return "DFlash2"
-        if "DFlashDraftModel" in archs:
+        if "DFlashDraftModel" in archs or is_muse_glimmer(self.config):
             return "DFlash"
         if any(self.extra_keys[k].present for k in DFLASH2_KEYS):
             return "DFlash2"
@@ -346,6 +359,8 @@ class TargetSpec(NamedTuple):
     config: dict[str, Any]
     #: ``generation_config.json`` when the target has one (its eos/bos/pad ids), else empty.
     generation_config: dict[str, Any] = {}  # noqa: RUF012 - NamedTuple default, never mutated
+    #: The largest token id ``tokenizer_config.json``'s ``added_tokens_decoder`` names, when it has one.
+    tokenizer_max_id: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -401,7 +416,7 @@ def read_target_spec(source: Source) -> TargetSpec:
     if source.exists("generation_config.json"):
         gen, _ = read_config(source, "generation_config.json")
         spec = spec._replace(generation_config=gen)
-    return spec
+    return spec._replace(tokenizer_max_id=max_added_token_id(source))  # best effort (DF316)
 
 
 def fc_taps(inventory: WeightInventory, hidden: int | None) -> int | None:

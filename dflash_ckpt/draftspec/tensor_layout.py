@@ -6,6 +6,9 @@ draft is. A shape is ``None`` where the config key it depends on is missing or i
 
 from __future__ import annotations
 
+from typing import Iterable
+
+from dflash_ckpt.draftspec.siblings import DSPARK, LAGUNA, confidence_head, dspark_value, markov_rank
 from dflash_ckpt.draftspec.specs import KEY_BOUNDS, DraftSpec, as_int
 
 Shape = tuple[int, ...] | None
@@ -83,8 +86,11 @@ def dflash2_model_tensors(spec: DraftSpec) -> dict[str, Shape]:
     }
 
 
-def expected_tensors(spec: DraftSpec, *, dflash2: bool | None = None) -> dict[str, Shape]:
-    """Every tensor the config implies, ``fc.weight`` first."""
+def expected_tensors(spec: DraftSpec, *, dflash2: bool | None = None, names: Iterable[str] = ()) -> dict[str, Shape]:
+    """Every tensor the config implies, ``fc.weight`` first; ``names`` (the tensors the weights hold)
+    picks between the spellings of a sibling family's heads and the optional own embeddings."""
+    if spec.family == LAGUNA:
+        return laguna_tensors(spec)
     h = spec.dims.hidden_size
     ids = spec.target_layer_ids
     k = len(ids) if ids else None
@@ -100,4 +106,64 @@ def expected_tensors(spec: DraftSpec, *, dflash2: bool | None = None) -> dict[st
             out.update(dflash2_layer_tensors(spec, i))
     if v2:
         out.update(dflash2_model_tensors(spec))
+    if spec.family == DSPARK:
+        out.update(dspark_tensors(spec, names))
+    return out
+
+
+def _named(names: Iterable[str], *choices: str) -> str:
+    """The first of ``choices`` the weights hold, else the first (the name engines load)."""
+    have = set(names)
+    return next((c for c in choices if c in have), choices[0])
+
+
+def dspark_tensors(spec: DraftSpec, names: Iterable[str]) -> dict[str, Shape]:
+    """DSpark's heads (vLLM 0.32.0 ``qwen3_dspark.py``): ``markov_w1 [vocab, r]`` (an embedding of
+    the previous token), ``markov_w2 [draft_vocab, r]`` (its bias over the draft vocabulary), and,
+    with ``enable_confidence_head``, ``confidence_head.proj`` ``[1, H (+ r with
+    confidence_head_with_markov)]`` with a ``[1]`` bias. DeepSpec spells them without the
+    ``markov_head.`` prefix and the confidence projection ``confidence_proj``; either is accepted.
+    Its own ``embed_tokens [vocab, H]`` and ``lm_head [draft_vocab, H]`` are optional (DeepSpec
+    ships both; without them the target's are shared) and shape-checked when present."""
+    names = list(names)
+    d = spec.dims
+    h, vocab = d.hidden_size, d.vocab_size
+    dvs = as_int(spec.config.get("draft_vocab_size")) or vocab
+    r = markov_rank(spec.config)
+    out: dict[str, Shape] = {}
+    if r:
+        out[_named(names, "markov_head.markov_w1.weight", "markov_w1.weight")] = _shape(vocab, r)
+        out[_named(names, "markov_head.markov_w2.weight", "markov_w2.weight")] = _shape(dvs, r)
+    if confidence_head(spec.config):
+        width = _mul(1, h) if dspark_value(spec.config, "confidence_head_with_markov") is not True else (
+            h + r if h is not None and r is not None else None)
+        proj = _named(names, "confidence_head.proj.weight", "confidence_proj.weight").removesuffix(".weight")
+        out[proj + ".weight"] = _shape(1, width)
+        out[proj + ".bias"] = (1,)
+    out.update(own_embeddings(spec, names))
+    return out
+
+
+def own_embeddings(spec: DraftSpec, names: Iterable[str]) -> dict[str, Shape]:
+    """``embed_tokens.weight [vocab, H]`` and ``lm_head.weight [draft_vocab or vocab, H]`` where the
+    draft ships them (DeepSpec, Nemotron NVFP4-DFlash): expected only when present."""
+    have = set(names)
+    h, vocab = spec.dims.hidden_size, spec.dims.vocab_size
+    dvs = as_int(spec.config.get("draft_vocab_size")) or vocab
+    out: dict[str, Shape] = {}
+    for name, rows in (("embed_tokens.weight", vocab), ("lm_head.weight", dvs)):
+        if name in have:
+            out[name] = _shape(rows, h)
+    return out
+
+
+def laguna_tensors(spec: DraftSpec) -> dict[str, Shape]:
+    """What a Laguna draft holds beside its layers (vLLM 0.32.0 ``laguna_dflash.py``): ``fc``, one
+    RMSNorm per tap (``aux_hidden_norms.{i}.weight [H]``) and the final norm; its layers (fused
+    ``qkv_proj``, per-head norms, a gate) are the target's own kind and are not modelled here."""
+    h = spec.dims.hidden_size
+    ids = spec.target_layer_ids or []
+    out: dict[str, Shape] = {"fc.weight": _shape(h, _mul(len(ids) or None, h)), "norm.weight": _shape(h)}
+    for i in range(len(ids)):
+        out[f"aux_hidden_norms.{i}.weight"] = _shape(h)
     return out
