@@ -132,6 +132,9 @@ def smoke_run(draft: str | os.PathLike[str], target: str | os.PathLike[str], *, 
               thinking: bool = False, no_chat_template: bool = False, tokenizer: str | os.PathLike[str] | None = None,
               ignore_eos: bool = False, tie_tolerance: float | None = None, revision: str | None = None,
               token: str | None = None, threads: int | None = None, no_compile: bool = False,
+              engine: str = "reference", tensor_parallel_size: int = 1, pipeline_parallel_size: int = 1,
+              max_model_len: int | None = None, engine_arg: str | Sequence[str] | None = (),
+              engine_timeout: float | None = None,
               progress: Any = None, log: Callable[[str], None] | None = None) -> SmokeResult:
     """Decode with the target alone and with DFlash, check the outputs match and measure
     acceptance and speed, as ``dflash-ckpt smoke-run`` does (needs the ``run`` extra). ``prompt``:
@@ -148,6 +151,8 @@ def smoke_run(draft: str | os.PathLike[str], target: str | os.PathLike[str], *, 
             target_dtype=target_dtype, device=device, backend=backend, block_size=block_size, thinking=thinking,
             no_chat_template=no_chat_template, tokenizer=path_text(tokenizer), ignore_eos=ignore_eos,
             tie_tolerance=tie_tolerance, revision=revision, token=token, threads=threads, no_compile=no_compile,
+            engine=engine, tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size,
+            max_model_len=max_model_len, engine_arg=texts(engine_arg), engine_timeout=engine_timeout,
             progress=progress, log=log)
 
 

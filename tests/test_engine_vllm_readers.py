@@ -169,8 +169,6 @@ def test_what_the_reader_refuses_vllm_does_not_run_as_trained(measured: dict[str
     assert not as_trained(engine, measured["configs"][name]), engine
 
 
-@pytest.mark.xfail(strict=True, reason="reader bug (issue 26's vLLM reader corrections): checks/engines.py _vllm reads "
-                   "mask_token_id from dflash_config only, vLLM 0.32 falls back to the top level")
 def test_a_top_level_mask_id(measured: dict[str, Any]) -> None:
     """vLLM 0.32 reads mask_token_id from dflash_config, then the top level (qwen3_dflash.py:
     ``drafter_config.get("mask_token_id", getattr(self.config, "mask_token_id", None))``)."""
