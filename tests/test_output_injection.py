@@ -163,12 +163,10 @@ def _paths_in(engine: str, argv: list[str]) -> set[str]:
     if engine == "sglang":
         return {argv[argv.index("--speculative-draft-model-path") + 1]}
     if engine == "lmdeploy":
-        tree = ast.parse(argv[argv.index("-c") + 1])
-        return {ast.literal_eval(k.value) for node in ast.walk(tree) if isinstance(node, ast.Call)
-                for k in node.keywords if k.arg == "speculative_draft_model"}
+        return {argv[argv.index("--speculative-draft-model") + 1]}
     script = shlex.split(argv[argv.index("-c") + 1])
     lines = script[script.index("%s\\n") + 1: script.index(">")]
-    return {yaml.safe_load("\n".join(lines))["speculative_config"]["speculative_model_dir"]}
+    return {yaml.safe_load("\n".join(lines))["speculative_config"]["speculative_model"]}
 
 
 def test_serve_argv_is_faithful_and_the_line_pastes_to_it(cli, serve_drafts) -> None:
