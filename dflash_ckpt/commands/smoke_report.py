@@ -49,7 +49,7 @@ def render_smoke(console: Console, res: SmokeResult, *, quiet: bool = False, sho
     console.print(
         f"[bold]{safe(res.draft_label)}[/] on [bold]{safe(res.target_label)}[/]  device {res.device}  "
         f"backend {res.backend}  "
-        f"draft {res.draft_dtype}  target {res.target_dtype}  block {res.block_size}  "
+        f"draft {res.draft_dtype}  target {res.target_dtype}  block {res.block_size} {res.layout or ''}  "
         f"chat template {'on' if res.chat_template else 'off'}"
         + (f"  CUDA graphs (captured in {res.capture_s:.2f} s, not in any figure)" if res.cuda_graphs else "")
     )
@@ -62,7 +62,7 @@ def render_smoke(console: Console, res: SmokeResult, *, quiet: bool = False, sho
         left = col in ("prompt", "output")
         table.add_column(col, justify="left" if left else "right", no_wrap=col != "prompt", overflow="fold",
                          min_width=8 if col == "prompt" else None)
-    block = res.block_size or 1
+    block = res.verify_width or res.block_size or 1
     for run in res.runs:
         fig = run.figures(block)
         table.add_row(safe(run.prompt.name), *_cells(fig), LOSSLESS_TEXT[run.lossless.status])
