@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 from dflash_ckpt.errors import error_line, split_location
 from dflash_ckpt.rules_engines import ENGINE_RULES
+from dflash_ckpt.rules_layout import LAYOUT_RULES
 
 
 class Severity(str, Enum):
@@ -399,6 +400,7 @@ _RULES: list[Rule] = [
 ]
 
 _RULES += [Rule(code, name, Severity(sev), *texts) for code, name, sev, *texts in ENGINE_RULES]
+_RULES += [Rule(code, name, Severity(sev), *texts) for code, name, sev, *texts in LAYOUT_RULES]
 _RULES.sort(key=lambda rule: rule.code)
 
 RULES: dict[str, Rule] = {rule.code: rule for rule in _RULES}

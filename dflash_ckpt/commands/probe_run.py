@@ -42,6 +42,8 @@ from dflash_ckpt.runtime.probe_evidence import Session, candidate_bar, settle
 from dflash_ckpt.runtime.probe_result import CONFIRM, DEFAULT_TOP, ProbeOptions, ProbeResult
 from dflash_ckpt.normalize.measured import write_copy
 from dflash_ckpt.runtime.probe import measure, reading_taps, record
+from dflash_ckpt.runtime.probe_layout import loop_layouts, simulate_layouts
+from dflash_ckpt.checks.layout_findings import layout_findings, searched_layout
 from dflash_ckpt.sources.local import LocalSource
 from dflash_ckpt.sources.prompts import stop_token_ids
 from dflash_ckpt.draftspec.specs import TargetSpec, as_int, fc_taps, read_draft_spec, read_target_spec, with_layer_ids
@@ -55,7 +57,7 @@ def run_probe_taps(draft: str, target: str, *, prompt: Sequence[str] = (), promp
                    top: int = DEFAULT_TOP, draft_dtype: str = "bfloat16", target_dtype: str | None = None,
                    device: str = "auto", backend: str = "auto", block_size: int | None = None, thinking: bool = False,
                    no_chat_template: bool = False, tokenizer: str | None = None, ignore_eos: bool = False,
-                   revision: str | None = None, token: str | None = None,
+                   revision: str | None = None, token: str | None = None, layout_for: Sequence[str] = (),
                    log: Callable[[str], None] | None = None, copy_progress: bool = False,
                    progress: Any = None) -> ProbeResult:
     """``dflash-ckpt probe-taps DRAFT --target TARGET``: keywords are its long options (``prompt`` is
@@ -69,7 +71,7 @@ def run_probe_taps(draft: str, target: str, *, prompt: Sequence[str] = (), promp
         max_new_tokens=max_new_tokens, min_acceptance=min_acceptance, write=Path(write) if write is not None else None,
         force=force, top=top, draft_dtype=draft_dtype, target_dtype=target_dtype, device=device, backend=backend,
         block_size=block_size, thinking=thinking, chat_template=not no_chat_template, tokenizer=tokenizer,
-        ignore_eos=ignore_eos, revision=revision, token=token)
+        ignore_eos=ignore_eos, revision=revision, token=token, layout_for=tuple(layout_for))
     res = run_probe(opts, log=log, progress=progress)
     if opts.write is not None and not res.refused and res.best is not None:
         try:
@@ -153,6 +155,15 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None, prog
                          "give longer prompts, or --ignore-eos")
 
     embed_w, head_w = target.embed_tokens.weight, target.lm_head.weight
+    declared = plan.draft_args.block_layout
+    if configured is not None:
+        # The layout first, with the configured taps: a draft whose layout key is lost or wrong is
+        # searched (and its finalists run) in the layout it measures best in, when that is clear.
+        quick = simulate_layouts(draft, recs, configured, declared, embed_w=embed_w, head_w=head_w, draft_cache=dcache,
+                                 block_size=block, stop_ids=stops)
+        result.layout_quick = quick
+        draft.args = searched_layout(draft.args, quick)
+        say(f"block layout with the configured taps: " + ", ".join(f"{n} tau {c.tau:.2f}" for n, c in quick.by_layout.items()))
 
     probed: dict[TapSet, list[int]] = {}
 
@@ -195,7 +206,13 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None, prog
     result.evidence = settle(result, Session(
         draft, target, prompts, encoder, encoded, opts.max_new_tokens, stops, block, depth, plan.target.max_position_embeddings,
         tspec.where, CONFIRM, configured, bool(opts.prompts or opts.prompts_file)), say)
-    result.findings = probe_findings(result) + unclear_findings(result)
+    best = result.best
+    if best is not None:
+        t2 = time.perf_counter()
+        result.layout = loop_layouts(draft, target, encoded, best.target_layer_ids, declared, capacity=capacity + 1,
+                                     block_size=block, max_new_tokens=opts.max_new_tokens, stop_ids=stops)
+        result.confirm_s += time.perf_counter() - t2
+    result.findings = probe_findings(result) + unclear_findings(result) + layout_findings(result)
     return result
 
 

@@ -28,6 +28,8 @@ from typing import Any, Callable, ClassVar, Sequence
 
 from dflash_ckpt.checks.acceptance import refuse_unimplemented
 from dflash_ckpt.checks.inspection import InspectResult, inspect_sources
+from dflash_ckpt.checks.layout_findings import smoke_layout_findings
+from dflash_ckpt.draftspec.layout import resolve_layout
 from dflash_ckpt.checks.run_findings import prompt_format_causes, smoke_findings, special_token_texts
 from dflash_ckpt.checks.target_config import check_target_config
 from dflash_ckpt.commands.options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_ACCEPTANCE
@@ -239,6 +241,7 @@ def run_smoke(opts: SmokeOptions, progress: Any = None, log: Callable[[str], Non
         run.input_text = encoder.render(run.prompt)
     result.findings = smoke_findings(result, target_layer_ids=plan.draft_args.target_layer_ids,
                                      mask_token_id=plan.draft_args.mask_token_id)
+    result.findings += smoke_layout_findings(layout, resolve_layout(pre.draft.config))
     return result
 
 
