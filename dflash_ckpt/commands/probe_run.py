@@ -7,7 +7,9 @@ checks or the runtime refuse, as ``smoke-run`` does; load both models; record ea
 (``runtime.probe.record``); let ``probe_search`` choose the candidates, each measured by
 ``runtime.probe.simulate`` (draft calls only); re-measure the finalists (the best ones and the
 configured ids) with ``generate.dflash_decode``, the loop ``smoke-run`` measures with, so the
-reported tau of the winner is smoke-run's tau; judge; optionally write a normalized copy.
+reported tau of the winner is smoke-run's tau; run the winner in both block layouts
+(``runtime.probe_layout``: before the search too, with the configured taps, so that a draft whose
+layout key is lost is searched in its own layout); judge; optionally write a normalized copy.
 The pair is planned as smoke-run plans it (``runtime/plan.py``), on the backend ``--backend`` picks.
 
 ``run_probe_taps`` is the command's work with the CLI's long options as keywords: no printing, no
@@ -15,7 +17,8 @@ The pair is planned as smoke-run plans it (``runtime/plan.py``), on the backend 
 
 Verdict (exit code): 0 when the best tap set reaches ``--min-acceptance`` and the configured ids
 (if any) are the best; 1 when the configured ids measure worse than another set (DF410) or no set
-reaches ``--min-acceptance`` (DF411), or the pair fails inspect's checks; 2 for usage errors.
+reaches ``--min-acceptance`` (DF411), the other block layout measures better (DF417) or neither
+leads beyond noise (DF418), or the pair fails inspect's checks; 2 for usage errors.
 """
 
 from __future__ import annotations
@@ -207,10 +210,13 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None, prog
         draft, target, prompts, encoder, encoded, opts.max_new_tokens, stops, block, depth, plan.target.max_position_embeddings,
         tspec.where, CONFIRM, configured, bool(opts.prompts or opts.prompts_file)), say)
     best = result.best
-    if best is not None:
+    if best is not None:  # on the evidence the winner was judged on (the last round's prompts and -n)
         t2 = time.perf_counter()
-        result.layout = loop_layouts(draft, target, encoded, best.target_layer_ids, declared, capacity=capacity + 1,
-                                     block_size=block, max_new_tokens=opts.max_new_tokens, stop_ids=stops)
+        last = [p["input_ids"] for p in result.prompts]
+        n = result.evidence.get("max_new_tokens", opts.max_new_tokens)
+        result.layout = loop_layouts(draft, target, last, best.target_layer_ids, declared,
+                                     capacity=max(map(len, last)) + n + block + 2, block_size=block, max_new_tokens=n,
+                                     stop_ids=stops)
         result.confirm_s += time.perf_counter() - t2
     result.findings = probe_findings(result) + unclear_findings(result) + layout_findings(result)
     return result
