@@ -141,7 +141,8 @@ _RULES: list[Rule] = [
          "Each tap must be a distinct target layer.",
          "Remove the duplicate; the list length must still match fc.weight (see DF211)."),
     Rule("DF114", "layer-id-out-of-range", E, "A tap layer is outside the target",
-         "Every id must satisfy 0 <= id < num_target_layers. An id equal to num_target_layers "
+         "Every id must satisfy -1 <= id < num_target_layers (-1 is the embedding output, which "
+         "DeepSpec drafts tap). An id equal to num_target_layers "
          "usually means the ids were written in the HF hidden_states convention (i+1), as vLLM "
          "and llama.cpp store them, instead of the 'output of layer i' convention DFlash uses.",
          "Subtract 1 from every id if they came from a vLLM/speculators/GGUF config; otherwise "

@@ -193,3 +193,25 @@ def test_a_draft_tapping_minus_one_decodes_losslessly(fp32) -> None:
         draft.args = before
     assert eager.tokens == static.tokens == ref.tokens
     assert eager.acceptance_lengths == static.acceptance_lengths
+
+
+def test_smoke_run_accepts_a_draft_tapping_the_embedding_output(cli, tmp_path: Path, pair: tuple[Path, Path]) -> None:
+    """DeepSpec drafts tap -1: inspect's range check (DF114) lets it through and the run is lossless
+    on both layouts; the JSON says which layout ran."""
+    from conftest import smoke
+
+    _, target = pair
+    draft = tm.make_draft(tmp_path / "d", taps=(-1, 2, 4))
+    for extra, layout, source in (((), ONE_PLUS_N, "default"), (("--layout", "anchor-first"), ANCHOR_FIRST, "--layout")):
+        res = smoke(cli, (str(draft), str(target)), "-n", "24", "--draft-dtype", "float32", "--min-acceptance", "0",
+                    "--json", *extra)
+        assert res.code == 0, res.stderr
+        doc = res.merged()
+        assert not [f for f in doc["precheck"] if f["code"] == "DF114"]
+        s = doc["settings"]
+        assert (s["layout"], s["layout_source"], s["verify_width"]) == (layout, source, 8 + (layout == ANCHOR_FIRST))
+        assert all(p["lossless"]["status"] == "identical" for p in doc["prompts"])
+        assert ("DF419" in {f["code"] for f in doc["findings"]}) == (source == "--layout")
+    bad = tm.make_draft(tmp_path / "bad", taps=(-2, 2, 4))
+    res = cli("inspect", str(bad), "--json")
+    assert res.code == 1 and "DF114" in {f["code"] for f in res.result()["findings"]}
