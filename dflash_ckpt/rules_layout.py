@@ -18,10 +18,11 @@ LAYOUT_RULES: list[tuple[str, str, str, str, str, str]] = [
          "DFlash reader assumes) loses by at least one standard error.",
          "Record the measured layout: probe-taps --write OUT writes dflash_config.sample_from_anchor (or "
          "the keys the engines named with --layout-for read); serve the draft where that layout runs."),
-    ("DF418", "layout-unclear", "error", "Neither block layout leads beyond measurement noise",
-         "probe-taps measured both layouts with the winning taps and the leader is less than one standard "
-         "error ahead, so it names no layout (a wrong one loads cleanly and serves at tau ~1) and --write "
-         "records none.",
+    ("DF418", "layout-unclear", "error", "The other block layout leads only within measurement noise",
+         "probe-taps measured both layouts with the winning taps and the one the config does not declare "
+         "leads, but by less than one standard error or on fewer than 8 steps each: the declared layout is "
+         "not confirmed and no layout is named (a wrong one loads cleanly and serves at tau ~1); --write "
+         "records none. (The declared layout leading within noise stands, as configured taps do.)",
          "Rerun with more tokens (-n) or more prompts in the draft's training format (--prompts), or "
          "check the model card."),
     ("DF419", "layout-overridden", "warning", "smoke-run ran the draft in another layout than its config declares",

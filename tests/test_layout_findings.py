@@ -47,9 +47,17 @@ def test_a_clear_lead_for_the_other_layout_is_df417_naming_the_key() -> None:
 
 
 def test_a_narrow_lead_claims_no_layout() -> None:
-    m = measured(DEFAULT, [3, 4, 2, 5, 3] * 4, [3, 5, 2, 4, 3] * 4)
-    assert m.verdict() == "narrow"
+    """The other layout ahead within noise is DF418; the declared one ahead within noise stands."""
+    m = measured(DECLARED_AF, [3, 4, 2, 5, 4] * 4, [3, 5, 2, 4, 3] * 4)
+    assert m.verdict() == "narrow" and m.best == ONE_PLUS_N
     assert codes(layout_findings(result(m))) == ["DF418"]
+    assert layout_findings(result(measured(DEFAULT, [3, 4, 2, 5, 4] * 4, [3, 5, 2, 4, 3] * 4))) == []
+
+
+def test_a_lead_on_a_few_steps_claims_no_layout() -> None:
+    m = measured(DEFAULT, [1, 1, 1, 1, 1], [2, 3, 2, 3])  # z is large, the evidence is not
+    assert (m.z or 0) > 2
+    assert codes(layout_findings(result(m, 0.0))) == ["DF418"]
 
 
 def test_nothing_is_named_when_neither_layout_works() -> None:

@@ -7,7 +7,9 @@ Pure functions over a run's result, no torch. probe-taps measures both layouts
 - DF416 (info): the measured layout is the one the config declares (or defaults to);
 - DF417 (error): the draft measures clearly better in the other layout: the config's
   declaration (or its absence) makes engines that read it serve every draft a position off;
-- DF418 (error): neither layout leads beyond noise, so none is claimed and ``--write`` refuses;
+- DF418 (error): the other layout leads, but within noise or on too few steps: the config's is
+  not confirmed and none is claimed or written (the declared layout leading narrowly stands);
+- nothing when the draft works in neither layout (tau below ``LAYOUT_MIN_TAU``): DF403/DF411;
 - DF419 (warning): smoke-run ran the draft in a layout ``--layout`` forced, not the declared one.
 """
 
@@ -38,10 +40,30 @@ def _figures(m: Any) -> str:
     return f"tau {r[0][1].tau:.2f} as {r[0][0]} against {r[1][1].tau:.2f} as {r[1][0]}, {zs} standard errors apart"
 
 
+#: A layout shows itself as one layout working and the other at tau ~1; a leader below this tau
+#: works in neither, and its lead says nothing about the layout (whatever --min-acceptance is).
+LAYOUT_MIN_TAU = 1.5
+#: Steps each layout needs before a standard error means anything.
+LAYOUT_MIN_STEPS = 8
+
+
+def claim(m: Any, min_acceptance: float = 0.0) -> str:
+    """``none`` (the draft works in neither layout), ``narrow`` (the leader leads within noise or
+    on too few steps) or ``clear`` (at least ``LIKELY_Z`` standard errors: a layout is named)."""
+    if m is None or m.best is None or len(m.by_layout) < 2:
+        return "none"
+    best = m.by_layout[m.best]
+    if best.tau is None or best.tau < max(LAYOUT_MIN_TAU, min_acceptance):
+        return "none"
+    if min(len(c.lengths) for c in m.by_layout.values()) < LAYOUT_MIN_STEPS or (m.z or 0.0) < LIKELY_Z:
+        return "narrow"
+    return "clear"
+
+
 def searched_layout(args: Any, quick: Any) -> Any:
     """The draft settings the tap search runs with: the configured layout, unless the quick
     measurement with the configured taps puts the other one ahead beyond noise."""
-    if quick.best is None or quick.matches_config or (quick.z or 0.0) < LIKELY_Z:
+    if quick.matches_config or claim(quick) != "clear":
         return args
     return dataclasses.replace(args, block_layout=BlockLayout(quick.best, "measured by probe-taps", {}))
 
@@ -49,17 +71,18 @@ def searched_layout(args: Any, quick: Any) -> Any:
 def layout_findings(result: Any) -> list[Finding]:
     """DF416/DF417/DF418 from probe-taps' layout measurement (``result.layout``)."""
     m = getattr(result, "layout", None)
-    if m is None or m.best is None or len(m.by_layout) < 2:
-        return []
+    verdict = claim(m, result.options.min_acceptance)
+    if verdict == "none":
+        return []  # nothing works in either layout: DF403/DF411 say so, naming a layout would mislead
     where = f"{result.draft_path or result.draft_label}/config.json"
-    best = m.by_layout[m.best]
-    if best.tau is None or best.tau < result.options.min_acceptance:
-        return []  # nothing works in either layout: DF411 says so, naming a layout would mislead
     taps = list(m.taps)
-    if (m.z or 0.0) < LIKELY_Z:
-        return [finding("DF418", f"{where}: block layout: {_figures(m)} with target_layer_ids {taps}, which is within "
-                                 "noise; no layout is claimed and --write records none: rerun with more -n or --prompts "
-                                 "in the draft's training format, or check the model card")]
+    if verdict == "narrow":
+        if m.matches_config:
+            return []  # the declared layout leads, within noise: it stands (as configured taps do)
+        return [finding("DF418", f"{where}: block layout: {_figures(m)} with target_layer_ids {taps}, within noise "
+                                 f"or on too few steps; the config {_declared(m.declared)}, which this does not "
+                                 "confirm, and no layout is claimed or written: rerun with more -n or --prompts in "
+                                 "the draft's training format, or check the model card")]
     if m.matches_config:
         return [finding("DF416", f"{where}: block layout {m.best} measured ({_figures(m)}); the config "
                                  f"{_declared(m.declared)}")]
