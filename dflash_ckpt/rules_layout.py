@@ -1,31 +1,25 @@
-"""The rules of the block-layout measurements (issue 26, runtime side): DF416-DF419, as plain
+"""The rules of the block-layout measurements (issue 26, runtime side): DF416-DF418, as plain
 data that ``rules`` turns into ``Rule``s (as ``rules_engines``). Fields as ``rules.Rule``: code,
 name, severity, summary, explanation, fix."""
 
 from __future__ import annotations
 
 LAYOUT_RULES: list[tuple[str, str, str, str, str, str]] = [
-    ("DF416", "layout-measured", "info", "probe-taps measured the block layout the config declares",
-         "A DFlash draft is trained in one of two block layouts with the same block_size: 1+N (drafts "
-         "from block slots 1..B-1, verify width B) or anchor-first (slots 0..B-1, verify width B+1). "
-         "probe-taps ran the draft both ways with the winning taps through smoke-run's loop; the layout "
-         "the config declares (or defaults to) leads the other by at least one standard error.",
-         "Nothing to do."),
-    ("DF417", "layout-wrong", "error", "The draft measures clearly better in the other block layout",
+    ("DF416", "layout-wrong", "error", "The draft measures clearly better in the other block layout",
          "Run in the layout it was not trained in, every draft token is one position off: acceptance "
          "falls to about 1 and nothing fails (sglang#40144, vllm#56792). probe-taps measured both "
          "layouts and the one the config declares (or, with no declaration, the 1+N default every "
          "DFlash reader assumes) loses by at least one standard error.",
          "Record the measured layout: probe-taps --write OUT writes dflash_config.sample_from_anchor (or "
          "the keys the engines named with --layout-for read); serve the draft where that layout runs."),
-    ("DF418", "layout-unclear", "error", "The other block layout leads only within measurement noise",
+    ("DF417", "layout-unclear", "error", "The other block layout leads only within measurement noise",
          "probe-taps measured both layouts with the winning taps and the one the config does not declare "
          "leads, but by less than one standard error or on fewer than 8 steps each: the declared layout is "
          "not confirmed and no layout is named (a wrong one loads cleanly and serves at tau ~1); --write "
          "records none. (The declared layout leading within noise stands, as configured taps do.)",
          "Rerun with more tokens (-n) or more prompts in the draft's training format (--prompts), or "
          "check the model card."),
-    ("DF419", "layout-overridden", "warning", "smoke-run ran the draft in another layout than its config declares",
+    ("DF418", "layout-overridden", "warning", "smoke-run ran the draft in another layout than its config declares",
          "--layout forced the block layout; every engine follows the config instead, so the run's "
          "figures are not what an engine would serve. Run in the wrong layout a working draft drops to "
          "tau ~1.",

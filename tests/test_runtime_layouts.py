@@ -211,7 +211,7 @@ def test_smoke_run_accepts_a_draft_tapping_the_embedding_output(cli, tmp_path: P
         s = doc["settings"]
         assert (s["layout"], s["layout_source"], s["verify_width"]) == (layout, source, 8 + (layout == ANCHOR_FIRST))
         assert all(p["lossless"]["status"] == "identical" for p in doc["prompts"])
-        assert ("DF419" in {f["code"] for f in doc["findings"]}) == (source == "--layout")
+        assert ("DF418" in {f["code"] for f in doc["findings"]}) == (source == "--layout")
     bad = tm.make_draft(tmp_path / "bad", taps=(-2, 2, 4))
     res = cli("inspect", str(bad), "--json")
     assert res.code == 1 and "DF114" in {f["code"] for f in res.result()["findings"]}

@@ -67,13 +67,13 @@ def test_anchor_first_draft_passes_smoke_run_in_its_layout() -> None:
     assert doc["overall"]["tau"] >= MIN_TAU
     assert max(int(k) for k, v in doc["overall"]["histogram"].items() if v) == 9  # all 8 drafts accepted, plus the bonus
     assert all(p["lossless"]["status"] in ("identical", "tie") for p in doc["prompts"])
-    assert not codes(doc) & {"DF403", "DF419"}
+    assert not codes(doc) & {"DF403", "DF418"}
 
 
 def test_anchor_first_draft_run_as_one_plus_n_drops_to_tau_one() -> None:
     code, doc = smoke(ANCHOR, "--layout", "1+N")
     assert doc["settings"]["layout"] == "1+N" and doc["settings"]["layout_source"] == "--layout"
-    assert code == 1 and {"DF403", "DF419"} <= codes(doc)
+    assert code == 1 and {"DF403", "DF418"} <= codes(doc)
     assert doc["overall"]["tau"] < WRONG_LAYOUT_TAU
     assert all(p["lossless"]["status"] in ("identical", "tie") for p in doc["prompts"])  # wrong, yet lossless
 
@@ -81,11 +81,11 @@ def test_anchor_first_draft_run_as_one_plus_n_drops_to_tau_one() -> None:
 def test_one_plus_n_draft_run_as_anchor_first_drops_to_tau_one() -> None:
     code, doc = smoke(DRAFT, "--layout", "anchor-first")
     assert doc["settings"]["verify_width"] == 9
-    assert code == 1 and {"DF403", "DF419"} <= codes(doc)
+    assert code == 1 and {"DF403", "DF418"} <= codes(doc)
     assert doc["overall"]["tau"] < WRONG_LAYOUT_TAU
     assert all(p["lossless"]["status"] in ("identical", "tie") for p in doc["prompts"])
     code, doc = smoke(DRAFT, "--layout", "1+N")  # the declared layout named: no warning, the usual pass
-    assert code == 0 and "DF419" not in codes(doc) and doc["overall"]["tau"] >= MIN_TAU
+    assert code == 0 and "DF418" not in codes(doc) and doc["overall"]["tau"] >= MIN_TAU
 
 
 def test_transformers_backend_runs_the_anchor_first_draft_like_the_native_one() -> None:
@@ -147,8 +147,8 @@ def test_probe_recovers_the_lost_anchor_first_layout(lost: Any) -> None:
     assert m["tau"]["anchor-first"] >= MIN_TAU and m["tau"]["1+N"] < WRONG_LAYOUT_TAU
     assert m["before_search"]["best"] == "anchor-first" and m["before_search"]["measured_by"] == "probe"
     assert doc["best"]["target_layer_ids"] == [1, 3, 5] and doc["best"]["tau"] >= MIN_TAU  # searched anchor-first
-    df417 = [f for f in doc["findings"] if f["code"] == "DF417"]
-    assert res.code == 1 and df417 and "trained anchor-first" in df417[0]["message"]
+    wrong = [f for f in doc["findings"] if f["code"] == "DF416"]
+    assert res.code == 1 and wrong and "trained anchor-first" in wrong[0]["message"]
 
 
 def test_write_records_the_layout_in_the_keys_the_named_engines_read(lost: Any) -> None:
@@ -165,7 +165,7 @@ def test_probe_confirms_the_one_plus_n_layout_of_the_draft_without_a_key(tmp_pat
     m = doc["layout"]
     assert m["best"] == "1+N" and m["matches_config"] and m["verdict"] == "clear"
     assert m["tau"]["anchor-first"] < WRONG_LAYOUT_TAU
-    assert res.code == 0 and "DF416" in codes(doc) and not codes(doc) & {"DF417", "DF418"}
+    assert res.code == 0 and not codes(doc) & {"DF416", "DF417"}
     assert "sample_from_anchor" not in config(tmp_path / "out").get("dflash_config", {})  # nothing to record
 
 
@@ -176,5 +176,5 @@ def test_probe_corrects_a_wrong_anchor_first_key_on_the_one_plus_n_draft(tmp_pat
     assert m["declared"] == {"layout": "anchor-first", "source": "dflash_config.sample_from_anchor",
                              "declared": {"dflash_config.sample_from_anchor": True}}
     assert m["best"] == "1+N" and m["verdict"] == "clear"
-    assert res.code == 1 and "DF417" in codes(doc)
+    assert res.code == 1 and "DF416" in codes(doc)
     assert config(tmp_path / "out")["dflash_config"]["sample_from_anchor"] is False

@@ -1,16 +1,17 @@
-"""Findings about the block layout a run measured or was told to use (DF416-DF419).
+"""Findings about the block layout a run measured or was told to use (DF416-DF418).
 
 Pure functions over a run's result, no torch. probe-taps measures both layouts
 (``runtime/probe_layout.py``) and judges them by the rule it judges tap sets by
 (``run_findings.verdict``): a layout is named only when it leads the other by at least
 ``LIKELY_Z`` standard errors.
-- DF416 (info): the measured layout is the one the config declares (or defaults to);
-- DF417 (error): the draft measures clearly better in the other layout: the config's
+- no finding when the measured layout is the one the config declares (or defaults to): the
+  report and the JSON (``layout``) show the figures;
+- DF416 (error): the draft measures clearly better in the other layout: the config's
   declaration (or its absence) makes engines that read it serve every draft a position off;
-- DF418 (error): the other layout leads, but within noise or on too few steps: the config's is
+- DF417 (error): the other layout leads, but within noise or on too few steps: the config's is
   not confirmed and none is claimed or written (the declared layout leading narrowly stands);
 - nothing when the draft works in neither layout (tau below ``LAYOUT_MIN_TAU``): DF403/DF411;
-- DF419 (warning): smoke-run ran the draft in a layout ``--layout`` forced, not the declared one.
+- DF418 (warning): smoke-run ran the draft in a layout ``--layout`` forced, not the declared one.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def searched_layout(args: Any, quick: Any) -> Any:
 
 
 def layout_findings(result: Any) -> list[Finding]:
-    """DF416/DF417/DF418 from probe-taps' layout measurement (``result.layout``)."""
+    """DF416/DF417 from probe-taps' layout measurement (``result.layout``)."""
     m = getattr(result, "layout", None)
     verdict = claim(m, result.options.min_acceptance)
     if verdict == "none":
@@ -79,24 +80,23 @@ def layout_findings(result: Any) -> list[Finding]:
     if verdict == "narrow":
         if m.matches_config:
             return []  # the declared layout leads, within noise: it stands (as configured taps do)
-        return [finding("DF418", f"{where}: block layout: {_figures(m)} with target_layer_ids {taps}, within noise "
+        return [finding("DF417", f"{where}: block layout: {_figures(m)} with target_layer_ids {taps}, within noise "
                                  f"or on too few steps; the config {_declared(m.declared)}, which this does not "
                                  "confirm, and no layout is claimed or written: rerun with more -n or --prompts in "
                                  "the draft's training format, or check the model card")]
     if m.matches_config:
-        return [finding("DF416", f"{where}: block layout {m.best} measured ({_figures(m)}); the config "
-                                 f"{_declared(m.declared)}")]
+        return []  # confirmed: the report and the JSON say so (``result.layout``)
     key = m.declared.source if m.declared.source in m.declared.declared else "dflash_config.sample_from_anchor"
-    return [finding("DF417", f"{where}: key '{key}': the draft was trained {m.best} ({_figures(m)} with "
+    return [finding("DF416", f"{where}: key '{key}': the draft was trained {m.best} ({_figures(m)} with "
                              f"target_layer_ids {taps}) but the config {_declared(m.declared)}; engines that follow "
                              "it serve every draft one position off (tau ~1, no error); record the measured layout "
                              "with probe-taps --write OUT (--layout-for names the engines whose key to write)")]
 
 
 def smoke_layout_findings(ran: BlockLayout, declared: BlockLayout) -> list[Finding]:
-    """DF419 when smoke-run's ``--layout`` ran the draft in another layout than the config's."""
+    """DF418 when smoke-run's ``--layout`` ran the draft in another layout than the config's."""
     if ran.layout == declared.layout:
         return []
-    return [finding("DF419", f"--layout {ran.layout}: the draft ran as {ran.layout}, but its config "
+    return [finding("DF418", f"--layout {ran.layout}: the draft ran as {ran.layout}, but its config "
                              f"{_declared(declared)}; every engine follows the config, so the figures here are not "
                              "what they serve; if this layout is the trained one, record it (probe-taps --write OUT)")]

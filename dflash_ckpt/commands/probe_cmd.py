@@ -34,7 +34,7 @@ def register(app: typer.Typer) -> None:
         top: int = typer.Option(5, "--top", help="Candidates listed in the report (the JSON lists all)."),
         layout_for: Optional[List[str]] = typer.Option(
             None, "--layout-for", metavar="ENGINE",
-            help="With --write, when the draft measures in the other block layout (DF417): record it in the key "
+            help="With --write, when the draft measures in the other block layout (DF416): record it in the key "
                  "this engine reads (repeatable): vllm (dflash_config.sample_from_anchor), speculators, vllm-dspark, "
                  "sglang-dspark, mlx-vlm-dspark (sample_from_anchor), specforge (dflash_config.shift_label). "
                  "Default: the keys the config has, else dflash_config.sample_from_anchor.", show_default=False),
@@ -58,7 +58,7 @@ def register(app: typer.Typer) -> None:
         by smoke-run's loop, then run in both block layouts (1+N, anchor-first). Nothing is written unless
         --write OUT. Exit 0 when the best set works and matches the configured ids (if any) and the layout
         measured is the declared one; 1 when the configured ids lose (DF410), nothing works (DF411), the
-        other layout wins (DF417) or neither leads (DF418), or the pair fails inspect's checks; 2 usage error.
+        other layout wins (DF416) or leads only within noise (DF417), or the pair fails inspect's checks; 2 usage error.
         """
         with starting_run("probe-taps", draft, target, json_out=json_out, quiet=quiet):
             from dflash_ckpt.commands.probe_report import report_probe

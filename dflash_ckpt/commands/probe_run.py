@@ -17,8 +17,8 @@ The pair is planned as smoke-run plans it (``runtime/plan.py``), on the backend 
 
 Verdict (exit code): 0 when the best tap set reaches ``--min-acceptance`` and the configured ids
 (if any) are the best; 1 when the configured ids measure worse than another set (DF410) or no set
-reaches ``--min-acceptance`` (DF411), the other block layout measures better (DF417) or neither
-leads beyond noise (DF418), or the pair fails inspect's checks; 2 for usage errors.
+reaches ``--min-acceptance`` (DF411), the other block layout measures better (DF416) or leads
+only within noise (DF417), or the pair fails inspect's checks; 2 for usage errors.
 """
 
 from __future__ import annotations

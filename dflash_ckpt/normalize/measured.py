@@ -1,5 +1,5 @@
 """``probe-taps --write OUT``: a normalized copy of the draft with the measured winner's tap ids
-and, when the draft measured clearly better in the other block layout (DF417), that layout
+and, when the draft measured clearly better in the other block layout (DF416), that layout
 recorded in the keys the engines named with ``--layout-for`` read (``normalize/layout_keys.py``).
 
 It goes through normalize's own run (``normalize.run.normalize_into``) without its printing, so
@@ -50,8 +50,8 @@ def write_copy(result: Any, *, quiet: bool) -> dict[str, Any]:
 
 
 def layout_edits(result: Any) -> tuple[tuple[tuple[str, ...], Any, str], ...]:
-    """The layout keys to set in the copy: only after DF417 (a layout measured beyond noise that
-    the config does not declare); DF416 needs none, DF418 claims none."""
+    """The layout keys to set in the copy: only after DF416 (a layout measured beyond noise that
+    the config does not declare); a confirmed layout needs none, DF417 claims none."""
     from dflash_ckpt.draftspec.layout import ANCHOR_FIRST
     from dflash_ckpt.draftspec.specs import read_config
     from dflash_ckpt.normalize.layout_keys import layout_paths
@@ -59,9 +59,9 @@ def layout_edits(result: Any) -> tuple[tuple[tuple[str, ...], Any, str], ...]:
     from pathlib import Path
 
     m = getattr(result, "layout", None)
-    if m is None or not any(f.code == "DF417" for f in result.findings):
+    if m is None or not any(f.code == "DF416" for f in result.findings):
         return ()
     config, _ = read_config(LocalSource(Path(result.draft_path), label=result.draft_label))
     tau = m.by_layout[m.best].tau
-    why = f"block layout {m.best} measured by probe-taps (tau {tau:.2f}, DF417)"
+    why = f"block layout {m.best} measured by probe-taps (tau {tau:.2f}, DF416)"
     return tuple((path, m.best == ANCHOR_FIRST, why) for path in layout_paths(config, result.options.layout_for))

@@ -12,7 +12,7 @@ layout is claimed.
 Two measurements: a quick one before the tap search, with the taps the search starts from (the
 configured ones), by the probe's simulation on the recordings (``probe.measure``), so a draft
 whose layout is lost is searched in its own layout; and the reported one after it, with the
-winning taps, by the real loop, whose figures the findings (DF416-DF418) and ``--write`` use.
+winning taps, by the real loop, whose figures the findings (DF416, DF417) and ``--write`` use.
 """
 
 from __future__ import annotations
