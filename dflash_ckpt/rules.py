@@ -15,6 +15,7 @@ from dflash_ckpt.errors import error_line, split_location
 from dflash_ckpt.rules_engines import ENGINE_RULES
 from dflash_ckpt.rules_vllm import VLLM_RULES
 from dflash_ckpt.rules_mistakes import MISTAKE_RULES
+from dflash_ckpt.rules_layout_probe import LAYOUT_PROBE_RULES
 from dflash_ckpt.rules_layout import LAYOUT_RULES
 
 
@@ -143,7 +144,8 @@ _RULES: list[Rule] = [
          "Each tap must be a distinct target layer.",
          "Remove the duplicate; the list length must still match fc.weight (see DF211)."),
     Rule("DF114", "layer-id-out-of-range", E, "A tap layer is outside the target",
-         "Every id must satisfy 0 <= id < num_target_layers. An id equal to num_target_layers "
+         "Every id must satisfy -1 <= id < num_target_layers (-1 is the embedding output, which "
+         "DeepSpec drafts tap). An id equal to num_target_layers "
          "usually means the ids were written in the HF hidden_states convention (i+1), as vLLM "
          "and llama.cpp store them, instead of the 'output of layer i' convention DFlash uses.",
          "Subtract 1 from every id if they came from a vLLM/speculators/GGUF config; otherwise "
@@ -446,7 +448,8 @@ _RULES: list[Rule] = [
          "Rerun with other prompts (-p/--prompts); check the weights (DF413, DF414)."),
 ]
 
-_RULES += [Rule(code, name, Severity(sev), *texts) for code, name, sev, *texts in (*ENGINE_RULES, *LAYOUT_RULES, *VLLM_RULES, *MISTAKE_RULES)]
+_RULES += [Rule(code, name, Severity(sev), *texts) for code, name, sev, *texts in
+           (*ENGINE_RULES, *LAYOUT_RULES, *LAYOUT_PROBE_RULES, *VLLM_RULES, *MISTAKE_RULES)]
 _RULES.sort(key=lambda rule: rule.code)
 
 RULES: dict[str, Rule] = {rule.code: rule for rule in _RULES}

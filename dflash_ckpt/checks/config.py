@@ -171,14 +171,13 @@ def _check_layer_ids(spec: DraftSpec) -> list[Finding]:
             "this order, restore the trained order",
         ))
     depth = spec.num_target_layers
-    lowest = -1 if spec.family == DSPARK else 0  # DeepSpec: -1 taps the embedding output
-    bad = [i for i in ids if i < lowest or (depth is not None and i >= depth)]
+    bad = [i for i in ids if i < -1 or (depth is not None and i >= depth)]  # -1: the embedding output (DeepSpec)
     if bad:
         hint = ""
         if depth is not None and max(ids) == depth and min(ids) >= 1:
             hint = (f"; {depth} is the target's depth, so these look like hidden_states indices "
                     f"(i+1, vLLM/GGUF convention): subtract 1 to get {show_value([i - 1 for i in ids])}")
-        rng = f"0..{depth - 1}" if depth is not None else "non-negative"
+        rng = f"-1..{depth - 1} (-1: the embedding output)" if depth is not None else "-1 or above"
         out.append(finding("DF114", f"{w}: key '{path}' has {show_value(bad)} outside {rng} (num_target_layers {depth}){hint}"))
     return out
 

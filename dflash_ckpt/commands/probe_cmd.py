@@ -32,6 +32,12 @@ def register(app: typer.Typer) -> None:
         write: Optional[Path] = typer.Option(None, "--write", help="Write a normalized copy of DRAFT with the winning target_layer_ids into this new folder.", show_default=False),
         force: bool = typer.Option(False, "--force", help="With --write: replace an OUT that exists and is not empty, and write a winner that leads only within noise (DF412)."),
         top: int = typer.Option(5, "--top", help="Candidates listed in the report (the JSON lists all)."),
+        layout_for: Optional[List[str]] = typer.Option(
+            None, "--layout-for", metavar="ENGINE",
+            help="With --write, when the draft measures in the other block layout (DF416): record it in the key "
+                 "this engine reads (repeatable): vllm (dflash_config.sample_from_anchor), speculators, vllm-dspark, "
+                 "sglang-dspark, mlx-vlm-dspark (sample_from_anchor), specforge (dflash_config.shift_label). "
+                 "Default: the keys the config has, else dflash_config.sample_from_anchor.", show_default=False),
         draft_dtype: str = DraftDtypeOpt,
         target_dtype: Optional[str] = TargetDtypeOpt,
         device: str = DeviceOpt,
@@ -48,14 +54,16 @@ def register(app: typer.Typer) -> None:
         annotations: Annotations = AnnotationsOpt,
         quiet: bool = QuietOpt,
     ) -> None:
-        """Recover (or check) the draft's target_layer_ids by measuring acceptance with candidate tap sets.
+        """Recover (or check) the draft's target_layer_ids and block layout by measuring acceptance.
 
         k comes from fc.weight; candidates are ranked by tau on the prompts, the finalists measured
-        by smoke-run's loop. Nothing is written unless --write OUT.
+        by smoke-run's loop, then run in both block layouts (1+N, anchor-first). Nothing is written unless
+        --write OUT.
 
-        Exit codes: 0 the best set works and matches the configured ids (if any), or --write wrote a
-        copy with the winner that works; 1 the configured ids lose (DF410) and nothing was written,
-        nothing works (DF411) or the pair fails inspect's checks; 2 usage error.
+        Exit codes: 0 the best set works and matches the configured ids (if any) and the layout measured
+        is the declared one, or --write wrote a copy with the winner that works; 1 the configured ids lose
+        (DF410) and nothing was written, nothing works (DF411), the other layout wins (DF416) or leads
+        only within noise (DF417), or the pair fails inspect's checks; 2 usage error.
         """
         fmt = "json" if json_out else output_format
         json_out = fmt != "text"
@@ -68,7 +76,7 @@ def register(app: typer.Typer) -> None:
             min_acceptance=min_acceptance, write=write, force=force, top=top, draft_dtype=draft_dtype,
             target_dtype=target_dtype, device=device, backend=backend, block_size=block_size, thinking=thinking,
             no_chat_template=no_chat_template, tokenizer=tokenizer, ignore_eos=ignore_eos, revision=revision,
-            token=token)
+            token=token, layout_for=list(layout_for or []))
         raise typer.Exit(report_probe(lambda **live: run_probe_taps(draft, target, **options, **live),
                                       json_out=json_out, quiet=quiet, output_format=fmt,
                                       annotations=annotations))

@@ -143,6 +143,13 @@ def render_probe(console: Console, res: ProbeResult) -> None:
             z = res.best.z_over(conf)
             console.print(f"the configured target_layer_ids {_ids(conf.target_layer_ids)} trail the best only within "
                           f"measurement noise ({'—' if z is None else f'{z:.1f}'} standard errors): they stay")
+    m = res.layout
+    if m is not None and len(m.by_layout) > 1:
+        taus = ", ".join(f"{name} tau {c.tau:.2f} ± {c.stderr or 0:.2f}" for name, c in m.ranked())
+        z = m.z
+        console.print(f"block layout with {_ids(m.taps)} (smoke-run's loop): {taus}: [bold]{m.best}[/] "
+                      f"({'—' if z is None else f'{z:.1f}'} standard errors, {m.verdict()}); the config says "
+                      f"{m.declared.layout} ({safe(m.declared.source)})")
     render_findings(console, res.findings)
     best = res.best
     if best is None:

@@ -7,7 +7,9 @@ checks or the runtime refuse, as ``smoke-run`` does; load both models; record ea
 (``runtime.probe.record``); let ``probe_search`` choose the candidates, each measured by
 ``runtime.probe.simulate`` (draft calls only); re-measure the finalists (the best ones and the
 configured ids) with ``generate.dflash_decode``, the loop ``smoke-run`` measures with, so the
-reported tau of the winner is smoke-run's tau; judge; optionally write a normalized copy.
+reported tau of the winner is smoke-run's tau; run the winner in both block layouts
+(``runtime.probe_layout``: before the search too, with the configured taps, so that a draft whose
+layout key is lost is searched in its own layout); judge; optionally write a normalized copy.
 The pair is planned as smoke-run plans it (``runtime/plan.py``), on the backend ``--backend`` picks.
 
 ``run_probe_taps`` is the command's work with the CLI's long options as keywords: no printing, no
@@ -15,11 +17,12 @@ The pair is planned as smoke-run plans it (``runtime/plan.py``), on the backend 
 
 Verdict (exit code): 0 when the best tap set reaches ``--min-acceptance`` and the configured ids
 (if any) are the best; 1 when the configured ids measure worse than another set (DF410) or no set
-reaches ``--min-acceptance`` (DF411), or the pair fails inspect's checks, or it is degenerate (a
-weight matrix reads back as one value, DF413; the target's logits tie everywhere, DF414; every
-continuation is one token, DF415: then any tap set would "work", so none is ranked); 2 for usage
-errors. With ``--write``, a copy written with the winner that works turns a DF410 into exit 0: the
-exit code is the verdict of what was written (``ProbeResult.wrote_fix``); DRAFT itself is never edited.
+reaches ``--min-acceptance`` (DF411), the other block layout measures better (DF416) or leads
+only within noise (DF417), or the pair fails inspect's checks, or it is degenerate (a weight matrix
+reads back as one value, DF413; the target's logits tie everywhere, DF414; every continuation is
+one token, DF415: then any tap set would "work", so none is ranked); 2 for usage errors. With
+``--write``, a copy written with the winner that works turns a DF410 into exit 0: the exit code is
+the verdict of what was written (``ProbeResult.wrote_fix``); DRAFT itself is never edited.
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ from dflash_ckpt.runtime.probe_evidence import Session, candidate_bar, settle
 from dflash_ckpt.runtime.probe_result import CONFIRM, DEFAULT_TOP, ProbeOptions, ProbeResult
 from dflash_ckpt.normalize.measured import write_copy
 from dflash_ckpt.runtime.probe import measure, reading_taps, record
+from dflash_ckpt.runtime.probe_layout import loop_layouts, simulate_layouts
+from dflash_ckpt.checks.layout_findings import layout_findings, searched_layout
 from dflash_ckpt.sources.local import LocalSource
 from dflash_ckpt.sources.prompts import stop_token_ids
 from dflash_ckpt.sources.weight_sample import unfilled_weights
@@ -61,7 +66,7 @@ def run_probe_taps(draft: str, target: str, *, prompt: Sequence[str] = (), promp
                    top: int = DEFAULT_TOP, draft_dtype: str = "bfloat16", target_dtype: str | None = None,
                    device: str = "auto", backend: str = "auto", block_size: int | None = None, thinking: bool = False,
                    no_chat_template: bool = False, tokenizer: str | None = None, ignore_eos: bool = False,
-                   revision: str | None = None, token: str | None = None,
+                   revision: str | None = None, token: str | None = None, layout_for: Sequence[str] = (),
                    log: Callable[[str], None] | None = None, copy_progress: bool = False,
                    progress: Any = None) -> ProbeResult:
     """``dflash-ckpt probe-taps DRAFT --target TARGET``: keywords are its long options (``prompt`` is
@@ -75,7 +80,7 @@ def run_probe_taps(draft: str, target: str, *, prompt: Sequence[str] = (), promp
         max_new_tokens=max_new_tokens, min_acceptance=min_acceptance, write=Path(write) if write is not None else None,
         force=force, top=top, draft_dtype=draft_dtype, target_dtype=target_dtype, device=device, backend=backend,
         block_size=block_size, thinking=thinking, chat_template=not no_chat_template, tokenizer=tokenizer,
-        ignore_eos=ignore_eos, revision=revision, token=token)
+        ignore_eos=ignore_eos, revision=revision, token=token, layout_for=tuple(layout_for))
     res = run_probe(opts, log=log, progress=progress)
     if opts.write is not None and not res.refused and res.best is not None:
         try:
@@ -167,6 +172,15 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None, prog
         return result  # every tap set would "work" on a degenerate target: nothing to rank
 
     embed_w, head_w = target.embed_tokens.weight, target.lm_head.weight
+    declared = plan.draft_args.block_layout
+    if configured is not None:
+        # The layout first, with the configured taps: a draft whose layout key is lost or wrong is
+        # searched (and its finalists run) in the layout it measures best in, when that is clear.
+        quick = simulate_layouts(draft, recs, configured, declared, embed_w=embed_w, head_w=head_w, draft_cache=dcache,
+                                 block_size=block, stop_ids=stops)
+        result.layout_quick = quick
+        draft.args = searched_layout(draft.args, quick)
+        say(f"block layout with the configured taps: " + ", ".join(f"{n} tau {c.tau:.2f}" for n, c in quick.by_layout.items()))
 
     probed: dict[TapSet, list[int]] = {}
 
@@ -205,7 +219,16 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None, prog
     result.evidence = settle(result, Session(
         draft, target, prompts, encoder, encoded, opts.max_new_tokens, stops, block, depth, plan.target.max_position_embeddings,
         tspec.where, CONFIRM, configured, bool(opts.prompts or opts.prompts_file)), say)
-    result.findings = probe_findings(result) + unclear_findings(result)
+    best = result.best
+    if best is not None:  # on the evidence the winner was judged on (the last round's prompts and -n)
+        t2 = time.perf_counter()
+        last = [p["input_ids"] for p in result.prompts]
+        n = result.evidence.get("max_new_tokens", opts.max_new_tokens)
+        result.layout = loop_layouts(draft, target, last, best.target_layer_ids, declared,
+                                     capacity=max(map(len, last)) + n + block + 2, block_size=block, max_new_tokens=n,
+                                     stop_ids=stops)
+        result.confirm_s += time.perf_counter() - t2
+    result.findings = probe_findings(result) + unclear_findings(result) + layout_findings(result)
     return result
 
 

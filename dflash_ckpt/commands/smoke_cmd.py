@@ -11,7 +11,7 @@ from typing import List, Literal, Optional
 import typer
 
 from dflash_ckpt.commands.options import (Annotations, AnnotationsOpt, RunOutputFormat, RunOutputFormatOpt, DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_ACCEPTANCE, BackendOpt, BlockSizeOpt,
-                                          DeviceOpt, DraftArg, DraftDtypeOpt, EngineOpt, IgnoreEosOpt, NoChatTemplateOpt,
+                                          DeviceOpt, DraftArg, DraftDtypeOpt, EngineOpt, IgnoreEosOpt, LayoutOpt, NoChatTemplateOpt,
                                           PairTargetOpt, PromptOpt, PromptsFileOpt, QuietOpt, RevisionOpt,
                                           TargetDtypeOpt, ThinkingOpt, TokenizerOpt, TokenOpt, starting_run)
 
@@ -35,6 +35,7 @@ def register(app: typer.Typer) -> None:
         device: str = DeviceOpt,
         backend: Literal["auto", "native", "transformers"] = BackendOpt,
         block_size: Optional[int] = BlockSizeOpt,
+        layout: Optional[str] = LayoutOpt,
         thinking: bool = ThinkingOpt,
         no_chat_template: bool = NoChatTemplateOpt,
         tokenizer: Optional[str] = TokenizerOpt,
@@ -79,7 +80,7 @@ def register(app: typer.Typer) -> None:
         options = dict(
             prompt=list(prompt or []), prompts=prompts, max_new_tokens=max_new_tokens, min_acceptance=min_acceptance,
             draft_dtype=draft_dtype, target_dtype=target_dtype, device=device, backend=backend,
-            block_size=block_size, thinking=thinking, no_chat_template=no_chat_template, tokenizer=tokenizer,
+            block_size=block_size, layout=layout, thinking=thinking, no_chat_template=no_chat_template, tokenizer=tokenizer,
             ignore_eos=ignore_eos, tie_tolerance=tie_tolerance, revision=revision, token=token, threads=threads,
             no_compile=no_compile, engine=engine, tensor_parallel_size=tensor_parallel_size,
             pipeline_parallel_size=pipeline_parallel_size, max_model_len=max_model_len, engine_arg=list(engine_arg or []),

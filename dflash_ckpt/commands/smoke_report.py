@@ -54,7 +54,7 @@ def render_smoke(console: Console, res: SmokeResult, *, quiet: bool = False, sho
     console.print(
         f"[bold]{safe(res.draft_label)}[/] on [bold]{safe(res.target_label)}[/]  device {res.device}  "
         f"backend {res.backend}  "
-        f"draft {res.draft_dtype}  target {res.target_dtype}  block {res.block_size}  "
+        f"draft {res.draft_dtype}  target {res.target_dtype}  block {res.block_size}{_layout_note(res)}  "
         f"chat template {'on' if res.chat_template else 'off'}"
         + (f"  CUDA graphs (captured in {res.capture_s:.2f} s, not in any figure)" if res.cuda_graphs else "")
     )
@@ -92,7 +92,7 @@ def render_smoke(console: Console, res: SmokeResult, *, quiet: bool = False, sho
 
 def _rows(res: SmokeResult) -> list[list[str]]:
     """The table's rows (markup in the prompt and output cells): one per prompt, then overall."""
-    block = res.block_size or 1
+    block = res.verify_width or res.block_size or 1
     rows = [[safe(run.prompt.name), *_cells(run.figures(block)), LOSSLESS_TEXT[run.lossless.status]] for run in res.runs]
     if len(res.runs) > 1:
         same = sum(1 for r in res.runs if r.lossless.status == "identical")
@@ -171,6 +171,14 @@ def render_error_lines(console: Console, res: SmokeResult) -> None:
     for f in findings:
         if f.severity == Severity.ERROR:
             print_line(console, f.line(res.draft_label))
+
+
+def _layout_note(res: Any) -> str:
+    """`` anchor-first`` (or the layout ``--layout`` forced) after the block size; 1+N, the
+    layout of every z-lab draft, goes without saying."""
+    if res.layout and (res.layout != "1+N" or res.layout_source == "--layout"):
+        return f" {res.layout}" + (" (--layout)" if res.layout_source == "--layout" else "")
+    return ""
 
 
 def report_smoke(run: Callable[..., SmokeResult], *, json_out: bool, quiet: bool, show_text: bool = False,

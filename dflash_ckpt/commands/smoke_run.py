@@ -33,6 +33,8 @@ from dflash_ckpt.checks.degenerate import smoke_degenerate_findings
 from dflash_ckpt.sources.weight_sample import unfilled_weights
 from dflash_ckpt.checks.inspection import InspectResult, inspect_sources
 from dflash_ckpt.checks.precision import precision_findings
+from dflash_ckpt.checks.layout_findings import smoke_layout_findings
+from dflash_ckpt.draftspec.layout import resolve_layout
 from dflash_ckpt.checks.run_findings import prompt_format_causes, smoke_findings, special_token_texts
 from dflash_ckpt.checks.target_config import check_target_config
 from dflash_ckpt.draftspec.quant_layers import summarize
@@ -113,6 +115,11 @@ class SmokeResult(ResultShape):
     comparisons: list[Any] = field(default_factory=list)
     #: A quantized target's format and what was dequantized (``quant_layers.summarize``), else None.
     quantization: dict[str, Any] | None = None
+    #: The block layout that ran (``1+N`` or ``anchor-first``), what decided it (a config key,
+    #: ``architectures``, ``default`` or ``--layout``) and the verify width it gives.
+    layout: str | None = None
+    layout_source: str | None = None
+    verify_width: int | None = None
 
     @property
     def exit_code(self) -> int:
@@ -120,7 +127,7 @@ class SmokeResult(ResultShape):
         return 1 if self.refused or errors else 0
 
     def overall(self) -> dict[str, Any]:
-        return overall_figures(self.runs, self.block_size or 1)
+        return overall_figures(self.runs, self.verify_width or self.block_size or 1)
 
     def to_json(self) -> dict[str, Any]:
         o = self.options
@@ -136,6 +143,9 @@ class SmokeResult(ResultShape):
                 "draft_dtype": self.draft_dtype,
                 "target_dtype": self.target_dtype,
                 "block_size": self.block_size,
+                "layout": self.layout,
+                "layout_source": self.layout_source,
+                "verify_width": self.verify_width,
                 "max_new_tokens": o.max_new_tokens,
                 "min_acceptance": o.min_acceptance,
                 "tie_tolerance": self.tie_tolerance,
@@ -154,7 +164,7 @@ class SmokeResult(ResultShape):
             },
             "engine_run": self.engine_run,
             "overall": self.overall() if self.runs else None,
-            "prompts": [r.to_json(self.block_size or 1) for r in self.runs],
+            "prompts": [r.to_json(self.verify_width or self.verify_width or self.block_size or 1) for r in self.runs],
             "quantization": self.quantization,
         }
 
@@ -165,7 +175,8 @@ class SmokeResult(ResultShape):
 def run_smoke_run(draft: str, target: str, *, prompt: Sequence[str] = (), prompts: str | None = None,
                   max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, min_acceptance: float = DEFAULT_MIN_ACCEPTANCE,
                   draft_dtype: str = "bfloat16", target_dtype: str | None = None, device: str = "auto",
-                  backend: str = "auto", block_size: int | None = None, thinking: bool = False,
+                  backend: str = "auto", block_size: int | None = None, layout: str | None = None,
+                  thinking: bool = False,
                   no_chat_template: bool = False, tokenizer: str | None = None, ignore_eos: bool = False,
                   tie_tolerance: float | None = None, revision: str | None = None, token: str | None = None,
                   threads: int | None = None, no_compile: bool = False, engine: str = "reference",
@@ -178,7 +189,7 @@ def run_smoke_run(draft: str, target: str, *, prompt: Sequence[str] = (), prompt
     opts = SmokeOptions(
         draft=draft, target=target, prompts=list(prompt), prompts_file=prompts, max_new_tokens=max_new_tokens,
         min_acceptance=min_acceptance, draft_dtype=draft_dtype, target_dtype=target_dtype, device=device,
-        backend=backend, block_size=block_size, thinking=thinking, chat_template=not no_chat_template,
+        backend=backend, block_size=block_size, layout=layout, thinking=thinking, chat_template=not no_chat_template,
         tokenizer=tokenizer, ignore_eos=ignore_eos, tie_tolerance=tie_tolerance, revision=revision, token=token,
         threads=threads, compile=not no_compile, engine=engine, tensor_parallel_size=tensor_parallel_size,
         pipeline_parallel_size=pipeline_parallel_size, max_model_len=max_model_len, engine_arg=list(engine_arg),
@@ -232,6 +243,9 @@ def run_smoke(opts: SmokeOptions, progress: Any = None, log: Callable[[str], Non
     result.device = str(device)
     result.draft_dtype, result.target_dtype = dtype_name(plan.draft_dtype), dtype_name(plan.target_dtype)
     result.block_size = plan.block_size
+    layout = plan.draft_args.block_layout
+    result.layout, result.layout_source = layout.layout, layout.source
+    result.verify_width = layout.verify_width(plan.block_size)
     result.tie_tolerance = opts.tie_tolerance if opts.tie_tolerance is not None else TIE_TOLERANCE[plan.target_dtype]
     result.chat_template = encoder.uses_template
     result.stop_token_ids = stops
@@ -284,6 +298,7 @@ def run_smoke(opts: SmokeOptions, progress: Any = None, log: Callable[[str], Non
         run.input_text = encoder.render(run.prompt)
     result.findings = smoke_findings(result, target_layer_ids=plan.draft_args.target_layer_ids,
                                      mask_token_id=plan.draft_args.mask_token_id) + smoke_degenerate_findings(result)
+    result.findings += smoke_layout_findings(layout, resolve_layout(pre.draft.config))
     capability = None
     if device.type == "cuda":
         import torch  # noqa: PLC0415 - the run has loaded it already; inspect never gets here

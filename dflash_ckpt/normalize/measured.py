@@ -1,4 +1,6 @@
-"""``probe-taps --write OUT``: a normalized copy of the draft with the measured winner's tap ids.
+"""``probe-taps --write OUT``: a normalized copy of the draft with the measured winner's tap ids
+and, when the draft measured clearly better in the other block layout (DF416), that layout
+recorded in the keys the engines named with ``--layout-for`` read (``normalize/layout_keys.py``).
 
 It goes through normalize's own run (``normalize.run.normalize_into``) without its printing, so
 the copy is exactly what ``dflash-ckpt normalize DRAFT OUT --target-layer-ids ...`` writes; the
@@ -36,12 +38,31 @@ def write_copy(result: Any, *, quiet: bool) -> dict[str, Any]:
                 "(--prompts) or tokens (-n) separate the two")
         # normalize supplies only missing keys; a measured winner may replace the configured ids.
         replace = (("target_layer_ids", f"measured by probe-taps (tau {best.tau:.2f})"),)
+    extra = layout_edits(result)
     req = Request(
         draft=result.draft_path, out=user_path(opts.write, "--write"), in_place=False, backup=True, check=False,
         dry_run=False, force=opts.force, copy=False, prefer=None, mirrors=True,
-        overrides=Overrides(target_layer_ids=list(best.target_layer_ids), replace=replace), target=result.target_path or None, revision=None,
+        overrides=Overrides(target_layer_ids=list(best.target_layer_ids), replace=replace, extra=extra), target=result.target_path or None, revision=None,
         token=opts.token, json_out=True, quiet=quiet,
     )
     oc = Outcome(req=req, label=req.draft)
     normalize_into(req, oc)
     return oc.to_json()
+
+
+def layout_edits(result: Any) -> tuple[tuple[tuple[str, ...], Any, str], ...]:
+    """The layout keys to set in the copy: only after DF416 (a layout measured beyond noise that
+    the config does not declare); a confirmed layout needs none, DF417 claims none."""
+    from dflash_ckpt.draftspec.layout import ANCHOR_FIRST
+    from dflash_ckpt.draftspec.specs import read_config
+    from dflash_ckpt.normalize.layout_keys import layout_paths
+    from dflash_ckpt.sources.local import LocalSource
+    from pathlib import Path
+
+    m = getattr(result, "layout", None)
+    if m is None or not any(f.code == "DF416" for f in result.findings):
+        return ()
+    config, _ = read_config(LocalSource(Path(result.draft_path), label=result.draft_label))
+    tau = m.by_layout[m.best].tau
+    why = f"block layout {m.best} measured by probe-taps (tau {tau:.2f}, DF416)"
+    return tuple((path, m.best == ANCHOR_FIRST, why) for path in layout_paths(config, result.options.layout_for))

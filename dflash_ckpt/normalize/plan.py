@@ -54,6 +54,8 @@ class Overrides(NamedTuple):
     #: Keys whose supplied value replaces the config's (every copy), with this reason; for
     #: values measured rather than remembered (``probe-taps --write``). Empty: supply only.
     replace: tuple[tuple[str, str], ...] = ()
+    #: ``(path, value, reason)`` set as given (probe-taps' measured block layout).
+    extra: tuple[tuple[tuple[str, ...], Any, str], ...] = ()
 
     def get(self, key: str) -> Any:
         return getattr(self, key)
@@ -218,6 +220,8 @@ def plan_normalize(
                 b.put((key,), value, f"--prefer {prefer}: the top-level copy now equals dflash_config.{key}")
     if layer_types is not None:
         b.put(("layer_types",), layer_types, lt_reason)
+    for path, value, why in overrides.extra:
+        b.put(path, value, why)
     params = config.get("rope_parameters")
     if mirrors and "rope_theta" not in config and isinstance(params, dict) and "rope_theta" in params:
         b.put(("rope_theta",), params["rope_theta"], "mirrors rope_parameters.rope_theta: the MLX loaders read cfg['rope_theta']")

@@ -14,6 +14,7 @@ from typing import Any
 
 from dflash_ckpt.errors import InputError, UsageError
 from dflash_ckpt.runtime.families import SUPPORTED_TEXT, family_of
+from dflash_ckpt.draftspec.layout import BlockLayout, resolve_layout
 from dflash_ckpt.draftspec.layer_kinds import FULL, LAYER_KINDS, SLIDING, derive_layer_kinds, explicit_layer_kinds
 from dflash_ckpt.draftspec.specs import ABSENT, DFLASH2_KEYS, DraftSpec, as_int, decoder_config, lookup, target_model_type
 
@@ -314,6 +315,9 @@ class DraftArgs:
     dtype: str | None = None
     #: DFlash2 only (``None`` for a v1 draft): see ``Dflash2Args``.
     dflash2: Dflash2Args | None = None
+    #: Which block slots are drafts (1+N: 1..B-1; anchor-first: 0..B-1), as the config declares
+    #: it (``draftspec.layout``) or ``--layout`` overrides it: the loops' one switch.
+    block_layout: BlockLayout = field(default_factory=lambda: resolve_layout({}))
 
     @property
     def generation(self) -> str:
@@ -373,6 +377,7 @@ class DraftArgs:
             ropes=rope_specs(cfg, where),
             dtype=config_dtype(cfg),
             dflash2=Dflash2Args.from_spec(spec, dims) if spec.generation == "DFlash2" else None,
+            block_layout=resolve_layout(cfg),
         )
 
 

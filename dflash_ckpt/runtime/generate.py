@@ -226,13 +226,19 @@ def draft_block(
     embed_w: torch.Tensor,
     head_w: torch.Tensor,
     cache: Any,
+    block: int | None = None,
+    first_slot: int = 1,
 ) -> torch.Tensor:
     """Fill ``block_ids[0, 1:size]`` with the draft's tokens for the block ``[anchor, mask...]``
-    given the tapped ``context`` features of the tokens accepted since the last call; returns
+    (its first ``block`` slots, default all) given the tapped ``context`` features of the tokens
+    accepted since the last call; the drafts are the outputs at slots ``first_slot`` onwards (1
+    for 1+N, 0 for anchor-first, whose verify block is one wider than the draft's). Returns
     whether the fused context is finite (a device bool, read with the step's one sync)."""
     fused = draft.fuse(context)
-    hidden = draft.forward_fused(fused, draft.embed(block_ids, embed_w), cache=cache)
-    block_ids[0, 1:size] = draft.pick_tokens(hidden[:, 1:size], head_w, block_ids[:, :1])[0]
+    width = block or block_ids.shape[1]
+    hidden = draft.forward_fused(fused, draft.embed(block_ids[:, :width], embed_w), cache=cache)
+    picked = hidden[:, first_slot: first_slot + size - 1]
+    block_ids[0, 1:size] = draft.pick_tokens(picked, head_w, block_ids[:, :1])[0]
     return torch.isfinite(fused).all()
 
 
@@ -282,7 +288,8 @@ def dflash_decode(
     """Greedy DFlash speculative decoding; the output equals ``decode``'s up to logit ties.
 
     Each step drafts a block ``[last token, mask * (B-1)]`` conditioned on the tapped features
-    of the tokens accepted since the previous step (``draft_block``), verifies it with one
+    of the tokens accepted since the previous step (``draft_block``; B-1 drafts from slots 1..B-1
+    in the 1+N layout, B from slots 0..B-1 anchor-first: ``draft.args.block_layout``), verifies it with one
     target forward and keeps the longest prefix of drafts equal to the target's argmax plus the
     target's bonus token (``verify_and_accept``), and crops the target cache. Near the token
     budget the block is verified only as far as needed.
@@ -290,10 +297,12 @@ def dflash_decode(
     args = draft.args
     dev = target.device
     block = block_size or args.block_size
+    first_slot = args.block_layout.first_draft_slot
+    width = args.block_layout.verify_width(block)  # B (1+N) or B+1 (anchor-first)
     taps = list(args.target_layer_ids)
     gen = Generation()
     prompt = torch.tensor([list(prompt_ids)], dtype=torch.long, device=dev)
-    block_ids = torch.full((1, block), args.mask_token_id, dtype=torch.long, device=dev)
+    block_ids = torch.full((1, width), args.mask_token_id, dtype=torch.long, device=dev)
     embed_w, head_w = target.embed_tokens.weight, target.lm_head.weight
     draft_cache.reset()
 
@@ -306,7 +315,7 @@ def dflash_decode(
     start = len(prompt_ids)  # position of the last token, not yet run through the target
     last = first
     while not gen.stopped and len(gen.tokens) < max_new_tokens:
-        size = min(block, max_new_tokens - len(gen.tokens))
+        size = min(width, max_new_tokens - len(gen.tokens))
         block_ids.fill_(args.mask_token_id)
         block_ids[0, 0] = last
         fused_ok = torch.ones((), dtype=torch.bool, device=dev)
@@ -316,7 +325,7 @@ def dflash_decode(
                 block_ids[0, 1:size] = torch.tensor(proposal, dtype=torch.long, device=dev)
             else:
                 fused_ok = draft_block(draft, context, block_ids, size, embed_w=embed_w, head_w=head_w,
-                                       cache=draft_cache)
+                                       cache=draft_cache, block=block, first_slot=first_slot)
                 gen.draft_forwards += 1
         v = verify_and_accept(target, block_ids, size, cache=target_cache, taps=taps, fused_ok=fused_ok)
         gen.target_forwards += 1

@@ -25,6 +25,7 @@ Semantics (the same as the native target, so the two backends agree on ``fixture
 - the feature of tap layer ``i`` is the output of decoder layer ``i``, taken by a forward hook on
   that layer (not from ``output_hidden_states``); for the last layer the hook sits on the final
   norm instead, because the z-lab reference reads HF's ``hidden_states[-1]``, which is post-norm;
+  tap ``-1`` (DeepSpec drafts) is ``hidden_states[0]``, the first layer's input (a pre-hook);
 - ``embed_tokens`` is the raw input-embedding table (gemma's ``sqrt(hidden)`` scaling is not in
   the table; the draft multiplies by its own ``input_embedding_scale`` in ``embed``), and
   ``lm_head`` is ``get_output_embeddings()``; the draft applies its ``output_multiplier`` and
@@ -287,7 +288,13 @@ class HFTarget:
                 feats[i] = out[0] if isinstance(out, (tuple, list)) else out
             return hook
 
+        def keep_input(_mod: nn.Module, args: Any, kwargs: Any) -> None:
+            feats[-1] = args[0] if args else kwargs["hidden_states"]
+
         for i in dict.fromkeys(taps):
+            if i == -1:  # the embedding output (HF's hidden_states[0]): what the first layer receives
+                handles.append(self.layers[0].register_forward_pre_hook(keep_input, with_kwargs=True))
+                continue
             module = self.norm if i == last else self.layers[i]
             handles.append(module.register_forward_hook(keep(i)))
         cache.before_forward(ids)

@@ -12,6 +12,7 @@ anything is read; the backend string is checked with them.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from typing import Any, Sequence
 import torch
 
 from dflash_ckpt.errors import InputError, UsageError
+from dflash_ckpt.draftspec.layout import ANCHOR_FIRST, ONE_PLUS_N, BlockLayout
 from dflash_ckpt.runtime.args import DraftArgs
 from dflash_ckpt.runtime.backend import BACKENDS, TargetPlan, plan_target
 from dflash_ckpt.runtime.loading import inventory, parse_dtype, stored_dtype
@@ -36,6 +38,8 @@ TARGET_FILES = [*WEIGHT_FILES, "generation_config.json", "tokenizer.json", "toke
 #: At most this many logical CPUs counts as a small CPU: one thread there by default, because
 #: OpenMP threads spin-waiting against other processes made runs 10-100x slower.
 SMALL_CPU = 4
+#: ``--layout`` values: the two block layouts (``draftspec/layout.py``).
+LAYOUTS = (ONE_PLUS_N, ANCHOR_FIRST)
 
 
 @dataclass
@@ -64,6 +68,8 @@ class RunOptions:
     token: str | None = None
     #: ``auto``, ``native`` or ``transformers`` (``runtime/backend.py``).
     backend: str = "auto"
+    #: ``--layout``: run the draft as ``1+N`` or ``anchor-first`` whatever its config declares.
+    layout: str | None = None
 
     def validate(self) -> None:
         """Usage errors (exit 2) in the options, before anything is read: the shared ones, then
@@ -76,6 +82,8 @@ class RunOptions:
             raise UsageError(f"--min-acceptance {self.min_acceptance}: must be a number >= 0")
         if self.backend not in BACKENDS:
             raise UsageError(f"--backend {self.backend!r}: use auto, native or transformers")
+        if self.layout is not None and self.layout not in LAYOUTS:
+            raise UsageError(f"--layout {self.layout!r}: use 1+N or anchor-first")
         self.validate_own()
         parse_dtype(self.draft_dtype, "--draft-dtype")
         if self.target_dtype is not None:
@@ -94,7 +102,7 @@ class RunPlan:
     #: ``--block-size``, else the trained one.
     block_size: int
     trained_block_size: int
-    #: Cache positions: the longest prompt, ``-n`` new tokens, one block and the bonus token.
+    #: Cache positions: the longest prompt, ``-n`` new tokens, one verify block and the bonus token.
     capacity: int
     device: torch.device
     draft_dtype: torch.dtype
@@ -115,15 +123,23 @@ def plan_run(opts: RunOptions, *, draft: DraftSpec, draft_dir: Path, target_dir:
     inspect's checks passed; refuses (exit 2) prompts that do not fit the target's positions.
     ``target_inv``: the target's headers when the caller read them already (they are read once)."""
     target = plan_target(backend, target_config, target_where)
-    draft_args = DraftArgs.from_spec(draft)
+    draft_args = with_layout(DraftArgs.from_spec(draft), opts.layout)
     block = opts.block_size or draft_args.block_size
-    capacity = max(len(ids) for ids in encoded) + opts.max_new_tokens + block + 1
+    capacity = max(len(ids) for ids in encoded) + opts.max_new_tokens + draft_args.block_layout.verify_width(block) + 1
     if target.max_position_embeddings:
-        require_positions_fit(prompts, encoded, opts.max_new_tokens, block, target.max_position_embeddings, target_where)
+        require_positions_fit(prompts, encoded, opts.max_new_tokens, draft_args.block_layout.verify_width(block),
+                              target.max_position_embeddings, target_where)
     device, draft_dtype, target_dtype, target_inv = resolve_dtypes(opts, target_dir, target_label, target.dtype, target_inv)
     return RunPlan(target=target, draft_args=draft_args, block_size=block, trained_block_size=draft_args.block_size,
                    capacity=capacity, device=device, draft_dtype=draft_dtype, target_dtype=target_dtype,
                    target_inv=target_inv, draft_inv=read_weights(draft, draft_dir))
+
+
+def with_layout(args: DraftArgs, layout: str | None) -> DraftArgs:
+    """``args`` run in ``layout`` (``--layout``), else as the config declares it."""
+    if layout is None:
+        return args
+    return dataclasses.replace(args, block_layout=BlockLayout(layout, "--layout", {}))
 
 
 def read_weights(spec: DraftSpec, folder: Path) -> WeightInventory:

@@ -100,7 +100,8 @@ def simulate(
     """The acceptance lengths ``dflash_decode`` would record reading ``layer_ids``.
 
     Step for step as ``generate.dflash_decode``: the first token comes from prefill; each step
-    drafts ``[last, mask * (B-1)]`` (shortened near the token budget) conditioned on the features
+    drafts ``[last, mask * (B-1)]`` (B-1 drafts from slots 1.. in the 1+N layout, B from slot 0
+    anchor-first: ``draft.args.block_layout``; fewer near the token budget) conditioned on the features
     of the positions accepted since the previous step, accepts the longest prefix of drafts equal
     to the continuation plus one bonus token, and stops at a stop token or the budget.
     ``max_steps`` gives up (``cut``) once that many steps have not reached the end: the caller
@@ -108,6 +109,8 @@ def simulate(
     """
     args = draft.args
     block = block_size or args.block_size
+    first_slot = args.block_layout.first_draft_slot  # the layout switch, as in ``dflash_decode``
+    width = args.block_layout.verify_width(block)
     stops = frozenset(stop_ids)
     seq = rec.tokens
     budget = len(seq) if max_new_tokens is None else min(max_new_tokens, len(seq))
@@ -128,14 +131,14 @@ def simulate(
         if max_steps is not None and len(sim.acceptance_lengths) >= max_steps:
             sim.cut = True
             break
-        size = min(block, budget - produced)
+        size = min(width, budget - produced)
         drafts: list[int] = []
         if size > 1:
             block_ids.fill_(args.mask_token_id)
             block_ids[0, 0] = seq[produced - 1]
             fused = draft.fuse(context)
             hidden = draft.forward_fused(fused, draft.embed(block_ids, embed_w), cache=draft_cache)
-            picked = draft.pick_tokens(hidden[:, 1:size], head_w, block_ids[:, :1])
+            picked = draft.pick_tokens(hidden[:, first_slot: first_slot + size - 1], head_w, block_ids[:, :1])
             host = torch.cat([picked.reshape(-1), torch.isfinite(fused).all().long()[None]]).tolist()
             sim.draft_forwards += 1
             if not host[-1]:

@@ -32,8 +32,13 @@ class ProbeOptions(RunOptions):
     top: int = DEFAULT_TOP
     write: Path | None = None
     force: bool = False
+    #: ``--layout-for``: the engines whose layout key ``--write`` records (``normalize.layout_keys``).
+    layout_for: tuple[str, ...] = ()
 
     def validate_own(self) -> None:
+        from dflash_ckpt.normalize.layout_keys import check_engines
+
+        check_engines(self.layout_for)
         if self.budget is not None and self.budget < 1:
             raise UsageError(f"--budget {self.budget}: must be at least 1 candidate")
         if self.top < 1:
@@ -71,6 +76,10 @@ class ProbeResult(ResultShape):
     backend: str | None = None
     #: How a narrow lead was measured again (``probe_evidence.settle``).
     evidence: dict[str, Any] | None = None
+    #: Both block layouts measured with the configured taps before the search (the probe's
+    #: simulation), and with the winner after it (smoke-run's loop): ``probe_layout``.
+    layout_quick: Any = None
+    layout: Any = None
 
     @property
     def best(self) -> Candidate | None:
@@ -174,6 +183,10 @@ class ProbeResult(ResultShape):
             "normalize_command": self.normalize_command(),
             "write": self.write,
             "evidence": self.evidence,
+            "layout": None if self.layout is None else {
+                **self.layout.to_json(),
+                "before_search": self.layout_quick.to_json() if self.layout_quick is not None else None,
+            },
         }
 
 

@@ -3,9 +3,10 @@
 What makes it static (docs/DESIGN.md section 6 is the algorithm; this is its layout):
 - KV caches are preallocated and written at positions held in device tensors; every query
   attends over the whole cache under a mask row, so no shape depends on how far decoding got;
-- every verification is ``block_size`` wide (the last block is padded, acceptance limited to
-  what the token budget needs); every draft call after the first reads a ``block_size``-wide
-  context: the previous verify's tapped features, of which only the accepted rows are valid;
+- every verification is the layout's verify width (``block_size`` for 1+N, one more for
+  anchor-first; the last block is padded, acceptance limited to what the token budget needs);
+  every draft call after the first reads a context of that width: the previous verify's tapped
+  features, of which only the accepted rows are valid;
 - the decoding state (anchor position, draft cache end, next anchor token) lives on the device
   and each step updates it there: acceptance is computed on the device, and the one host sync
   per step only reads the tokens for the output and the stop check.
@@ -69,7 +70,7 @@ class StaticRunner:
     """Caches, device state and (optionally) CUDA graphs for one target/draft pair.
 
     ``capacity`` must hold the longest prompt, the token budget and one block: verify writes
-    ``block_size`` positions past the last anchor.
+    the verify width (``block_size``, or one more anchor-first) past the last anchor.
     """
 
     def __init__(self, target: TargetModel, draft: DFlashDraft, capacity: int, *, block_size: int | None = None,
@@ -79,6 +80,9 @@ class StaticRunner:
             raise ValueError("CUDA graphs need a CUDA device")
         self.target, self.draft, self.capacity = target, draft, capacity
         self.block = b = block_size or draft.args.block_size
+        # The layout's one switch: drafts from slot 1 (1+N, verify B wide) or 0 (anchor-first, B+1).
+        self.first_slot = draft.args.block_layout.first_draft_slot
+        self.width = w = draft.args.block_layout.verify_width(b)
         self.taps = list(draft.args.target_layer_ids)
         self.mask_id = draft.args.mask_token_id
         self.tcache = target.new_cache(capacity)
@@ -86,14 +90,15 @@ class StaticRunner:
         width = len(self.taps) * target.args.dims.hidden_size
         with torch.inference_mode():
             long = {"dtype": torch.long, "device": dev}
-            self.ar = torch.arange(b, **long)
-            self.ids = torch.full((1, b), self.mask_id, **long)  # the block: anchor, then drafts
+            self.ar = torch.arange(b, **long)  # the draft block's slots
+            self.var = torch.arange(w, **long)  # the verify block's slots
+            self.ids = torch.full((1, w), self.mask_id, **long)  # the verify block: anchor, then drafts
             self.t_pos = torch.zeros(1, **long)  # the anchor's position
             self.d_len = torch.zeros(1, **long)  # the draft cache holds context before this position
             self.limit = torch.zeros(1, **long)  # drafts the budget lets this step accept
             self.fok = torch.ones(1, **long)  # the last draft call's fused context was finite
-            self.ctx = torch.zeros(1, b, width, dtype=target.dtype, device=dev)  # the next draft context
-            self.packed = torch.zeros(2 * b + 2, **long)  # drafts, argmax, accepted, ok flags
+            self.ctx = torch.zeros(1, w, width, dtype=target.dtype, device=dev)  # the next draft context
+            self.packed = torch.zeros(2 * w + 2, **long)  # drafts, argmax, accepted, ok flags
             self.tok = torch.zeros(1, 1, **long)  # target-only: the last token and its position
             self.pos = torch.zeros(1, **long)
             self.dpack = torch.zeros(6, dtype=torch.float64, device=dev)  # token, finite, top-2 values, ids
@@ -116,17 +121,18 @@ class StaticRunner:
         return next((s for s in self.spans if s >= used), self.capacity)
 
     def _draft_step(self, context: torch.Tensor, span: int) -> None:
-        """Draft the block ``[ids[0,0], mask...]`` into ``ids[0,1:]`` from ``context``."""
+        """Draft the block ``[ids[0,0], mask...]`` (``block`` slots) into ``ids[0,1:]`` from
+        ``context``: the outputs at slots ``first_slot..block-1``."""
         d, t = self.draft, self.target
         c = context.shape[1]
-        ctx_pos = self.d_len + (self.ar if c == self.block else torch.arange(c, device=self.ar.device))
+        ctx_pos = self.d_len + (self.var if c == self.width else torch.arange(c, device=self.ar.device))
         blk_pos = self.t_pos + self.ar
         fused = d.fuse(context)
         valid = ctx_pos < self.t_pos  # rows past the accepted tokens are padding
         fused_ok = (torch.isfinite(fused[0]).all(-1) | ~valid).all()
         block = torch.where(self.ar == 0, self.ids[0, :1], self.mask_id)[None]
         hidden = d.forward_static(fused, d.embed(block, t.embed_tokens.weight), ctx_pos, blk_pos, self.dcache, span)
-        self.ids[:, 1:].copy_(d.pick_tokens(hidden[:, 1:], t.lm_head.weight, self.ids[:, :1]))
+        self.ids[:, 1:].copy_(d.pick_tokens(hidden[:, self.first_slot:], t.lm_head.weight, self.ids[:, :1]))
         self.d_len.copy_(self.t_pos)
         self.fok.copy_(fused_ok)
 
@@ -137,13 +143,13 @@ class StaticRunner:
         check (a NaN or +inf anywhere makes the row's max non-finite; the argmax of bf16 values
         is that of their exact float32 upcast), and one sum per feature row the features'
         check: no float32 copy of the logits, no elementwise pass over them."""
-        out = self.target.forward_static(self.ids, self.t_pos + self.ar, self.tcache, taps=self.taps, logits="all",
+        out = self.target.forward_static(self.ids, self.t_pos + self.var, self.tcache, taps=self.taps, logits="all",
                                          span=span)
         top, post = out.logits[0].max(dim=-1)
         drafts = self.ids[0, 1:]
-        match = (drafts == post[:-1]) & (self.ar[:-1] < self.limit)
+        match = (drafts == post[:-1]) & (self.var[:-1] < self.limit)
         accepted = match.long().cumprod(0).sum()
-        rows = self.ar <= self.limit  # rows the budget uses; the rest is padding
+        rows = self.var <= self.limit  # rows the budget uses; the rest is padding
         ok = ((torch.isfinite(out.features[0].sum(-1)) & torch.isfinite(top)) | ~rows).all()
         self.packed.copy_(torch.cat([drafts, post, accepted[None], ok.long()[None], self.fok]))
         self.ctx.copy_(out.features)
@@ -229,7 +235,7 @@ class StaticRunner:
                                           span=x.shape[1]).logits
 
     def _check_room(self, prompt_ids: Sequence[int], max_new_tokens: int) -> None:
-        need = len(prompt_ids) + max_new_tokens + self.block
+        need = len(prompt_ids) + max_new_tokens + self.width
         if need > self.capacity:
             raise ValueError(f"static caches hold {self.capacity} positions; this run needs {need}")
 
@@ -279,7 +285,7 @@ class StaticRunner:
                on_tokens: Callable[[int], None] | None = None, proposer: Proposer | None = None) -> Generation:
         """Greedy DFlash decoding on the static path; the same tokens as ``generate.dflash_decode``."""
         self._check_room(prompt_ids, max_new_tokens)
-        b, dev = self.block, self.target.device
+        w, dev = self.width, self.target.device
         gen = Generation()
         t0 = now(dev)
         logits, feats = self._prefill(prompt_ids, self.taps)
@@ -293,27 +299,27 @@ class StaticRunner:
         context: torch.Tensor | None = feats  # the first draft call reads the prompt (eager: its width)
         start, last = len(prompt_ids), first
         while not gen.stopped and len(gen.tokens) < max_new_tokens:
-            size = min(b, max_new_tokens - len(gen.tokens))
+            size = min(w, max_new_tokens - len(gen.tokens))
             self.limit.fill_(size - 1)
             if size > 1:
                 if proposer is not None:
-                    proposal = list(proposer(start, last, size - 1)) + [self.mask_id] * (b - size)
+                    proposal = list(proposer(start, last, size - 1)) + [self.mask_id] * (w - size)
                     self.ids[0, 1:] = torch.tensor(proposal, dtype=torch.long, device=dev)
                 elif context is not None:
-                    self._draft_step(context, self.span_for(start + b))
+                    self._draft_step(context, self.span_for(start + w))
                     context = None
                     gen.draft_forwards += 1
                 else:
-                    self._run("draft", start + b)
+                    self._run("draft", start + w)
                     gen.draft_forwards += 1
-            self._run("verify", start + b)
+            self._run("verify", start + w)
             gen.target_forwards += 1
             host = self.packed.tolist()
-            drafts, post, accepted = host[: b - 1], host[b - 1: 2 * b - 1], host[2 * b - 1]
-            if not host[2 * b]:
+            drafts, post, accepted = host[: w - 1], host[w - 1: 2 * w - 1], host[2 * w - 1]
+            if not host[2 * w]:
                 gen.overflow = "tapped features"
                 break
-            if not host[2 * b + 1]:
+            if not host[2 * w + 1]:
                 gen.overflow = "fused features"
                 break
             new = rec.add(drafts[:accepted] + [post[accepted]])

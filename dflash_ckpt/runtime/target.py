@@ -8,6 +8,7 @@ Tapped features follow the z-lab reference exactly: the feature of tap layer ``i
 last this is the raw layer output. For the last layer it is *not*: HF replaces the last entry of
 ``hidden_states`` by the output of the final ``norm``, so a draft tapping layer ``L - 1`` reads the
 normalised stream (inspect warns about such drafts, DF307, because engines differ there).
+Tap ``-1`` (DeepSpec drafts) is ``hidden_states[0]``, the embedding output.
 """
 
 from __future__ import annotations
@@ -241,6 +242,8 @@ class TargetModel(nn.Module):
         last = len(self.layers) - 1
         wanted = set(taps)
         feats: dict[int, torch.Tensor] = {}
+        if -1 in wanted:
+            feats[-1] = h  # tap -1: the embedding output, HF's hidden_states[0] (DeepSpec drafts)
         for i, layer in enumerate(self.layers):
             kv = (cache.k[i], cache.v[i]) if cache is not None else None
             h = layer(h, cos, sin, kv, at, mask, causal)
