@@ -18,8 +18,10 @@ One run measures, per shape and thread count, in this order:
   target folder: its target decode step from the time of 64 against 8 generated tokens,
   its OpenMP threads bound to the same cores (``VLLM_CPU_OMP_THREADS_BIND``).
 
-Step times are wall clock (``time.perf_counter``) at the step's end; the machine is shared, so
-the table gives medians and the paths' ratios come from the same rounds. Pairs are random-weight
+Step times: with one thread, the decoding thread's CPU time (what smoke-run uses; other
+processes on a shared machine do not inflate it) and, for vLLM, the CPU time of its engine
+processes; with more threads, the wall clock. The table gives medians; the two paths' ratios
+come from the same interleaved rounds. Pairs are random-weight
 bf16 pairs at the real shapes (``real_pairs.py``, cached in fixtures/build/real-size/).
 """
 
@@ -40,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 VLLM_PYTHON = Path("/work/vllm-venv/bin/python")
 
 
-def bandwidth() -> dict[str, float]:
+def bandwidth(clock: Callable[[], float]) -> dict[str, float]:
     """GB/s of ``x.sum()`` over 512 MiB, bf16 and fp32 (the best of 5: streaming, not noise)."""
     import torch
 
@@ -48,16 +50,16 @@ def bandwidth() -> dict[str, float]:
     for name, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
         x = torch.ones((512 << 20) // torch.empty((), dtype=dtype).element_size(), dtype=dtype)
         x.sum()
-        best = min(_timed(lambda: x.sum()) for _ in range(5))
+        best = min(_timed(lambda: x.sum(), clock) for _ in range(5))
         out[name] = x.numel() * x.element_size() / best / 1e9
         del x
     return out
 
 
-def _timed(fn: Callable[[], Any]) -> float:
-    t0 = time.perf_counter()
+def _timed(fn: Callable[[], Any], clock: Callable[[], float] = time.perf_counter) -> float:
+    t0 = clock()
     fn()
-    return time.perf_counter() - t0
+    return clock() - t0
 
 
 def ours(shape: str, threads: int, rounds: int, tokens: int, profile: bool) -> dict[str, Any]:
@@ -74,6 +76,9 @@ def ours(shape: str, threads: int, rounds: int, tokens: int, profile: bool) -> d
     from dflash_ckpt.sources.local import LocalSource
 
     torch.set_num_threads(threads)
+    # One thread: the thread's own CPU time, which other processes on a shared machine do not
+    # inflate (what smoke-run does); more: the wall clock.
+    clock = time.thread_time if threads == 1 else time.perf_counter
     draft_dir, target_dir = build_pair(shape)
     cfg = json.loads((target_dir / "config.json").read_text())
     bf16, cpu = torch.bfloat16, torch.device("cpu")
@@ -84,7 +89,8 @@ def ours(shape: str, threads: int, rounds: int, tokens: int, profile: bool) -> d
     load_s = time.perf_counter() - t0
     target_bytes = sum(f.stat().st_size for f in target_dir.glob("*.safetensors"))
     out: dict[str, Any] = {"shape": shape, "threads": threads, "load_s": load_s, "target_bytes": target_bytes,
-                           "bw_before": bandwidth()}
+                           "bw_before": bandwidth(clock),
+                           "clock": "thread CPU time" if threads == 1 else "wall"}
     gen = torch.Generator().manual_seed(0)
     prompt = torch.randint(0, 700, (32,), generator=gen).tolist()
     block = dargs.block_size
@@ -102,7 +108,7 @@ def ours(shape: str, threads: int, rounds: int, tokens: int, profile: bool) -> d
         for path in ("plain", "packed") if r % 2 == 0 else ("packed", "plain"):
             if path == "packed":
                 pack_s.append(_timed(lambda: (prepack(target), prepack(draft))))
-            with step_clock(time.perf_counter), torch.inference_mode():
+            with step_clock(clock), torch.inference_mode():
                 d = runner.decode(prompt, max_new_tokens=tokens)
                 s = runner.dflash(prompt, max_new_tokens=tokens // 2 + block)
                 full = s.step_s[: max(1, len(s.step_s) - 1)]  # the last step may verify a short block
@@ -122,38 +128,58 @@ def ours(shape: str, threads: int, rounds: int, tokens: int, profile: bool) -> d
 
                 one()
                 verify()
-                add(path, "eager_decode_ms", statistics.median(_timed(one) for _ in range(5)) * 1e3)
-                add(path, "verify16_ms", statistics.median(_timed(verify) for _ in range(5)) * 1e3)
+                add(path, "eager_decode_ms", statistics.median(_timed(one, clock) for _ in range(5)) * 1e3)
+                add(path, "verify16_ms", statistics.median(_timed(verify, clock) for _ in range(5)) * 1e3)
                 toks[path].append(d.tokens + s.tokens)
-            if path == "packed" and profile and r == rounds - 1:
-                out["profile"] = profile_steps(runner, target, prompt, blk, dargs)
+            if profile and r == rounds - 1:
+                out.setdefault("profile", {})[path] = profile_steps(runner, target, prompt, blk, dargs)
             if path == "packed":
                 unpack(target)
                 unpack(draft)
     out["paths"] = {p: {k: statistics.median(v) for k, v in f.items()} for p, f in figures.items()}
     out["pack_s"] = statistics.median(pack_s) if pack_s else 0.0
     out["same_tokens"] = all(a == b for a, b in zip(toks["plain"], toks["packed"]))
-    out["bw_after"] = bandwidth()
+    out["bw_after"] = bandwidth(clock)
     return out
 
 
 def profile_steps(runner: Any, target: Any, prompt: list[int], blk: Any, dargs: Any) -> dict[str, dict[str, float]]:
-    """ms per step by kind of work, from torch.profiler over 8 decode steps and 4 verifies."""
+    """ms per step by kind of work, from torch.profiler over 6 static decode steps and 6 DFlash steps
+    (draft + verify of a whole block) at a fixed position."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     from dflash_ckpt.runtime.generate import step_clock
 
-    result = {}
-    for name, run in (("decode", lambda: runner.decode(prompt, max_new_tokens=9)),
-                      ("dflash", lambda: runner.dflash(prompt, max_new_tokens=2 * dargs.block_size))):
-        with step_clock(time.perf_counter), torch.inference_mode():
-            run()
+    steps = 6
+    with step_clock(time.perf_counter), torch.inference_mode():
+        runner.decode(prompt, max_new_tokens=4)  # leaves the decode state set
+        at = int(runner.pos.item())
+        s = runner.dflash(prompt, max_new_tokens=dargs.block_size)  # and the DFlash state
+        start = len(prompt) + len(s.tokens)
+        used = start + 2 * dargs.block_size
+
+        def decode_step() -> None:
+            runner.pos.fill_(at)
+            runner._run("decode", at + 1)
+            runner.dpack.tolist()
+
+        def dflash_step() -> None:
+            runner.t_pos.fill_(start)
+            runner.d_len.fill_(start - 1)
+            runner._run("draft", used)
+            runner._run("verify", used)
+            runner.packed.tolist()
+
+        result = {}
+        for name, step in (("decode", decode_step), ("dflash", dflash_step)):
+            step()
             with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
                 t0 = time.perf_counter()
-                gen = run()
+                for _ in range(steps):
+                    step()
                 wall = time.perf_counter() - t0
-        result[name] = classify(prof.key_averages(group_by_input_shape=True), target, wall, len(gen.step_s) + 1)
+            result[name] = classify(prof.key_averages(group_by_input_shape=True), target, wall, steps)
     return result
 
 
@@ -166,9 +192,11 @@ def classify(events: Any, target: Any, wall: float, steps: int) -> dict[str, flo
     out: dict[str, float] = {}
     for ev in events:
         name, ms = ev.key, ev.self_cpu_time_total / 1e3 / steps
-        if name in ("mkldnn::_linear_pointwise", "aten::mm", "aten::addmm", "aten::linear", "aten::matmul"):
-            shapes = [s for s in ev.input_shapes if s]
-            rows = shapes[1][0] if len(shapes) > 1 and shapes[1] else 0
+        shapes = [list(s) for s in ev.input_shapes]
+        if name in ("mkldnn::_linear_pointwise", "aten::mm", "aten::addmm"):
+            # the output width: the packed weight is [n, k]; mm reads x [m, k] @ w.T [k, n]; addmm (bias, x, w.T)
+            w = shapes[1] if name != "aten::addmm" else shapes[2]
+            rows = (w[0] if name == "mkldnn::_linear_pointwise" else w[-1]) if w else 0
             kind = "linear " + kinds.get(rows, f"other {rows}")
         elif "attention" in name or name in ("aten::bmm", "aten::baddbmm", "aten::_softmax"):
             kind = "attention"
@@ -177,9 +205,13 @@ def classify(events: Any, target: Any, wall: float, steps: int) -> dict[str, flo
         elif name in ("aten::roll", "aten::index_select", "aten::gather", "aten::index"):
             kind = "rope/gathers"
         else:
-            kind = "other ops"
+            kind = "other " + name
         out[kind] = out.get(kind, 0.0) + ms
     ops = sum(out.values())
+    small = [k for k, v in out.items() if k.startswith("other ") and not k.startswith("other ops") and v < 0.03 * ops
+             and not k.startswith("linear")]
+    if small:
+        out["other ops (each < 3%)"] = sum(out.pop(k) for k in small)
     out["step wall"] = wall * 1e3 / steps
     out["python + dispatch (wall - ops)"] = out["step wall"] - ops
     return out
@@ -193,19 +225,40 @@ def main():
     target, rounds = sys.argv[1], int(sys.argv[2])
     llm = LLM(model=target, dtype="bfloat16", enforce_eager=True, max_model_len=512, max_num_seqs=1)
     prompt = TokensPrompt(prompt_token_ids=list(range(100, 132)))
+    tick = os.sysconf("SC_CLK_TCK")
+    def engine_cpu():
+        """CPU seconds (user + sys) of this process's descendants: the engine core and its threads."""
+        stats = {}
+        for d in os.listdir("/proc"):
+            if d.isdigit():
+                try:
+                    f = open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue
+                stats[int(d)] = (int(f[1]), int(f[11]) + int(f[12]))
+        todo, total = [os.getpid()], 0
+        while todo:
+            p = todo.pop()
+            for pid, (ppid, ticks) in stats.items():
+                if ppid == p:
+                    todo.append(pid)
+                    total += ticks
+        return total / tick
     def run(n):
         p = SamplingParams(max_tokens=n, min_tokens=n, temperature=0.0, ignore_eos=True)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), engine_cpu()
         out = llm.generate([prompt], p, use_tqdm=False)
-        return time.perf_counter() - t0, list(out[0].outputs[0].token_ids)
+        return time.perf_counter() - t0, engine_cpu() - c0, list(out[0].outputs[0].token_ids)
     run(8)
-    steps = []
+    walls, cpus = [], []
     for _ in range(rounds):
-        t64, toks = run(64)
-        t8, _ = run(8)
-        steps.append((t64 - t8) / 56 * 1e3)
-    steps.sort()
-    print("VLLM_RESULT " + json.dumps({"decode_ms": steps[len(steps) // 2], "all_ms": steps, "tokens": toks}))
+        w64, c64, toks = run(64)
+        w8, c8, _ = run(8)
+        walls.append((w64 - w8) / 56 * 1e3)
+        cpus.append((c64 - c8) / 56 * 1e3)
+    med = lambda xs: sorted(xs)[len(xs) // 2]
+    print("VLLM_RESULT " + json.dumps({"wall_ms": med(walls), "cpu_ms": med(cpus), "all_wall_ms": walls,
+                                       "all_cpu_ms": cpus, "tokens": toks}))
 if __name__ == "__main__":
     main()
 '''
@@ -237,7 +290,7 @@ def vllm(shape: str, threads: int, rounds: int, python: Path) -> dict[str, Any] 
 def report(r: dict[str, Any], v: dict[str, Any] | None) -> None:
     bw = min(r["bw_before"]["bf16"], r["bw_after"]["bf16"])
     floor_ms = r["target_bytes"] / (bw * 1e9) * 1e3
-    print(f"\nshape {r['shape']}, {r['threads']} thread(s): target weights {r['target_bytes'] / 1e9:.2f} GB, "
+    print(f"\nshape {r['shape']}, {r['threads']} thread(s), times by {r['clock']}: target weights {r['target_bytes'] / 1e9:.2f} GB, "
           f"bandwidth bf16 {r['bw_before']['bf16']:.1f} / {r['bw_after']['bf16']:.1f} GB/s, fp32 "
           f"{r['bw_before']['fp32']:.1f} / {r['bw_after']['fp32']:.1f} GB/s (before / after); floor {floor_ms:.1f} ms a step")
     print(f"  load {r['load_s']:.1f} s, prepack {r['pack_s']:.2f} s; plain and packed tokens equal: {r['same_tokens']}")
@@ -250,12 +303,17 @@ def report(r: dict[str, Any], v: dict[str, Any] | None) -> None:
     print(f"  plain / packed: decode {p['decode_ms'] / q['decode_ms']:.2f}x, DFlash step {p['dflash_ms'] / q['dflash_ms']:.2f}x, "
           f"verify16 {p['verify16_ms'] / q['verify16_ms']:.2f}x")
     if v:
-        print(f"  vLLM CPU target decode {v['decode_ms']:.1f} ms (rounds {', '.join(f'{x:.1f}' for x in v['all_ms'])}; "
-              f"child {v['wall_s']:.0f} s); ours packed / vLLM: {q['decode_ms'] / v['decode_ms']:.2f}x")
-    for name, kinds in r.get("profile", {}).items():
-        print(f"  profile, packed {name} step (ms a step, self CPU time):")
-        for kind, ms in sorted(kinds.items(), key=lambda kv: -kv[1]):
-            print(f"    {kind:<34} {ms:8.2f}")
+        # One thread: compare CPU times (the engine core's user + sys against our thread's).
+        theirs = v["cpu_ms"] if r["threads"] == 1 else v["wall_ms"]
+        print(f"  vLLM CPU target decode: engine CPU {v['cpu_ms']:.1f} ms a token, wall {v['wall_ms']:.1f} ms "
+              f"(rounds, CPU: {', '.join(f'{x:.1f}' for x in v['all_cpu_ms'])}; child {v['wall_s']:.0f} s)")
+        print(f"  ours / vLLM target decode ({'CPU time' if r['threads'] == 1 else 'wall'}): packed "
+              f"{q['decode_ms'] / theirs:.2f}x, plain {p['decode_ms'] / theirs:.2f}x")
+    for path, steps in r.get("profile", {}).items():
+        for name, kinds in steps.items():
+            print(f"  profile, {path} {name} step (ms a step, torch.profiler self time):")
+            for kind, ms in sorted(kinds.items(), key=lambda kv: -kv[1]):
+                print(f"    {kind:<34} {ms:8.2f}")
 
 
 def main() -> int:
@@ -275,7 +333,7 @@ def main() -> int:
     import torch
 
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; "
-          f"{a.rounds} interleaved rounds, wall-clock step times (medians)")
+          f"{a.rounds} interleaved rounds (medians)")
     for shape in a.shape or ["0.6b"]:
         for threads in a.threads or [1, 2]:
             cmd = [sys.executable, __file__, "--child", shape, str(threads), "--rounds", str(a.rounds),

@@ -210,7 +210,8 @@ def run_smoke(opts: SmokeOptions, progress: Any = None, log: Callable[[str], Non
                             target_dtype=plan.target_dtype, draft_config=pre.draft.config,
                             draft_file_bytes=needed_bytes(plan.draft_inv.tensors, plan.draft_dtype),
                             draft_dtype=plan.draft_dtype, capacity=plan.capacity, longest=longest,
-                            block=plan.block_size, backend=plan.backend, taps=len(plan.draft_args.target_layer_ids)),
+                            block=plan.block_size, backend=plan.backend, taps=len(plan.draft_args.target_layer_ids),
+                            prepacked=device.type == "cpu" and opts.compile),
                device, target_label, target_dtype=plan.target_dtype)
     say(f"loading target {target_label} ({plan.target.model_type}, {result.target_dtype}, {plan.backend} backend) and draft "
         f"{draft_label} ({result.draft_dtype}) on {device}")
