@@ -287,6 +287,29 @@ def vllm(shape: str, threads: int, rounds: int, python: Path) -> dict[str, Any] 
     return None
 
 
+def smoke_runs(shape: str, rounds: int, tokens: int) -> dict[str, list[tuple[float, float]]]:
+    """``(wall s, CPU s)`` of whole smoke-runs (fresh processes: load, target-only, DFlash, the
+    lossless check; 3 default prompts x ``tokens``), the packed default against ``--no-compile``,
+    alternating."""
+    import resource
+
+    from benchmarks.real_pairs import build_pair
+
+    draft_dir, target_dir = build_pair(shape)
+    out: dict[str, list[tuple[float, float]]] = {"packed": [], "plain": []}
+    for r in range(rounds):
+        for path in ("plain", "packed") if r % 2 == 0 else ("packed", "plain"):
+            cmd = [sys.executable, "-m", "dflash_ckpt", "smoke-run", str(draft_dir), "--target", str(target_dir),
+                   "-n", str(tokens), "--threads", "1", "-q"] + (["--no-compile"] if path == "plain" else [])
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            t0 = time.perf_counter()
+            subprocess.run(cmd, capture_output=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+            wall = time.perf_counter() - t0
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            out[path].append((wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime))
+    return out
+
+
 def report(r: dict[str, Any], v: dict[str, Any] | None) -> None:
     bw = min(r["bw_before"]["bf16"], r["bw_after"]["bf16"])
     floor_ms = r["target_bytes"] / (bw * 1e9) * 1e3
@@ -324,7 +347,10 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=24, help="target-only tokens a round (DFlash: half + a block)")
     ap.add_argument("--no-vllm", action="store_true")
     ap.add_argument("--vllm-python", type=Path, default=VLLM_PYTHON)
-    ap.add_argument("--profile", action="store_true", help="add a torch.profiler breakdown of the packed steps")
+    ap.add_argument("--profile", action="store_true", help="add a torch.profiler breakdown of both paths' steps")
+    ap.add_argument("--smoke-run", type=int, default=0, metavar="N",
+                    help="also time N whole smoke-runs of each path (3 prompts x 64 tokens, fresh processes)")
+    ap.add_argument("--only-smoke-run", action="store_true", help="skip the step measurements")
     ap.add_argument("--child", nargs=2, metavar=("SHAPE", "THREADS"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
@@ -335,7 +361,7 @@ def main() -> int:
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; "
           f"{a.rounds} interleaved rounds (medians)")
     for shape in a.shape or ["0.6b"]:
-        for threads in a.threads or [1, 2]:
+        for threads in [] if a.only_smoke_run else a.threads or [1, 2]:
             cmd = [sys.executable, __file__, "--child", shape, str(threads), "--rounds", str(a.rounds),
                    "--tokens", str(a.tokens)] + (["--profile"] if a.profile else [])
             proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -346,6 +372,13 @@ def main() -> int:
             r = json.loads(lines[-1].removeprefix("RESULT "))
             v = None if a.no_vllm else vllm(shape, threads, max(2, a.rounds // 2), a.vllm_python)
             report(r, v)
+        if a.smoke_run:
+            runs = smoke_runs(shape, a.smoke_run, 64)
+            print(f"\nsmoke-run of the {shape} pair, 3 prompts x 64 tokens, 1 thread, fresh processes, alternating:")
+            for path, xs in runs.items():
+                print(f"  {path:<7} wall {', '.join(f'{w:.1f}' for w, _ in xs)} s; CPU {', '.join(f'{c:.1f}' for _, c in xs)} s")
+            med = {p: (statistics.median(w for w, _ in xs), statistics.median(c for _, c in xs)) for p, xs in runs.items()}
+            print(f"  plain / packed: wall {med['plain'][0] / med['packed'][0]:.2f}x, CPU {med['plain'][1] / med['packed'][1]:.2f}x")
     return 0
 
 

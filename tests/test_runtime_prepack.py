@@ -159,3 +159,19 @@ def test_smoke_run_packs_on_the_cpu_unless_no_compile() -> None:
     assert [r.dflash.tokens for r in packed.runs] == [r.dflash.tokens for r in plain.runs]
     assert [r.target_tokens for r in packed.runs] == [r.target_tokens for r in plain.runs]
     assert packed.exit_code == plain.exit_code == 0
+
+
+def test_the_memory_estimate_counts_the_packed_lm_head() -> None:
+    """A packed tied head is held twice (the embedding lookups read the plain table), so the
+    pre-check must count it on a CPU run that packs, and only there."""
+    from dflash_ckpt.runtime.memory import estimate_run
+
+    cfg = {"hidden_size": 1024, "num_hidden_layers": 2, "num_attention_heads": 16, "num_key_value_heads": 8,
+           "head_dim": 128, "intermediate_size": 3072, "vocab_size": 151936, "tie_word_embeddings": True}
+    kw = dict(target_config=cfg, target_file_bytes=0, target_dtype=torch.bfloat16, draft_config={**cfg},
+              draft_file_bytes=0, draft_dtype=torch.bfloat16, capacity=256, longest=200, block=16, backend="native",
+              taps=2)
+    plain, packed = estimate_run(**kw), estimate_run(**kw, prepacked=True)
+    assert packed.parts["prepacked lm_head"] == 151936 * 1024 * 2
+    assert packed.total - plain.total == 151936 * 1024 * 2
+    assert "prepacked lm_head" not in estimate_run(**{**kw, "backend": "transformers"}, prepacked=True).parts
