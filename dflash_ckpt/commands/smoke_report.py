@@ -57,6 +57,8 @@ def render_smoke(console: Console, res: SmokeResult, *, quiet: bool = False, sho
         f"draft {res.draft_dtype}  target {res.target_dtype}  block {res.block_size}{_layout_note(res)}  "
         f"chat template {'on' if res.chat_template else 'off'}"
         + (f"  CUDA graphs (captured in {res.capture_s:.2f} s, not in any figure)" if res.cuda_graphs else "")
+        + (f"  prepacked weights ({res.prepacked_weights}, {res.prepack_s:.2f} s, not in any figure)"
+           if res.prepacked_weights else "")
     )
     if res.quantization is not None:
         console.print(safe(summary_line(res.quantization)))

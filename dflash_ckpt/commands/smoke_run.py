@@ -50,6 +50,7 @@ from dflash_ckpt.runtime.loading import dtype_name, load_draft
 from dflash_ckpt.runtime.loops import make_loop
 from dflash_ckpt.runtime.measure import TIE_TOLERANCE, TIMING_TOKENS, PromptRun, measure_prompts, overall_figures
 from dflash_ckpt.runtime.memory import check_fits, estimate_run, needed_bytes
+from dflash_ckpt.runtime.prepack import prepack_pair
 from dflash_ckpt.runtime.plan import RunOptions, encode_prompts, plan_run, resolve_folders, set_threads
 from dflash_ckpt.sources.local import LocalSource
 from dflash_ckpt.sources.prompts import stop_token_ids
@@ -106,6 +107,10 @@ class SmokeResult(ResultShape):
     cuda_graphs: bool = False
     #: Seconds spent capturing CUDA graphs (the "compile time"), apart from every other figure.
     capture_s: float = 0.0
+    #: Weights reordered once into oneDNN's layout (CPU, bf16; ``runtime/prepack.py``), and the
+    #: seconds that took (apart from every other figure).
+    prepacked_weights: int = 0
+    prepack_s: float = 0.0
     #: What times the steps: ``thread`` (the decoding thread's CPU time) or ``wall``.
     step_clock: str = "wall"
     #: ``--engine vllm|both``: which vLLM ran, its own counters, and (``both``) the comparison.
@@ -158,6 +163,8 @@ class SmokeResult(ResultShape):
                 "static_path": self.static_path,
                 "cuda_graphs": self.cuda_graphs,
                 "capture_s": self.capture_s,
+                "prepacked_weights": self.prepacked_weights,
+                "prepack_s": self.prepack_s,
                 "step_clock": self.step_clock,
                 "timing_tokens": min(TIMING_TOKENS, o.max_new_tokens),
                 "engine": o.engine,
@@ -269,7 +276,8 @@ def run_smoke(opts: SmokeOptions, progress: Any = None, log: Callable[[str], Non
                             target_dtype=plan.target_dtype, draft_config=pre.draft.config,
                             draft_file_bytes=needed_bytes(plan.draft_inv.tensors, plan.draft_dtype),
                             draft_dtype=plan.draft_dtype, capacity=plan.capacity, longest=longest,
-                            block=plan.block_size, backend=plan.backend, taps=len(plan.draft_args.target_layer_ids)),
+                            block=plan.block_size, backend=plan.backend, taps=len(plan.draft_args.target_layer_ids),
+                            prepacked=device.type == "cpu" and opts.compile),
                device, target_label, target_dtype=plan.target_dtype)
     unfilled = unfilled_weights(Path(draft_dir), plan.draft_inv, Path(target_dir), plan.target_inv)  # DF413
     if unfilled:  # sampled after the memory check (about the machine), before anything is loaded
@@ -282,6 +290,8 @@ def run_smoke(opts: SmokeOptions, progress: Any = None, log: Callable[[str], Non
     target_model = plan.target.load(Path(target_dir), plan.target_dtype, device, target_label, plan.target_inv)
     draft_model = load_draft(Path(draft_dir), plan.draft_args, dtype=plan.draft_dtype, device=device, label=draft_label,
                              inv=plan.draft_inv)
+    if device.type == "cpu" and opts.compile:
+        result.prepacked_weights, result.prepack_s = prepack_pair(target_model, draft_model)
     loop = make_loop(target_model, draft_model, plan.capacity, block_size=plan.block_size,
                      graphs=device.type == "cuda" and opts.compile)
     result.static_path = loop.static

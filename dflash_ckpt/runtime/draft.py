@@ -32,6 +32,7 @@ from torch import nn
 
 from dflash_ckpt.runtime.args import DraftArgs
 from dflash_ckpt.runtime.layers import MLP, KVCache, RMSNorm, attention, fuse_linears, head, new_kv_cache, use_fused
+from dflash_ckpt.runtime.prepack import linear
 from dflash_ckpt.runtime.rope import RotaryTable, apply_rope
 
 RopePair = tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
@@ -40,6 +41,7 @@ RopePair = tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Te
 
 class DraftAttention(nn.Module):
     FUSED = (("kv", ("k_proj", "v_proj")),)
+    LINEARS = ("q_proj", "o_proj")  # run through ``prepack.linear``
 
     def __init__(self, args: DraftArgs, index: int) -> None:
         super().__init__()
@@ -79,9 +81,10 @@ class DraftAttention(nn.Module):
         b, n, _ = x.shape
         both = torch.cat([context, x], dim=1)
         m = both.shape[1]
-        q = self.q_norm(self.q_proj(x).view(b, n, self.heads, self.head_dim)).transpose(1, 2)
+        q = linear(x, self.q_proj.weight, self.q_proj.bias)
+        q = self.q_norm(q.view(b, n, self.heads, self.head_dim)).transpose(1, 2)
         if use_fused(self.kv, self.k_proj.weight):
-            k, v = F.linear(both, self.kv, self.kv_bias).chunk(2, dim=-1)
+            k, v = linear(both, self.kv, self.kv_bias).chunk(2, dim=-1)
         else:
             k, v = self.k_proj(both), self.v_proj(both)
         k = self.k_norm(k.reshape(b, m, self.kv_heads, self.head_dim)).transpose(1, 2)
@@ -103,7 +106,7 @@ class DraftAttention(nn.Module):
                 v_buf[:, :, at:end] = v
                 k, v = k_buf[:, :, :end], v_buf[:, :, :end]
         out = attention(q, k, v, mask=mask, scale=self.scale)
-        return self.o_proj(out.transpose(1, 2).reshape(b, n, self.heads * self.head_dim))
+        return linear(out.transpose(1, 2).reshape(b, n, self.heads * self.head_dim), self.o_proj.weight, self.o_proj.bias)
 
 
 class DraftLayer(nn.Module):
@@ -156,6 +159,8 @@ class DFlashDraft(nn.Module):
     """A DFlash v1 draft. ``forward`` is differentiable and needs no cache (training);
     ``forward_fused`` with a ``KVCache`` is the decoding path."""
 
+    LINEARS = ("fc",)  # ``fuse`` runs it through ``prepack.linear``
+
     def __init__(self, args: DraftArgs) -> None:
         super().__init__()
         d = args.dims
@@ -188,7 +193,7 @@ class DFlashDraft(nn.Module):
 
     def fuse(self, features: torch.Tensor) -> torch.Tensor:
         """``hidden_norm(fc(features))``; target features are cast to the draft dtype first."""
-        return self.hidden_norm(self.fc(features.to(self.dtype)))
+        return self.hidden_norm(linear(features.to(self.dtype), self.fc.weight, self.fc.bias))
 
     def embed(self, ids: torch.Tensor, embed_weight: torch.Tensor) -> torch.Tensor:
         """The block's input: the target's embeddings of ``ids``, scaled, in the draft dtype."""

@@ -8,6 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dflash_ckpt.runtime.prepack import linear, released
+
 #: ``enable_gqa`` lets SDPA read grouped K/V without copying them per query head (torch >= 2.5).
 _SDPA_GQA = torch.__version__ >= "2.5"
 
@@ -17,9 +19,10 @@ def head(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
     Used for the vocabulary projections, whose inputs are slices (``out[:, -1:]``, block
     positions ``1..``). torch's CPU bf16 ``linear`` takes a path about 30x slower for a 3-D view
-    with a storage offset than for the same data flattened to 2-D.
+    with a storage offset than for the same data flattened to 2-D. A prepacked head
+    (``prepack``) streams at the memory's speed.
     """
-    return F.linear(x.reshape(-1, x.shape[-1]), weight).view(*x.shape[:-1], weight.shape[0])
+    return linear(x.reshape(-1, x.shape[-1]), weight).view(*x.shape[:-1], weight.shape[0])
 
 
 class RMSNorm(nn.Module):
@@ -126,7 +129,10 @@ def materialize(model: nn.Module, *, dtype: torch.dtype, device: torch.device | 
 
 def use_fused(fused: torch.Tensor | None, param: torch.Tensor) -> bool:
     """Whether a forward may use a fused weight: it exists and no gradient is wanted (training
-    runs the separate parameters, which are what an optimiser holds)."""
+    runs the separate parameters, which are what an optimiser holds; prepacked weights whose
+    plain copy was freed have only the fused path, which refuses gradients)."""
+    if released(fused):
+        return True
     return fused is not None and not (torch.is_grad_enabled() and param.requires_grad)
 
 
@@ -134,6 +140,8 @@ class MLP(nn.Module):
     """``down(silu(gate(x)) * up(x))``; ``fuse_projections`` merges gate and up into one matmul."""
 
     FUSED = (("gate_up", ("gate_proj", "up_proj")),)
+    #: Linears whose forward runs through ``prepack.linear`` (a prepacked weight is used there).
+    LINEARS = ("down_proj",)
 
     def __init__(self, hidden: int, intermediate: int, bias: bool = False) -> None:
         super().__init__()
@@ -148,8 +156,8 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if use_fused(self.gate_up, self.gate_proj.weight):
-            gate, up = F.linear(x, self.gate_up, self.gate_up_bias).chunk(2, dim=-1)
-            return self.down_proj(F.silu(gate) * up)
+            gate, up = linear(x, self.gate_up, self.gate_up_bias).chunk(2, dim=-1)
+            return linear(F.silu(gate) * up, self.down_proj.weight, self.down_proj.bias)
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 

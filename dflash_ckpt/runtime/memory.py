@@ -150,9 +150,13 @@ class RunEstimate:
 
 def estimate_run(*, target_config: Mapping[str, Any], target_file_bytes: int, target_dtype: torch.dtype,
                  draft_config: Mapping[str, Any], draft_file_bytes: int, draft_dtype: torch.dtype,
-                 capacity: int, longest: int, block: int, backend: str, taps: int) -> RunEstimate:
+                 capacity: int, longest: int, block: int, backend: str, taps: int,
+                 prepacked: bool = False) -> RunEstimate:
     """The peak of a smoke-run: ``capacity`` cache positions, ``longest`` tokens in the largest
-    single forward (prompt + output, the teacher-forced pass), ``block`` positions verified."""
+    single forward (prompt + output, the teacher-forced pass), ``block`` positions verified.
+    ``prepacked``: the weights are reordered for oneDNN (``runtime/prepack.py``), which holds one
+    more copy of the lm_head (the tied embedding table keeps its plain copy; an untied head's
+    plain copy is freed only after its packed one is made)."""
     t_elt = torch.empty((), dtype=target_dtype).element_size()
     d_elt = torch.empty((), dtype=draft_dtype).element_size()
     ts, ds = Shapes.of(target_config), Shapes.of(draft_config)
@@ -178,6 +182,8 @@ def estimate_run(*, target_config: Mapping[str, Any], target_file_bytes: int, ta
         features = n * taps * h * t_elt
         est.parts["activations"] = hidden_states + scores + features
         est.parts["logits"] = n * ts.vocab * (t_elt + 4 + 4)  # run dtype, float32 copy, ranks/compare
+        if prepacked and backend == "native":
+            est.parts["prepacked lm_head"] = ts.vocab * ts.hidden * t_elt
     if backend == "transformers":
         est.parts["transformers overhead"] = int(HF_OVERHEAD * t_weights)
         est.mapped = target_file_bytes

@@ -23,6 +23,7 @@ from torch import nn
 from dflash_ckpt.runtime.args import TargetArgs
 from dflash_ckpt.runtime.layers import (MLP, KVCache, RMSNorm, attention, fuse_linears, head, new_kv_cache, rms_norm,
                                         use_fused)
+from dflash_ckpt.runtime.prepack import linear
 from dflash_ckpt.runtime.rope import RotaryTable, rope_rows
 
 
@@ -36,6 +37,7 @@ class TargetOutput:
 
 class TargetAttention(nn.Module):
     FUSED = (("qkv", ("q_proj", "k_proj", "v_proj")),)
+    LINEARS = ("o_proj",)  # run through ``prepack.linear``
 
     def __init__(self, args: TargetArgs) -> None:
         super().__init__()
@@ -92,7 +94,7 @@ class TargetAttention(nn.Module):
         h, g, d = self.heads, self.kv_heads, self.head_dim
         fused = use_fused(self.qkv, self.q_proj.weight)
         if fused:
-            qkv = F.linear(x, self.qkv, self.qkv_bias)
+            qkv = linear(x, self.qkv, self.qkv_bias)
         else:
             qkv = torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)
         qkv = qkv.view(b, n, h + 2 * g, d)
@@ -114,7 +116,7 @@ class TargetAttention(nn.Module):
                 v_buf[:, :, at:at + n] = v
                 k, v = k_buf[:, :, :at + n], v_buf[:, :, :at + n]
         out = attention(q, k, v, mask=mask, causal=causal, scale=self.scale)
-        return self.o_proj(out.transpose(1, 2).reshape(b, n, self.heads * self.head_dim))
+        return linear(out.transpose(1, 2).reshape(b, n, self.heads * self.head_dim), self.o_proj.weight, self.o_proj.bias)
 
 
 class TargetLayer(nn.Module):
@@ -135,6 +137,8 @@ class TargetLayer(nn.Module):
 
 class TargetModel(nn.Module):
     """Qwen3 (with ``q_norm``/``k_norm``) or Llama 3.x; batch 1 with a cache, any batch without."""
+
+    LINEARS = ("lm_head",)  # ``layers.head`` runs it through ``prepack.linear``
 
     def __init__(self, args: TargetArgs) -> None:
         super().__init__()

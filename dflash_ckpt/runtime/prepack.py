@@ -1,0 +1,156 @@
+"""Prepacked oneDNN weights for the CPU's bf16 matrix products: what makes a decode step memory-bound.
+
+Why: at batch 1 a decode step reads every weight once, so its floor is the weights' bytes over
+the bandwidth one core streams. torch's plain bf16 ``F.linear`` on a CPU reorders the weight
+into oneDNN's blocked layout inside every call and streams about half that bandwidth (17 GB/s
+against 35-40 GB/s for ``x.sum()`` on this machine; the 151936-row lm_head 16 GB/s); a weight
+reordered once (``torch.ops.mkldnn._reorder_linear_weight``, what inductor's freezing pass and
+vLLM's CPU path do) streams at the memory's speed, and gives bit-identical results (the same
+oneDNN kernel, only the reorder moved out of the step). benchmarks/README.md has the figures.
+
+How: ``prepack(model)`` reorders the weight of every linear the decoding forwards run through
+``linear`` and hangs the packed copy on the weight tensor (``PACKED``); ``linear`` uses it
+when no gradient is wanted. With ``release`` the plain weight's storage is then freed (its
+shape, dtype and device stay, so ``model.dtype`` and cache sizing still work), so the model
+costs its weights once; a tensor still needed elsewhere (the tied embedding table the lm_head
+shares) keeps its plain copy. ``unpack(model)`` restores every plain weight from the packed
+one and drops the packs: the model is then exactly the loaded one again (training, or code
+that reads the weights' values after a packed run, needs that).
+
+Only bf16 weights on a CPU with oneDNN are packed (fp16 needs AVX512-FP16 or AVX-NE-CONVERT,
+and fp32 gains nothing measured here); anything else keeps the plain path.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+#: Attribute on a weight tensor holding its packed oneDNN copy.
+PACKED = "_dflash_packed"
+#: Attribute on a weight tensor whose plain storage was freed: its size in bytes.
+_RELEASED = "_dflash_released_bytes"
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear(x, weight, bias)``, through ``weight``'s packed copy when it has one and no
+    gradient is wanted; the input is flattened to 2-D (a 3-D view with a storage offset takes a
+    slow path in torch's CPU bf16 linear)."""
+    packed = getattr(weight, PACKED, None)
+    grad = torch.is_grad_enabled() and weight.requires_grad
+    if grad and hasattr(weight, _RELEASED):
+        raise RuntimeError("these weights are prepacked for inference (runtime.prepack); call "
+                           "prepack.unpack(model) before a forward that needs gradients")
+    if packed is None or grad or x.dtype != weight.dtype:
+        return F.linear(x, weight, bias)
+    flat = x.reshape(-1, x.shape[-1])
+    out = torch.ops.mkldnn._linear_pointwise(flat, packed, bias, "none", [], "")
+    return out.view(*x.shape[:-1], weight.shape[0])
+
+
+def can_pack(weight: torch.Tensor) -> bool:
+    """Whether ``weight`` gets a packed copy: 2-D bf16 on a CPU whose torch has oneDNN."""
+    return (weight.dim() == 2 and weight.dtype == torch.bfloat16 and weight.device.type == "cpu"
+            and not weight.is_meta and torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled)
+
+
+def _sites(model: nn.Module) -> Iterator[tuple[nn.Module, str]]:
+    """``(module, attribute)`` of every weight the decoding forwards pass to ``linear``: each
+    module's fused buffers (its ``FUSED`` table: q/k/v, k/v, gate/up) and the linears its
+    ``LINEARS`` table names (o_proj, down_proj, the draft's q_proj and fc, the lm_head). Only
+    those: a module that calls a linear itself (DFlash2's convolution, its selector) keeps it."""
+    for mod in model.modules():
+        for name, _ in getattr(mod, "FUSED", ()):
+            if isinstance(getattr(mod, name, None), torch.Tensor):
+                yield mod, name
+        for name in getattr(mod, "LINEARS", ()):
+            child = getattr(mod, name, None)
+            if isinstance(child, nn.Linear):
+                yield child, "weight"
+
+
+@torch.no_grad()
+def prepack(model: nn.Module, *, release: bool = True, keep: tuple[torch.Tensor, ...] = ()) -> int:
+    """Pack every weight of ``model``'s decoding forwards that ``can_pack``; returns how many.
+
+    ``release``: free each packed weight's plain storage, unless it is (or shares storage with)
+    a tensor in ``keep`` or an ``nn.Embedding`` weight of ``model`` (a tied lm_head). Calling it
+    again packs nothing twice."""
+    kept = {t.untyped_storage().data_ptr() for t in keep}
+    kept |= {m.weight.untyped_storage().data_ptr() for m in model.modules() if isinstance(m, nn.Embedding)}
+    done = 0
+    for mod, attr in _sites(model):
+        w = getattr(mod, attr)
+        if getattr(w, PACKED, None) is not None or not can_pack(w):
+            continue
+        try:
+            packed = torch.ops.mkldnn._reorder_linear_weight(w.detach(), 1)
+        except RuntimeError:  # a oneDNN build without this path for the dtype: keep the plain one
+            continue
+        setattr(w, PACKED, packed)
+        done += 1
+        storage = w.untyped_storage()
+        if release and storage.data_ptr() not in kept and w.is_contiguous() and storage.nbytes() == w.nbytes:
+            _release(model, w)
+    return done
+
+
+def _release(model: nn.Module, w: torch.Tensor) -> None:
+    """Free ``w``'s plain storage: every tensor of ``model`` on it (the fused buffer and the
+    parameters that are its row blocks) is moved, shape and strides kept, onto a new storage
+    that is then shrunk to nothing (a loaded storage cannot be shrunk itself: reading the file
+    into it through numpy made it fixed-size)."""
+    old = w.untyped_storage()
+    nbytes = old.nbytes()
+    users = [t for _, t in (*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False))
+             if t is not None and t.untyped_storage().data_ptr() == old.data_ptr()]
+    fresh = torch.UntypedStorage(0, device=w.device)
+    fresh.resize_(nbytes)  # an allocation nothing touches: not resident
+    for t in {id(t): t for t in [w, *users]}.values():
+        t.set_(fresh, t.storage_offset(), t.shape, t.stride())
+    fresh.resize_(0)
+    setattr(w, _RELEASED, nbytes)
+
+
+@torch.no_grad()
+def unpack(model: nn.Module) -> int:
+    """Restore every plain weight ``prepack`` freed (from its packed copy: the same values) and
+    drop every packed copy; returns how many weights were packed."""
+    done = 0
+    for mod, attr in _sites(model):
+        w = getattr(mod, attr)
+        packed = getattr(w, PACKED, None)
+        if packed is None:
+            continue
+        nbytes = getattr(w, _RELEASED, None)
+        if nbytes is not None:
+            w.untyped_storage().resize_(nbytes)
+            w.copy_(packed.to_dense())
+            delattr(w, _RELEASED)
+        delattr(w, PACKED)
+        done += 1
+    return done
+
+
+def released(weight: torch.Tensor | None) -> bool:
+    """Whether ``weight``'s plain storage was freed by ``prepack`` (only its packed copy is left)."""
+    return weight is not None and hasattr(weight, _RELEASED)
+
+
+def is_packed(model: nn.Module) -> bool:
+    """Whether any weight of ``model`` runs through a packed copy."""
+    return any(getattr(getattr(mod, attr), PACKED, None) is not None for mod, attr in _sites(model))
+
+
+def prepack_pair(target: nn.Module, draft: nn.Module) -> tuple[int, float]:
+    """``prepack`` a target and its draft for a CPU run: ``(weights packed, seconds)``. The
+    draft reads the target's embeddings and lm_head, which ``prepack(target)`` packs (keeping
+    the tied table's plain copy for the embedding lookups)."""
+    import time
+
+    t0 = time.perf_counter()
+    n = prepack(target) + prepack(draft)
+    return n, time.perf_counter() - t0
