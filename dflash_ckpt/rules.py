@@ -17,6 +17,7 @@ from dflash_ckpt.rules_vllm import VLLM_RULES
 from dflash_ckpt.rules_mistakes import MISTAKE_RULES
 from dflash_ckpt.rules_layout_probe import LAYOUT_PROBE_RULES
 from dflash_ckpt.rules_layout import LAYOUT_RULES
+from dflash_ckpt.rules_quant import QUANT_RULES
 
 
 class Severity(str, Enum):
@@ -229,24 +230,6 @@ _RULES: list[Rule] = [
          "fails their load or gives NaN rotary tables; rope_parameters and rope_scaling must be "
          "objects (or null).",
          "Copy rope_theta (and rope_parameters) from the target's config.json."),
-    # -- DF18x: a quantized target (smoke-run, probe-taps) -------------------------------------
-    Rule("DF180", "quant-format-unsupported", E, "The target's quantization_config names a format the runtime does not dequantize",
-         "The reference runtime runs a quantized target by dequantizing it on load into the compute dtype: "
-         "FP8 e4m3 (per-tensor or block scales), AWQ GEMM int4, GPTQ int4/int8 (gptq or gptq_v2, act-order, "
-         "symmetric or not) and compressed-tensors pack-quantized, float-quantized and int-quantized. Another "
-         "format, version, bit width or strategy would be read as garbage, so the run is refused.",
-         "Run the target's unquantized release, or a release in one of the supported formats."),
-    Rule("DF181", "quant-config-contradicts", E, "The quantization_config contradicts the quantized tensors",
-         "The bits, group size or block size the config gives imply the shapes of each layer's packed "
-         "weight, scales and zero points; a header that disagrees (or a layer whose stored weight_shape "
-         "differs from the model config, or non-finite scales) means the config is not the one the "
-         "quantizer wrote, and dequantizing would compute garbage.",
-         "Restore the config the quantizer wrote, or re-quantize the target."),
-    Rule("DF182", "quant-tensor-missing", E, "A quantized layer lacks one of its tensors",
-         "A quantized layer is several tensors (packed weight, scales, zero points; FP8: weight and "
-         "weight_scale_inv). One of them is missing, or an FP8/int8 weight is stored without a "
-         "quantization_config saying how to scale it.",
-         "Download the missing shard again, or restore the config the quantizer wrote."),
     # -- DF2xx: the weights -----------------------------------------------------------------------
     Rule("DF201", "no-safetensors", E, "No safetensors weights",
          "The folder holds no *.safetensors file. This tool reads only safetensors (never pickle "
@@ -449,7 +432,7 @@ _RULES: list[Rule] = [
 ]
 
 _RULES += [Rule(code, name, Severity(sev), *texts) for code, name, sev, *texts in
-           (*ENGINE_RULES, *LAYOUT_RULES, *LAYOUT_PROBE_RULES, *VLLM_RULES, *MISTAKE_RULES)]
+           (*ENGINE_RULES, *LAYOUT_RULES, *LAYOUT_PROBE_RULES, *QUANT_RULES, *VLLM_RULES, *MISTAKE_RULES)]
 _RULES.sort(key=lambda rule: rule.code)
 
 RULES: dict[str, Rule] = {rule.code: rule for rule in _RULES}
