@@ -22,6 +22,7 @@ import tiny_models as tm
 from dflash_ckpt.runtime.probe_search import DEFAULT_SEARCH_BUDGET, EXHAUSTIVE_MAX, Measured, search_taps, valid
 from dflash_ckpt.runtime.generate import dflash_decode
 from dflash_ckpt.runtime.probe import measure, reading_taps, record
+from dflash_ckpt.draftspec.layout import BlockLayout, resolve_layout
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -73,6 +74,7 @@ class SynthArgs:
     block_size: int
     mask_token_id: int
     target_layer_ids: tuple[int, ...]
+    block_layout: BlockLayout = resolve_layout({})  # 1+N, as the probe's DFlash loop reads it
 
 
 class _Cache:

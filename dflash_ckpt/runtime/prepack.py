@@ -148,9 +148,11 @@ def is_packed(model: nn.Module) -> bool:
 def prepack_pair(target: nn.Module, draft: nn.Module) -> tuple[int, float]:
     """``prepack`` a target and its draft for a CPU run: ``(weights packed, seconds)``. The
     draft reads the target's embeddings and lm_head, which ``prepack(target)`` packs (keeping
-    the tied table's plain copy for the embedding lookups)."""
+    the tied table's plain copy for the embedding lookups). A transformers-backend target is a
+    wrapper around transformers' own modules, whose forward calls torch's linear, not ours: it is
+    left as loaded."""
     import time
 
     t0 = time.perf_counter()
-    n = prepack(target) + prepack(draft)
+    n = (prepack(target) if isinstance(target, nn.Module) else 0) + prepack(draft)
     return n, time.perf_counter() - t0
