@@ -141,3 +141,12 @@ def test_df216_names_a_tensor_that_exists(cli, tmp_path: Path) -> None:
     doc = cli("inspect", str(folder), "--json").result()
     df216 = next(f for f in doc["findings"] if f["code"] == "DF216")
     assert "model.fc.weight" not in df216["message"] and "(e.g. model.embed_tokens.weight)" in df216["message"], df216
+
+
+def test_no_reader_loads_an_lfs_pointer(cli, tmp_path: Path) -> None:
+    """A reader verdict agrees with the findings that stop the load: an LFS pointer in place of
+    the weights loads in no engine, whatever the config says."""
+    doc = cli("inspect", str(_draft_with_weights(tmp_path, POINTER)), "--json").result()
+    readers = doc["readers"]
+    assert readers and not any(v["loads"] for v in readers.values()), readers
+    assert all("DF230" in v["reason"] for v in readers.values()), readers

@@ -18,7 +18,8 @@ from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec, as_int
 
 #: Header findings that stop every engine's weight load (shape or presence of a tensor the model
 #: is built with, or a file that cannot be read).
-LOAD_STOPPERS = ("DF203", "DF204", "DF205", "DF206", "DF210", "DF211", "DF212", "DF213", "DF223", "DF224")
+LOAD_STOPPERS = ("DF203", "DF204", "DF205", "DF206", "DF210", "DF211", "DF212", "DF213", "DF223", "DF224",
+                 "DF230", "DF231")
 
 
 def weight_load_problems(spec: DraftSpec) -> list[str]:
