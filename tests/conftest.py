@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -161,3 +162,38 @@ def smoke(cli: Any, pair: tuple[str, str], *args: str) -> CliResult:
     res = cli("smoke-run", pair[0], "--target", pair[1], *args)
     no_traceback(res)
     return res
+
+
+@functools.lru_cache(maxsize=None)
+def cached_cli(*args: str) -> CliResult:
+    """One CLI run per distinct command line for the whole session (smoke-runs take seconds);
+    never a traceback."""
+    res = run_cli(*args)
+    no_traceback(res)
+    return res
+
+
+def smoke_json(draft: Path, target: Path, *extra: str) -> tuple[int, dict[str, Any]]:
+    """``smoke-run DRAFT --target TARGET --json``: its exit code (a verdict: 0 or 1) and result."""
+    pytest.importorskip("torch")
+    pytest.importorskip("tokenizers")
+    res = cached_cli("smoke-run", str(draft), "--target", str(target), "--json", *extra)
+    assert res.code in (0, 1), res.stderr
+    return res.code, res.merged()
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A tiny random fp32 target and draft written to disk (tests/tiny_models.py)."""
+    import tiny_models as tm
+
+    return tm.make_pair(tmp_path_factory.mktemp("pair"))
+
+
+@pytest.fixture(scope="module")
+def fp32(pair: tuple[Path, Path]):
+    """``pair`` loaded into the native runtime, with a 512-position cache each."""
+    import tiny_models as tm
+
+    target, draft = tm.load_runtime_pair(*pair)
+    return target, draft, target.new_cache(512), draft.new_cache(512)

@@ -27,17 +27,6 @@ PROMPT = [1, 87, 85, 263, 201, 74, 75, 2, 1, 30, 40, 50, 60]
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    return tm.make_pair(tmp_path_factory.mktemp("pair"))
-
-
-@pytest.fixture(scope="module")
-def fp32(pair: tuple[Path, Path]):
-    target, draft = tm.load_runtime_pair(*pair)
-    return target, draft, target.new_cache(512), draft.new_cache(512)
-
-
 def oracle(full: list[int], corrupt: float = 0.0, seed: int = 0):
     rng = random.Random(seed)
 

@@ -14,7 +14,6 @@ read the committed folders and never retrain. What they hold the pair to (issue 
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import sys
@@ -24,7 +23,7 @@ from typing import Any
 import pytest
 
 import make_fixtures
-from conftest import CliResult, config, header, no_traceback, run_cli
+from conftest import cached_cli, config, header, run_cli, smoke_json
 
 ROOT = Path(__file__).resolve().parents[1]
 PAIR = ROOT / "fixtures" / "tiny-pair"
@@ -39,20 +38,11 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-@functools.lru_cache(maxsize=None)
-def cli(*args: str) -> CliResult:
-    """One CLI run per distinct command line for the whole module (smoke-runs take seconds)."""
-    res = run_cli(*args)
-    no_traceback(res)
-    return res
+cli = cached_cli
 
 
 def smoke(draft: Path, *extra: str) -> tuple[int, dict[str, Any]]:
-    pytest.importorskip("torch")
-    pytest.importorskip("tokenizers")
-    res = cli("smoke-run", str(draft), "--target", str(TARGET), "--json", *extra)
-    assert res.code in (0, 1), res.stderr
-    return res.code, res.merged()
+    return smoke_json(draft, TARGET, *extra)
 
 
 def inspect_json(draft: Path) -> tuple[int, dict[str, Any]]:
