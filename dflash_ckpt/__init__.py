@@ -2,7 +2,7 @@
 
 The package is split so that the checker never pays for torch: ``sources`` reads the files (local
 or Hub), ``draftspec`` resolves the DFlash keys into a ``DraftSpec``, ``checks`` turns specs (and run
-results) into findings with stable codes (``rules``), ``normalize`` plans and writes canonical
+results) into findings with stable codes (``rules``), ``canonical`` plans and writes canonical
 configs, and ``commands`` parse options, call one ``run_<command>`` function each and render
 the result (rich or JSON). ``runtime`` (torch) is imported only by ``smoke-run`` and
 ``probe-taps``, inside their command bodies; docs/DESIGN.md section 11 draws the data flow.
@@ -12,8 +12,6 @@ The Python API: ``dflash_ckpt.inspect``, ``normalize``, ``smoke_run`` and ``prob
 ``.to_dict()`` and ``.envelope()``; errors raise ``DFlashCkptError``.
 """
 
-import sys
-
 from dflash_ckpt._version import __version__
 
 #: The public API (``dflash_ckpt.api``), loaded on first use so ``import dflash_ckpt`` stays light.
@@ -22,10 +20,6 @@ __all__ = ["DFlashCkptError", "__version__", "inspect", "normalize", "probe_taps
 
 def __getattr__(name: str) -> object:
     """``dflash_ckpt.inspect`` and the others: imported from ``dflash_ckpt.api`` when first read."""
-    if name == "normalize":  # the subpackage, callable as the API function (normalize/__init__.py)
-        import dflash_ckpt.normalize
-
-        return sys.modules["dflash_ckpt.normalize"]
     if name in __all__:
         from dflash_ckpt import api
 
