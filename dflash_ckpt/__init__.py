@@ -3,9 +3,10 @@
 The package is split so that the checker never pays for torch: ``sources`` reads the files (local
 or Hub), ``draftspec`` resolves the DFlash keys into a ``DraftSpec``, ``checks`` turns specs (and run
 results) into findings with stable codes (``rules``), ``inspection`` runs them over one draft or
-many, ``canonical`` plans and writes canonical configs (``normalize``), and ``commands`` parse options, call one ``run_<command>`` function each and render
-the result (rich or JSON). ``runtime`` (torch) is imported only by ``smoke-run`` and
-``probe-taps``, inside their command bodies; docs/DESIGN.md section 11 draws the data flow.
+many, ``canonical`` plans and writes canonical configs (``normalize``), and ``commands`` parse
+options, call one ``run_<command>`` function each and render the result (rich or JSON).
+``runtime`` (torch) is imported only by ``smoke-run`` and ``probe-taps``, inside their command
+bodies; docs/DESIGN.md section 11 draws the data flow.
 
 The Python API: ``dflash_ckpt.inspect``, ``normalize``, ``smoke_run`` and ``probe_taps``
 (``dflash_ckpt/api.py``), each returning a result with ``.ok``, ``.exit_code``, ``.findings``,
