@@ -2,17 +2,16 @@
 
 The package is split so that the checker never pays for torch: ``sources`` reads the files (local
 or Hub), ``draftspec`` resolves the DFlash keys into a ``DraftSpec``, ``checks`` turns specs (and run
-results) into findings with stable codes (``rules``), ``normalize`` plans and writes canonical
-configs, and ``commands`` parse options, call one ``run_<command>`` function each and render
-the result (rich or JSON). ``runtime`` (torch) is imported only by ``smoke-run`` and
-``probe-taps``, inside their command bodies; docs/DESIGN.md section 11 draws the data flow.
+results) into findings with stable codes (``rules``), ``inspection`` runs them over one draft or
+many, ``canonical`` plans and writes canonical configs (``normalize``), and ``commands`` parse
+options, call one ``run_<command>`` function each and render the result (rich or JSON).
+``runtime`` (torch) is imported only by ``smoke-run`` and ``probe-taps``, inside their command
+bodies; docs/DESIGN.md section 11 draws the data flow.
 
 The Python API: ``dflash_ckpt.inspect``, ``normalize``, ``smoke_run`` and ``probe_taps``
 (``dflash_ckpt/api.py``), each returning a result with ``.ok``, ``.exit_code``, ``.findings``,
 ``.to_dict()`` and ``.envelope()``; errors raise ``DFlashCkptError``.
 """
-
-import sys
 
 from dflash_ckpt._version import __version__
 
@@ -22,10 +21,6 @@ __all__ = ["DFlashCkptError", "__version__", "inspect", "normalize", "probe_taps
 
 def __getattr__(name: str) -> object:
     """``dflash_ckpt.inspect`` and the others: imported from ``dflash_ckpt.api`` when first read."""
-    if name == "normalize":  # the subpackage, callable as the API function (normalize/__init__.py)
-        import dflash_ckpt.normalize
-
-        return sys.modules["dflash_ckpt.normalize"]
     if name in __all__:
         from dflash_ckpt import api
 

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from dflash_ckpt.commands.inspect_cmd import InspectRun
     from dflash_ckpt.commands.probe_run import ProbeResult
     from dflash_ckpt.commands.smoke_run import SmokeResult
-    from dflash_ckpt.normalize.run import Outcome
+    from dflash_ckpt.canonical.run import Outcome
 
 __all__ = ["DFlashCkptError", "inspect", "normalize", "probe_taps", "smoke_run"]
 

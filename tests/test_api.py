@@ -5,6 +5,7 @@ fixture draft, normalize into a temporary folder, smoke-run the tiny pair, probe
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import shutil
@@ -52,6 +53,23 @@ def test_import_is_light_and_public() -> None:
         assert getattr(dflash_ckpt, name).__doc__, name
     with pytest.raises(AttributeError):
         dflash_ckpt.no_such_function  # noqa: B018
+
+
+def test_normalize_is_the_api_function_and_help_shows_it() -> None:
+    """``dflash_ckpt.normalize`` is ``api.normalize`` itself, whatever else is imported (the
+    package that plans and writes is ``dflash_ckpt.canonical``, so no subpackage takes the name),
+    and ``help()`` shows its signature and docstring."""
+    import pydoc
+
+    import dflash_ckpt.api
+    import dflash_ckpt.canonical.run
+    import dflash_ckpt.commands.normalize_run  # noqa: F401 - imports every canonical module it needs
+
+    assert dflash_ckpt.normalize is dflash_ckpt.api.normalize
+    assert inspect.isfunction(dflash_ckpt.normalize)
+    text = pydoc.render_doc(dflash_ckpt.normalize, renderer=pydoc.plaintext)
+    assert "Rewrite a draft's config.json into the canonical nested form" in text
+    assert "function normalize in module dflash_ckpt.api" in text and "in_place" in text and "dry_run" in text
 
 
 def test_inspect_is_the_cli_document(cli, capsys: pytest.CaptureFixture[str]) -> None:

@@ -23,7 +23,7 @@ import make_fixtures  # noqa: E402
 
 from dflash_ckpt.checks import run_checks  # noqa: E402
 from dflash_ckpt.checks.engines import judge_readers  # noqa: E402
-from dflash_ckpt.checks.inspection import InspectResult  # noqa: E402
+from dflash_ckpt.inspection import InspectResult  # noqa: E402
 from dflash_ckpt.errors import DFlashCkptError  # noqa: E402
 from dflash_ckpt.sources.jsonfile import parse_json_text  # noqa: E402
 from dflash_ckpt.sources.weights import WeightInventory  # noqa: E402

@@ -74,7 +74,7 @@ def test_in_place_on_a_cache_snapshot_by_another_path_is_refused(cli: Any, fixtu
 @pytest.mark.parametrize("copy", [True, False], ids=["copy", "link"])
 def test_a_file_written_into_empty_out_during_the_run_is_kept(cli: Any, monkeypatch: pytest.MonkeyPatch,
                                                               tmp_path: Path, copy: bool) -> None:
-    import dflash_ckpt.normalize.build as build
+    import dflash_ckpt.canonical.build as build
 
     draft = small_draft(tmp_path / "d", extra={"README.md": b"# draft\n"})
     out = tmp_path / "o"
@@ -96,7 +96,7 @@ def test_a_file_written_into_empty_out_during_the_run_is_kept(cli: Any, monkeypa
 
 
 def test_out_replaced_by_a_file_during_the_run_is_kept(cli: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    import dflash_ckpt.normalize.build as build
+    import dflash_ckpt.canonical.build as build
 
     draft = small_draft(tmp_path / "d")
     out = tmp_path / "o"

@@ -167,8 +167,8 @@ def test_relative_folder_link_never_resolves_elsewhere(cli: Any, tmp_path: Path)
     ("copy_file", errno.ENOSPC), ("copy_file", errno.EDQUOT), ("link", errno.ENOSPC), ("config", errno.ENOSPC),
 ], ids=["copy-full", "copy-quota", "no-inodes-for-link", "config-full"])
 def test_full_disk_while_writing_out_names_out(cli: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, where: str, err: int) -> None:
-    import dflash_ckpt.normalize.build as build
-    import dflash_ckpt.normalize.fsops as fsops
+    import dflash_ckpt.canonical.build as build
+    import dflash_ckpt.canonical.fsops as fsops
 
     draft = small_draft(tmp_path / "d", extra={"README.md": b"# draft\n"})
     out = tmp_path / "o"
@@ -189,7 +189,7 @@ def test_full_disk_while_writing_out_names_out(cli: Any, monkeypatch: pytest.Mon
 
 
 def test_free_space_message_states_the_margin(cli: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    import dflash_ckpt.normalize.fsops as fsops
+    import dflash_ckpt.canonical.fsops as fsops
 
     draft = small_draft(tmp_path / "d")
     real = shutil.disk_usage

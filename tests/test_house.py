@@ -1,5 +1,6 @@
-"""The package's shape: no import circle between its files, and every script a user or a test
-runs (fixtures/, benchmarks/) imports against the current package (a moved name fails here, not
+"""The package's shape: no import circle between its files, none between its packages (each
+module counted as its package: ``dflash_ckpt.checks``, ``dflash_ckpt.runtime``, a top-level module
+as itself), and every script a user or a test runs (fixtures/, benchmarks/) imports against the current package (a moved name fails here, not
 when someone next regenerates a fixture)."""
 
 from __future__ import annotations
@@ -105,6 +106,47 @@ def test_no_import_circle_between_package_files() -> None:
     assert graph["dflash_ckpt.commands.smoke_run"], "the import reader found no imports: it is broken"
     found = [sorted(c) for c in circles(graph) if frozenset(c) not in KNOWN_CIRCLES]
     assert found == [], f"import circles (break each by moving the shared piece down a layer): {found}"
+
+
+def package_of(name: str) -> str:
+    """``dflash_ckpt.checks.inspection`` -> ``dflash_ckpt.checks``; ``dflash_ckpt.runtime.quant.fp8``
+    -> ``dflash_ckpt.runtime``; a top-level module (``dflash_ckpt.errors``) is its own package."""
+    return ".".join(name.split(".")[:2])
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The module graph with each module collapsed to its package (arrows inside one package dropped)."""
+    out: dict[str, set[str]] = {}
+    for name, deps in graph.items():
+        out.setdefault(package_of(name), set()).update(package_of(d) for d in deps)
+    for name, deps in out.items():
+        deps.discard(name)
+    return out
+
+
+def test_package_graph_finds_a_circle_no_file_circle_shows() -> None:
+    """Two packages that import each other through different files: no file circle, one package circle."""
+    graph = {"p.a.x": {"p.b.y"}, "p.b.y": set(), "p.b.z": {"p.a.w"}, "p.a.w": set(), "p.c": {"p.a.x"}}
+    assert circles(graph) == []
+    assert circles(package_graph(graph)) == [{"p.a", "p.b"}]
+    assert circles(package_graph({"p.a.x": {"p.b.y"}, "p.b.y": {"p.c"}, "p.c": set()})) == []
+
+
+def test_no_import_circle_between_packages() -> None:
+    """Data flows sources -> draftspec -> checks -> commands; canonical (normalize's planning and
+    writing) sits beside checks, the runtime below the commands. A circle between two packages
+    means one of them holds a piece of the other's layer: move it down (the message names the
+    file arrows that close each circle)."""
+    known = modules()
+    graph = {name: imports_of(name, path, known) for name, path in known.items()}
+    packages = package_graph(graph)
+    assert "dflash_ckpt.checks" in packages["dflash_ckpt.commands"], "the package graph is broken"
+    found = []
+    for circle in circles(packages):
+        arrows = sorted(f"{a} -> {b}" for a, deps in graph.items() for b in deps
+                        if package_of(a) in circle and package_of(b) in circle and package_of(a) != package_of(b))
+        found.append((sorted(circle), arrows))
+    assert found == [], f"import circles between packages (move the shared piece down a layer): {found}"
 
 
 SCRIPTS = sorted(p for folder in ("fixtures", "benchmarks") for p in (ROOT / folder).rglob("*.py"))

@@ -155,7 +155,7 @@ def test_json_paths_do_not_import_rich() -> None:
 
 def test_a_crash_on_one_draft_is_its_row(cli, monkeypatch) -> None:
     """A bug hit by one draft (here a RecursionError) is that draft's error, not a traceback."""
-    import dflash_ckpt.checks.inspection as cmd
+    import dflash_ckpt.inspection as cmd
 
     real = cmd.inspect_sources
 

@@ -9,7 +9,7 @@ import pytest
 from dflash_ckpt.checks.layout_findings import layout_findings, searched_layout, smoke_layout_findings
 from dflash_ckpt.draftspec.layout import ANCHOR_FIRST, ONE_PLUS_N, BlockLayout, resolve_layout
 from dflash_ckpt.errors import UsageError
-from dflash_ckpt.normalize.layout_keys import check_engines, layout_paths
+from dflash_ckpt.draftspec.layout_keys import check_engines, layout_paths
 from dflash_ckpt.runtime.measure import Candidate
 from dflash_ckpt.runtime.probe_layout import LayoutMeasurement
 

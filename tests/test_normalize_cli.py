@@ -412,7 +412,7 @@ def test_read_only_out_parent(world_dir: Path) -> None:
 
 
 def test_not_enough_disk_for_a_copy(cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    import dflash_ckpt.normalize.fsops as fsops
+    import dflash_ckpt.canonical.fsops as fsops
 
     draft = small_draft(tmp_path / "d")
     real = shutil.disk_usage
@@ -466,7 +466,7 @@ def test_copy_flag_and_link_fallback(cli, monkeypatch: pytest.MonkeyPatch, tmp_p
 
 @pytest.mark.parametrize("exc", [KeyboardInterrupt, OSError])
 def test_interrupted_run_leaves_no_out(cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, exc: type[BaseException]) -> None:
-    import dflash_ckpt.normalize.build as build
+    import dflash_ckpt.canonical.build as build
 
     draft = small_draft(tmp_path / "d", shards=3)
     state = tree_state(draft)
@@ -588,7 +588,7 @@ def test_progress_bar_follows_a_large_copy(cli, monkeypatch: pytest.MonkeyPatch,
     import contextlib
 
     import dflash_ckpt.commands.normalize_run as cmd
-    import dflash_ckpt.normalize.build as build
+    import dflash_ckpt.canonical.build as build
 
     draft = small_draft(tmp_path / "d", shards=2)
     weights = sum((draft / f).stat().st_size for f in files_under(draft) if f.endswith(".safetensors"))

@@ -28,8 +28,8 @@ from hypothesis import strategies as st
 import make_fixtures
 from normalize_support import resolved
 
-from dflash_ckpt.normalize.config_text import ConfigText, parse_object
-from dflash_ckpt.normalize.plan import PREFER_NESTED, Overrides, plan_normalize
+from dflash_ckpt.canonical.config_text import ConfigText, parse_object
+from dflash_ckpt.canonical.plan import PREFER_NESTED, Overrides, plan_normalize
 from dflash_ckpt.draftspec.specs import DFLASH_KEYS, SCALING_KEYS
 
 PLACES = ("nested", "top", "both", "conflict", "missing")

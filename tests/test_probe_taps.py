@@ -286,7 +286,7 @@ def test_normalize_replaces_a_value_only_when_told_why() -> None:
     """The plan behind --write: an override contradicting the config is refused unless it replaces
     the value with a reason, and then every copy (nested and top level) takes it."""
     from dflash_ckpt.errors import UsageError
-    from dflash_ckpt.normalize.plan import Overrides, plan_normalize
+    from dflash_ckpt.canonical.plan import Overrides, plan_normalize
 
     cfg = json.loads((SHIFTED / "config.json").read_text())
     cfg["target_layer_ids"] = [2, 4, 6]  # a top-level copy too

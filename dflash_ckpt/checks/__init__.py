@@ -1,6 +1,6 @@
 """Checks: pure functions from resolved specs (or a run's results) to findings.
 
-Nothing here reads files except ``inspection``, which reads a draft (and target) through a
+Nothing here reads files: ``dflash_ckpt.inspection`` reads a draft (and target) through a
 ``Source`` and then runs these checks. Naming: ``check_*`` returns findings; a function that
 raises on bad input is named ``require_*`` (or ``validate`` for options).
 """

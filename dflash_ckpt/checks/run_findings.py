@@ -11,6 +11,7 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING, Any, Sequence
 
+from dflash_ckpt.confidence import LIKELY_Z
 from dflash_ckpt.errors import CheckFailed
 from dflash_ckpt.rules import Finding, finding
 
@@ -145,22 +146,6 @@ def overflow_message(name: str, who: str, where: str, result: Any) -> str:
     return (f"prompt {name!r} ({who}): the target's {where} hold inf/NaN in {result.target_dtype}; its hidden "
             "states overflow that dtype; run the target in bfloat16 (--target-dtype bfloat16) and keep the "
             "draft in bfloat16")
-
-
-#: How sure the ranking is: the gap between two taus in standard errors of their difference
-#: (each tau is a mean over steps). At least ``CLEAR_Z`` is called clear, at least ``LIKELY_Z``
-#: likely, below that narrow. Neighbouring layers carry similar features, so a set one layer
-#: off the trained one can come close; on the tiny pair in fp32 with 64 tokens the trained
-#: [1, 3, 5] trails [2, 3, 5] by 0.2 (z about 0.5), while the shifted twin's ids trail by 4
-#: (z above 10). DF410 needs the configured ids to lose by at least ``LIKELY_Z``.
-CLEAR_Z = 2.0
-LIKELY_Z = 1.0
-
-
-def verdict(z: float | None) -> str:
-    if z is None:
-        return "unknown"
-    return "clear" if z >= CLEAR_Z else "likely" if z >= LIKELY_Z else "narrow"
 
 
 def probe_findings(result: Any) -> list[Finding]:

@@ -7,7 +7,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Sequence
 
-from dflash_ckpt.checks.inspection import Gate, InspectResult, inspect_many
+from dflash_ckpt.inspection import Gate, InspectResult, inspect_many
 from dflash_ckpt.commands.json_out import print_document
 from dflash_ckpt.errors import DFlashCkptError, UsageError
 from dflash_ckpt.result import ResultShape

@@ -10,10 +10,10 @@ from rich.console import Console
 from rich.table import Table
 
 from dflash_ckpt.checks.engines import READERS
-from dflash_ckpt.normalize.run import Outcome
+from dflash_ckpt.canonical.run import Outcome
 from dflash_ckpt.commands.output import make_console, print_line, safe
 from dflash_ckpt.errors import error_line
-from dflash_ckpt.normalize.fsops import human_bytes
+from dflash_ckpt.canonical.fsops import human_bytes
 from dflash_ckpt.rules import Severity
 
 

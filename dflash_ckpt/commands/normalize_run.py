@@ -1,7 +1,7 @@
 """``dflash-ckpt normalize``: the run behind the command (options are in ``normalize_cmd``).
 
 ``run_normalize`` is the command's work with the CLI's long options as keywords; the run itself
-is ``normalize.run.normalize_into``, with this command's refusal of ``--in-place`` on a Hub
+is ``canonical.run.normalize_into``, with this command's refusal of ``--in-place`` on a Hub
 cache snapshot and its progress bar. Imported only when the command runs; the report for people
 is in ``normalize_report``.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from dflash_ckpt.normalize.run import Outcome, Request, normalize_into
+from dflash_ckpt.canonical.run import Outcome, Request, normalize_into
 from dflash_ckpt.sources.base import user_path
 
 
@@ -44,7 +44,7 @@ def make_request(draft: str, out: Path | None, *, in_place: bool, no_backup: boo
                  revision: str | None, token: str | None, json_out: bool, quiet: bool) -> Request:
     """The options checked against each other (usage errors, exit 2) and parsed into a ``Request``."""
     from dflash_ckpt.errors import UsageError
-    from dflash_ckpt.normalize.plan import Overrides, parse_layer_ids, parse_layer_types
+    from dflash_ckpt.canonical.plan import Overrides, parse_layer_ids, parse_layer_types
 
     if out is not None and in_place:
         raise UsageError("give OUT or --in-place, not both")
@@ -81,9 +81,9 @@ def execute(req: Request) -> Outcome:
             normalize_into(req, outcome, guard=_refuse_cache_in_place, copy_bar=_progress_bar)
         finally:
             if req.out is not None:
-                from dflash_ckpt.normalize.lock import unlock_out
+                from dflash_ckpt.canonical.lock import unlock_out
 
-                unlock_out(req.out)  # the lock check_out_path took (normalize/lock.py)
+                unlock_out(req.out)  # the lock check_out_path took (canonical/lock.py)
     except DFlashCkptError as err:
         outcome.error = err
         outcome.exit_code = err.exit_code

@@ -19,7 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from dflash_ckpt.checks.engines import READERS
-from dflash_ckpt.checks.inspection import InspectResult
+from dflash_ckpt.inspection import InspectResult
 from dflash_ckpt.engines.vllm_facts import reader_check_note as vllm_reader_note
 from dflash_ckpt.errors import inert
 from dflash_ckpt.neutral import no_command

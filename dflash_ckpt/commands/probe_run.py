@@ -48,7 +48,7 @@ from dflash_ckpt.runtime.measure import Candidate
 from dflash_ckpt.runtime.plan import encode_prompts, plan_run, resolve_folders, set_threads
 from dflash_ckpt.runtime.probe_evidence import Session, candidate_bar, settle
 from dflash_ckpt.runtime.probe_result import CONFIRM, DEFAULT_TOP, ProbeOptions, ProbeResult
-from dflash_ckpt.normalize.measured import write_copy
+from dflash_ckpt.canonical.measured import write_copy
 from dflash_ckpt.runtime.probe import measure, reading_taps, record
 from dflash_ckpt.runtime.probe_layout import loop_layouts, simulate_layouts
 from dflash_ckpt.checks.layout_findings import layout_findings, searched_layout

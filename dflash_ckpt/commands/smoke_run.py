@@ -31,7 +31,7 @@ from typing import Any, Callable, ClassVar, Sequence
 from dflash_ckpt.checks.acceptance import refuse_unimplemented
 from dflash_ckpt.checks.degenerate import smoke_degenerate_findings
 from dflash_ckpt.sources.weight_sample import unfilled_weights
-from dflash_ckpt.checks.inspection import InspectResult, inspect_sources
+from dflash_ckpt.inspection import InspectResult, inspect_sources
 from dflash_ckpt.checks.precision import precision_findings
 from dflash_ckpt.checks.layout_findings import smoke_layout_findings
 from dflash_ckpt.draftspec.layout import resolve_layout

@@ -9,7 +9,6 @@ run on the transformers backend imports it. The modules import torch, so only ``
 Modules, one job each:
 - ``plan``: the run's plan, resolved once from the checked spec and the options (block size,
   capacity, device, dtypes, inventories); ``backend``: which backend runs the target;
-- ``protocols``: the target, draft, cache and loop protocols as ``typing.Protocol``s;
 - ``loops``: the eager or static loop of a pair, chosen once;
 - ``measure``: the lossless judge and the acceptance and speed figures;
 - ``probe``: any tap set's acceptance from draft calls only (``probe-taps``);

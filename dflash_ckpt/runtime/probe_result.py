@@ -2,7 +2,7 @@
 
 Plain data over the runtime's candidates (``measure.Candidate``) and search (``probe_search``);
 the run that fills it is ``commands/probe_run.run_probe``, the verdict thresholds are
-``checks/run_findings.verdict``.
+``confidence.verdict``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Sequence
 
-from dflash_ckpt.checks.run_findings import verdict
+from dflash_ckpt.confidence import verdict
 from dflash_ckpt.errors import DFlashCkptError, UsageError
 from dflash_ckpt.result import ResultShape
 from dflash_ckpt.rules import Finding, Severity
@@ -32,11 +32,11 @@ class ProbeOptions(RunOptions):
     top: int = DEFAULT_TOP
     write: Path | None = None
     force: bool = False
-    #: ``--layout-for``: the engines whose layout key ``--write`` records (``normalize.layout_keys``).
+    #: ``--layout-for``: the engines whose layout key ``--write`` records (``draftspec.layout_keys``).
     layout_for: tuple[str, ...] = ()
 
     def validate_own(self) -> None:
-        from dflash_ckpt.normalize.layout_keys import check_engines
+        from dflash_ckpt.draftspec.layout_keys import check_engines
 
         check_engines(self.layout_for)
         if self.budget is not None and self.budget < 1:

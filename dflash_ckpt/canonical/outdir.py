@@ -1,5 +1,5 @@
 """OUT's parent folders: which are missing, whether normalize may create them, creating them and
-undoing that after a failure. The writing of OUT itself is ``normalize/fsops.py``."""
+undoing that after a failure. The writing of OUT itself is ``canonical/fsops.py``."""
 
 from __future__ import annotations
 

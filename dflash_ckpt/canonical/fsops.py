@@ -1,6 +1,6 @@
 """File operations of ``normalize``: check OUT, plan its files, or rewrite config.json in place.
 
-Building OUT is ``normalize/build.py``, OUT's lock ``normalize/lock.py``. The promises: DRAFT is only read; OUT appears whole or not at all (it is built in a temporary
+Building OUT is ``canonical/build.py``, OUT's lock ``canonical/lock.py``. The promises: DRAFT is only read; OUT appears whole or not at all (it is built in a temporary
 sibling folder and renamed); an in-place rewrite goes through a temporary file, fsync and
 rename, so a crash leaves the old or the new file, never half of one; in a Hugging Face cache
 snapshot ``config.json`` is a link to a shared blob, and renaming over the link replaces the link
@@ -24,7 +24,7 @@ from typing import Callable, Iterator
 from dflash_ckpt.errors import InputError, UsageError, inert
 from dflash_ckpt.limits import FREE_SPACE_MARGIN
 from dflash_ckpt.limits import human_bytes as round_bytes
-from dflash_ckpt.normalize.lock import lock_out, recover_stale
+from dflash_ckpt.canonical.lock import lock_out, recover_stale
 from dflash_ckpt.sources.base import describe_os_error
 
 #: Files that are linked rather than copied: big, and never edited by hand. Small files (JSON,

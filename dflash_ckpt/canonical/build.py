@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Callable
 
 from dflash_ckpt.errors import InputError, UsageError
-from dflash_ckpt.normalize.fsops import (
+from dflash_ckpt.canonical.fsops import (
     LINK_FALLBACK_ERRNOS, OUT_FULL_ERRNOS, BuildReport, FileAction, _fsync_dir, _real, _term_as_interrupt,
     check_free_space,
 )
-from dflash_ckpt.normalize.lock import lock_out, unlock_out
+from dflash_ckpt.canonical.lock import lock_out, unlock_out
 from dflash_ckpt.sources.base import describe_os_error
 
 #: Copies at least this large show a progress bar (when stderr is a terminal).

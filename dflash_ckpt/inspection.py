@@ -1,5 +1,8 @@
 """``inspect`` as a function: source -> spec -> checks -> result, shared by every command; many
-drafts at once (``inspect_many``) and the gate a run applies to their findings (``Gate``)."""
+drafts at once (``inspect_many``) and the gate a run applies to their findings (``Gate``).
+
+Above both ``checks`` and ``canonical``: it asks the checks, then normalize's plan which failing
+readers a rewrite would fix (``normalize_fixes``), and the engines what vLLM is installed."""
 
 from __future__ import annotations
 
@@ -184,7 +187,7 @@ def normalize_fixes(spec: DraftSpec, target: TargetSpec | None, readers: dict[st
     failing = [k for k, v in readers.items() if not v.loads]
     if not failing:
         return set(), None
-    from dflash_ckpt.normalize.plan import Known, plan_normalize
+    from dflash_ckpt.canonical.plan import Known, plan_normalize
     from dflash_ckpt.draftspec.specs import as_int, build_spec
 
     attempts: list[tuple[Known, str]] = [(Known(), f"dflash-ckpt normalize {shlex.quote(spec.label)} OUT")]

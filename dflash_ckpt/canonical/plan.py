@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from dflash_ckpt.normalize.config_text import ADD, REMOVE, SET, Edit, apply_edit
+from dflash_ckpt.canonical.config_text import ADD, REMOVE, SET, Edit, apply_edit
 from dflash_ckpt.errors import CheckFailed, UsageError
 from dflash_ckpt.limits import MAX_LAYERS
 from dflash_ckpt.sources.jsonfile import json_type

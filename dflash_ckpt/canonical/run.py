@@ -1,6 +1,6 @@
 """The ``normalize`` run: read the draft (config.json and safetensors headers, never tensor data),
-plan the edits (``normalize.plan``), apply them to the text (``normalize.config_text``), check the
-result with inspect's checks, and only then write: a new OUT folder (``normalize.build``), the
+plan the edits (``canonical.plan``), apply them to the text (``canonical.config_text``), check the
+result with inspect's checks, and only then write: a new OUT folder (``canonical.build``), the
 draft's config.json in place, or nothing (``--check``, ``--dry-run``).
 
 ``normalize_into`` is the entry point ``commands/normalize_run.py`` (the command) and
@@ -19,8 +19,8 @@ from dflash_ckpt.result import ResultShape
 if TYPE_CHECKING:
     from dflash_ckpt.checks.engines import Verdict
     from dflash_ckpt.errors import DFlashCkptError
-    from dflash_ckpt.normalize.fsops import BuildReport
-    from dflash_ckpt.normalize.plan import Known, Overrides, Plan
+    from dflash_ckpt.canonical.fsops import BuildReport
+    from dflash_ckpt.canonical.plan import Known, Overrides, Plan
     from dflash_ckpt.rules import Finding
     from dflash_ckpt.sources.base import Source
     from dflash_ckpt.sources.weights import WeightInventory
@@ -47,7 +47,7 @@ class Request:
     token: str | None
     json_out: bool
     quiet: bool
-    #: DRAFT's links to files outside it: "copy" (their content) or "link" (normalize/fsops.py)
+    #: DRAFT's links to files outside it: "copy" (their content) or "link" (canonical/fsops.py)
     external_links: str = "copy"
 
     @property
@@ -116,16 +116,16 @@ def normalize_into(req: Request, oc: Outcome, *, guard: Callable[[Request, Path 
     draft before it is opened (folder None) and once its folder is known; ``copy_bar(total)``
     is the progress bar of a large copy (none with ``-q``/``--json``)."""
     from dflash_ckpt.checks import run_checks
-    from dflash_ckpt.normalize.config_text import ConfigText
+    from dflash_ckpt.canonical.config_text import ConfigText
     from dflash_ckpt.errors import CheckFailed
-    from dflash_ckpt.normalize.plan import plan_normalize
+    from dflash_ckpt.canonical.plan import plan_normalize
     from dflash_ckpt.checks.engines import judge_readers
     from dflash_ckpt.rules import Severity
     from dflash_ckpt.sources.resolve import open_source
     from dflash_ckpt.draftspec.specs import build_spec, read_config, read_target_spec
     from dflash_ckpt.sources.weights import load_inventory
-    from dflash_ckpt.normalize.config_text import unified_diff
-    from dflash_ckpt.normalize.outdir import require_new_parents, make_parents, missing_parents, remove_empty
+    from dflash_ckpt.canonical.config_text import unified_diff
+    from dflash_ckpt.canonical.outdir import require_new_parents, make_parents, missing_parents, remove_empty
 
     if guard is not None:
         guard(req, None)
@@ -135,7 +135,7 @@ def normalize_into(req: Request, oc: Outcome, *, guard: Callable[[Request, Path 
     if guard is not None:
         guard(req, draft_dir)
     if req.out is not None:
-        from dflash_ckpt.normalize.fsops import check_out_path
+        from dflash_ckpt.canonical.fsops import check_out_path
 
         assert draft_dir is not None
         if missing_parents(req.out):
@@ -182,15 +182,15 @@ def normalize_into(req: Request, oc: Outcome, *, guard: Callable[[Request, Path 
         return
     if req.in_place:
         if plan.changed:
-            from dflash_ckpt.normalize.fsops import write_in_place
+            from dflash_ckpt.canonical.fsops import write_in_place
 
             assert draft_dir is not None
             oc.backup = write_in_place(draft_dir, new, raw, backup=req.backup, force=req.force)
             oc.written = True
         return
     assert req.out is not None and draft_dir is not None
-    from dflash_ckpt.normalize.build import build_out
-    from dflash_ckpt.normalize.fsops import check_out_path
+    from dflash_ckpt.canonical.build import build_out
+    from dflash_ckpt.canonical.fsops import check_out_path
 
     created = make_parents(req.out)
     try:
@@ -237,7 +237,7 @@ def _open_draft(req: Request) -> tuple[Source, Source]:
 
 
 def _plan_out(req: Request, draft_dir: Path) -> list[Any]:
-    from dflash_ckpt.normalize.fsops import check_free_space, plan_files
+    from dflash_ckpt.canonical.fsops import check_free_space, plan_files
 
     assert req.out is not None
     actions = plan_files(draft_dir, req.out, copy_weights=req.copy, external_links=req.external_links)
@@ -246,7 +246,7 @@ def _plan_out(req: Request, draft_dir: Path) -> list[Any]:
 
 
 def _known(inventory: WeightInventory, spec: DraftSpec, target: TargetSpec | None) -> Known:
-    from dflash_ckpt.normalize.plan import Known
+    from dflash_ckpt.canonical.plan import Known
     from dflash_ckpt.draftspec.specs import as_int, fc_taps
 
     return Known(

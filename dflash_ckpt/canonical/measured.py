@@ -1,8 +1,8 @@
 """``probe-taps --write OUT``: a normalized copy of the draft with the measured winner's tap ids
 and, when the draft measured clearly better in the other block layout (DF416), that layout
-recorded in the keys the engines named with ``--layout-for`` read (``normalize/layout_keys.py``).
+recorded in the keys the engines named with ``--layout-for`` read (``draftspec/layout_keys.py``).
 
-It goes through normalize's own run (``normalize.run.normalize_into``) without its printing, so
+It goes through normalize's own run (``canonical.run.normalize_into``) without its printing, so
 the copy is exactly what ``dflash-ckpt normalize DRAFT OUT --target-layer-ids ...`` writes; the
 outcome lands in probe-taps' own report and JSON. ``result`` is probe-taps' ``ProbeResult``.
 """
@@ -19,8 +19,8 @@ from dflash_ckpt.sources.base import user_path
 def write_copy(result: Any, *, quiet: bool) -> dict[str, Any]:
     """A normalized copy of the draft in ``--write OUT`` with the winner's ids (the normalize run)."""
     # normalize's run without its printing: the outcome lands in probe-taps' own report and JSON.
-    from dflash_ckpt.normalize.run import Outcome, Request, normalize_into
-    from dflash_ckpt.normalize.plan import Overrides
+    from dflash_ckpt.canonical.run import Outcome, Request, normalize_into
+    from dflash_ckpt.canonical.plan import Overrides
 
     opts = result.options
     best = result.best
@@ -55,7 +55,7 @@ def layout_edits(result: Any) -> tuple[tuple[tuple[str, ...], Any, str], ...]:
     the config does not declare); a confirmed layout needs none, DF417 claims none."""
     from dflash_ckpt.draftspec.layout import ANCHOR_FIRST
     from dflash_ckpt.draftspec.specs import read_config
-    from dflash_ckpt.normalize.layout_keys import layout_paths
+    from dflash_ckpt.draftspec.layout_keys import layout_paths
     from dflash_ckpt.sources.local import LocalSource
     from pathlib import Path
 
