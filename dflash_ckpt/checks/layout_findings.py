@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from dflash_ckpt.confidence import LIKELY_Z
+from dflash_ckpt.ranking import LIKELY_Z
 from dflash_ckpt.draftspec.layout import BlockLayout
 from dflash_ckpt.rules import Finding, finding
 

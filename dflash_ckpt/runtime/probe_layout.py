@@ -70,7 +70,7 @@ class LayoutMeasurement:
         return r[0][1].z_over(r[1][1]) if len(r) > 1 else None
 
     def verdict(self) -> str:
-        from dflash_ckpt.confidence import verdict
+        from dflash_ckpt.ranking import verdict
 
         return verdict(self.z)
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Sequence
 
-from dflash_ckpt.confidence import verdict
+from dflash_ckpt.ranking import verdict
 from dflash_ckpt.errors import DFlashCkptError, UsageError
 from dflash_ckpt.result import ResultShape
 from dflash_ckpt.rules import Finding, Severity
