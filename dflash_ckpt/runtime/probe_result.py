@@ -2,7 +2,7 @@
 
 Plain data over the runtime's candidates (``measure.Candidate``) and search (``probe_search``);
 the run that fills it is ``commands/probe_run.run_probe``, the verdict thresholds are
-``confidence.verdict``.
+``ranking.verdict``.
 """
 
 from __future__ import annotations
