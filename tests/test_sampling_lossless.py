@@ -29,6 +29,7 @@ from dflash_ckpt.runtime.sampling import (  # noqa: E402
     PAD, Verified, make_generator, processed_probs, sample_from, verify, verify_greedy, verify_match,
     verify_rejection)
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # small tensors: one thread is fastest, on a shared CPU too
 ALPHA = 1e-3
 V, BLOCK, K, RUNS, START = 6, 3, 3, 20_000, 0
 SETTINGS = [(0.6, 0.95, 0), (1.0, 1.0, 0), (0.7, 0.9, 4)]

@@ -17,12 +17,14 @@ Why these minimums (``MIN_STEPS`` 32, ``MIN_PROMPTS`` 3): a DFlash step's accept
 block 16 has a standard deviation of about 4 tokens (a per-draft acceptance of 0.8 gives tau
 4.9 and sd 3.95; 0.9 gives tau 8.2 and sd 5.4: the truncated geometric). With ``n`` independent
 steps the 95% half-width is ``1.96 * sd / sqrt(n)``: at 4 steps, the run issue 29 found printing
-PASS, it is +-3.9 tokens (a tau of 5 could be 1 or 9); at 32 steps +-1.4, the first point where
-the interval of a working draft (tau 4.9: [3.5, 6.3]) stays clear of the default
-``--min-acceptance`` 2.0 and separates a draft at its published level (Qwen3-4B, GSM8K 6.50) from
-one at 0.6 of it (``checks/published.FAR_BELOW`` 3.9) at least from one side. Three prompts are
-the fewest for which a clustered standard error has a usable t (G = 2: t = 12.7) and the built-in
-set's size (one math, one code, one chat prompt). Below either minimum the verdict on acceptance
+PASS, it is +-3.9 tokens (a tau of 5 could be 1 or 9); at 32 steps +-1.4, where a working draft's
+interval (tau 4.9: [3.5, 6.3]) lies wholly above the default ``--min-acceptance`` 2.0, and a run
+at 0.6 of a published figure (3.9 against GSM8K's 6.50, ``checks/published.FAR_BELOW``) has an
+upper bound (about 5.0) clearly under the published one. Fewer steps leave both calls to chance.
+(These are the step-level widths; the clustered interval adds the spread between prompts and,
+at three prompts, t = 4.30 instead of 1.96: more prompts, or ``--suite``, narrow it.) Three
+prompts are the fewest for which a clustered standard error has a usable t (G = 2: t = 12.7),
+and the built-in set's size (one math, one code, one chat prompt). Below either minimum the verdict on acceptance
 is the warning ``TOO_LITTLE`` and the speedup is withheld: a speed measured over a few steps is
 dominated by the warm-up and the timer as much as by tau.
 """

@@ -56,20 +56,24 @@ def processed_logits(logits: torch.Tensor, temperature: float, top_p: float = 1.
     masked entries are ``-inf``. ``temperature`` must be > 0 (greedy never gets here).
 
     top-k keeps every logit equal to the k-th largest (ties kept, as both engines do); top-p keeps
-    the smallest set of the most probable tokens whose mass reaches ``top_p`` (a token is dropped
-    when the mass of the tokens *below* it, itself included, is at most ``1 - top_p``), and always
-    the most probable one."""
+    the most probable tokens while the mass *above* each is under ``top_p`` (the smallest set whose
+    mass reaches ``top_p``; the engines' "drop where the ascending cumulative mass is at most
+    ``1 - top_p``" in other words), and always the most probable one. Both become a threshold on
+    the logit, so tokens tied at the boundary are all kept (the engines keep whichever of them
+    their sort puts first), and with top-k only the k candidates are sorted, not the vocabulary."""
     x = logits.float() / temperature
     vocab = x.shape[-1]
-    if 0 < top_k < vocab:
-        kth = torch.topk(x, top_k, dim=-1).values[..., -1:]
-        x = x.masked_fill(x < kth, float("-inf"))
+    limited = 0 < top_k < vocab
+    if limited:
+        candidates = torch.topk(x, top_k, dim=-1).values  # descending
+        x = x.masked_fill(x < candidates[..., -1:], float("-inf"))
     if top_p < 1.0:
-        ordered, order = torch.sort(x, dim=-1)  # ascending
-        below = torch.softmax(ordered, dim=-1).cumsum(dim=-1)
-        drop = below <= 1.0 - top_p
-        drop[..., -1] = False  # the most probable token always stays
-        x = x.masked_fill(torch.zeros_like(drop).scatter(-1, order, drop), float("-inf"))
+        if not limited:
+            candidates = torch.sort(x, dim=-1, descending=True).values
+        mass = torch.exp(candidates - torch.logsumexp(x, dim=-1, keepdim=True))
+        above = mass.cumsum(dim=-1) - mass
+        kept = (above < top_p).sum(dim=-1, keepdim=True).clamp_min(1)
+        x = x.masked_fill(x < candidates.gather(-1, kept - 1), float("-inf"))
     return x
 
 
