@@ -5,7 +5,8 @@ the target verifies the block ``[b, d1, ..., d{B-1}]`` in one forward, giving ``
 logits: row ``i`` is the target's distribution for the token after block token ``i``. Everything
 here is batched over a leading dimension ``N`` (one row per independent step: 1 in the runtime,
 20,000 in the statistical tests), never reads a value on the host and never sizes a tensor by
-data, so it can sit inside the static loop's captured step.
+data, so it can sit inside the static loop's step (a CUDA graph capture needs the run's generator
+registered with the graph as a graph-safe generator; not yet tried on a GPU).
 
 ``match`` (the z-lab reference's ``dflash_generate`` and its benchmark, hence the paper's
 temperature-1 tables): the target samples every row of its processed distribution; draft ``di``
@@ -19,8 +20,9 @@ draft ``x`` at row ``i`` is accepted with probability ``min(1, p(x) / q(x))``; o
 rejection the token is drawn from ``normalize(max(0, p - q))``; after a full accept the bonus is a
 sample of the last row. What vLLM does for DFlash drafts, read in
 ``vllm/v1/sample/rejection_sampler.py`` at commit 7f6fc1c5ce8d02f473b1b923debbfef3fa0b7a6a (and
-0097a7bbf1d91c71f03e35dc6c6fe978b88181f5) and ``vllm/v1/worker/gpu_model_runner.py``, which calls
-the sampler with ``draft_probs=None`` for every proposer (EAGLE, DFlash, n-gram alike):
+0097a7bbf1d91c71f03e35dc6c6fe978b88181f5) and ``vllm/v1/worker/gpu_model_runner.py`` (the V1
+runner, which vLLM's CPU build runs), which calls the sampler with ``None  # draft_probs`` for
+every proposer (EAGLE, DFlash, n-gram alike):
 
 - ``p`` is the target's *processed* distribution: the logits are divided by the temperature,
   top-k and then top-p are applied (``apply_sampling_constraints`` -> ``apply_top_k_top_p``), then
@@ -39,6 +41,11 @@ rare; we accept when ``u < p/q``, which has the same probability and never accep
 vLLM draws recovered tokens by the exponential race (``argmax(prob / Exp(1))``); we invert the
 CDF. General draft distributions ``q`` (a drafter that samples) are accepted too, for the tests
 and for a future sampling drafter; a DFlash draft's tokens are its argmax, so ``q`` is one-hot.
+
+With a one-hot ``q`` the two rules have the same law: both accept ``x`` with probability ``p(x)``
+and on a miss emit a token of ``p`` without ``x`` (``match``: the sample, given that it is not
+``x``; ``rejection``: the residual). So an acceptance measured under one estimates the other's
+too; they differ in their random streams (a seed reproduces a run under its own rule only).
 """
 
 from __future__ import annotations
