@@ -122,3 +122,30 @@ def test_goodness_of_fit_rejects_a_draw_of_probability_zero() -> None:
     res = chi_square_gof([10, 10, 1], [0.5, 0.5, 0.0])
     assert res.p_value == 0.0
     assert chi_square_gof([10, 10, 0], [0.5, 0.5, 0.0]).p_value == pytest.approx(1.0)
+
+
+def test_accepted_counts_ours_and_vllms() -> None:
+    from dflash_ckpt.runtime.confidence import accepted_counts, engine_accepted_counts
+
+    assert accepted_counts([1, 2, 2, 4, 3, 1], 3) == [2, 2, 1, 1]
+    with pytest.raises(ValueError):
+        accepted_counts([5], 3)
+    # 10 drafts; draft 1 accepted 6 times, draft 2 three times, draft 3 once
+    assert engine_accepted_counts(10, [6, 3, 1]) == [4, 3, 2, 1]
+    with pytest.raises(ValueError):
+        engine_accepted_counts(10, [6, 7, 1])
+
+
+def test_homogeneity_by_hand() -> None:
+    from dflash_ckpt.runtime.confidence import homogeneity
+
+    same = homogeneity([10, 20, 30], [10, 20, 30])
+    assert same.statistic == 0.0 and same.p_value == pytest.approx(1.0) and same.dof == 2
+    # 2 x 2, every expected count 20: 4 * 10**2 / 20 = 20 on 1 dof
+    differ = homogeneity([30, 10], [10, 30])
+    assert differ.statistic == pytest.approx(20.0) and differ.dof == 1
+    assert differ.p_value == pytest.approx(chi2_sf(20.0, 1)) and differ.p_value < 1e-5
+    # sparse tail categories pool into their neighbour
+    pooled = homogeneity([40, 30, 2, 1], [38, 33, 1, 0])
+    assert pooled.cells == 2
+    assert homogeneity([0, 0], [3, 4]).p_value == 1.0

@@ -271,3 +271,67 @@ def chi_square_gof(observed: Sequence[int], probs: Sequence[float], min_expected
     stat = sum((o - e) ** 2 / e for e, o in pooled)
     dof = len(pooled) - 1
     return ChiSquare(stat, dof, chi2_sf(stat, dof), len(pooled))
+
+
+# -- an engine's acceptance against ours (smoke-run --engine vllm) ---------------------------------
+
+
+def accepted_counts(lengths: Sequence[int], drafts_per_step: int) -> list[int]:
+    """How many steps accepted 0, 1, ..., ``drafts_per_step`` drafts, from acceptance lengths
+    (bonus included, so a length ``L`` accepted ``L - 1``)."""
+    counts = [0] * (drafts_per_step + 1)
+    for length in lengths:
+        if not 1 <= length <= drafts_per_step + 1:
+            raise ValueError(f"acceptance length {length} outside 1..{drafts_per_step + 1}")
+        counts[length - 1] += 1
+    return counts
+
+
+def engine_accepted_counts(num_drafts: int, accepted_per_pos: Sequence[int]) -> list[int]:
+    """The same counts from vLLM's counters: ``vllm:spec_decode_num_drafts`` (steps) and
+    ``vllm:spec_decode_num_accepted_tokens_per_pos`` (position ``j``: the steps whose draft ``j``
+    was accepted, so every earlier one was too): ``count(k) = n(>= k) - n(>= k + 1)``."""
+    reach = [num_drafts, *accepted_per_pos]
+    if any(b > a for a, b in zip(reach, reach[1:])) or min(reach, default=0) < 0:
+        raise ValueError("per-position acceptance must be non-negative and non-increasing, at most num_drafts")
+    return [a - b for a, b in zip(reach, reach[1:])] + [reach[-1]]
+
+
+def homogeneity(ours: Sequence[int], theirs: Sequence[int], min_expected: float = 5.0) -> ChiSquare:
+    """Pearson's chi-square that two runs' accepted-count distributions are the same law (a 2 x K
+    table, neighbouring categories pooled until every expected count reaches ``min_expected``).
+
+    With DFlash's one-hot drafts both verification rules have the same law, so an engine and our
+    runtime on the same pair, prompts and settings should pass it. Steps are taken as independent,
+    which they are not within a prompt: the test is too eager to reject under strong prompt
+    effects, so read a small p-value as "look", not as proof; identical greedy runs give
+    identical counts and p = 1."""
+    if len(ours) != len(theirs):
+        raise ValueError("the two count lists differ in length")
+    na, nb = sum(ours), sum(theirs)
+    n = na + nb
+    if na == 0 or nb == 0:
+        return ChiSquare(0.0, 0, 1.0, 0)
+    cols: list[tuple[int, int]] = []
+    acc_a = acc_b = 0
+    for a, b in zip(ours, theirs):
+        acc_a, acc_b = acc_a + a, acc_b + b
+        if min(na, nb) * (acc_a + acc_b) / n >= min_expected:
+            cols.append((acc_a, acc_b))
+            acc_a = acc_b = 0
+    if acc_a + acc_b:
+        if cols:
+            a0, b0 = cols[-1]
+            cols[-1] = (a0 + acc_a, b0 + acc_b)
+        else:
+            cols.append((acc_a, acc_b))
+    if len(cols) < 2:
+        return ChiSquare(0.0, 0, 1.0, len(cols))
+    stat = 0.0
+    for a, b in cols:
+        total = a + b
+        for observed, row in ((a, na), (b, nb)):
+            expected = row * total / n
+            stat += (observed - expected) ** 2 / expected
+    dof = len(cols) - 1
+    return ChiSquare(stat, dof, chi2_sf(stat, dof), len(cols))
