@@ -1,4 +1,5 @@
-"""The draft's config.json: DF101-DF154 (the DFlash keys, tap layers, layer kinds, shape keys, and the keys engines read differently or ignore).
+"""The draft's config.json: DF101-DF154 (the DFlash keys, tap layers, layer kinds, shape keys, and the
+keys engines read differently or ignore).
 
 Rows as ``rules.Rule`` takes them (code, name, severity, summary, explanation, fix), plain
 data so that ``rules`` (which every layer imports) imports nothing of the package for them."""

@@ -1,4 +1,5 @@
-"""Reading the input: DF001-DF020 (a file that cannot be read or parsed, the command line, normalize's refusals).
+"""Reading the input: DF001-DF020 (a file that cannot be read or parsed, the command line, normalize's
+refusals).
 
 Rows as ``rules.Rule`` takes them (code, name, severity, summary, explanation, fix), plain
 data so that ``rules`` (which every layer imports) imports nothing of the package for them."""

@@ -1,4 +1,5 @@
-"""Block layouts and the sibling families: DF160-DF168 (what the config declares, what the engines' paths run) and the layout measurements of probe-taps and smoke-run --layout (DF416-DF418).
+"""Block layouts and the sibling families: DF160-DF168 (what the config declares, what the engines'
+paths run) and the layout measurements of probe-taps and smoke-run --layout (DF416-DF418).
 
 Rows as ``rules.Rule`` takes them (code, name, severity, summary, explanation, fix), plain
 data so that ``rules`` (which every layer imports) imports nothing of the package for them."""

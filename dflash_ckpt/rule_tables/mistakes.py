@@ -1,4 +1,5 @@
-"""Mistakes a newcomer makes, named for what they are: DF010 (a Python API argument of the wrong type), DF230-DF232 (an LFS pointer or another format as weights, a target given as the draft).
+"""Mistakes a newcomer makes, named for what they are: DF010 (a Python API argument of the wrong type),
+DF230-DF232 (an LFS pointer or another format as weights, a target given as the draft).
 
 Rows as ``rules.Rule`` takes them (code, name, severity, summary, explanation, fix), plain
 data so that ``rules`` (which every layer imports) imports nothing of the package for them."""

@@ -1,4 +1,5 @@
-"""Pairing the draft with its target: DF301-DF319 (dimensions, mask and special ids, the target's family, quantized lm_head, context, the Hub revision).
+"""Pairing the draft with its target: DF301-DF319 (dimensions, mask and special ids, the target's
+family, quantized lm_head, context, the Hub revision).
 
 Rows as ``rules.Rule`` takes them (code, name, severity, summary, explanation, fix), plain
 data so that ``rules`` (which every layer imports) imports nothing of the package for them."""

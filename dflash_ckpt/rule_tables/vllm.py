@@ -1,4 +1,7 @@
-"""The vLLM engine's own rules (``smoke-run --engine vllm|both``): DF420-DF424 refuse a run before vLLM starts (exit 2), DF425 is vLLM failing or hanging after it started (exit 2), DF426-DF427 judge it against the reference runtime on the same ids (exit 1). The engine's record (``checks/engines/vllm.py``) claims these codes.
+"""The vLLM engine's own rules (``smoke-run --engine vllm|both``): DF420-DF424 refuse a run before vLLM
+starts (exit 2), DF425 is vLLM failing or hanging after it started (exit 2), DF426-DF427 judge it
+against the reference runtime on the same ids (exit 1). The engine's record
+(``checks/engines/vllm.py``) claims these codes.
 
 Rows as ``rules.Rule`` takes them (code, name, severity, summary, explanation, fix), plain
 data so that ``rules`` (which every layer imports) imports nothing of the package for them."""

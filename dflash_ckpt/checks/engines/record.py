@@ -15,8 +15,8 @@ from dflash_ckpt.checks.engines.launch import ServeFacts
 from dflash_ckpt.checks.engines.reading import EnginePath, Verdict
 from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec
 
-Judge = Callable[[DraftSpec, "TargetSpec | None"], Verdict]
-Gate = Callable[[DraftSpec, "TargetSpec | None"], "list[str]"]
+Judge = Callable[[DraftSpec, TargetSpec | None], Verdict]
+Gate = Callable[[DraftSpec, TargetSpec | None], list[str]]
 
 
 class Engine(NamedTuple):
@@ -42,9 +42,9 @@ class Engine(NamedTuple):
     #: What it needs of DFlash2 content (one clause per problem).
     dflash2_gate: Gate | None = None
     #: A last clause on a verdict that loads (vLLM: what its V1 runner refuses), or ``None``.
-    loading_note: Callable[[DraftSpec], "str | None"] | None = None
+    loading_note: Callable[[DraftSpec], str | None] | None = None
     #: Its launch command for a pair that passes, and where it comes among the serve lines.
-    serve: Callable[[ServeFacts], "list[str]"] | None = None
+    serve: Callable[[ServeFacts], list[str]] | None = None
     serve_rank: int = 0
     #: Whether it serves drafts itself (speculators converts them for vLLM and serves nothing):
     #: an engine that serves is counted among those that ignore an acceptance key (DF150).
