@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from dflash_ckpt.checks import run_checks
-from dflash_ckpt.checks.engines import READER_TITLES, Verdict, judge_readers
+from dflash_ckpt.checks.engines.reading import Verdict
+from dflash_ckpt.checks.engines.registry import READER_TITLES
+from dflash_ckpt.checks.engines.verdicts import judge_readers
 from dflash_ckpt.engines.vllm_facts import reader_check_note as vllm_reader_note
 from dflash_ckpt.errors import DFlashCkptError, InputError, split_location
 from dflash_ckpt.rules import Finding, Severity, finding

@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT / "fixtures"))
 import make_fixtures  # noqa: E402
 
 from dflash_ckpt.checks import run_checks  # noqa: E402
-from dflash_ckpt.checks.engines import judge_readers  # noqa: E402
+from dflash_ckpt.checks.engines.verdicts import judge_readers  # noqa: E402
 from dflash_ckpt.inspection import InspectResult  # noqa: E402
 from dflash_ckpt.errors import DFlashCkptError  # noqa: E402
 from dflash_ckpt.sources.jsonfile import parse_json_text  # noqa: E402

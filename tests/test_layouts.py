@@ -204,7 +204,7 @@ def test_vllm_qwen3_omni_dspark_needs_a_markov_head(fixtures_root: Path, tmp_pat
 def test_vllm_reader_corrections(fixtures_root: Path, tmp_path: Path) -> None:
     """vLLM 0.32.0: a top-level mask id is read when dflash_config has none; aux layer ids from
     eagle_aux_hidden_state_layer_ids or an eagle_config dict override the taps."""
-    from dflash_ckpt.checks.engines import judge_readers
+    from dflash_ckpt.checks.engines.verdicts import judge_readers
     from dflash_ckpt.draftspec.specs import build_spec
 
     cfg = json.loads((fixtures_root / "mutants/base/config.json").read_text())
@@ -220,7 +220,7 @@ def test_vllm_reader_corrections(fixtures_root: Path, tmp_path: Path) -> None:
 
 
 def test_lmdeploy_has_no_dflash2_and_mlx_vlm_fills_defaults(fixtures_root: Path) -> None:
-    from dflash_ckpt.checks.engines import judge_readers
+    from dflash_ckpt.checks.engines.verdicts import judge_readers
     from dflash_ckpt.draftspec.specs import build_spec
 
     v2 = json.loads((fixtures_root / "mutants/base2/config.json").read_text())
@@ -268,7 +268,7 @@ def test_layout_documents_hold_the_schema(fixtures_root: Path) -> None:
 
 def test_dspark_names_of_the_dflash_keys_are_not_missing_keys(fixtures_root: Path) -> None:
     from dflash_ckpt.checks import run_checks
-    from dflash_ckpt.checks.engines import judge_readers
+    from dflash_ckpt.checks.engines.verdicts import judge_readers
     from dflash_ckpt.draftspec.specs import build_spec
 
     cfg = json.loads((_variant(fixtures_root, "deepspec-dflash") / "config.json").read_text())

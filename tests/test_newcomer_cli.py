@@ -52,7 +52,7 @@ def test_no_progress_bars_mentioned_where_there_are_none(command: str) -> None:
 
 
 def test_require_engines_help_lists_every_reader() -> None:
-    from dflash_ckpt.checks.engines import READER_TITLES
+    from dflash_ckpt.checks.engines.registry import READER_TITLES
 
     text = " ".join(run_cli("inspect", "--help").stdout.split()).replace("│", "").replace(" ", "")
     for key in READER_TITLES:

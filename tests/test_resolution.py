@@ -7,7 +7,7 @@ import copy
 import pytest
 
 from dflash_ckpt.checks import check_config
-from dflash_ckpt.checks.engines import judge_readers
+from dflash_ckpt.checks.engines.verdicts import judge_readers
 from dflash_ckpt.draftspec.specs import build_spec, target_from_config
 
 OLDER = {

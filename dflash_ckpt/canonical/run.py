@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar
 from dflash_ckpt.result import ResultShape
 
 if TYPE_CHECKING:
-    from dflash_ckpt.checks.engines import Verdict
+    from dflash_ckpt.checks.engines.reading import Verdict
     from dflash_ckpt.errors import DFlashCkptError
     from dflash_ckpt.canonical.fsops import BuildReport
     from dflash_ckpt.canonical.plan import Known, Overrides, Plan
@@ -119,7 +119,7 @@ def normalize_into(req: Request, oc: Outcome, *, guard: Callable[[Request, Path 
     from dflash_ckpt.canonical.config_text import ConfigText
     from dflash_ckpt.errors import CheckFailed
     from dflash_ckpt.canonical.plan import plan_normalize
-    from dflash_ckpt.checks.engines import judge_readers
+    from dflash_ckpt.checks.engines.verdicts import judge_readers
     from dflash_ckpt.rules import Severity
     from dflash_ckpt.sources.resolve import open_source
     from dflash_ckpt.draftspec.specs import build_spec, read_config, read_target_spec

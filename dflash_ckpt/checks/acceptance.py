@@ -7,7 +7,7 @@ reads which key, and where, comes from the engines' sources as shared/DESIGN.md 
 lists them (vLLM ``models/qwen3_dflash.py``/``qwen3_dflash2.py``, SGLang
 ``speculative/dflash_utils.py``, TensorRT-LLM ``_torch/models/modeling_dflash.py`` at
 009d8fa431bd, z-lab ``dflash/model_mlx.py`` at 0a7587c04af4, exllamav3 ``architecture/dflash.py``:
-``checks.engines_more`` cites each); a key counts only when it is set
+each engine's file in ``checks/engines/`` cites it); a key counts only when it is set
 to something other than its neutral value, since an engine that ignores ``use_swa: false``
 does what the draft asks.
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from dflash_ckpt.checks.config import show_value
-from dflash_ckpt.checks.reading import TITLES
+from dflash_ckpt.checks.engines.registry import SERVING, TITLES
 from dflash_ckpt.errors import UsageError
 from dflash_ckpt.rules import Finding, finding
 from dflash_ckpt.draftspec.specs import ABSENT, NESTED, TOP_LEVEL, DraftSpec, resolve_key
@@ -59,10 +59,6 @@ ACCEPTANCE_KEYS: tuple[AcceptanceKey, ...] = (
                                                Reads("zlab-mlx", (TOP_LEVEL,), "DFlash2"), Reads("exllamav3", (TOP_LEVEL,))), True),
     AcceptanceKey("causal", (None, False), (Reads("vllm", (NESTED,)),), False),
 )
-
-#: Readers that serve drafts (speculators converts them for vLLM and serves nothing itself).
-SERVING = ("zlab-legacy", "zlab", "sglang", "vllm", "lmdeploy", "tensorrt-llm", "zlab-mlx", "mlx-vlm",
-           "exllamav3-legacy", "exllamav3")
 
 
 def _neutral(value: Any, neutral: tuple[Any, ...]) -> bool:

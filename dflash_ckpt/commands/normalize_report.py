@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from dflash_ckpt.checks.engines import READERS
+from dflash_ckpt.checks.engines.registry import READERS
 from dflash_ckpt.canonical.run import Outcome
 from dflash_ckpt.commands.output import make_console, print_line, safe
 from dflash_ckpt.errors import error_line

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from dflash_ckpt.checks.engines import READERS
+from dflash_ckpt.checks.engines.registry import READERS
 from dflash_ckpt.inspection import InspectResult
 from dflash_ckpt.engines.vllm_facts import reader_check_note as vllm_reader_note
 from dflash_ckpt.errors import inert

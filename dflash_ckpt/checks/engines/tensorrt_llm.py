@@ -1,0 +1,65 @@
+"""TensorRT-LLM: ``tensorrt_llm/_torch/models/modeling_dflash.py`` at
+009d8fa431bd3de92245aab80f8b57dc70da1ac4: ``mask_token_id`` from ``dflash_config``, else the top
+level, else ``vocab_size``; ``target_layer_ids`` from ``dflash_config`` only; ``block_size`` by
+``getattr`` on the top level; ``dflash_config.use_swa`` with ``swa_window_size < 1`` raises; one
+uniform ``num_key_value_heads``. ``_torch/speculative/dflash.py`` (not reachable here:
+shared/DESIGN.md section 10) raises when ``max_draft_len + 1`` exceeds the trained block.
+``decoding_type: DFlash`` is 1+N, ``DSpark`` resolves ``shift_label`` (default true).
+
+Serve options (section 10 corrections): ``speculative_model`` (alias ``speculative_model_dir``)
+and ``max_draft_len`` at most block_size - 1 on the DFlash path, written to a YAML file that
+``trtllm-serve serve T --backend pytorch --config FILE`` reads."""
+
+from __future__ import annotations
+
+import shlex
+
+from dflash_ckpt.checks.engines.launch import ServeFacts, quoted
+from dflash_ckpt.checks.engines.reading import (NESTED_ONLY, NESTED_THEN_TOP, TOP_ONLY, EnginePath, Reading, Verdict,
+                                                compare, flag, one_plus_n)
+from dflash_ckpt.checks.engines.record import Engine
+from dflash_ckpt.draftspec.siblings import DSPARK
+from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec, as_int
+
+DSPARK_LAUNCH = "decoding_type: DSpark"
+
+
+def judge(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
+    """Block top level only, mask nested then top (else ``vocab_size``), taps nested only."""
+    r = Reading(spec)
+    block = r.read("block_size", TOP_ONLY)
+    mask = r.read("mask_token_id", NESTED_THEN_TOP, required=False)
+    if mask is None and not spec.keys["mask_token_id"].present:
+        r.problems.append(f"mask_token_id is in neither place, so it falls back to vocab_size ({spec.dims.vocab_size}), "
+                          "a row that is no mask: it would run and accept nothing")
+    r.read("target_layer_ids", NESTED_ONLY, kind="list")
+    dc = spec.dflash_config or {}
+    if dc.get("use_swa"):
+        window = as_int(dc.get("swa_window_size"))
+        if window is None or window < 1:
+            r.problems.append("dflash_config.use_swa needs a positive dflash_config.swa_window_size")
+    per_layer = spec.config.get("num_key_value_heads_per_layer")
+    if isinstance(per_layer, list) and len(set(map(str, per_layer))) > 1:
+        r.problems.append("needs one uniform num_key_value_heads across draft layers")
+    hint = f"max_draft_len at most {block - 1}" if isinstance(block, int) and block >= 2 else "max_draft_len at most block_size - 1"
+    return r.verdict(f"loads as is ({hint})")
+
+
+def path(spec: DraftSpec) -> EnginePath:
+    """``decoding_type: DSpark`` reads ``shift_label`` (nested, else top level; default true)."""
+    if spec.family == DSPARK:
+        shift = (spec.dflash_config or {}).get("shift_label", spec.config.get("shift_label"))
+        return compare(spec.block_layout.layout, flag(shift, True), True, "decoding_type: DSpark (shift_label, default true)")
+    return one_plus_n(spec, "decoding_type: DFlash")
+
+
+def serve(f: ServeFacts) -> list[str]:
+    """``max_draft_len`` = the drafts per block (it raises above block_size - 1 on its DFlash path)."""
+    lines = ("speculative_config:", f"  decoding_type: {'DSpark' if f.dspark else 'DFlash'}",
+             f"  max_draft_len: {f.drafts}", f"  speculative_model: {quoted(f.draft)}")
+    script = (f"printf '%s\\n' {' '.join(map(shlex.quote, lines))} > dflash-options.yaml && "
+              f"exec trtllm-serve serve {shlex.quote(f.target)} --backend pytorch --config dflash-options.yaml")
+    return ["sh", "-c", script]
+
+
+ENGINE = Engine("tensorrt-llm", "TensorRT-LLM", judge, path, dspark_launch=DSPARK_LAUNCH, serve=serve, serve_rank=4)

