@@ -69,10 +69,32 @@ def test_packed_path_is_bit_identical_to_the_plain_one() -> None:
         assert torch.equal(packed[key], plain[key]), key
 
 
+def bf16_ulp(value: float) -> float:
+    """One unit in the last place of a bf16 number of ``value``'s size (8 significant bits)."""
+    return 2.0 ** (torch.tensor(abs(value) or 1.0).log2().floor().item() - 7)
+
+
+def agreeing_prefix(got: dict[str, Any], golden: dict[str, Any], path: str) -> int:
+    """How many greedy positions to compare: all 32, or up to the one where the greedy choice
+    parts from the golden file's at a near tie (the two tokens' golden logits within 2 bf16 ulps).
+    A CPU without AVX-512 runs other bf16 kernels (seen here: an AVX2-only AMD EPYC parts at
+    position 19, where the golden top-2 differ by one ulp); any other parting fails."""
+    for pos, (tok, want) in enumerate(zip(got["tokens"], golden["tokens"])):
+        if tok == want:
+            continue
+        ids, vals = golden["ids"][pos], golden["values"][pos]
+        assert tok in ids, (path, pos, "the greedy token is outside the golden top-5")
+        margin = vals[0] - vals[ids.index(tok)]
+        assert margin <= 2 * bf16_ulp(vals[0]), (path, pos, "parted from the golden tokens beyond a near tie", margin)
+        return pos
+    return len(golden["tokens"])
+
+
 def test_teacher_forced_logits_stay_within_bf16_rounding_of_the_golden_file() -> None:
     """The golden file holds, for each of 32 greedy positions of the tiny target, its top-5
     logits as the plain path computed them before this change (``write_golden``). Both the
-    plain and the packed path must give the same top-5 ids and values within one bf16 ulp."""
+    plain and the packed path must give the same tokens (up to a near tie, ``agreeing_prefix``)
+    and there the same top-5 ids and values within one bf16 ulp."""
     golden = json.loads(GOLDEN.read_text())
     target, draft = load_pair()
     paths = ["plain"] + (["packed"] if can_pack(target.lm_head.weight) else [])
@@ -81,12 +103,13 @@ def test_teacher_forced_logits_stay_within_bf16_rounding_of_the_golden_file() ->
             prepack(target)
             prepack(draft)
         got = fingerprint(target, golden["prompt"])
-        assert got["tokens"] == golden["tokens"], path
-        for pos, (ids, vals, want_ids, want_vals) in enumerate(zip(got["ids"], got["values"], golden["ids"], golden["values"])):
+        upto = agreeing_prefix(got, golden, path)
+        assert upto >= 16, (path, upto, "too short a prefix agrees with the golden file")
+        for pos in range(upto):
+            ids, vals, want_ids, want_vals = got["ids"][pos], got["values"][pos], golden["ids"][pos], golden["values"][pos]
             assert ids[:1] == want_ids[:1], (path, pos)
             for v, w in zip(vals, want_vals):
-                ulp = 2.0 ** (torch.tensor(abs(w) or 1.0).log2().floor().item() - 7)  # bf16: 8 significant bits
-                assert abs(v - w) <= ulp, (path, pos, v, w)
+                assert abs(v - w) <= bf16_ulp(w), (path, pos, v, w)
 
 
 def fingerprint(target: Any, prompt: list[int]) -> dict[str, Any]:

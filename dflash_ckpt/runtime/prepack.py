@@ -23,6 +23,7 @@ and fp32 gains nothing measured here); anything else keeps the plain path.
 
 from __future__ import annotations
 
+import functools
 from typing import Iterator
 
 import torch
@@ -52,9 +53,22 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 
 
 def can_pack(weight: torch.Tensor) -> bool:
-    """Whether ``weight`` gets a packed copy: 2-D bf16 on a CPU whose torch has oneDNN."""
+    """Whether ``weight`` gets a packed copy: 2-D bf16 on a CPU whose oneDNN packs bf16."""
     return (weight.dim() == 2 and weight.dtype == torch.bfloat16 and weight.device.type == "cpu"
-            and not weight.is_meta and torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled)
+            and not weight.is_meta and torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled
+            and onednn_packs_bf16())
+
+
+@functools.lru_cache(maxsize=1)
+def onednn_packs_bf16() -> bool:
+    """Whether this CPU's oneDNN has the bf16 linear path at all: it needs AVX-512 (BW, VL, DQ)
+    or AVX-NE-CONVERT, so an AVX2-only CPU (seen on an AMD EPYC of this project's machines) has
+    mkldnn but refuses the reorder. Asked once, of a 2 x 2 weight."""
+    try:
+        torch.ops.mkldnn._reorder_linear_weight(torch.zeros(2, 2, dtype=torch.bfloat16), 1)
+    except RuntimeError:
+        return False
+    return True
 
 
 def _sites(model: nn.Module) -> Iterator[tuple[nn.Module, str]]:
