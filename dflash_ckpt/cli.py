@@ -79,7 +79,9 @@ def inspect(
     --strict, or a --require-engines reader that would not load it); 2 usage error or a draft or
     target that cannot be read.
     """
-    from dflash_ckpt.commands.inspect_cmd import parse_codes, parse_engines, report_inspect, run_inspect
+    from dflash_ckpt.commands.inspect_cmd import report_inspect
+    from dflash_ckpt.run.inspect import parse_codes, parse_engines, run_inspect
+    from dflash_ckpt.run.options import InspectOptions
 
     fmt = "json" if json_out else output_format
     want_json("inspect", fmt != "text", fmt)
@@ -91,8 +93,8 @@ def inspect(
         raise typer.BadParameter("give at least one DRAFT (or --from-file)", param_hint="DRAFT")
     silence_progress(fmt != "text" or quiet)
     raise typer.Exit(report_inspect(
-        lambda: run_inspect(args, target, revision=revision, token=token, strict=strict, select=select or [],
-                            ignore=ignore or [], require_engines=require_engines or []),
+        lambda: run_inspect(InspectOptions(args, target, revision=revision, token=token, strict=strict, select=select or [],
+                                           ignore=ignore or [], require_engines=require_engines or [])),
         json_out=fmt != "text", quiet=quiet, strict=strict, output_format=fmt, annotations=annotations))
 
 

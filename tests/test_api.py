@@ -136,7 +136,7 @@ def test_probe_taps_is_the_cli_document(cli, tmp_path: Path, capsys: pytest.Capt
 
 def test_a_call_shows_no_download_bars(monkeypatch: pytest.MonkeyPatch) -> None:
     """During a call Hub download bars are off (as with --json); afterwards the environment is as it was."""
-    import dflash_ckpt.commands.inspect_cmd as cmd
+    import dflash_ckpt.run.inspect as cmd
 
     seen: list[str | None] = []
     real = cmd.run_inspect

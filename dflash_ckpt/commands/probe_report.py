@@ -9,7 +9,7 @@ from rich.table import Table
 
 from dflash_ckpt.commands.json_out import print_document
 from dflash_ckpt.commands.output import make_console, print_line, print_stacked, render_findings, safe, table_width
-from dflash_ckpt.commands.probe_run import ProbeResult
+from dflash_ckpt.run.probe_result import ProbeResult
 from dflash_ckpt.errors import inert
 from dflash_ckpt.rules import Severity
 

@@ -14,7 +14,7 @@ from dflash_ckpt.commands.output import (print_line, print_stacked, render_findi
                                          table_width)
 from dflash_ckpt.checks.run_findings import missing_taps, probe_taps_command
 from dflash_ckpt.rules import Severity
-from dflash_ckpt.commands.smoke_run import SmokeResult
+from dflash_ckpt.run.smoke_result import SmokeResult
 from dflash_ckpt.commands.engine_report import engine_line, render_comparison
 
 LOSSLESS_TEXT = {"identical": "[green]same[/]", "tie": "[yellow]tie[/]", "differs": "[bold red]DIFFERS[/]",
