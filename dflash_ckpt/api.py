@@ -19,11 +19,10 @@ when called (torch only for smoke_run and probe_taps).
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from dflash_ckpt.api_types import checked_call, path_text, texts
 from dflash_ckpt.errors import DFlashCkptError
@@ -63,17 +62,6 @@ def _need_run_extra(command: str) -> None:
     require_run_extra(command)
 
 
-O = TypeVar("O")
-
-
-def _options(cls: type[O], given: dict[str, Any], **converted: Any) -> O:
-    """``cls`` (a dataclass of ``run/options.py``) filled from an API call's keywords (``given``:
-    its ``locals()``, whose names are the fields), ``converted`` in place of the values the call
-    took in a wider form (a path object, one text for a list)."""
-    return cls(**{f.name: converted[f.name] if f.name in converted else given[f.name]
-                  for f in dataclasses.fields(cls)})  # type: ignore[arg-type]
-
-
 @checked_call
 def inspect(draft: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], target: str | os.PathLike[str] | None = None,
             *, revision: str | None = None, token: str | None = None, strict: bool = False,
@@ -88,13 +76,13 @@ def inspect(draft: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], ta
     sequence of drafts gives one result each in ``.envelope()["results"]``.
     """
     from dflash_ckpt.run.inspect import run_inspect
-    from dflash_ckpt.run.options import InspectOptions
+    from dflash_ckpt.run.options import InspectOptions, fill
 
     drafts = os.fspath(draft) if isinstance(draft, (str, os.PathLike)) else [os.fspath(d) for d in draft]
     if not drafts:
         raise DFlashCkptError("dflash_ckpt.inspect(): draft=[] names no draft; give at least one", code="DF010", key="draft")
-    options = _options(InspectOptions, locals(), draft=drafts, target=path_text(target), select=texts(select),
-                       ignore=texts(ignore), require_engines=texts(require_engines))
+    options = fill(InspectOptions, locals(), draft=drafts, target=path_text(target), select=texts(select),
+                   ignore=texts(ignore), require_engines=texts(require_engines))
     with _call():
         return run_inspect(options)
 
@@ -113,12 +101,11 @@ def normalize(draft: str | os.PathLike[str], out: str | os.PathLike[str] | None 
     ``progress=True`` shows a copy bar on stderr. A refusal raises ``DFlashCkptError``, nothing written.
     """
     from dflash_ckpt.run.normalize import run_normalize
-    from dflash_ckpt.run.options import NormalizeOptions
+    from dflash_ckpt.run.options import NormalizeOptions, fill
 
-    options = _options(NormalizeOptions, locals(), draft=os.fspath(draft), out=path_text(out),
-                       target_layer_ids=target_layer_ids if isinstance(target_layer_ids, (str, type(None))) else list(target_layer_ids),
-                       layer_types=layer_types if isinstance(layer_types, (str, type(None))) else list(layer_types),
-                       target=path_text(target))
+    options = fill(NormalizeOptions, locals(), draft=os.fspath(draft), out=path_text(out), target=path_text(target),
+                   target_layer_ids=target_layer_ids if isinstance(target_layer_ids, (str, type(None))) else list(target_layer_ids),
+                   layer_types=layer_types if isinstance(layer_types, (str, type(None))) else list(layer_types))
     with _call():
         return run_normalize(options, progress=progress)
 
@@ -156,11 +143,11 @@ def smoke_run(draft: str | os.PathLike[str], target: str | os.PathLike[str], *, 
     rich ``Progress`` to show, ``log``: a callable for the loading line.
     """
     _need_run_extra("smoke-run")
-    from dflash_ckpt.run.options import SmokeOptions
+    from dflash_ckpt.run.options import SmokeOptions, fill
     from dflash_ckpt.run.smoke import run_smoke_run
 
-    options = _options(SmokeOptions, locals(), draft=os.fspath(draft), target=os.fspath(target), prompt=texts(prompt),
-                       prompts=path_text(prompts), tokenizer=path_text(tokenizer), engine_arg=texts(engine_arg))
+    options = fill(SmokeOptions, locals(), draft=os.fspath(draft), target=os.fspath(target), prompt=texts(prompt),
+                   prompts=path_text(prompts), tokenizer=path_text(tokenizer), engine_arg=texts(engine_arg))
     with _call(), _caller_torch_threads():
         return run_smoke_run(options, progress=progress, log=log)
 
@@ -183,11 +170,11 @@ def probe_taps(draft: str | os.PathLike[str], target: str | os.PathLike[str], *,
     is in ``.to_dict()["write"]`` and the exit code.
     """
     _need_run_extra("probe-taps")
-    from dflash_ckpt.run.options import ProbeOptions
+    from dflash_ckpt.run.options import ProbeOptions, fill
     from dflash_ckpt.run.probe import run_probe_taps
 
-    options = _options(ProbeOptions, locals(), draft=os.fspath(draft), target=os.fspath(target), prompt=texts(prompt),
-                       prompts=path_text(prompts), write=path_text(write), tokenizer=path_text(tokenizer),
-                       layout_for=texts(layout_for))
+    options = fill(ProbeOptions, locals(), draft=os.fspath(draft), target=os.fspath(target), prompt=texts(prompt),
+                   prompts=path_text(prompts), write=path_text(write), tokenizer=path_text(tokenizer),
+                   layout_for=texts(layout_for))
     with _call(), _caller_torch_threads():
         return run_probe_taps(options, log=log, copy_progress=copy_progress, progress=progress)

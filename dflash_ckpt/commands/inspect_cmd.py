@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Callable
 
-from dflash_ckpt.commands.json_out import print_document
+from dflash_ckpt.json_out import print_document
 from dflash_ckpt.run.inspect import InspectRun
 
 

@@ -59,16 +59,12 @@ def register(app: typer.Typer) -> None:
         missing key or a failed check; 2 usage error or unreadable input.
         """
         from dflash_ckpt.run.normalize import make_request
-        from dflash_ckpt.run.options import NormalizeOptions
+        from dflash_ckpt.run.options import NormalizeOptions, fill
 
         want_json("normalize", json_out)
         silence_progress(json_out or quiet)
-        options = NormalizeOptions(
-            draft, out, in_place=in_place, no_backup=no_backup, check=check, dry_run=dry_run, force=force, copy=copy,
-            external_links=external_links.value, target_layer_ids=target_layer_ids, block_size=block_size,
-            mask_token_id=mask_token_id, num_target_layers=num_target_layers, layer_types=layer_types,
-            prefer=prefer.value if prefer is not None else None, no_mirrors=no_mirrors, target=target,
-            revision=revision, token=token)
+        options = fill(NormalizeOptions, locals(), external_links=external_links.value,
+                       prefer=prefer.value if prefer is not None else None)
         raise typer.Exit(report_normalize(make_request(options, json_out=json_out, quiet=quiet)))
 
 
@@ -79,7 +75,7 @@ def report_normalize(req: Any) -> int:
 
     outcome = execute(req)
     if req.json_out:  # rich stays unimported on the machine path
-        from dflash_ckpt.commands.json_out import print_json
+        from dflash_ckpt.json_out import print_json
 
         print_json(outcome.envelope())
         if outcome.error is not None:  # stdout stays one document; the line is for the log

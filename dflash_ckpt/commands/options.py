@@ -14,7 +14,7 @@ from typing import Iterator, Literal
 
 import typer
 
-from dflash_ckpt.commands.json_out import want_json  # noqa: F401  (each command body says whether it owes a document)
+from dflash_ckpt.json_out import want_json  # noqa: F401  (each command body says whether it owes a document)
 from dflash_ckpt.run.options import require_run_extra
 
 JsonOpt = typer.Option(False, "--json", help="Print one JSON document instead of the report (progress bars off).")

@@ -15,7 +15,7 @@ from dflash_ckpt.commands.options import (Annotations, AnnotationsOpt, RunOutput
                                           DeviceOpt, DraftArg, DraftDtypeOpt, IgnoreEosOpt, NoChatTemplateOpt,
                                           PairTargetOpt, PromptOpt, PromptsFileOpt, QuietOpt, RevisionOpt,
                                           TargetDtypeOpt, ThinkingOpt, TokenizerOpt, TokenOpt, starting_run)
-from dflash_ckpt.run.options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_ACCEPTANCE, DEFAULT_TOP, ProbeOptions
+from dflash_ckpt.run.options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_ACCEPTANCE, DEFAULT_TOP, ProbeOptions, fill
 
 
 def register(app: typer.Typer) -> None:
@@ -72,12 +72,7 @@ def register(app: typer.Typer) -> None:
             from dflash_ckpt.commands.probe_report import report_probe
             from dflash_ckpt.run.probe import run_probe_taps
 
-        options = ProbeOptions(
-            draft, target, prompt=list(prompt or []), prompts=prompts, budget=budget, max_new_tokens=max_new_tokens,
-            min_acceptance=min_acceptance, write=write, force=force, top=top, draft_dtype=draft_dtype,
-            target_dtype=target_dtype, device=device, backend=backend, block_size=block_size, thinking=thinking,
-            no_chat_template=no_chat_template, tokenizer=tokenizer, ignore_eos=ignore_eos, revision=revision,
-            token=token, layout_for=list(layout_for or []))
+        options = fill(ProbeOptions, locals(), prompt=list(prompt or []), layout_for=list(layout_for or []))
         raise typer.Exit(report_probe(lambda **live: run_probe_taps(options, **live),
                                       json_out=json_out, quiet=quiet, output_format=fmt,
                                       annotations=annotations))

@@ -12,9 +12,12 @@ Only the standard library is imported here, so the CLI can read the defaults at 
 from __future__ import annotations
 
 import math
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Sequence
+from typing import Any, ClassVar, Sequence, TypeVar
+
+O = TypeVar("O")
 
 #: Why 2.0: see ``dflash_ckpt/runtime/measure.py``'s docstring.
 DEFAULT_MIN_ACCEPTANCE = 2.0
@@ -36,6 +39,14 @@ def require_run_extra(command: str) -> None:
         from dflash_ckpt.errors import UsageError
 
         raise UsageError(f"{command} needs {', '.join(missing)}: {RUN_EXTRA_HINT}")
+
+
+def fill(cls: type[O], given: dict[str, Any], **converted: Any) -> O:
+    """``cls`` (one of the dataclasses below) filled from a caller's values by name (``given``: a
+    typer command's or an API function's ``locals()``, which name every field), ``converted`` in
+    place of the values the caller holds in another form (a path object, a tuple, an enum)."""
+    return cls(**{f.name: converted[f.name] if f.name in converted else given[f.name]
+                  for f in dataclasses.fields(cls)})  # type: ignore[arg-type]
 
 
 @dataclass
@@ -198,4 +209,4 @@ class ProbeOptions(RunOptions):
 
 
 __all__ = ["DEFAULT_MAX_NEW_TOKENS", "DEFAULT_MIN_ACCEPTANCE", "DEFAULT_TOP", "InspectOptions", "NormalizeOptions",
-           "ProbeOptions", "RunOptions", "SmokeOptions", "require_run_extra"]
+           "ProbeOptions", "RunOptions", "SmokeOptions", "fill", "require_run_extra"]

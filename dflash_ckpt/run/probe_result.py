@@ -51,7 +51,7 @@ class ProbeResult(ResultShape):
     #: Why ``--write`` wrote nothing (the run itself may have passed).
     write_error: DFlashCkptError | None = None
     backend: str | None = None
-    #: How a narrow lead was measured again (``probe_evidence.settle``).
+    #: How a narrow lead was measured again (``run/evidence.settle``).
     evidence: dict[str, Any] | None = None
     #: Both block layouts measured with the configured taps before the search (the probe's
     #: simulation), and with the winner after it (smoke-run's loop): ``probe_layout``.
