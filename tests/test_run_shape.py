@@ -130,3 +130,11 @@ def test_a_run_reads_each_header_and_config_once(monkeypatch: pytest.MonkeyPatch
     run_probe_taps(str(TINY / "draft"), str(TINY / "target"), budget=2, **fast)
     assert [r for r in reads if r == ("target", "config.json")] == [("target", "config.json")]
     assert sorted(r for r in reads if r[0] == "draft" and r[1].endswith(".safetensors")) == one_inventory
+
+
+def test_the_command_list_is_one_table() -> None:
+    """``cli.COMMANDS`` is every command, in ``--help``'s order, and ``_core`` holds its marked ones."""
+    from dflash_ckpt.cli import _CORE_COMMANDS, COMMANDS, _core
+
+    assert list(typer.main.get_command(app).commands) == list(COMMANDS)  # type: ignore[attr-defined]
+    assert list(typer.main.get_command(_core).commands) == list(_CORE_COMMANDS)  # type: ignore[attr-defined]
