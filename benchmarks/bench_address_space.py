@@ -28,7 +28,7 @@ PEAK = """
 import dflash_ckpt.cli, dflash_ckpt.commands.options
 from dflash_ckpt.runtime.address_space import import_floor
 floor = import_floor()
-import dflash_ckpt.commands.smoke_run, dflash_ckpt.commands.probe_run
+import dflash_ckpt.run.smoke, dflash_ckpt.run.probe
 peak = next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmPeak:"))
 print(floor, peak)
 """

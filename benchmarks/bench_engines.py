@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from dflash_ckpt.commands.smoke_run import run_smoke_run  # noqa: E402
+from dflash_ckpt.run.options import SmokeOptions  # noqa: E402
+from dflash_ckpt.run.smoke import run_smoke_run  # noqa: E402
 
 
 def pair(name: str) -> tuple[str, str]:
@@ -51,7 +52,7 @@ def main() -> int:
     for name in args.pairs:
         draft, target = pair(name)
         t0 = time.perf_counter()
-        res = run_smoke_run(draft, target, engine="both", max_new_tokens=args.max_new_tokens, threads=1)
+        res = run_smoke_run(SmokeOptions(draft, target, engine="both", max_new_tokens=args.max_new_tokens, threads=1))
         wall = time.perf_counter() - t0
         ref = res.overall()
         run = res.engine_run or {}

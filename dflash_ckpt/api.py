@@ -9,7 +9,9 @@ bars stay off unless ``HF_HUB_DISABLE_PROGRESS_BARS`` is set otherwise). Every p
 stops a run; an argument of the wrong type, an unknown keyword or a missing argument (DF010,
 checked against these signatures by ``api_types.checked_call`` before anything is read); a
 missing ``run`` extra (DF004, naming the install line). Keywords are the CLI's long options with
-its defaults; ``prompt`` is one text or a list. Each wraps the ``run_<command>`` function the CLI
+its defaults; ``prompt`` is one text or a list. Each signature spells the fields of its command's
+options dataclass (``run/options.py``, a test holds them equal) and the run's own keywords
+(``progress``, ``log``); each fills the dataclass and calls the ``run_<command>`` function the CLI
 runs (with a call's own Hub deadline and no download bars), so a result here is the CLI's
 document. Importing this module imports nothing heavy: each function imports its command's run
 when called (torch only for smoke_run and probe_taps).
@@ -26,10 +28,10 @@ from dflash_ckpt.api_types import checked_call, path_text, texts
 from dflash_ckpt.errors import DFlashCkptError
 
 if TYPE_CHECKING:
-    from dflash_ckpt.commands.inspect_cmd import InspectRun
-    from dflash_ckpt.commands.probe_run import ProbeResult
-    from dflash_ckpt.commands.smoke_run import SmokeResult
     from dflash_ckpt.canonical.run import Outcome
+    from dflash_ckpt.run.inspect import InspectRun
+    from dflash_ckpt.run.probe_result import ProbeResult
+    from dflash_ckpt.run.smoke_result import SmokeResult
 
 __all__ = ["DFlashCkptError", "inspect", "normalize", "probe_taps", "smoke_run"]
 
@@ -55,7 +57,7 @@ def _call() -> Iterator[None]:
 def _need_run_extra(command: str) -> None:
     """The ``run`` extra's check, made before any module that imports torch: DF004 naming the
     install line, not a ``ModuleNotFoundError``."""
-    from dflash_ckpt.commands.options import require_run_extra
+    from dflash_ckpt.run.options import require_run_extra
 
     require_run_extra(command)
 
@@ -73,14 +75,16 @@ def inspect(draft: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], ta
     in the CLI's document; an unreadable target or a bad option raises ``DFlashCkptError``. A
     sequence of drafts gives one result each in ``.envelope()["results"]``.
     """
-    from dflash_ckpt.commands.inspect_cmd import run_inspect
+    from dflash_ckpt.run.inspect import run_inspect
+    from dflash_ckpt.run.options import InspectOptions, fill
 
     drafts = os.fspath(draft) if isinstance(draft, (str, os.PathLike)) else [os.fspath(d) for d in draft]
     if not drafts:
         raise DFlashCkptError("dflash_ckpt.inspect(): draft=[] names no draft; give at least one", code="DF010", key="draft")
+    options = fill(InspectOptions, locals(), draft=drafts, target=path_text(target), select=texts(select),
+                   ignore=texts(ignore), require_engines=texts(require_engines))
     with _call():
-        return run_inspect(drafts, path_text(target), revision=revision, token=token, strict=strict,
-                           select=texts(select), ignore=texts(ignore), require_engines=texts(require_engines))
+        return run_inspect(options)
 
 
 @checked_call
@@ -96,17 +100,14 @@ def normalize(draft: str | os.PathLike[str], out: str | os.PathLike[str] | None 
     does: into the new folder ``out``, or with ``in_place=True``, ``check=True`` or ``dry_run=True``.
     ``progress=True`` shows a copy bar on stderr. A refusal raises ``DFlashCkptError``, nothing written.
     """
-    from dflash_ckpt.commands.normalize_run import run_normalize
+    from dflash_ckpt.run.normalize import run_normalize
+    from dflash_ckpt.run.options import NormalizeOptions, fill
 
+    options = fill(NormalizeOptions, locals(), draft=os.fspath(draft), out=path_text(out), target=path_text(target),
+                   target_layer_ids=target_layer_ids if isinstance(target_layer_ids, (str, type(None))) else list(target_layer_ids),
+                   layer_types=layer_types if isinstance(layer_types, (str, type(None))) else list(layer_types))
     with _call():
-        return run_normalize(
-            os.fspath(draft), path_text(out), in_place=in_place, no_backup=no_backup, check=check, dry_run=dry_run,
-            force=force, copy=copy, external_links=external_links,
-            target_layer_ids=target_layer_ids if isinstance(target_layer_ids, (str, type(None))) else list(target_layer_ids),
-            block_size=block_size, mask_token_id=mask_token_id, num_target_layers=num_target_layers,
-            layer_types=layer_types if isinstance(layer_types, (str, type(None))) else list(layer_types),
-            prefer=prefer, no_mirrors=no_mirrors, target=path_text(target), revision=revision, token=token,
-            progress=progress)
+        return run_normalize(options, progress=progress)
 
 
 @contextmanager
@@ -142,18 +143,13 @@ def smoke_run(draft: str | os.PathLike[str], target: str | os.PathLike[str], *, 
     rich ``Progress`` to show, ``log``: a callable for the loading line.
     """
     _need_run_extra("smoke-run")
-    from dflash_ckpt.commands.smoke_run import run_smoke_run
+    from dflash_ckpt.run.options import SmokeOptions, fill
+    from dflash_ckpt.run.smoke import run_smoke_run
 
+    options = fill(SmokeOptions, locals(), draft=os.fspath(draft), target=os.fspath(target), prompt=texts(prompt),
+                   prompts=path_text(prompts), tokenizer=path_text(tokenizer), engine_arg=texts(engine_arg))
     with _call(), _caller_torch_threads():
-        return run_smoke_run(
-            os.fspath(draft), os.fspath(target), prompt=texts(prompt), prompts=path_text(prompts),
-            max_new_tokens=max_new_tokens, min_acceptance=min_acceptance, draft_dtype=draft_dtype,
-            target_dtype=target_dtype, device=device, backend=backend, block_size=block_size, layout=layout, thinking=thinking,
-            no_chat_template=no_chat_template, tokenizer=path_text(tokenizer), ignore_eos=ignore_eos,
-            tie_tolerance=tie_tolerance, revision=revision, token=token, threads=threads, no_compile=no_compile,
-            engine=engine, tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size,
-            max_model_len=max_model_len, engine_arg=texts(engine_arg), engine_timeout=engine_timeout,
-            progress=progress, log=log)
+        return run_smoke_run(options, progress=progress, log=log)
 
 
 @checked_call
@@ -174,13 +170,11 @@ def probe_taps(draft: str | os.PathLike[str], target: str | os.PathLike[str], *,
     is in ``.to_dict()["write"]`` and the exit code.
     """
     _need_run_extra("probe-taps")
-    from dflash_ckpt.commands.probe_run import run_probe_taps
+    from dflash_ckpt.run.options import ProbeOptions, fill
+    from dflash_ckpt.run.probe import run_probe_taps
 
+    options = fill(ProbeOptions, locals(), draft=os.fspath(draft), target=os.fspath(target), prompt=texts(prompt),
+                   prompts=path_text(prompts), write=path_text(write), tokenizer=path_text(tokenizer),
+                   layout_for=texts(layout_for))
     with _call(), _caller_torch_threads():
-        return run_probe_taps(
-            os.fspath(draft), os.fspath(target), prompt=texts(prompt), prompts=path_text(prompts), budget=budget,
-            max_new_tokens=max_new_tokens, min_acceptance=min_acceptance, write=path_text(write), force=force,
-            top=top, draft_dtype=draft_dtype, target_dtype=target_dtype, device=device, backend=backend,
-            block_size=block_size, thinking=thinking, no_chat_template=no_chat_template,
-            tokenizer=path_text(tokenizer), ignore_eos=ignore_eos, revision=revision, token=token, layout_for=texts(layout_for), log=log,
-            copy_progress=copy_progress, progress=progress)
+        return run_probe_taps(options, log=log, copy_progress=copy_progress, progress=progress)

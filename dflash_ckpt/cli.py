@@ -28,13 +28,24 @@ _SETTINGS: dict[str, Any] = dict(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+#: Every command, once, in the order ``--help`` lists them: the module of ``commands/`` whose
+#: ``register(app)`` adds it (imported at start-up: typer only), or None for a command defined in
+#: this file; and whether ``_core`` holds it too.
+COMMANDS: dict[str, tuple[str | None, bool]] = {
+    "inspect": (None, True),
+    "rules": (None, True),
+    "schema": (None, False),
+    "normalize": ("normalize_cmd", False),
+    "smoke-run": ("smoke_cmd", False),
+    "probe-taps": ("probe_cmd", False),
+}
 #: Every command, and shell completion (``--install-completion``, ``--show-completion``).
 app = typer.Typer(add_completion=True, **_SETTINGS)
 #: ``inspect`` and ``rules`` alone: turning a command's signature into click options costs about
 #: a millisecond an option, so a run of these builds only them (``run``), not smoke-run's forty.
 _core = typer.Typer(add_completion=False, **_SETTINGS)
 #: Commands ``_core`` holds.
-_CORE_COMMANDS = ("inspect", "rules")
+_CORE_COMMANDS = tuple(name for name, (_, core) in COMMANDS.items() if core)
 
 
 
@@ -51,7 +62,6 @@ def _root(
     """Check, normalize and smoke-run DFlash speculative-decoding draft checkpoints."""
 
 
-@app.command()
 def inspect(
     drafts: List[str] = typer.Argument(None, metavar="DRAFT...", help="Draft folders or Hub repo ids (org/name, or org/name@rev).", show_default=False),
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model folder or Hub repo id, to check the pairing."),
@@ -79,7 +89,9 @@ def inspect(
     --strict, or a --require-engines reader that would not load it); 2 usage error or a draft or
     target that cannot be read.
     """
-    from dflash_ckpt.commands.inspect_cmd import parse_codes, parse_engines, report_inspect, run_inspect
+    from dflash_ckpt.commands.inspect_cmd import report_inspect
+    from dflash_ckpt.run.inspect import parse_codes, parse_engines, run_inspect
+    from dflash_ckpt.run.options import InspectOptions
 
     fmt = "json" if json_out else output_format
     want_json("inspect", fmt != "text", fmt)
@@ -91,12 +103,11 @@ def inspect(
         raise typer.BadParameter("give at least one DRAFT (or --from-file)", param_hint="DRAFT")
     silence_progress(fmt != "text" or quiet)
     raise typer.Exit(report_inspect(
-        lambda: run_inspect(args, target, revision=revision, token=token, strict=strict, select=select or [],
-                            ignore=ignore or [], require_engines=require_engines or []),
+        lambda: run_inspect(InspectOptions(args, target, revision=revision, token=token, strict=strict, select=select or [],
+                                           ignore=ignore or [], require_engines=require_engines or [])),
         json_out=fmt != "text", quiet=quiet, strict=strict, output_format=fmt, annotations=annotations))
 
 
-@app.command()
 def rules(
     code: Optional[str] = typer.Argument(None, help="A rule code such as DF211; all rules when omitted."),
     json_out: bool = PlainJsonOpt,
@@ -105,7 +116,7 @@ def rules(
 
     Exit codes: 0 listed; 2 an unknown code.
     """
-    from dflash_ckpt.commands.json_out import document, print_json
+    from dflash_ckpt.json_out import document, print_json
     from dflash_ckpt.rules import RULES
 
     want_json("rules", json_out)
@@ -124,7 +135,6 @@ def rules(
         render_rule(make_console(), rule)
 
 
-@app.command()
 def schema(
     command: Optional[str] = typer.Argument(None, metavar="[COMMAND]", help="inspect, normalize, smoke-run, probe-taps, rules or schema; the whole schema when omitted."),
     json_out: bool = PlainJsonOpt,
@@ -133,7 +143,7 @@ def schema(
 
     Exit codes: 0 printed; 2 an unknown command.
     """
-    from dflash_ckpt.commands.json_out import document, print_json
+    from dflash_ckpt.json_out import document, print_json
     from dflash_ckpt.schema import COMMANDS, load_schema
 
     want_json("schema", json_out)
@@ -169,21 +179,21 @@ def read_arg_file(path: str) -> list[str]:
     return [line for line in lines if line]
 
 
-_core.callback()(_root)
-_core.command()(inspect)
-_core.command()(rules)
+def _register_commands() -> None:
+    """``COMMANDS`` onto ``app`` (and ``_core``), in order; a module of ``commands/`` imports only
+    typer at import time."""
+    import importlib
+
+    _core.callback()(_root)
+    for name, (module, core) in COMMANDS.items():
+        if module is not None:
+            importlib.import_module(f"dflash_ckpt.commands.{module}").register(app)
+            continue
+        for target in (app, _core) if core else (app,):
+            target.command(name)(globals()[name])
 
 
-def _register_optional_commands() -> None:
-    """Commands in their own modules; each module imports only typer at import time."""
-    from dflash_ckpt.commands import normalize_cmd, probe_cmd, smoke_cmd
-
-    normalize_cmd.register(app)
-    smoke_cmd.register(app)
-    probe_cmd.register(app)
-
-
-_register_optional_commands()
+_register_commands()
 reflow_help(app)
 reflow_help(_core)
 
@@ -259,7 +269,7 @@ def _owe_from_argv(args: list[str]) -> None:
     """A command line that did not parse but names a command and asks for ``--json`` (or
     ``--output-format json``) still gets its envelope, with the usage error in ``error``."""
     command = next((a for a in args if not a.startswith("-")), None)
-    if command not in ("inspect", "normalize", "smoke-run", "probe-taps", "rules", "schema"):
+    if command not in COMMANDS:
         return
     wants = "--json" in args or "--output-format=json" in args or any(
         a == "--output-format" and b == "json" for a, b in zip(args, args[1:]))
@@ -270,7 +280,7 @@ def _owe_from_argv(args: list[str]) -> None:
 def _owed_document(err: DFlashCkptError) -> None:
     """With ``--json``, the envelope on stdout for a run stopped before its document: ``error``
     filled, no results (after parsing: a parse error comes before any command asked for JSON)."""
-    from dflash_ckpt.commands.json_out import document, pending, print_document
+    from dflash_ckpt.json_out import document, pending, print_document
 
     owed = pending()
     if owed is not None:

@@ -63,7 +63,7 @@ def test_normalize_is_the_api_function_and_help_shows_it() -> None:
 
     import dflash_ckpt.api
     import dflash_ckpt.canonical.run
-    import dflash_ckpt.commands.normalize_run  # noqa: F401 - imports every canonical module it needs
+    import dflash_ckpt.run.normalize  # noqa: F401 - imports every canonical module it needs
 
     assert dflash_ckpt.normalize is dflash_ckpt.api.normalize
     assert inspect.isfunction(dflash_ckpt.normalize)
@@ -154,7 +154,7 @@ def test_probe_taps_is_the_cli_document(cli, tmp_path: Path, capsys: pytest.Capt
 
 def test_a_call_shows_no_download_bars(monkeypatch: pytest.MonkeyPatch) -> None:
     """During a call Hub download bars are off (as with --json); afterwards the environment is as it was."""
-    import dflash_ckpt.commands.inspect_cmd as cmd
+    import dflash_ckpt.run.inspect as cmd
 
     seen: list[str | None] = []
     real = cmd.run_inspect

@@ -146,13 +146,14 @@ def test_token_ids_reads_what_loaders_read() -> None:
 @pytest.mark.parametrize("template", ["", "{% if false %}{{ messages }}{% endif %}"])
 def test_an_empty_rendering_blames_the_template_naming_its_file(tmp_path: Path, template: str) -> None:
     from dflash_ckpt.errors import DFlashCkptError
-    from dflash_ckpt.runtime.plan import RunOptions, encode_prompts
+    from dflash_ckpt.run.options import RunOptions
+    from dflash_ckpt.run.pair import encode_prompts
 
     tok = tmp_path / "tok"
     tok.mkdir()
     shutil.copy(TARGET / "tokenizer.json", tok)
     (tok / "chat_template.jinja").write_text(template)
-    opts = RunOptions(draft=str(DRAFT), target=str(TARGET), prompts=["hello"], tokenizer=str(tok))
+    opts = RunOptions(draft=str(DRAFT), target=str(TARGET), prompt=["hello"], tokenizer=str(tok))
     with pytest.raises(DFlashCkptError) as err:
         encode_prompts(opts, TARGET)
     line = err.value.line()
@@ -164,7 +165,7 @@ def test_an_empty_rendering_blames_the_template_naming_its_file(tmp_path: Path, 
 def test_the_api_smoke_run_restores_the_callers_thread_count(monkeypatch: pytest.MonkeyPatch) -> None:
     torch = pytest.importorskip("torch")
     import dflash_ckpt
-    import dflash_ckpt.commands.smoke_run as smoke_run
+    import dflash_ckpt.runtime.loading as loading
 
     before = torch.get_num_threads()
     mine = 2 if before != 2 else 3
@@ -176,7 +177,7 @@ def test_the_api_smoke_run_restores_the_callers_thread_count(monkeypatch: pytest
         def fails(*args: Any, **kwargs: Any) -> Any:
             raise dflash_ckpt.DFlashCkptError("draft: cannot be loaded")
 
-        monkeypatch.setattr(smoke_run, "load_draft", fails)  # raises after the run set its threads
+        monkeypatch.setattr(loading, "load_draft", fails)  # raises after the run set its threads
         with pytest.raises(dflash_ckpt.DFlashCkptError):
             dflash_ckpt.smoke_run(DRAFT, TARGET, prompt=["hi"], max_new_tokens=4, device="cpu", threads=1)
         assert torch.get_num_threads() == mine

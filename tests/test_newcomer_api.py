@@ -49,22 +49,39 @@ def test_a_wrong_type_is_one_dflash_ckpt_error(case: tuple[str, Callable[[], Any
     assert "\n" not in err.value.message
 
 
-def test_the_signatures_are_the_runs_keywords_and_defaults() -> None:
-    """Each API function spells every keyword of the run the CLI calls, with the same default,
-    so ``help(dflash_ckpt.smoke_run)`` is the truth and the defaults cannot drift from the CLI's."""
-    from dflash_ckpt.commands.inspect_cmd import run_inspect
-    from dflash_ckpt.commands.normalize_run import run_normalize
-    from dflash_ckpt.commands.probe_run import run_probe_taps
-    from dflash_ckpt.commands.smoke_run import run_smoke_run
+def test_the_signatures_are_the_options_and_their_defaults() -> None:
+    """Each API function spells every field of its command's options dataclass (``run/options.py``)
+    with the same default, then the run's own keywords (``progress``, ``log``), and nothing else: so
+    ``help(dflash_ckpt.smoke_run)`` is the truth, a typo'd keyword is DF010, and the defaults cannot
+    drift from the CLI's."""
+    import dataclasses
 
-    for api, run in ((dflash_ckpt.inspect, run_inspect), (dflash_ckpt.normalize, run_normalize),
-                     (dflash_ckpt.smoke_run, run_smoke_run), (dflash_ckpt.probe_taps, run_probe_taps)):
-        ours, theirs = pyinspect.signature(api).parameters, pyinspect.signature(run).parameters
-        assert list(ours) == list(theirs), api.__name__
+    from dflash_ckpt.run.inspect import run_inspect
+    from dflash_ckpt.run.normalize import run_normalize
+    from dflash_ckpt.run.options import InspectOptions, NormalizeOptions, ProbeOptions, SmokeOptions
+    from dflash_ckpt.run.probe import run_probe_taps
+    from dflash_ckpt.run.smoke import run_smoke_run
+
+    for api, options, run in ((dflash_ckpt.inspect, InspectOptions, run_inspect),
+                              (dflash_ckpt.normalize, NormalizeOptions, run_normalize),
+                              (dflash_ckpt.smoke_run, SmokeOptions, run_smoke_run),
+                              (dflash_ckpt.probe_taps, ProbeOptions, run_probe_taps)):
+        ours = pyinspect.signature(api).parameters
+        fields = {f.name: f for f in dataclasses.fields(options)}
+        extras = {n: p for n, p in pyinspect.signature(run).parameters.items() if p.kind == p.KEYWORD_ONLY}
+        assert set(ours) == set(fields) | set(extras), api.__name__
         assert all(p.kind != p.VAR_KEYWORD for p in ours.values()), api.__name__
         for name, p in ours.items():
-            assert p.default == theirs[name].default, (api.__name__, name)
             assert p.annotation is not p.empty, (api.__name__, name)
+            if name in extras:
+                assert p.default == extras[name].default, (api.__name__, name)
+                continue
+            f = fields[name]
+            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            if default is dataclasses.MISSING:
+                assert p.default is p.empty, (api.__name__, name)
+            else:  # the API takes one text or a tuple where the options hold a list
+                assert p.default == default or (list(p.default) == list(default) if isinstance(default, (list, tuple)) else False), (api.__name__, name, p.default, default)
 
 
 def test_a_type_error_reads_nothing(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -587,7 +587,7 @@ def test_subprocess_cli_roundtrip(fixtures_root: Path, tmp_path: Path) -> None:
 def test_progress_bar_follows_a_large_copy(cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import contextlib
 
-    import dflash_ckpt.commands.normalize_run as cmd
+    import dflash_ckpt.run.normalize as cmd
     import dflash_ckpt.canonical.build as build
 
     draft = small_draft(tmp_path / "d", shards=2)

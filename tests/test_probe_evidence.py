@@ -53,7 +53,8 @@ def test_a_narrow_lead_at_24_tokens_is_measured_again_not_claimed(tmp_path: Path
 
 
 def _result(configured: Any, *cands: Any, write: Path | None = None) -> Any:
-    from dflash_ckpt.commands.probe_run import ProbeOptions, ProbeResult
+    from dflash_ckpt.run.options import ProbeOptions
+    from dflash_ckpt.run.probe_result import ProbeResult
 
     res = ProbeResult(str(DRAFT), str(TARGET), ProbeOptions(str(DRAFT), str(TARGET), write=write),
                       draft_path=str(DRAFT), target_path=str(TARGET), configured=configured)
@@ -64,7 +65,7 @@ def _result(configured: Any, *cands: Any, write: Path | None = None) -> Any:
 def test_df412_fires_for_a_narrow_recovered_winner_only() -> None:
     pytest.importorskip("torch")
     from dflash_ckpt.checks.run_findings import unclear_findings
-    from dflash_ckpt.commands.probe_run import Candidate
+    from dflash_ckpt.runtime.measure import Candidate
 
     lead = Candidate((2, 3, 5), 3.83, lengths=[3, 5, 4, 3] * 6)
     close = Candidate((1, 3, 5), 3.63, lengths=[4, 3, 3, 4] * 6)
@@ -83,7 +84,8 @@ def test_df412_fires_for_a_narrow_recovered_winner_only() -> None:
 def test_write_refuses_an_unclear_winner_without_force(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     from dflash_ckpt.checks.run_findings import unclear_findings
-    from dflash_ckpt.commands.probe_run import Candidate, write_copy
+    from dflash_ckpt.canonical.measured import write_copy
+    from dflash_ckpt.runtime.measure import Candidate
     from dflash_ckpt.errors import CheckFailed
 
     out = tmp_path / "out"

@@ -212,7 +212,9 @@ def test_write_replaces_configured_ids_that_measure_worse(shifted: Any) -> None:
 
 def test_write_keeps_configured_ids_that_lose_only_within_noise(tmp_path: Path) -> None:
     """A narrow loss is no evidence: --write refuses (exit 1) and writes nothing."""
-    from dflash_ckpt.commands.probe_run import ProbeOptions, ProbeResult, write_copy
+    from dflash_ckpt.canonical.measured import write_copy
+    from dflash_ckpt.run.options import ProbeOptions
+    from dflash_ckpt.run.probe_result import ProbeResult
     from dflash_ckpt.runtime.measure import Candidate
     from dflash_ckpt.errors import CheckFailed
 
@@ -256,7 +258,8 @@ def test_probe_replays_the_dflash_loop_exactly_in_fp32() -> None:
 
 
 def _result(configured: tuple[int, ...] | None, *cands: Any) -> Any:
-    from dflash_ckpt.commands.probe_run import ProbeOptions, ProbeResult
+    from dflash_ckpt.run.options import ProbeOptions
+    from dflash_ckpt.run.probe_result import ProbeResult
 
     res = ProbeResult("d", "t", ProbeOptions("d", "t"), draft_path="d", configured=configured)
     res.ranked = list(cands)

@@ -1,14 +1,14 @@
-"""Every command's work is a ``run_<command>`` function with the CLI's long options as keywords,
-which prints nothing, never exits, and returns a result with ``ok``, ``exit_code``, ``findings``
+"""Every command's work is a ``run_<command>`` function over its options dataclass, whose fields are
+the CLI's long options (``run/options.py``), which prints nothing, never exits, and returns a result with ``ok``, ``exit_code``, ``findings``
 and ``to_dict()`` equal to the command's ``--json`` document (the shape issue 20's API builds on)."""
 
 from __future__ import annotations
 
-import inspect as pyinspect
+import dataclasses
 import json
 import shutil
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import typer
@@ -22,27 +22,50 @@ TINY = ROOT / "fixtures" / "tiny-pair"
 RENDERING = {"json", "output_format", "annotations", "quiet", "show_text", "from_file", "version", "help", "install_completion", "show_completion"}
 
 
-def run_functions() -> dict[str, Callable[..., Any]]:
-    from dflash_ckpt.commands.inspect_cmd import run_inspect
-    from dflash_ckpt.commands.normalize_run import run_normalize
-    from dflash_ckpt.commands.probe_run import run_probe_taps
-    from dflash_ckpt.commands.smoke_run import run_smoke_run
+def option_classes() -> dict[str, type]:
+    from dflash_ckpt.run.options import InspectOptions, NormalizeOptions, ProbeOptions, SmokeOptions
 
-    return {"inspect": run_inspect, "normalize": run_normalize, "smoke-run": run_smoke_run, "probe-taps": run_probe_taps}
+    return {"inspect": InspectOptions, "normalize": NormalizeOptions, "smoke-run": SmokeOptions, "probe-taps": ProbeOptions}
+
+
+def run_inspect(*args: Any, **kw: Any) -> Any:
+    from dflash_ckpt.run.inspect import run_inspect
+    from dflash_ckpt.run.options import InspectOptions
+
+    return run_inspect(InspectOptions(*args, **kw))
+
+
+def run_normalize(*args: Any, **kw: Any) -> Any:
+    from dflash_ckpt.run.normalize import run_normalize
+    from dflash_ckpt.run.options import NormalizeOptions
+
+    return run_normalize(NormalizeOptions(*args, **kw))
+
+
+def run_smoke_run(*args: Any, **kw: Any) -> Any:
+    from dflash_ckpt.run.options import SmokeOptions
+    from dflash_ckpt.run.smoke import run_smoke_run
+
+    return run_smoke_run(SmokeOptions(*args, **kw))
+
+
+def run_probe_taps(*args: Any, **kw: Any) -> Any:
+    from dflash_ckpt.run.options import ProbeOptions
+    from dflash_ckpt.run.probe import run_probe_taps
+
+    return run_probe_taps(ProbeOptions(*args, **kw))
 
 
 @pytest.mark.parametrize("command", ["inspect", "normalize", "smoke-run", "probe-taps"])
 def test_keywords_are_the_long_options(command: str) -> None:
     click_cmd = typer.main.get_command(app).commands[command]  # type: ignore[attr-defined]
     longs = {opt[2:].replace("-", "_") for p in click_cmd.params for opt in p.opts if opt.startswith("--")}
-    params = pyinspect.signature(run_functions()[command]).parameters
-    missing = sorted(longs - RENDERING - set(params))
-    assert missing == [], f"run function for {command} lacks keywords {missing}"
+    fields = {f.name for f in dataclasses.fields(option_classes()[command])}
+    missing = sorted(longs - RENDERING - fields)
+    assert missing == [], f"the options of {command} lack fields {missing}"
 
 
 def test_run_inspect_is_the_json_document(cli) -> None:
-    from dflash_ckpt.commands.inspect_cmd import run_inspect
-
     res = run_inspect(str(TINY / "draft"), str(TINY / "target"))
     doc = cli("inspect", str(TINY / "draft"), "--target", str(TINY / "target"), "--json").json()
     assert res.ok and res.exit_code == 0 and res.envelope() == doc and res.to_dict() == doc["results"][0]
@@ -55,8 +78,6 @@ def test_run_inspect_is_the_json_document(cli) -> None:
 
 
 def test_run_normalize_writes_and_raises_like_the_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from dflash_ckpt.commands.normalize_run import run_normalize
-
     draft = tmp_path / "draft"
     shutil.copytree(TINY / "draft-top-level", draft)
     checked = run_normalize(str(draft), check=True)
@@ -71,8 +92,6 @@ def test_run_normalize_writes_and_raises_like_the_command(tmp_path: Path, capsys
 
 
 def test_run_smoke_run_returns_what_json_prints(cli, capsys: pytest.CaptureFixture[str]) -> None:
-    from dflash_ckpt.commands.smoke_run import run_smoke_run
-
     args = dict(prompt=["hi"], max_new_tokens=6, draft_dtype="float32", target_dtype="float32", device="cpu",
                 min_acceptance=0.0)
     res = run_smoke_run(str(TINY / "draft"), str(TINY / "target"), **args)
@@ -89,8 +108,6 @@ def test_run_smoke_run_returns_what_json_prints(cli, capsys: pytest.CaptureFixtu
 def test_a_run_reads_each_header_and_config_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """The plan reuses what the checks read: the draft's safetensors headers once per smoke-run
     (as one inventory reads them), the target's config.json once per probe-taps."""
-    from dflash_ckpt.commands.probe_run import run_probe_taps
-    from dflash_ckpt.commands.smoke_run import run_smoke_run
     from dflash_ckpt.sources.local import LocalSource
     from dflash_ckpt.sources.weights import load_inventory
 
@@ -113,3 +130,11 @@ def test_a_run_reads_each_header_and_config_once(monkeypatch: pytest.MonkeyPatch
     run_probe_taps(str(TINY / "draft"), str(TINY / "target"), budget=2, **fast)
     assert [r for r in reads if r == ("target", "config.json")] == [("target", "config.json")]
     assert sorted(r for r in reads if r[0] == "draft" and r[1].endswith(".safetensors")) == one_inventory
+
+
+def test_the_command_list_is_one_table() -> None:
+    """``cli.COMMANDS`` is every command, in ``--help``'s order, and ``_core`` holds its marked ones."""
+    from dflash_ckpt.cli import _CORE_COMMANDS, COMMANDS, _core
+
+    assert list(typer.main.get_command(app).commands) == list(COMMANDS)  # type: ignore[attr-defined]
+    assert list(typer.main.get_command(_core).commands) == list(_CORE_COMMANDS)  # type: ignore[attr-defined]

@@ -167,11 +167,12 @@ def test_weights_that_cannot_be_packed_keep_the_plain_path() -> None:
 @needs_onednn
 def test_smoke_run_packs_on_the_cpu_unless_no_compile() -> None:
     pytest.importorskip("tokenizers")
-    from dflash_ckpt.commands.smoke_run import run_smoke_run
+    from dflash_ckpt.run.options import SmokeOptions
+    from dflash_ckpt.run.smoke import run_smoke_run
 
     runs = {}
     for no_compile in (False, True):
-        res = run_smoke_run(str(PAIR / "draft"), str(PAIR / "target"), max_new_tokens=24, no_compile=no_compile)
+        res = run_smoke_run(SmokeOptions(str(PAIR / "draft"), str(PAIR / "target"), max_new_tokens=24, no_compile=no_compile))
         settings = res.to_json()["settings"]
         runs[no_compile] = res
         if no_compile:

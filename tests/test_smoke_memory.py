@@ -111,7 +111,7 @@ def test_out_of_memory_errors_are_recognised() -> None:
 
 _CHILD = textwrap.dedent("""
     import resource, sys
-    import dflash_ckpt.commands.smoke_run, dflash_ckpt.commands.smoke_cmd, dflash_ckpt.cli, dflash_ckpt.entry, tokenizers, jinja2
+    import dflash_ckpt.run.smoke, dflash_ckpt.commands.smoke_cmd, dflash_ckpt.cli, dflash_ckpt.entry, tokenizers, jinja2
     import dflash_ckpt.runtime.memory as memory
     mode, extra = sys.argv[1], int(sys.argv[2])
     if mode == "run-oom":  # the pre-check believes everything fits: the run itself must run out

@@ -3,7 +3,7 @@ plan the edits (``canonical.plan``), apply them to the text (``canonical.config_
 result with inspect's checks, and only then write: a new OUT folder (``canonical.build``), the
 draft's config.json in place, or nothing (``--check``, ``--dry-run``).
 
-``normalize_into`` is the entry point ``commands/normalize_run.py`` (the command) and
+``normalize_into`` is the entry point ``run/normalize.py`` (the command) and
 ``probe-taps --write`` share; ``Outcome`` is what a run found and did (its ``--json`` document).
 """
 
@@ -112,7 +112,7 @@ class Outcome(ResultShape):
 def normalize_into(req: Request, oc: Outcome, *, guard: Callable[[Request, Path | None], None] | None = None,
                    copy_bar: Callable[[int], Any] | None = None) -> None:
     """Fill ``oc`` with the run's findings and what it wrote; raises on a refusal (the caller
-    unlocks OUT: ``commands.normalize_run.execute``). ``guard(req, folder)`` may refuse the
+    unlocks OUT: ``run.normalize.execute``). ``guard(req, folder)`` may refuse the
     draft before it is opened (folder None) and once its folder is known; ``copy_bar(total)``
     is the progress bar of a large copy (none with ``-q``/``--json``)."""
     from dflash_ckpt.checks import run_checks

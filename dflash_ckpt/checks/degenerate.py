@@ -66,7 +66,7 @@ def repeated_token_findings(outputs: Sequence[Sequence[int]], who: str, label: s
 
 
 def smoke_degenerate_findings(result: Any) -> list[Finding]:
-    """DF414 and DF415 over a smoke-run's runs (``commands.smoke_run.SmokeResult``).
+    """DF414 and DF415 over a smoke-run's runs (``run.smoke_result.SmokeResult``).
 
     DF415 judges the acceptance verdict: it fires when tau reaches ``--min-acceptance`` (> 0) on
     outputs that repeat one token, where that pass is not earned. With ``--min-acceptance 0``

@@ -88,7 +88,7 @@ def _names(names: list[str]) -> str:
 
 
 def smoke_findings(result: Any, *, target_layer_ids: Sequence[int], mask_token_id: int) -> list[Finding]:
-    """Findings DF401-DF406 from a smoke-run's settings and runs (``commands.smoke_run.SmokeResult``:
+    """Findings DF401-DF406 from a smoke-run's settings and runs (``run.smoke_result.SmokeResult``:
     ``runs``, ``overall()``, ``block_size``, ``trained_block_size``, ``tie_tolerance``, the dtypes,
     ``prompt_format`` and ``options.min_acceptance``)."""
     out: list[Finding] = block_size_findings(result.block_size, result.trained_block_size)
@@ -150,7 +150,7 @@ def overflow_message(name: str, who: str, where: str, result: Any) -> str:
 
 def probe_findings(result: Any) -> list[Finding]:
     """DF410 when the configured ids are not the best measured; DF411 when nothing works
-    (``result``: a ``commands.probe_run.ProbeResult``)."""
+    (``result``: a ``run.probe_result.ProbeResult``)."""
     out: list[Finding] = []
     best = result.best
     if best is None:

@@ -1,5 +1,4 @@
-"""The command layer: per command, options (``*_cmd.py``, typer only, registered in ``cli.py``),
-a run function ``run_<command>(..., **options)`` that prints nothing and returns a result with
-``.ok``, ``.exit_code``, ``.findings`` and ``.to_dict()`` (``*_run.py``), and a report for people
-(``*_report.py``; JSON through ``json_out``). Options shared by commands are spelled once in
-``options.py``."""
+"""The command layer: per command, its typer options (``*_cmd.py``, registered by ``cli.COMMANDS``),
+filled into the command's options dataclass (``run/options.py``) for its run (``run/``), and its
+report for people (``*_report.py``, ``output.py``; JSON through ``json_out.py``). Options shared by
+commands are spelled once in ``options.py``."""

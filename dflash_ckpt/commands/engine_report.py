@@ -11,7 +11,7 @@ from rich.table import Table
 from dflash_ckpt.commands.output import safe
 
 
-def _num(value: float | None, fmt: str = "{:.2f}") -> str:
+def num(value: float | None, fmt: str = "{:.2f}") -> str:
     return "—" if value is None else fmt.format(value)
 
 
@@ -24,7 +24,7 @@ def engine_line(res: Any) -> str | None:
     starts = run["start_s"]
     return (f"vLLM {run.get('version')} ({run.get('distribution')}, {safe(run.get('python') or '')}): engine start "
             f"{starts['dflash']:.1f} s with DFlash, {starts['target_only']:.1f} s target only; its counters: "
-            f"{m['drafts']} drafts, {m['accepted']} accepted, tau {_num(run['vllm_tau'])}, per position "
+            f"{m['drafts']} drafts, {m['accepted']} accepted, tau {num(run['vllm_tau'])}, per position "
             f"{m['accepted_per_pos']}")
 
 
@@ -44,7 +44,7 @@ def render_comparison(console: Console, res: Any) -> None:
             colour = "yellow" if c.difference == "tie" else "bold red"
             tokens = f"[{colour}]{c.difference} at {c.first_difference}[/]{gap}"
         lengths = "[green]equal[/]" if c.lengths_equal else f"part at step {c.first_step_apart}"
-        table.add_row(safe(c.name), tokens, lengths, f"{_num(c.reference_tau)}/{_num(c.engine_tau)}",
-                      f"{_num(c.reference_tok_s['target_only'], '{:.1f}')}/{_num(c.engine_tok_s['target_only'], '{:.1f}')}",
-                      f"{_num(c.reference_tok_s['dflash'], '{:.1f}')}/{_num(c.engine_tok_s['dflash'], '{:.1f}')}")
+        table.add_row(safe(c.name), tokens, lengths, f"{num(c.reference_tau)}/{num(c.engine_tau)}",
+                      f"{num(c.reference_tok_s['target_only'], '{:.1f}')}/{num(c.engine_tok_s['target_only'], '{:.1f}')}",
+                      f"{num(c.reference_tok_s['dflash'], '{:.1f}')}/{num(c.engine_tok_s['dflash'], '{:.1f}')}")
     console.print(table)

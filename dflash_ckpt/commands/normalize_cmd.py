@@ -1,4 +1,4 @@
-"""``dflash-ckpt normalize``: the command's options (the work is in ``normalize_run``).
+"""``dflash-ckpt normalize``: the command's options (the work is ``run/normalize.py``'s) and its report.
 
 Imported at every start of the CLI to register the command, so it holds only the signature:
 typer and the standard library. Everything else loads when the command runs.
@@ -58,27 +58,24 @@ def register(app: typer.Typer) -> None:
         Exit codes: 0 done (or canonical with --check); 1 not canonical (--check), a conflict, a
         missing key or a failed check; 2 usage error or unreadable input.
         """
-        from dflash_ckpt.commands.normalize_run import make_request
+        from dflash_ckpt.run.normalize import make_request
+        from dflash_ckpt.run.options import NormalizeOptions, fill
 
         want_json("normalize", json_out)
         silence_progress(json_out or quiet)
-        req = make_request(
-            draft, out, in_place=in_place, no_backup=no_backup, check=check, dry_run=dry_run, force=force, copy=copy,
-            external_links=external_links.value, target_layer_ids=target_layer_ids, block_size=block_size,
-            mask_token_id=mask_token_id, num_target_layers=num_target_layers, layer_types=layer_types,
-            prefer=prefer.value if prefer is not None else None, no_mirrors=no_mirrors, target=target,
-            revision=revision, token=token, json_out=json_out, quiet=quiet)
-        raise typer.Exit(report_normalize(req))
+        options = fill(NormalizeOptions, locals(), external_links=external_links.value,
+                       prefer=prefer.value if prefer is not None else None)
+        raise typer.Exit(report_normalize(make_request(options, json_out=json_out, quiet=quiet)))
 
 
 def report_normalize(req: Any) -> int:
-    """Run (``normalize_run.execute``), print the report or the JSON document (also on a refusal),
+    """Run (``run/normalize.execute``), print the report or the JSON document (also on a refusal),
     return the exit code; a refusal's line is raised for the CLI to print after the failed checks."""
-    from dflash_ckpt.commands.normalize_run import execute
+    from dflash_ckpt.run.normalize import execute
 
     outcome = execute(req)
     if req.json_out:  # rich stays unimported on the machine path
-        from dflash_ckpt.commands.json_out import print_json
+        from dflash_ckpt.json_out import print_json
 
         print_json(outcome.envelope())
         if outcome.error is not None:  # stdout stays one document; the line is for the log

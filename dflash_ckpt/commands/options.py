@@ -1,7 +1,8 @@
 """Options every command shares, spelled once (as the ``hf`` CLI spells them), and what they switch.
 
-Imported at every start of the CLI: typer and the standard library only. smoke-run and probe-taps
-share the options of a run that loads a pair (below), so the two spell and default them alike.
+Imported at every start of the CLI: typer and the standard library only (the defaults are
+``run/options.py``'s). smoke-run and probe-taps share the options of a run that loads a pair
+(below), so the two spell them alike.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from typing import Iterator, Literal
 
 import typer
 
-from dflash_ckpt.commands.json_out import want_json  # noqa: F401  (each command body says whether it owes a document)
+from dflash_ckpt.json_out import want_json  # noqa: F401  (each command body says whether it owes a document)
+from dflash_ckpt.run.options import require_run_extra
 
 JsonOpt = typer.Option(False, "--json", help="Print one JSON document instead of the report (progress bars off).")
 #: ``--json`` of the commands that show no progress bar (rules, schema).
@@ -47,13 +49,6 @@ def silence_progress(silent: bool) -> None:
 
 # -- the options of the two commands that load a pair and decode (smoke-run, probe-taps) ----------
 
-#: Why 2.0: see ``dflash_ckpt/runtime/measure.py``'s docstring.
-DEFAULT_MIN_ACCEPTANCE = 2.0
-DEFAULT_MAX_NEW_TOKENS = 128
-#: How to add the ``run`` extra, as README's set-up line installs it (from a clone, CPU torch first).
-RUN_EXTRA_HINT = ('in the clone\'s root, pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu '
-                  '(or the CUDA build), then pip install -e ".[run]"')
-
 DraftArg = typer.Argument(..., metavar="DRAFT", help="Draft folder or Hub repo id (org/name, or org/name@rev).")
 PairTargetOpt = typer.Option(..., "--target", "-t", help="Target model folder or Hub repo id (org/name, or org/name@rev).")
 PromptOpt = typer.Option(None, "--prompt", "-p", help="A prompt (repeatable). Default: built-in math, code and chat prompts.")
@@ -83,17 +78,6 @@ ThinkingOpt = typer.Option(False, "--thinking", help="Render the chat template w
 NoChatTemplateOpt = typer.Option(False, "--no-chat-template", help="Feed prompt text as is, with the tokenizer's special tokens.")
 TokenizerOpt = typer.Option(None, "--tokenizer", help="Folder with tokenizer.json (default: the target's).")
 IgnoreEosOpt = typer.Option(False, "--ignore-eos", help="Do not stop at end-of-sequence tokens (always generate --max-new-tokens).")
-
-
-def require_run_extra(command: str) -> None:
-    """A one-line usage error (exit 2) naming the install line when the ``run`` extra is missing."""
-    import importlib.util
-
-    missing = [m for m in ("torch", "tokenizers", "jinja2") if importlib.util.find_spec(m) is None]
-    if missing:
-        from dflash_ckpt.errors import UsageError
-
-        raise UsageError(f"{command} needs {', '.join(missing)}: {RUN_EXTRA_HINT}")
 
 
 #: ``--output-format`` of smoke-run and probe-taps (inspect's, less SARIF: a run's findings name no file lines).

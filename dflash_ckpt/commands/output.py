@@ -1,6 +1,6 @@
 """The output sink for people: the rich report of inspect (and the pieces other commands reuse).
 
-Machines get one JSON document instead (``commands.json_out``; rich is not imported on
+Machines get one JSON document instead (``json_out``; rich is not imported on
 that path). Everything taken from a checkpoint (folder and tensor names, ``model_type``, config
 strings, messages that quote them) goes through ``safe``: its control characters are written as
 visible escapes and its rich markup is escaped, so a hostile name prints as what it is and can
@@ -243,6 +243,27 @@ def render_rule(console: Console, rule: Rule) -> None:
 
 
 __all__ = ["RULES", "finding_text", "make_console", "print_line", "render_result", "render_rule", "render_rules", "render_summary", "safe"]
+
+
+def run_live(run: Any, *, json_out: bool, quiet: bool, output_format: str, unit: str = "") -> Any:
+    """Call ``run(progress=, log=)`` (smoke-run's or probe-taps' run) with a rich progress bar (an
+    ETA, ``unit`` after the count) and the loading lines where a person watches, a progress line
+    every few seconds where the output is a log (piped, or the github format), neither with
+    ``--json`` or ``-q``; return its result."""
+    err_console = make_console(stderr=True)
+    log = None if json_out or quiet else (lambda msg: err_console.print(f"[dim]{safe(msg)}[/]"))
+    if not json_out and not quiet and err_console.is_terminal:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        units = [TextColumn(unit)] if unit else []
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), *units, TimeElapsedColumn(),
+                      TextColumn("eta"), TimeRemainingColumn(), console=err_console, transient=True) as progress:
+            return run(progress=progress, log=log)
+    if not quiet and (not json_out or output_format == "github"):
+        from dflash_ckpt.progress_lines import stderr_progress
+
+        return run(progress=stderr_progress(), log=log)
+    return run(log=log)
 
 
 def table_width(columns: Iterable[str], rows: list[list[str]]) -> int:

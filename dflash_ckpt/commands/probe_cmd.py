@@ -1,4 +1,4 @@
-"""``dflash-ckpt probe-taps``: the command's options, then ``run_probe_taps``, then the report.
+"""``dflash-ckpt probe-taps``: the command's options, filled into ``ProbeOptions`` for ``run/probe.run_probe_taps``, then the report.
 
 Only typer is imported here; torch and the runtime load inside the command body, so
 ``import dflash_ckpt.cli`` (and ``inspect``, ``normalize``) never load torch.
@@ -11,10 +11,11 @@ from typing import List, Literal, Optional
 
 import typer
 
-from dflash_ckpt.commands.options import (Annotations, AnnotationsOpt, RunOutputFormat, RunOutputFormatOpt, DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_ACCEPTANCE, BackendOpt, BlockSizeOpt,
+from dflash_ckpt.commands.options import (Annotations, AnnotationsOpt, RunOutputFormat, RunOutputFormatOpt, BackendOpt, BlockSizeOpt,
                                           DeviceOpt, DraftArg, DraftDtypeOpt, IgnoreEosOpt, NoChatTemplateOpt,
                                           PairTargetOpt, PromptOpt, PromptsFileOpt, QuietOpt, RevisionOpt,
                                           TargetDtypeOpt, ThinkingOpt, TokenizerOpt, TokenOpt, starting_run)
+from dflash_ckpt.run.options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_ACCEPTANCE, DEFAULT_TOP, ProbeOptions, fill
 
 
 def register(app: typer.Typer) -> None:
@@ -31,7 +32,7 @@ def register(app: typer.Typer) -> None:
         min_acceptance: float = typer.Option(DEFAULT_MIN_ACCEPTANCE, "--min-acceptance", help="A winner below this tau is no winner (DF411), and --write refuses it."),
         write: Optional[Path] = typer.Option(None, "--write", help="Write a normalized copy of DRAFT with the winning target_layer_ids into this new folder.", show_default=False),
         force: bool = typer.Option(False, "--force", help="With --write: replace an OUT that exists and is not empty, and write a winner that leads only within noise (DF412)."),
-        top: int = typer.Option(5, "--top", help="Candidates listed in the report (the JSON lists all)."),
+        top: int = typer.Option(DEFAULT_TOP, "--top", help="Candidates listed in the report (the JSON lists all)."),
         layout_for: Optional[List[str]] = typer.Option(
             None, "--layout-for", metavar="ENGINE",
             help="With --write, when the draft measures in the other block layout (DF416): record it in the key "
@@ -69,14 +70,9 @@ def register(app: typer.Typer) -> None:
         json_out = fmt != "text"
         with starting_run("probe-taps", draft, target, json_out=json_out, quiet=quiet, output_format=fmt):
             from dflash_ckpt.commands.probe_report import report_probe
-            from dflash_ckpt.commands.probe_run import run_probe_taps
+            from dflash_ckpt.run.probe import run_probe_taps
 
-        options = dict(
-            prompt=list(prompt or []), prompts=prompts, budget=budget, max_new_tokens=max_new_tokens,
-            min_acceptance=min_acceptance, write=write, force=force, top=top, draft_dtype=draft_dtype,
-            target_dtype=target_dtype, device=device, backend=backend, block_size=block_size, thinking=thinking,
-            no_chat_template=no_chat_template, tokenizer=tokenizer, ignore_eos=ignore_eos, revision=revision,
-            token=token, layout_for=list(layout_for or []))
-        raise typer.Exit(report_probe(lambda **live: run_probe_taps(draft, target, **options, **live),
+        options = fill(ProbeOptions, locals(), prompt=list(prompt or []), layout_for=list(layout_for or []))
+        raise typer.Exit(report_probe(lambda **live: run_probe_taps(options, **live),
                                       json_out=json_out, quiet=quiet, output_format=fmt,
                                       annotations=annotations))

@@ -7,9 +7,9 @@ from typing import Any, Callable
 from rich.console import Console
 from rich.table import Table
 
-from dflash_ckpt.commands.json_out import print_document
-from dflash_ckpt.commands.output import make_console, print_line, print_stacked, render_findings, safe, table_width
-from dflash_ckpt.commands.probe_run import ProbeResult
+from dflash_ckpt.json_out import print_document
+from dflash_ckpt.commands.output import make_console, print_line, print_stacked, render_findings, run_live, safe, table_width
+from dflash_ckpt.run.probe_result import ProbeResult
 from dflash_ckpt.errors import inert
 from dflash_ckpt.rules import Severity
 
@@ -19,21 +19,10 @@ def report_probe(run: Callable[..., ProbeResult], *, json_out: bool, quiet: bool
     """Call ``run(log=, copy_progress=)`` (``run_probe_taps`` with the options bound), print the
     report or the JSON document, return the exit code; a failed ``--write`` is raised as its line
     after the report."""
-    console, err_console = make_console(), make_console(stderr=True)
-    log = None if json_out or quiet else (lambda msg: err_console.print(f"[dim]{safe(msg)}[/]"))
+    console = make_console()
     copy = not (quiet or json_out)
-    if not json_out and not quiet and err_console.is_terminal:  # a bar over the candidates, people only
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      TextColumn("eta"), TimeRemainingColumn(), console=err_console, transient=True) as progress:
-            res = run(log=log, copy_progress=copy, progress=progress)
-    elif not quiet and (not json_out or output_format == "github"):  # a log: a line every few seconds
-        from dflash_ckpt.progress_lines import stderr_progress
-
-        res = run(log=log, copy_progress=copy, progress=stderr_progress())
-    else:
-        res = run(log=log, copy_progress=copy)
+    res = run_live(lambda **live: run(copy_progress=copy, **live), json_out=json_out, quiet=quiet,
+                   output_format=output_format)
     if json_out:
         print_document(res.envelope(), output_format, annotations)
         return res.exit_code

@@ -1,4 +1,4 @@
-"""``dflash-ckpt smoke-run``: the command's options, then ``run_smoke_run``, then the report.
+"""``dflash-ckpt smoke-run``: the command's options, filled into ``SmokeOptions`` for ``run/smoke.run_smoke_run``, then the report.
 
 Only typer is imported here; torch and the runtime are imported inside the command body, so
 ``import dflash_ckpt.cli`` (and ``inspect``) never load torch.
@@ -10,10 +10,11 @@ from typing import List, Literal, Optional
 
 import typer
 
-from dflash_ckpt.commands.options import (Annotations, AnnotationsOpt, RunOutputFormat, RunOutputFormatOpt, DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_ACCEPTANCE, BackendOpt, BlockSizeOpt,
+from dflash_ckpt.commands.options import (Annotations, AnnotationsOpt, RunOutputFormat, RunOutputFormatOpt, BackendOpt, BlockSizeOpt,
                                           DeviceOpt, DraftArg, DraftDtypeOpt, EngineOpt, IgnoreEosOpt, LayoutOpt, NoChatTemplateOpt,
                                           PairTargetOpt, PromptOpt, PromptsFileOpt, QuietOpt, RevisionOpt,
                                           TargetDtypeOpt, ThinkingOpt, TokenizerOpt, TokenOpt, starting_run)
+from dflash_ckpt.run.options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_ACCEPTANCE, SmokeOptions, fill
 
 
 def register(app: typer.Typer) -> None:
@@ -77,20 +78,13 @@ def register(app: typer.Typer) -> None:
         json_out = fmt != "text"
         with starting_run("smoke-run", draft, target, json_out=json_out, quiet=quiet, output_format=fmt):
             from dflash_ckpt.commands.smoke_report import report_smoke
-            from dflash_ckpt.commands.smoke_run import run_smoke_run
+            from dflash_ckpt.run.smoke import run_smoke_run
 
-        options = dict(
-            prompt=list(prompt or []), prompts=prompts, max_new_tokens=max_new_tokens, min_acceptance=min_acceptance,
-            draft_dtype=draft_dtype, target_dtype=target_dtype, device=device, backend=backend,
-            block_size=block_size, layout=layout, thinking=thinking, no_chat_template=no_chat_template, tokenizer=tokenizer,
-            ignore_eos=ignore_eos, tie_tolerance=tie_tolerance, revision=revision, token=token, threads=threads,
-            no_compile=no_compile, engine=engine, tensor_parallel_size=tensor_parallel_size,
-            pipeline_parallel_size=pipeline_parallel_size, max_model_len=max_model_len, engine_arg=list(engine_arg or []),
-            engine_timeout=engine_timeout)
+        options = fill(SmokeOptions, locals(), prompt=list(prompt or []), engine_arg=list(engine_arg or []))
         from dflash_ckpt.runtime.memory import out_of_memory
 
         with out_of_memory(target):  # one DF407 line (exit 2), never a traceback or a failed verdict
-            code = report_smoke(lambda **live: run_smoke_run(draft, target, **options, **live),
+            code = report_smoke(lambda **live: run_smoke_run(options, **live),
                                 json_out=json_out, quiet=quiet, show_text=show_text,
                                 output_format=fmt, annotations=annotations)
         raise typer.Exit(code)

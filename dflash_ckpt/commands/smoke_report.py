@@ -14,8 +14,8 @@ from dflash_ckpt.commands.output import (print_line, print_stacked, render_findi
                                          table_width)
 from dflash_ckpt.checks.run_findings import missing_taps, probe_taps_command
 from dflash_ckpt.rules import Severity
-from dflash_ckpt.commands.smoke_run import SmokeResult
-from dflash_ckpt.commands.engine_report import engine_line, render_comparison
+from dflash_ckpt.run.smoke_result import SmokeResult
+from dflash_ckpt.commands.engine_report import num, engine_line, render_comparison
 
 LOSSLESS_TEXT = {"identical": "[green]same[/]", "tie": "[yellow]tie[/]", "differs": "[bold red]DIFFERS[/]",
                  "skipped": "[bold red]overflow[/]"}
@@ -32,10 +32,6 @@ COLUMN_LEGEND = {
     "output": "D's tokens against T's: same, tie (first difference at a near tie), DIFFERS, or overflow",
 }
 COLUMNS = tuple(COLUMN_LEGEND)
-
-
-def _num(value: float | None, fmt: str = "{:.2f}") -> str:
-    return "—" if value is None else fmt.format(value)
 
 
 def render_smoke(console: Console, res: SmokeResult, *, quiet: bool = False, show_text: bool = False) -> None:
@@ -136,10 +132,10 @@ def _cells(fig: dict[str, Any]) -> list[str]:
     return [
         str(fig["new_tokens"]),
         f"{fwd['target_only']}/{fwd['dflash']}",
-        f"{_num(fig['tau'])}/{_num(fig['accepted_per_step'])}",
-        _num(fig["target_tok_s"], "{:.1f}"),
-        _num(fig["dflash_tok_s"], "{:.1f}"),
-        _num(fig["speedup"], "{:.2f}x"),
+        f"{num(fig['tau'])}/{num(fig['accepted_per_step'])}",
+        num(fig["target_tok_s"], "{:.1f}"),
+        num(fig["dflash_tok_s"], "{:.1f}"),
+        num(fig["speedup"], "{:.2f}x"),
     ]
 
 
@@ -156,8 +152,8 @@ def _histogram(hist: dict[str, int], steps: int) -> str:
 
 def verdict_line(res: SmokeResult) -> str:
     stats = res.overall() if res.runs else None
-    tau = _num(stats["tau"]) if stats else "—"
-    speed = _num(stats["speedup"], "{:.2f}x") if stats else "—"
+    tau = num(stats["tau"]) if stats else "—"
+    speed = num(stats["speedup"], "{:.2f}x") if stats else "—"
     if stats and not stats["speedup_plausible"]:
         speed = "withheld (DF406)"
     same = sum(1 for r in res.runs if r.lossless.status in ("identical", "tie"))
@@ -185,29 +181,13 @@ def _layout_note(res: Any) -> str:
 
 def report_smoke(run: Callable[..., SmokeResult], *, json_out: bool, quiet: bool, show_text: bool = False,
                  output_format: str = "json", annotations: str = "warnings") -> int:
-    """Call ``run(progress=, log=)`` with a progress bar (with an ETA) and a loading line where a
-    person watches, a progress line every few seconds where the output is a log (piped, or the
-    github format), neither with ``--json`` or ``-q``; print its report or document, return the exit code."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-    from dflash_ckpt.commands.json_out import print_document
-    from dflash_ckpt.commands.output import make_console
+    """Call ``run(progress=, log=)`` as ``output.run_live`` shows it (a bar counting tokens), print
+    its report or document, return the exit code."""
+    from dflash_ckpt.json_out import print_document
+    from dflash_ckpt.commands.output import make_console, run_live
 
     console = make_console()
-    err_console = make_console(stderr=True)
-    show_progress = not json_out and not quiet and err_console.is_terminal
-    log = None if json_out or quiet else (lambda msg: err_console.print(f"[dim]{safe(msg)}[/]"))
-    if show_progress:
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("tokens"),
-                      TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=err_console,
-                      transient=True) as progress:
-            result = run(progress=progress, log=log)
-    elif not quiet and (not json_out or output_format == "github"):  # a log: a line every few seconds
-        from dflash_ckpt.progress_lines import stderr_progress
-
-        result = run(progress=stderr_progress(), log=log)
-    else:
-        result = run(log=log)
+    result = run_live(run, json_out=json_out, quiet=quiet, output_format=output_format, unit="tokens")
     if json_out:
         print_document(result.envelope(), output_format, annotations)
     else:

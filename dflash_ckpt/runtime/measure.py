@@ -1,7 +1,7 @@
 """What ``smoke-run`` measures and how it judges: the lossless check, acceptance and speed figures.
 
 Pure functions over token lists and step times (torch only for the dtype keys of
-``TIE_TOLERANCE``); the run that produces them is ``commands/smoke_run.py``.
+``TIE_TOLERANCE``); the run that produces them is ``run/smoke.py``.
 
 Timing: each decoding step is timed at its one host sync; the figures are medians over steps
 (steps on the static path all have the same shape, so each is a repeat of the same work), with

@@ -6,91 +6,44 @@ trained one), the cache capacity (and whether the prompts fit the target's posit
 the dtypes and the weight inventories. The runtime then takes these plain values; nothing
 downstream reads a config or a safetensors header again, nor works out the block size anew.
 
-The options shared by both commands (``RunOptions``) are validated here too, once, before
-anything is read; the backend string is checked with them.
+The options themselves, their defaults and their checks are the run layer's
+(``run/options.py``); the folders and the prompts come from ``run/pair.py``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Protocol, Sequence
 
 import torch
 
-from dflash_ckpt.errors import InputError, UsageError
-from dflash_ckpt.draftspec.layout import ANCHOR_FIRST, ONE_PLUS_N, BlockLayout
+from dflash_ckpt.errors import UsageError
+from dflash_ckpt.draftspec.layout import BlockLayout
 from dflash_ckpt.runtime.args import DraftArgs
-from dflash_ckpt.runtime.backend import BACKENDS, TargetPlan, plan_target
+from dflash_ckpt.runtime.backend import TargetPlan, plan_target
 from dflash_ckpt.runtime.loading import inventory, parse_dtype, stored_dtype
-from dflash_ckpt.sources.prompts import Prompt, PromptEncoder, gather_prompts
-from dflash_ckpt.sources.base import user_path
-from dflash_ckpt.sources.resolve import local_folder
+from dflash_ckpt.sources.prompts import Prompt
 from dflash_ckpt.sources.weights import WeightInventory
 from dflash_ckpt.draftspec.specs import DraftSpec
 
-WEIGHT_FILES = ["config.json", "*.safetensors", "*.safetensors.index.json"]
-TARGET_FILES = [*WEIGHT_FILES, "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-                "special_tokens_map.json", "chat_template.jinja", "chat_template.json"]
 #: At most this many logical CPUs counts as a small CPU: one thread there by default, because
 #: OpenMP threads spin-waiting against other processes made runs 10-100x slower.
 SMALL_CPU = 4
-#: ``--layout`` values: the two block layouts (``draftspec/layout.py``).
-LAYOUTS = (ONE_PLUS_N, ANCHOR_FIRST)
 
 
-@dataclass
-class RunOptions:
-    """The options of a command that loads the pair and decodes prompts (same flags in both).
+class RunOptions(Protocol):
+    """What the plan reads of a run's options (``run/options.RunOptions`` holds them all, with
+    their defaults and checks; the runtime does not import the run layer above it)."""
 
-    Defaults are the CLI's (``commands/options.py`` spells them); ``prompts`` are ``-p`` texts,
-    ``prompts_file`` is ``--prompts``.
-    """
-
-    draft: str
-    target: str
-    prompts: list[str] = field(default_factory=list)
-    prompts_file: str | None = None
-    max_new_tokens: int = 128
-    min_acceptance: float = 2.0
-    draft_dtype: str = "bfloat16"
-    target_dtype: str | None = None
-    device: str = "auto"
-    thinking: bool = False
-    chat_template: bool = True
-    tokenizer: str | None = None
-    block_size: int | None = None
-    ignore_eos: bool = False
-    revision: str | None = None
-    token: str | None = None
-    #: ``auto``, ``native`` or ``transformers`` (``runtime/backend.py``).
-    backend: str = "auto"
-    #: ``--layout``: run the draft as ``1+N`` or ``anchor-first`` whatever its config declares.
-    layout: str | None = None
-
-    def validate(self) -> None:
-        """Usage errors (exit 2) in the options, before anything is read: the shared ones, then
-        the command's own (``validate_own``), then the dtypes."""
-        if self.max_new_tokens < 1:
-            raise UsageError(f"--max-new-tokens {self.max_new_tokens}: must be at least 1")
-        if self.block_size is not None and self.block_size < 2:
-            raise UsageError(f"--block-size {self.block_size}: must be at least 2 (anchor plus one draft)")
-        if not math.isfinite(self.min_acceptance) or self.min_acceptance < 0:
-            raise UsageError(f"--min-acceptance {self.min_acceptance}: must be a number >= 0")
-        if self.backend not in BACKENDS:
-            raise UsageError(f"--backend {self.backend!r}: use auto, native or transformers")
-        if self.layout is not None and self.layout not in LAYOUTS:
-            raise UsageError(f"--layout {self.layout!r}: use 1+N or anchor-first")
-        self.validate_own()
-        parse_dtype(self.draft_dtype, "--draft-dtype")
-        if self.target_dtype is not None:
-            parse_dtype(self.target_dtype, "--target-dtype")
-
-    def validate_own(self) -> None:
-        """The command's own checks (none here)."""
+    max_new_tokens: int
+    block_size: int | None
+    layout: str | None
+    device: str
+    draft_dtype: str
+    target_dtype: str | None
 
 
 @dataclass(frozen=True)
@@ -167,35 +120,6 @@ def require_positions_fit(prompts: Sequence[Prompt], encoded: Sequence[Sequence[
         f"plus {max_new_tokens} new tokens and a block of {block_size} needs {need} positions, past "
         f"max_position_embeddings {max_positions} of {where}; {fix}"
     )
-
-
-def resolve_folders(opts: RunOptions) -> tuple[Path, str, Path, str]:
-    """``(draft folder, draft label, target folder, target label)``: local folders, or Hub
-    snapshots of only the files the run reads."""
-    draft_dir, draft_label = local_folder(opts.draft, revision=opts.revision, token=opts.token, role="draft", allow_patterns=WEIGHT_FILES)
-    target_dir, target_label = local_folder(opts.target, token=opts.token, role="target", allow_patterns=TARGET_FILES)
-    return draft_dir, draft_label, target_dir, target_label
-
-
-def encode_prompts(opts: RunOptions, target_dir: str | Path) -> tuple[list[Prompt], PromptEncoder, list[list[int]]]:
-    """The prompts (``-p``/``--prompts``, or the defaults), the encoder (the target's tokenizer
-    unless ``--tokenizer``) and each prompt's token ids; a prompt of no tokens is a usage error."""
-    prompts = gather_prompts(opts.prompts, opts.prompts_file)
-    tok_dir = user_path(opts.tokenizer, "--tokenizer") if opts.tokenizer else Path(target_dir)
-    if opts.tokenizer and not tok_dir.is_dir():
-        raise InputError(f"--tokenizer {opts.tokenizer}: no such folder", code="DF001")
-    encoder = PromptEncoder(tok_dir, chat_template=opts.chat_template, thinking=opts.thinking)
-    encoder.prepare(prompts)  # every rendering in one child process
-    encoded = [encoder.encode(p) for p in prompts]
-    for p, ids in zip(prompts, encoded):
-        if not ids and encoder.uses_template:  # the template dropped the prompt, whatever it was
-            what = "no text" if not encoder.render(p) else "text of no tokens"
-            raise InputError(
-                f"{encoder.template_file}: the chat template renders prompt {p.name!r} as {what}; the template "
-                "is broken (it drops the messages): fix it, or run with --no-chat-template", code="DF002")
-        if not ids:
-            raise UsageError(f"prompt {p.name!r} encodes to no tokens; give some text")
-    return prompts, encoder, encoded
 
 
 def resolve_dtypes(opts: RunOptions, target_dir: str | Path, target_label: str, config_dtype: str | None,

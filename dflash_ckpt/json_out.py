@@ -3,7 +3,9 @@
 Every command's document is the envelope of ``result.document`` (``schema_version``, ``command``,
 ``ok``, ``exit_code``, ``error``, ``results``). A command body that was asked for ``--json`` says
 so (``want_json``); if it stops on an error before printing its document, the CLI prints the
-envelope with that error (``pending``). rich is not imported on this path.
+envelope with that error (``pending``). rich is not imported on this path. It sits beside
+``output_formats.py`` (the github and SARIF renderings it hands a document to), under ``cli.py``
+and every command of ``commands/``, which all write through it.
 """
 
 from __future__ import annotations

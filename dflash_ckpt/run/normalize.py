@@ -1,9 +1,9 @@
-"""``dflash-ckpt normalize``: the run behind the command (options are in ``normalize_cmd``).
+"""``dflash-ckpt normalize``: the run behind the command (its typer options are ``commands/normalize_cmd``).
 
-``run_normalize`` is the command's work with the CLI's long options as keywords; the run itself
-is ``canonical.run.normalize_into``, with this command's refusal of ``--in-place`` on a Hub
-cache snapshot and its progress bar. Imported only when the command runs; the report for people
-is in ``normalize_report``.
+``run_normalize`` is the command's work from ``run/options.NormalizeOptions``; the run itself is
+``canonical.run.normalize_into``, with this command's refusal of ``--in-place`` on a Hub cache
+snapshot and its progress bar. Imported only when the command runs; the report for people is in
+``commands/normalize_report``.
 """
 
 from __future__ import annotations
@@ -12,62 +12,50 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from dflash_ckpt.canonical.run import Outcome, Request, normalize_into
+from dflash_ckpt.run.options import NormalizeOptions
 from dflash_ckpt.sources.base import user_path
 
 
-def run_normalize(draft: str, out: str | Path | None = None, *, in_place: bool = False, no_backup: bool = False,
-                  check: bool = False, dry_run: bool = False, force: bool = False, copy: bool = False,
-                  external_links: str = "copy", target_layer_ids: str | list[int] | None = None,
-                  block_size: int | None = None, mask_token_id: int | None = None, num_target_layers: int | None = None,
-                  layer_types: str | list[str] | None = None, prefer: str | None = None, no_mirrors: bool = False,
-                  target: str | None = None, revision: str | None = None, token: str | None = None,
-                  progress: bool = False) -> Outcome:
-    """``dflash-ckpt normalize DRAFT [OUT]``: keywords are its long options. Prints nothing
-    (``progress``: a bar on stderr while weights are copied); raises ``DFlashCkptError`` for a
-    refusal, with nothing written; returns the outcome (``.ok``, ``.exit_code``, ``.to_dict()``)."""
-    req = make_request(
-        draft, None if out is None else Path(out), in_place=in_place, no_backup=no_backup, check=check,
-        dry_run=dry_run, force=force, copy=copy, external_links=external_links, target_layer_ids=target_layer_ids,
-        block_size=block_size, mask_token_id=mask_token_id, num_target_layers=num_target_layers,
-        layer_types=layer_types, prefer=prefer, no_mirrors=no_mirrors, target=target, revision=revision,
-        token=token, json_out=not progress, quiet=not progress)
-    outcome = execute(req)
+def run_normalize(opts: NormalizeOptions, *, progress: bool = False) -> Outcome:
+    """``dflash-ckpt normalize DRAFT [OUT]``. Prints nothing (``progress``: a bar on stderr while
+    weights are copied); raises ``DFlashCkptError`` for a refusal, with nothing written; returns the
+    outcome (``.ok``, ``.exit_code``, ``.to_dict()``)."""
+    outcome = execute(make_request(opts, json_out=not progress, quiet=not progress))
     if outcome.error is not None:
         raise outcome.error
     return outcome
 
 
-def make_request(draft: str, out: Path | None, *, in_place: bool, no_backup: bool, check: bool, dry_run: bool,
-                 force: bool, copy: bool, external_links: str, target_layer_ids: str | list[int] | None,
-                 block_size: int | None, mask_token_id: int | None, num_target_layers: int | None,
-                 layer_types: str | list[str] | None, prefer: str | None, no_mirrors: bool, target: str | None,
-                 revision: str | None, token: str | None, json_out: bool, quiet: bool) -> Request:
-    """The options checked against each other (usage errors, exit 2) and parsed into a ``Request``."""
+def make_request(opts: NormalizeOptions, *, json_out: bool, quiet: bool) -> Request:
+    """The options checked against each other (usage errors, exit 2) and parsed into a ``Request``
+    (``json_out``, ``quiet``: how the command reports, which decides the copy bar)."""
     from dflash_ckpt.errors import UsageError
     from dflash_ckpt.canonical.plan import Overrides, parse_layer_ids, parse_layer_types
 
-    if out is not None and in_place:
+    out = None if opts.out is None else Path(opts.out)
+    if out is not None and opts.in_place:
         raise UsageError("give OUT or --in-place, not both")
-    if check and (out is not None or in_place):
+    if opts.check and (out is not None or opts.in_place):
         raise UsageError("--check writes nothing; drop OUT and --in-place")
-    if out is None and not (in_place or check or dry_run):
+    if out is None and not (opts.in_place or opts.check or opts.dry_run):
         raise UsageError("give OUT (a new folder), or --in-place, --check or --dry-run")
-    if no_backup and not in_place:
+    if opts.no_backup and not opts.in_place:
         raise UsageError("--no-backup only applies to --in-place")
-    if copy and out is None:
+    if opts.copy and out is None:
         raise UsageError("--copy only applies to OUT")
+    ids, kinds = opts.target_layer_ids, opts.layer_types
     overrides = Overrides(
-        block_size=block_size,
-        mask_token_id=mask_token_id,
-        target_layer_ids=parse_layer_ids(target_layer_ids) if isinstance(target_layer_ids, str) else target_layer_ids,
-        num_target_layers=num_target_layers,
-        layer_types=parse_layer_types(layer_types) if isinstance(layer_types, str) else layer_types,
+        block_size=opts.block_size,
+        mask_token_id=opts.mask_token_id,
+        target_layer_ids=parse_layer_ids(ids) if isinstance(ids, str) else None if ids is None else list(ids),
+        num_target_layers=opts.num_target_layers,
+        layer_types=parse_layer_types(kinds) if isinstance(kinds, str) else None if kinds is None else list(kinds),
     )
     return Request(
-        draft=draft, out=user_path(out, "OUT") if out is not None else None, in_place=in_place,
-        backup=not no_backup, check=check, dry_run=dry_run, force=force, copy=copy,
-        external_links=external_links, prefer=prefer, mirrors=not no_mirrors,
-        overrides=overrides, target=target, revision=revision, token=token, json_out=json_out, quiet=quiet,
+        draft=opts.draft, out=user_path(out, "OUT") if out is not None else None, in_place=opts.in_place,
+        backup=not opts.no_backup, check=opts.check, dry_run=opts.dry_run, force=opts.force, copy=opts.copy,
+        external_links=opts.external_links, prefer=opts.prefer, mirrors=not opts.no_mirrors,
+        overrides=overrides, target=opts.target, revision=opts.revision, token=opts.token, json_out=json_out, quiet=quiet,
     )
 
 

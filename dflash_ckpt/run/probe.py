@@ -12,8 +12,10 @@ reported tau of the winner is smoke-run's tau; run the winner in both block layo
 layout key is lost is searched in its own layout); judge; optionally write a normalized copy.
 The pair is planned as smoke-run plans it (``runtime/plan.py``), on the backend ``--backend`` picks.
 
-``run_probe_taps`` is the command's work with the CLI's long options as keywords: no printing, no
-``sys.exit``; it raises ``DFlashCkptError`` for one-line errors and returns a ``ProbeResult``.
+``run_probe_taps`` is the command's work from its options (``run/options.ProbeOptions``): no
+printing, no ``sys.exit``; it raises ``DFlashCkptError`` for one-line errors and returns a
+``ProbeResult`` (``run/probe_result.py``). The pair is opened as smoke-run opens it (``run/pair.py``);
+a narrow lead is measured again in ``run/evidence.py``.
 
 Verdict (exit code): 0 when the best tap set reaches ``--min-acceptance`` and the configured ids
 (if any) are the best; 1 when the configured ids measure worse than another set (DF410) or no set
@@ -28,59 +30,39 @@ the verdict of what was written (``ProbeResult.wrote_fix``); DRAFT itself is nev
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from dflash_ckpt.checks import run_checks
 from dflash_ckpt.checks.degenerate import TieRows, repeated_token_findings, tied_logit_findings
+from dflash_ckpt.checks.layout_findings import layout_findings, searched_layout
 from dflash_ckpt.checks.run_findings import probe_findings, unclear_findings
 from dflash_ckpt.checks.target_config import check_target_config
-from dflash_ckpt.commands.options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_ACCEPTANCE
-from dflash_ckpt.runtime.probe_search import (KEEP_EXACT, Measured, TapSet, configured_problem,
-                                              search_taps)
+from dflash_ckpt.draftspec.specs import TargetSpec, as_int, fc_taps, read_draft_spec, read_target_spec, with_layer_ids
 from dflash_ckpt.errors import DFlashCkptError, InputError, UsageError
+from dflash_ckpt.canonical.measured import write_copy
 from dflash_ckpt.result import error_json
 from dflash_ckpt.rules import Finding, Severity
+from dflash_ckpt.run.evidence import Session, candidate_bar, settle
+from dflash_ckpt.run.options import ProbeOptions
+from dflash_ckpt.run.pair import open_pair, resolve_pair
+from dflash_ckpt.run.probe_result import CONFIRM, ProbeResult
 from dflash_ckpt.runtime.backend import select_backend
-from dflash_ckpt.runtime.loading import dtype_name, inventory, load_draft
+from dflash_ckpt.runtime.loading import dtype_name, inventory
 from dflash_ckpt.runtime.loops import make_loop
 from dflash_ckpt.runtime.measure import Candidate
-from dflash_ckpt.runtime.plan import encode_prompts, plan_run, resolve_folders, set_threads
-from dflash_ckpt.runtime.probe_evidence import Session, candidate_bar, settle
-from dflash_ckpt.runtime.probe_result import CONFIRM, DEFAULT_TOP, ProbeOptions, ProbeResult
-from dflash_ckpt.canonical.measured import write_copy
 from dflash_ckpt.runtime.probe import measure, reading_taps, record
 from dflash_ckpt.runtime.probe_layout import loop_layouts, simulate_layouts
-from dflash_ckpt.checks.layout_findings import layout_findings, searched_layout
+from dflash_ckpt.runtime.probe_search import KEEP_EXACT, Measured, TapSet, configured_problem, search_taps
 from dflash_ckpt.sources.local import LocalSource
-from dflash_ckpt.sources.prompts import stop_token_ids
 from dflash_ckpt.sources.weight_sample import unfilled_weights
-from dflash_ckpt.draftspec.specs import TargetSpec, as_int, fc_taps, read_draft_spec, read_target_spec, with_layer_ids
-
-# -- the run -----------------------------------------------------------------------------------
 
 
-def run_probe_taps(draft: str, target: str, *, prompt: Sequence[str] = (), prompts: str | None = None,
-                   budget: int | None = None, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
-                   min_acceptance: float = DEFAULT_MIN_ACCEPTANCE, write: str | Path | None = None, force: bool = False,
-                   top: int = DEFAULT_TOP, draft_dtype: str = "bfloat16", target_dtype: str | None = None,
-                   device: str = "auto", backend: str = "auto", block_size: int | None = None, thinking: bool = False,
-                   no_chat_template: bool = False, tokenizer: str | None = None, ignore_eos: bool = False,
-                   revision: str | None = None, token: str | None = None, layout_for: Sequence[str] = (),
-                   log: Callable[[str], None] | None = None, copy_progress: bool = False,
+def run_probe_taps(opts: ProbeOptions, *, log: Callable[[str], None] | None = None, copy_progress: bool = False,
                    progress: Any = None) -> ProbeResult:
-    """``dflash-ckpt probe-taps DRAFT --target TARGET``: keywords are its long options (``prompt`` is
-    ``-p``, repeatable; ``prompts`` the JSONL file). With ``write``, a normalized copy with the winner
-    is written when the run found one; why it was not lands in ``write_error`` (and the exit code).
-    ``copy_progress``: a bar on stderr while weights are copied; ``progress``: a rich ``Progress`` for a
-    bar over the candidates. Raises ``DFlashCkptError`` for
-    one-line errors."""
-    opts = ProbeOptions(
-        draft=draft, target=target, prompts=list(prompt), prompts_file=prompts, budget=budget,
-        max_new_tokens=max_new_tokens, min_acceptance=min_acceptance, write=Path(write) if write is not None else None,
-        force=force, top=top, draft_dtype=draft_dtype, target_dtype=target_dtype, device=device, backend=backend,
-        block_size=block_size, thinking=thinking, chat_template=not no_chat_template, tokenizer=tokenizer,
-        ignore_eos=ignore_eos, revision=revision, token=token, layout_for=tuple(layout_for))
+    """Everything ``probe-taps`` does short of printing. With ``--write``, a normalized copy with
+    the winner is written when the run found one; why it was not lands in ``write_error`` (and the
+    exit code). ``copy_progress``: a bar on stderr while weights are copied; ``progress``: a rich
+    ``Progress`` for a bar over the candidates; ``log``: where the loading lines go."""
     res = run_probe(opts, log=log, progress=progress)
     if opts.write is not None and not res.refused and res.best is not None:
         try:
@@ -92,14 +74,16 @@ def run_probe_taps(draft: str, target: str, *, prompt: Sequence[str] = (), promp
 
 
 def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None, progress: Any = None) -> ProbeResult:
-    """Everything ``probe-taps`` does short of printing (and of ``--write``, see ``write_copy``)."""
+    """The measurement: the pair checked and opened, the taps searched and judged (no ``--write``)."""
     opts.validate()
     say = log or (lambda _msg: None)
-    draft_dir, draft_label, target_dir, target_label = resolve_folders(opts)
+    folders = resolve_pair(opts)
+    draft_dir, draft_label, target_dir, target_label = (folders.draft_dir, folders.draft_label, folders.target_dir,
+                                                        folders.target_label)
     result = ProbeResult(draft_label, target_label, opts, draft_path=str(draft_dir), target_path=str(target_dir))
 
-    spec0 = read_draft_spec(LocalSource(Path(draft_dir), label=draft_label))
-    tspec: TargetSpec = read_target_spec(LocalSource(Path(target_dir), label=target_label))
+    spec0 = read_draft_spec(LocalSource(draft_dir, label=draft_label))
+    tspec: TargetSpec = read_target_spec(LocalSource(target_dir, label=target_label))
     assert spec0.weights is not None
     k = fc_taps(spec0.weights, spec0.dims.hidden_size)
     if k is None:
@@ -110,7 +94,7 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None, prog
     if depth is None or depth < 1:
         raise InputError(f"{tspec.where}: num_hidden_layers {tspec.num_hidden_layers!r} is not a positive integer, so "
                          "probe-taps cannot tell which layers to tap; fix the target's config.json", code="DF001")
-    target_inv = inventory(Path(target_dir), target_label)
+    target_inv = inventory(target_dir, target_label)
     check_target_config(tspec.config, tspec.where, target_inv.tensors)  # as smoke-run, before anything is built
     if k > depth:
         raise UsageError(f"{draft_dir}: fc.weight reads {k} taps but the target {target_label} has only {depth} layers")
@@ -122,33 +106,24 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None, prog
 
     backend = select_backend(opts.backend, spec, tspec.config, tspec.where)
     errors = [f for f in run_checks(spec, tspec) if f.severity == Severity.ERROR]
-    errors += unfilled_weights(Path(draft_dir), spec0.weights, Path(target_dir), target_inv)  # DF413
+    errors += unfilled_weights(draft_dir, spec0.weights, target_dir, target_inv)  # DF413
     if errors:
         result.refused = errors
         return result
 
-    prompts, encoder, encoded = encode_prompts(opts, target_dir)
-    plan = plan_run(opts, draft=spec, draft_dir=Path(draft_dir), target_dir=Path(target_dir), target_label=target_label,
-                    target_config=tspec.config, target_where=tspec.where, backend=backend, prompts=prompts,
-                    encoded=encoded, target_inv=target_inv)
+    pair = open_pair(opts, folders, draft=spec, target_config=tspec.config, target_where=tspec.where,
+                     backend=backend, target_inv=target_inv)
+    plan, prompts, encoder, encoded, stops = pair.plan, pair.prompts, pair.encoder, pair.encoded, pair.stops
     if plan.target.num_layers != depth:
         raise UsageError(f"{tspec.where}: probe-taps taps every decoder layer, but the {plan.backend} backend "
                          f"reads {plan.target.num_layers} layers where num_hidden_layers says {depth}; "
                          "use --backend native where it runs the target")
     block = plan.block_size
-    stops = [] if opts.ignore_eos else stop_token_ids(Path(target_dir), tspec.config, encoder.eos_token_id)
-
-    device = plan.device
-    result.device, result.block_size, result.stop_token_ids = str(device), block, stops
+    result.device, result.block_size, result.stop_token_ids = str(plan.device), block, stops
     result.backend = plan.backend
     result.draft_dtype, result.target_dtype = dtype_name(plan.draft_dtype), dtype_name(plan.target_dtype)
-
-    say(f"loading target {target_label} ({depth} layers, {result.target_dtype}, {plan.backend} backend) and draft "
-        f"{draft_label} ({k} taps, {result.draft_dtype}) on {device}")
-    set_threads(None, device)  # smoke-run's default, so the finalists' figures are smoke-run's
-    target = plan.target.load(Path(target_dir), plan.target_dtype, device, target_label, plan.target_inv)
-    draft = load_draft(Path(draft_dir), plan.draft_args, dtype=plan.draft_dtype, device=device, label=draft_label,
-                       inv=plan.draft_inv)
+    # smoke-run's default threads, so the finalists' figures are smoke-run's
+    target, draft, _ = pair.load(None, say, f"{depth} layers", f"{k} taps, ")
     capacity = plan.capacity
     tcache, dcache = target.new_cache(capacity), draft.new_cache(capacity)
 
@@ -218,7 +193,7 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None, prog
     result.ranked = sorted(ranked, key=lambda c: c.sort_key)  # stable: ties keep the order measured
     result.evidence = settle(result, Session(
         draft, target, prompts, encoder, encoded, opts.max_new_tokens, stops, block, depth, plan.target.max_position_embeddings,
-        tspec.where, CONFIRM, configured, bool(opts.prompts or opts.prompts_file)), say)
+        tspec.where, CONFIRM, configured, opts.custom_prompts), say)
     best = result.best
     if best is not None:  # on the evidence the winner was judged on (the last round's prompts and -n)
         t2 = time.perf_counter()

@@ -13,7 +13,7 @@ it is DF412 (exit 1, ``checks/run_findings.unclear_findings``), and ``--write`` 
 ``--force``.
 
 This module takes the run's objects (``ProbeResult``, its candidates) as they are and imports
-nothing from ``probe_run``, so the command module stays the one that imports this one.
+nothing from ``run/probe.py``, the one module that imports it.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from dflash_ckpt.sources.prompts import BUILTIN_PROMPTS, Prompt
 EVIDENCE_ROUNDS = 3
 #: Tokens per prompt the rounds go up to (the user's ``-n`` when that is larger: never fewer).
 EVIDENCE_MAX_NEW_TOKENS = 512
-#: The verdict that asks for more evidence (``probe_run.verdict``: below one standard error).
+#: The verdict that asks for more evidence (``checks/run_findings.verdict``: below one standard error).
 NARROW = "narrow"
 
 

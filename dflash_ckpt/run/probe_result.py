@@ -1,48 +1,25 @@
-"""probe-taps' options and result: what a run was asked, what it measured, and its JSON result.
+"""probe-taps' result: what a run was asked, what it measured, and its JSON result.
 
 Plain data over the runtime's candidates (``measure.Candidate``) and search (``probe_search``);
-the run that fills it is ``commands/probe_run.run_probe``, the verdict thresholds are
+the run that fills it is ``run/probe.run_probe``, the verdict thresholds are
 ``ranking.verdict``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar, Sequence
 
 from dflash_ckpt.ranking import verdict
-from dflash_ckpt.errors import DFlashCkptError, UsageError
+from dflash_ckpt.errors import DFlashCkptError
 from dflash_ckpt.result import ResultShape
 from dflash_ckpt.rules import Finding, Severity
+from dflash_ckpt.run.options import DEFAULT_TOP, ProbeOptions
 from dflash_ckpt.runtime.measure import Candidate
-from dflash_ckpt.runtime.plan import RunOptions
 from dflash_ckpt.runtime.probe_search import EXHAUSTIVE_MAX, SearchResult, TapSet
 
 #: Finalists re-measured with the real loop (the best and the runner-up: the gap is between them).
 CONFIRM = 2
-DEFAULT_TOP = 5
-
-
-@dataclass
-class ProbeOptions(RunOptions):
-    """``RunOptions`` and probe-taps' own."""
-
-    budget: int | None = None
-    top: int = DEFAULT_TOP
-    write: Path | None = None
-    force: bool = False
-    #: ``--layout-for``: the engines whose layout key ``--write`` records (``draftspec.layout_keys``).
-    layout_for: tuple[str, ...] = ()
-
-    def validate_own(self) -> None:
-        from dflash_ckpt.draftspec.layout_keys import check_engines
-
-        check_engines(self.layout_for)
-        if self.budget is not None and self.budget < 1:
-            raise UsageError(f"--budget {self.budget}: must be at least 1 candidate")
-        if self.top < 1:
-            raise UsageError(f"--top {self.top}: must be at least 1")
 
 
 @dataclass
@@ -74,7 +51,7 @@ class ProbeResult(ResultShape):
     #: Why ``--write`` wrote nothing (the run itself may have passed).
     write_error: DFlashCkptError | None = None
     backend: str | None = None
-    #: How a narrow lead was measured again (``probe_evidence.settle``).
+    #: How a narrow lead was measured again (``run/evidence.settle``).
     evidence: dict[str, Any] | None = None
     #: Both block layouts measured with the configured taps before the search (the probe's
     #: simulation), and with the winner after it (smoke-run's loop): ``probe_layout``.
@@ -147,7 +124,7 @@ class ProbeResult(ResultShape):
                 "device": self.device, "backend": self.backend, "draft_dtype": self.draft_dtype, "target_dtype": self.target_dtype,
                 "block_size": self.block_size, "max_new_tokens": o.max_new_tokens,
                 "min_acceptance": o.min_acceptance, "chat_template": o.chat_template, "thinking": o.thinking,
-                "custom_prompts": bool(o.prompts or o.prompts_file), "stop_token_ids": self.stop_token_ids,
+                "custom_prompts": o.custom_prompts, "stop_token_ids": self.stop_token_ids,
             },
             "depth": self.depth,
             "taps": self.k,

@@ -1,0 +1,212 @@
+"""Each command's options and every default, once: one dataclass per command, torch-free.
+
+The fields are the CLI's long options (``--no-chat-template`` is ``no_chat_template``, ``-p`` is
+``prompt``, ``--prompts`` the JSONL file), with the CLI's defaults: ``commands/`` fills these
+from typer, ``api.py`` from its keywords (a test holds each API signature equal to the fields),
+and the run functions in ``run/`` take them. ``validate`` raises the usage errors (exit 2) before
+anything is read; it imports the runtime's checks (torch) only when called.
+
+Only the standard library is imported here, so the CLI can read the defaults at start-up.
+"""
+
+from __future__ import annotations
+
+import math
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Sequence, TypeVar
+
+O = TypeVar("O")
+
+#: Why 2.0: see ``dflash_ckpt/runtime/measure.py``'s docstring.
+DEFAULT_MIN_ACCEPTANCE = 2.0
+DEFAULT_MAX_NEW_TOKENS = 128
+#: Candidates probe-taps' report lists (the JSON lists all).
+DEFAULT_TOP = 5
+#: How to add the ``run`` extra, as README's set-up line installs it (from a clone, CPU torch first).
+RUN_EXTRA_HINT = ('in the clone\'s root, pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu '
+                  '(or the CUDA build), then pip install -e ".[run]"')
+
+
+def require_run_extra(command: str) -> None:
+    """A one-line usage error (exit 2) naming the install line when the ``run`` extra is missing
+    (made before any module that imports torch: DF004, not a ``ModuleNotFoundError``)."""
+    import importlib.util
+
+    missing = [m for m in ("torch", "tokenizers", "jinja2") if importlib.util.find_spec(m) is None]
+    if missing:
+        from dflash_ckpt.errors import UsageError
+
+        raise UsageError(f"{command} needs {', '.join(missing)}: {RUN_EXTRA_HINT}")
+
+
+def fill(cls: type[O], given: dict[str, Any], **converted: Any) -> O:
+    """``cls`` (one of the dataclasses below) filled from a caller's values by name (``given``: a
+    typer command's or an API function's ``locals()``, which name every field), ``converted`` in
+    place of the values the caller holds in another form (a path object, a tuple, an enum)."""
+    return cls(**{f.name: converted[f.name] if f.name in converted else given[f.name]
+                  for f in dataclasses.fields(cls)})  # type: ignore[arg-type]
+
+
+@dataclass
+class InspectOptions:
+    """``dflash-ckpt inspect DRAFT... [--target T]``: ``select``, ``ignore`` and
+    ``require_engines`` are lists of codes or names (comma lists allowed)."""
+
+    draft: str | Sequence[str]
+    target: str | None = None
+    revision: str | None = None
+    token: str | None = None
+    strict: bool = False
+    select: Sequence[str] = ()
+    ignore: Sequence[str] = ()
+    require_engines: Sequence[str] = ()
+
+
+@dataclass
+class NormalizeOptions:
+    """``dflash-ckpt normalize DRAFT [OUT]``; checked against each other by ``run/normalize.make_request``."""
+
+    draft: str
+    out: str | Path | None = None
+    in_place: bool = False
+    no_backup: bool = False
+    check: bool = False
+    dry_run: bool = False
+    force: bool = False
+    copy: bool = False
+    external_links: str = "copy"
+    target_layer_ids: str | list[int] | None = None
+    block_size: int | None = None
+    mask_token_id: int | None = None
+    num_target_layers: int | None = None
+    layer_types: str | list[str] | None = None
+    prefer: str | None = None
+    no_mirrors: bool = False
+    target: str | None = None
+    revision: str | None = None
+    token: str | None = None
+
+
+@dataclass
+class RunOptions:
+    """The options of a command that loads the pair and decodes prompts (smoke-run, probe-taps:
+    the same flags, spelled and defaulted alike). ``prompt``: the ``-p`` texts; ``prompts``: the
+    JSONL file."""
+
+    draft: str
+    target: str
+    prompt: list[str] = field(default_factory=list)
+    prompts: str | None = None
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    min_acceptance: float = DEFAULT_MIN_ACCEPTANCE
+    draft_dtype: str = "bfloat16"
+    target_dtype: str | None = None
+    device: str = "auto"
+    #: ``auto``, ``native`` or ``transformers`` (``runtime/backend.py``).
+    backend: str = "auto"
+    block_size: int | None = None
+    thinking: bool = False
+    no_chat_template: bool = False
+    tokenizer: str | None = None
+    ignore_eos: bool = False
+    revision: str | None = None
+    token: str | None = None
+    #: ``--layout``: run the draft as ``1+N`` or ``anchor-first`` whatever its config declares
+    #: (smoke-run's option; probe-taps measures both layouts itself and forces none).
+    layout: ClassVar[str | None] = None
+
+    @property
+    def chat_template(self) -> bool:
+        return not self.no_chat_template
+
+    @property
+    def custom_prompts(self) -> bool:
+        """The user gave prompts (``-p`` or ``--prompts``), not the built-in ones."""
+        return bool(self.prompt or self.prompts)
+
+    def validate(self) -> None:
+        """Usage errors (exit 2) in the options, before anything is read: the shared ones, then
+        the command's own (``validate_own``), then the dtypes."""
+        from dflash_ckpt.draftspec.layout import ANCHOR_FIRST, ONE_PLUS_N
+        from dflash_ckpt.errors import UsageError
+        from dflash_ckpt.runtime.backend import BACKENDS
+        from dflash_ckpt.runtime.loading import parse_dtype
+
+        if self.max_new_tokens < 1:
+            raise UsageError(f"--max-new-tokens {self.max_new_tokens}: must be at least 1")
+        if self.block_size is not None and self.block_size < 2:
+            raise UsageError(f"--block-size {self.block_size}: must be at least 2 (anchor plus one draft)")
+        if not math.isfinite(self.min_acceptance) or self.min_acceptance < 0:
+            raise UsageError(f"--min-acceptance {self.min_acceptance}: must be a number >= 0")
+        if self.backend not in BACKENDS:
+            raise UsageError(f"--backend {self.backend!r}: use auto, native or transformers")
+        if self.layout is not None and self.layout not in (ONE_PLUS_N, ANCHOR_FIRST):
+            raise UsageError(f"--layout {self.layout!r}: use 1+N or anchor-first")
+        self.validate_own()
+        parse_dtype(self.draft_dtype, "--draft-dtype")
+        if self.target_dtype is not None:
+            parse_dtype(self.target_dtype, "--target-dtype")
+
+    def validate_own(self) -> None:
+        """The command's own checks (none here)."""
+
+
+@dataclass
+class SmokeOptions(RunOptions):
+    """``dflash-ckpt smoke-run DRAFT --target TARGET``: ``RunOptions`` and smoke-run's own."""
+
+    layout: str | None = None  # type: ignore[misc]  # smoke-run's --layout (a field here)
+    tie_tolerance: float | None = None
+    threads: int | None = None
+    no_compile: bool = False
+    #: ``reference`` (our runtime), ``vllm`` or ``both`` (``engines/``), and what goes through to vLLM.
+    engine: str = "reference"
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    max_model_len: int | None = None
+    engine_arg: list[str] = field(default_factory=list)
+    engine_timeout: float | None = None
+    #: One untimed DFlash decode before the timed ones (the first run pays one-time costs).
+    warmup: ClassVar[bool] = True
+
+    @property
+    def compile(self) -> bool:
+        return not self.no_compile
+
+    def validate_own(self) -> None:
+        from dflash_ckpt.engines.smoke_engine import validate_engine_options
+        from dflash_ckpt.errors import UsageError
+
+        validate_engine_options(self)
+        if self.tie_tolerance is not None and (not math.isfinite(self.tie_tolerance) or self.tie_tolerance < 0):
+            raise UsageError(f"--tie-tolerance {self.tie_tolerance}: must be a number >= 0")
+        if self.threads is not None and self.threads < 1:
+            raise UsageError(f"--threads {self.threads}: must be at least 1")
+
+
+@dataclass
+class ProbeOptions(RunOptions):
+    """``dflash-ckpt probe-taps DRAFT --target TARGET``: ``RunOptions`` and probe-taps' own."""
+
+    budget: int | None = None
+    top: int = DEFAULT_TOP
+    write: str | Path | None = None
+    force: bool = False
+    #: ``--layout-for``: the engines whose layout key ``--write`` records (``normalize.layout_keys``).
+    layout_for: Sequence[str] = ()
+
+    def validate_own(self) -> None:
+        from dflash_ckpt.errors import UsageError
+        from dflash_ckpt.draftspec.layout_keys import check_engines
+
+        check_engines(tuple(self.layout_for))
+        if self.budget is not None and self.budget < 1:
+            raise UsageError(f"--budget {self.budget}: must be at least 1 candidate")
+        if self.top < 1:
+            raise UsageError(f"--top {self.top}: must be at least 1")
+
+
+__all__ = ["DEFAULT_MAX_NEW_TOKENS", "DEFAULT_MIN_ACCEPTANCE", "DEFAULT_TOP", "InspectOptions", "NormalizeOptions",
+           "ProbeOptions", "RunOptions", "SmokeOptions", "fill", "require_run_extra"]

@@ -1,0 +1,137 @@
+"""Opening a draft/target pair for a run, once: the steps smoke-run and probe-taps share.
+
+``resolve_pair`` finds both folders (local, or Hub snapshots of only the files a run reads);
+the command then checks the pair its own way (smoke-run runs inspect's checks on both; probe-taps
+first works out the tap count it searches); ``open_pair`` takes the checked specs and encodes the
+prompts, plans the run (``runtime/plan.plan_run``: backend settings, block size, capacity, device,
+dtypes, inventories) and works out the stop tokens; ``OpenPair.check_memory`` refuses a pair the
+device cannot hold (DF407) and ``OpenPair.load`` sets the threads and loads both models.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from dflash_ckpt.errors import InputError, UsageError
+from dflash_ckpt.run.options import RunOptions
+from dflash_ckpt.sources.base import user_path
+from dflash_ckpt.sources.prompts import Prompt, PromptEncoder, gather_prompts, stop_token_ids
+from dflash_ckpt.sources.resolve import local_folder
+
+if TYPE_CHECKING:
+    from dflash_ckpt.draftspec.specs import DraftSpec
+    from dflash_ckpt.runtime.plan import RunPlan
+    from dflash_ckpt.sources.weights import WeightInventory
+
+#: What a run reads of the draft, and of the target (its tokenizer and chat template too).
+WEIGHT_FILES = ["config.json", "*.safetensors", "*.safetensors.index.json"]
+TARGET_FILES = [*WEIGHT_FILES, "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+                "special_tokens_map.json", "chat_template.jinja", "chat_template.json"]
+
+
+@dataclass(frozen=True)
+class PairFolders:
+    """Both folders on disk and the labels the messages name them by."""
+
+    draft_dir: Path
+    draft_label: str
+    target_dir: Path
+    target_label: str
+
+
+def resolve_pair(opts: RunOptions) -> PairFolders:
+    """Local folders, or Hub snapshots of only the files the run reads."""
+    draft_dir, draft_label = local_folder(opts.draft, revision=opts.revision, token=opts.token, role="draft",
+                                          allow_patterns=WEIGHT_FILES)
+    target_dir, target_label = local_folder(opts.target, token=opts.token, role="target", allow_patterns=TARGET_FILES)
+    return PairFolders(Path(draft_dir), draft_label, Path(target_dir), target_label)
+
+
+def encode_prompts(opts: RunOptions, target_dir: str | Path) -> tuple[list[Prompt], PromptEncoder, list[list[int]]]:
+    """The prompts (``-p``/``--prompts``, or the defaults), the encoder (the target's tokenizer
+    unless ``--tokenizer``) and each prompt's token ids; a prompt of no tokens is a usage error."""
+    prompts = gather_prompts(opts.prompt, opts.prompts)
+    tok_dir = user_path(opts.tokenizer, "--tokenizer") if opts.tokenizer else Path(target_dir)
+    if opts.tokenizer and not tok_dir.is_dir():
+        raise InputError(f"--tokenizer {opts.tokenizer}: no such folder", code="DF001")
+    encoder = PromptEncoder(tok_dir, chat_template=opts.chat_template, thinking=opts.thinking)
+    encoder.prepare(prompts)  # every rendering in one child process
+    encoded = [encoder.encode(p) for p in prompts]
+    for p, ids in zip(prompts, encoded):
+        if not ids and encoder.uses_template:  # the template dropped the prompt, whatever it was
+            what = "no text" if not encoder.render(p) else "text of no tokens"
+            raise InputError(
+                f"{encoder.template_file}: the chat template renders prompt {p.name!r} as {what}; the template "
+                "is broken (it drops the messages): fix it, or run with --no-chat-template", code="DF002")
+        if not ids:
+            raise UsageError(f"prompt {p.name!r} encodes to no tokens; give some text")
+    return prompts, encoder, encoded
+
+
+@dataclass
+class OpenPair:
+    """A checked pair with its prompts encoded and its run planned (nothing loaded yet)."""
+
+    options: RunOptions
+    folders: PairFolders
+    draft: DraftSpec
+    target_config: dict[str, Any]
+    target_where: str
+    prompts: list[Prompt]
+    encoder: PromptEncoder
+    encoded: list[list[int]]
+    plan: RunPlan
+    #: The target's end-of-sequence ids (none with ``--ignore-eos``).
+    stops: list[int]
+
+    def check_memory(self, *, prepacked: bool) -> None:
+        """Refuse (DF407, exit 2) a pair whose weights, caches and activations would not fit the
+        device (``runtime/memory.py``), before anything is loaded."""
+        from dflash_ckpt.runtime.memory import check_fits, estimate_run, needed_bytes
+
+        plan = self.plan
+        longest = max(len(ids) for ids in self.encoded) + self.options.max_new_tokens
+        check_fits(estimate_run(target_config=self.target_config,
+                                target_file_bytes=needed_bytes(plan.target_inv.tensors, plan.target_dtype),
+                                target_dtype=plan.target_dtype, draft_config=self.draft.config,
+                                draft_file_bytes=needed_bytes(plan.draft_inv.tensors, plan.draft_dtype),
+                                draft_dtype=plan.draft_dtype, capacity=plan.capacity, longest=longest,
+                                block=plan.block_size, backend=plan.backend,
+                                taps=len(plan.draft_args.target_layer_ids), prepacked=prepacked),
+                   plan.device, self.folders.target_label, target_dtype=plan.target_dtype)
+
+    def load(self, threads: int | None, say: Callable[[str], None], what: str, draft_what: str = "") -> tuple[Any, Any, int]:
+        """``(target model, draft model, threads in use)``: the loading line said (``what``: the
+        target's description, ``draft_what`` in front of the draft's dtype), the threads set
+        (``--threads``, else one on a small CPU), both models loaded."""
+        from dflash_ckpt.runtime.loading import dtype_name, load_draft
+        from dflash_ckpt.runtime.plan import set_threads
+
+        plan, f = self.plan, self.folders
+        say(f"loading target {f.target_label} ({what}, {dtype_name(plan.target_dtype)}, {plan.backend} backend) and draft "
+            f"{f.draft_label} ({draft_what}{dtype_name(plan.draft_dtype)}) on {plan.device}")
+        used = set_threads(threads, plan.device)
+        target = plan.target.load(f.target_dir, plan.target_dtype, plan.device, f.target_label, plan.target_inv)
+        draft = load_draft(f.draft_dir, plan.draft_args, dtype=plan.draft_dtype, device=plan.device,
+                           label=f.draft_label, inv=plan.draft_inv)
+        return target, draft, used
+
+
+def open_pair(opts: RunOptions, folders: PairFolders, *, draft: DraftSpec, target_config: dict[str, Any],
+              target_where: str, backend: str, target_inv: WeightInventory | None) -> OpenPair:
+    """The pair that passed its command's checks, with its prompts encoded and its run planned
+    (``backend``: ``native`` or ``transformers``, from ``select_backend``; ``target_inv``: the
+    target's headers when the checks read them, so they are read once)."""
+    from dflash_ckpt.runtime.plan import plan_run
+
+    prompts, encoder, encoded = encode_prompts(opts, folders.target_dir)
+    plan = plan_run(opts, draft=draft, draft_dir=folders.draft_dir, target_dir=folders.target_dir,
+                    target_label=folders.target_label, target_config=target_config, target_where=target_where,
+                    backend=backend, prompts=prompts, encoded=encoded, target_inv=target_inv)
+    stops = [] if opts.ignore_eos else stop_token_ids(folders.target_dir, target_config, encoder.eos_token_id)
+    return OpenPair(opts, folders, draft, target_config, target_where, prompts, encoder, encoded, plan, stops)
+
+
+__all__ = ["OpenPair", "PairFolders", "TARGET_FILES", "WEIGHT_FILES", "encode_prompts", "open_pair", "resolve_pair"]

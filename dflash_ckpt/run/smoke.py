@@ -1,0 +1,161 @@
+"""``smoke-run``: prove that a draft/target pair works, and measure it.
+
+Steps: resolve both folders; run ``inspect``'s checks on the pair and refuse it on errors;
+refuse what the reference runtime does not implement (exit 2); plan the run once
+(``runtime/plan.py``); load both models; warm up; for each prompt time target-only decoding over
+a short window, decode with DFlash, and check the DFlash output with ONE teacher-forced target
+forward over prompt + output (every position's argmax and top-2 margin: greedy decoding
+reproduces the output exactly when every argmax is its token, so the target never decodes
+everything a second time); gather acceptance and speed figures (``runtime/measure.py``); judge
+(``checks/run_findings.py``).
+
+Verdict (exit code): 0 pass; 1 when the pair was refused by the checks, DFlash's output differs
+from the target's beyond a tie (DF401), the mean acceptance length is below ``--min-acceptance``
+(DF403), or non-finite values reached the draft (DF404), or the pair is degenerate: a weight matrix
+reads back as zeros or one constant (DF413, sampled before loading), the target's logits tie at
+every position (DF414), every output is one token repeated (DF415); 2 for usage errors and unsupported pairs.
+The thresholds (``--min-acceptance`` 2.0, the tie tolerance) are explained in ``runtime/measure.py``.
+
+``run_smoke_run`` is the command's work from its options (``run/options.SmokeOptions``): no
+printing, no ``sys.exit``; it raises ``DFlashCkptError`` for one-line errors and returns a
+``SmokeResult`` (``run/smoke_result.py``). The pair is opened as probe-taps opens it (``run/pair.py``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from dflash_ckpt.checks.acceptance import refuse_unimplemented
+from dflash_ckpt.checks.degenerate import smoke_degenerate_findings
+from dflash_ckpt.inspection import inspect_sources
+from dflash_ckpt.checks.layout_findings import smoke_layout_findings
+from dflash_ckpt.checks.precision import precision_findings
+from dflash_ckpt.checks.run_findings import prompt_format_causes, smoke_findings, special_token_texts
+from dflash_ckpt.checks.target_config import check_target_config
+from dflash_ckpt.draftspec.layout import resolve_layout
+from dflash_ckpt.draftspec.quant_layers import summarize
+from dflash_ckpt.draftspec.quant_scheme import read_scheme
+from dflash_ckpt.engines.smoke_engine import EngineRun
+from dflash_ckpt.run.options import SmokeOptions
+from dflash_ckpt.run.pair import open_pair, resolve_pair
+from dflash_ckpt.run.smoke_result import SmokeResult
+from dflash_ckpt.runtime.backend import select_backend
+from dflash_ckpt.runtime.generate import step_clock
+from dflash_ckpt.runtime.loading import dtype_name
+from dflash_ckpt.runtime.loops import make_loop
+from dflash_ckpt.runtime.measure import TIE_TOLERANCE, measure_prompts
+from dflash_ckpt.runtime.prepack import prepack_pair
+from dflash_ckpt.sources.local import LocalSource
+from dflash_ckpt.sources.weight_sample import unfilled_weights
+from dflash_ckpt.sources.weights import load_inventory
+
+
+def _tied(config: dict[str, Any]) -> bool:
+    """Whether the target ties its head to its embeddings (Qwen3's small sizes do)."""
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    return text.get("tie_word_embeddings", config.get("tie_word_embeddings")) is True
+
+
+def run_smoke_run(opts: SmokeOptions, *, progress: Any = None, log: Callable[[str], None] | None = None) -> SmokeResult:
+    """Everything ``smoke-run`` does short of printing. ``progress``: a rich ``Progress`` (or
+    None); ``log``: where the loading line goes."""
+    opts.validate()
+    engine = EngineRun.start(opts) if opts.engine != "reference" else None  # DF420/DF421 before anything is read
+    say = log or (lambda _msg: None)
+    folders = resolve_pair(opts)
+    draft_dir, draft_label, target_dir, target_label = (folders.draft_dir, folders.draft_label, folders.target_dir,
+                                                        folders.target_label)
+    result = SmokeResult(draft_label, target_label, opts)
+
+    pre = inspect_sources(LocalSource(draft_dir, label=draft_label), LocalSource(target_dir, label=target_label))
+    result.precheck = pre
+    if pre.fatal is not None:
+        raise pre.fatal
+    assert pre.draft is not None and pre.target is not None
+    refuse_unimplemented(pre.draft)  # DF151, exit 2: never measure a draft without its acceptance keys
+    check_target_config(pre.target.config, pre.target.where)  # either backend, before anything is built
+    if engine is not None:
+        engine.refuse_pair(pre.draft, pre.target)  # DF422-DF424, exit 2, before an engine starts
+    backend = select_backend(opts.backend, pre.draft, pre.target.config, pre.target.where)
+    headers = load_inventory(LocalSource(target_dir, label=target_label))  # unreadable: refused below
+    check_target_config(pre.target.config, pre.target.where, headers.tensors)
+    target_inv = headers if headers.tensors and not headers.problems else None
+    if pre.failed():
+        result.refused = True
+        return result
+
+    pair = open_pair(opts, folders, draft=pre.draft, target_config=pre.target.config, target_where=pre.target.where,
+                     backend=backend, target_inv=target_inv)
+    plan, prompts, encoder, encoded, stops = pair.plan, pair.prompts, pair.encoder, pair.encoded, pair.stops
+    result.backend = plan.backend
+    result.prompt_format = prompt_format_causes(
+        prompts, chat_template=encoder.uses_template, thinking=opts.thinking,
+        custom=opts.custom_prompts, special_tokens=special_token_texts(encoder.special_tokens))
+
+    device = plan.device
+    result.trained_block_size = plan.trained_block_size
+    result.device = str(device)
+    result.draft_dtype, result.target_dtype = dtype_name(plan.draft_dtype), dtype_name(plan.target_dtype)
+    result.block_size = plan.block_size
+    layout = plan.draft_args.block_layout
+    result.layout, result.layout_source = layout.layout, layout.source
+    result.verify_width = layout.verify_width(plan.block_size)
+    result.tie_tolerance = opts.tie_tolerance if opts.tie_tolerance is not None else TIE_TOLERANCE[plan.target_dtype]
+    result.chat_template = encoder.uses_template
+    result.stop_token_ids = stops
+    scheme = read_scheme(pre.target.config, pre.target.where) if plan.backend == "native" else None
+    if scheme is not None:
+        result.quantization = summarize(scheme, plan.target_inv.tensors, result.target_dtype,
+                                        tied=_tied(pre.target.config))
+
+    if engine is not None:
+        engine.prepare(draft_dir=draft_dir, target_dir=target_dir, plan=plan, encoded=encoded, stops=stops,
+                       max_new_tokens=opts.max_new_tokens, where=target_label,
+                       max_positions=pre.target.config.get("max_position_embeddings"))
+    if opts.engine == "vllm":
+        say(f"running vLLM {engine.facts.version} on target {target_label} and draft {draft_label} in a child process")
+        engine.run_into(result, prompts, encoded, encoder)
+        result.findings = smoke_findings(result, target_layer_ids=plan.draft_args.target_layer_ids,
+                                         mask_token_id=plan.draft_args.mask_token_id)
+        return result
+    pair.check_memory(prepacked=device.type == "cpu" and opts.compile)
+    unfilled = unfilled_weights(draft_dir, plan.draft_inv, target_dir, plan.target_inv)  # DF413
+    if unfilled:  # sampled after the memory check (about the machine), before anything is loaded
+        pre.findings += unfilled
+        result.refused = True
+        return result
+    target_model, draft_model, result.threads = pair.load(opts.threads, say, plan.target.model_type)
+    if device.type == "cpu" and opts.compile:
+        result.prepacked_weights, result.prepack_s = prepack_pair(target_model, draft_model)
+    loop = make_loop(target_model, draft_model, plan.capacity, block_size=plan.block_size,
+                     graphs=device.type == "cuda" and opts.compile)
+    result.static_path = loop.static
+    result.cuda_graphs = loop.static and device.type == "cuda" and opts.compile
+    result.capture_s = loop.capture_s
+
+    # One CPU thread: time each step by the thread's own CPU time, which other processes do not
+    # inflate; otherwise (threads, or a GPU doing the work) by the wall clock at the step's sync.
+    result.step_clock = "thread" if device.type == "cpu" and result.threads == 1 else "wall"
+    with step_clock(time.thread_time if result.step_clock == "thread" else time.perf_counter):
+        result.runs = measure_prompts(loop, prompts, encoded, encoder, max_new_tokens=opts.max_new_tokens, stop_ids=stops,
+                                      tie_tolerance=result.tie_tolerance, warmup=opts.warmup, progress=progress)
+    for run in result.runs:
+        run.input_text = encoder.render(run.prompt)
+    result.findings = smoke_findings(result, target_layer_ids=plan.draft_args.target_layer_ids,
+                                     mask_token_id=plan.draft_args.mask_token_id) + smoke_degenerate_findings(result)
+    result.findings += smoke_layout_findings(layout, resolve_layout(pre.draft.config))
+    capability = None
+    if device.type == "cuda":
+        import torch  # noqa: PLC0415 - the run has loaded it already; inspect never gets here
+
+        capability = torch.cuda.get_device_capability(device)
+    result.findings += precision_findings(draft_label, str(device), capability, result.draft_dtype, result.target_dtype)
+    if engine is not None:  # --engine both: vLLM on the same ids, after the reference has let go of the CPU
+        del target_model, draft_model, loop
+        say(f"running vLLM {engine.facts.version} on the same ids in a child process")
+        result.findings += engine.compare_into(result, prompts, encoded, encoder)
+    return result
+
+
+__all__ = ["SmokeOptions", "SmokeResult", "run_smoke_run"]

@@ -1,0 +1,114 @@
+"""smoke-run's result: what the run measured and decided, and its JSON result (``--json``).
+
+Plain data filled by ``run/smoke.run_smoke_run``; the figures are ``runtime/measure.py``'s, the
+verdicts ``checks/run_findings.py``'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from dflash_ckpt.inspection import InspectResult
+from dflash_ckpt.result import ResultShape
+from dflash_ckpt.rules import Finding, Severity
+from dflash_ckpt.run.options import SmokeOptions
+from dflash_ckpt.runtime.measure import TIMING_TOKENS, PromptRun, overall_figures
+
+
+@dataclass
+class SmokeResult(ResultShape):
+    command: ClassVar[str] = "smoke-run"
+    draft_label: str
+    target_label: str
+    options: SmokeOptions
+    precheck: InspectResult | None = None
+    findings: list[Finding] = field(default_factory=list)
+    runs: list[PromptRun] = field(default_factory=list)
+    device: str | None = None
+    draft_dtype: str | None = None
+    target_dtype: str | None = None
+    block_size: int | None = None
+    tie_tolerance: float | None = None
+    chat_template: bool | None = None
+    stop_token_ids: list[int] = field(default_factory=list)
+    refused: bool = False
+    trained_block_size: int | None = None
+    prompt_format: list[str] = field(default_factory=list)
+    #: The runtime that ran the target: ``native`` or ``transformers``.
+    backend: str | None = None
+    threads: int | None = None
+    static_path: bool = False
+    cuda_graphs: bool = False
+    #: Seconds spent capturing CUDA graphs (the "compile time"), apart from every other figure.
+    capture_s: float = 0.0
+    #: Weights reordered once into oneDNN's layout (CPU, bf16; ``runtime/prepack.py``), and the
+    #: seconds that took (apart from every other figure).
+    prepacked_weights: int = 0
+    prepack_s: float = 0.0
+    #: What times the steps: ``thread`` (the decoding thread's CPU time) or ``wall``.
+    step_clock: str = "wall"
+    #: ``--engine vllm|both``: which vLLM ran, its own counters, and (``both``) the comparison.
+    engine_run: dict[str, Any] | None = None
+    #: ``--engine both``: vLLM's runs and their comparison with ``runs`` (in ``engine_run`` as JSON).
+    engine_runs: list[PromptRun] = field(default_factory=list)
+    comparisons: list[Any] = field(default_factory=list)
+    #: A quantized target's format and what was dequantized (``quant_layers.summarize``), else None.
+    quantization: dict[str, Any] | None = None
+    #: The block layout that ran (``1+N`` or ``anchor-first``), what decided it (a config key,
+    #: ``architectures``, ``default`` or ``--layout``) and the verify width it gives.
+    layout: str | None = None
+    layout_source: str | None = None
+    verify_width: int | None = None
+
+    @property
+    def exit_code(self) -> int:
+        errors = any(f.severity == Severity.ERROR for f in self.findings)
+        return 1 if self.refused or errors else 0
+
+    def overall(self) -> dict[str, Any]:
+        return overall_figures(self.runs, self.verify_width or self.block_size or 1)
+
+    def to_json(self) -> dict[str, Any]:
+        o = self.options
+        return {
+            "draft": self.draft_label,
+            "target": self.target_label,
+            "refused": self.refused,
+            "precheck": [f.to_json() for f in self.precheck.findings] if self.precheck else [],
+            "findings": [f.to_json() for f in self.findings],
+            "settings": {
+                "device": self.device,
+                "backend": self.backend,
+                "draft_dtype": self.draft_dtype,
+                "target_dtype": self.target_dtype,
+                "block_size": self.block_size,
+                "layout": self.layout,
+                "layout_source": self.layout_source,
+                "verify_width": self.verify_width,
+                "max_new_tokens": o.max_new_tokens,
+                "min_acceptance": o.min_acceptance,
+                "tie_tolerance": self.tie_tolerance,
+                "chat_template": self.chat_template,
+                "thinking": o.thinking,
+                "trained_block_size": self.trained_block_size,
+                "custom_prompts": o.custom_prompts,
+                "stop_token_ids": self.stop_token_ids,
+                "threads": self.threads,
+                "static_path": self.static_path,
+                "cuda_graphs": self.cuda_graphs,
+                "capture_s": self.capture_s,
+                "prepacked_weights": self.prepacked_weights,
+                "prepack_s": self.prepack_s,
+                "step_clock": self.step_clock,
+                "timing_tokens": min(TIMING_TOKENS, o.max_new_tokens),
+                "engine": o.engine,
+            },
+            "engine_run": self.engine_run,
+            "overall": self.overall() if self.runs else None,
+            "prompts": [r.to_json(self.verify_width or self.block_size or 1) for r in self.runs],
+            "quantization": self.quantization,
+        }
+
+
+__all__ = ["SmokeResult"]
