@@ -1,4 +1,4 @@
-"""A hostile Hub and a hostile cache, round 3 (issue 18): ids that would build paths outside the
+"""A hostile Hub and a hostile cache (issue 18): ids that would build paths outside the
 cache, listings too big to parse, Retry-After of any bytes, a deadline for the whole command, and
 downloads as good as ``hf download`` (verified, 0644, swept). Every hostile input is built here."""
 
