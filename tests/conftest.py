@@ -138,6 +138,34 @@ def error_lines(res: CliResult) -> list[str]:
     return [line for line in res.stderr.splitlines() if ERROR_LINE.match(line)]
 
 
+def one_error_line(res: CliResult | subprocess.CompletedProcess[str], *needles: str, exit_code: int = 2,
+                   code: str | None = None, path: str | None = None, alone: bool = True) -> str:
+    """The one ``PATH: DFxxx error: message`` line a refused command prints, holding every needle.
+
+    One helper for every "one coded error line" test, so the bar is the same everywhere: no
+    traceback, the exit code (2, a refusal, unless given), exactly one coded line on stderr and
+    that one last, its DF code and path where given. With ``alone`` (the default) stderr holds
+    nothing else; ``alone=False`` lets notes come first (the Hub's retry lines). A needle may name
+    the line or its old ``path: message`` form. Takes a ``CliResult`` or a finished subprocess;
+    returns the line."""
+    rc = res.returncode if isinstance(res, subprocess.CompletedProcess) else res.code
+    lines = res.stderr.strip().splitlines()
+    assert "Traceback" not in res.stderr and "Traceback" not in (res.stdout or ""), res.stderr[-3000:]
+    assert rc == exit_code, (rc, (res.stdout or "")[-3000:], res.stderr[-3000:])
+    coded = [line for line in lines if ERROR_LINE.match(line)]
+    assert len(coded) == 1 and lines[-1] == coded[0], res.stderr[-3000:]
+    assert not alone or len(lines) == 1, res.stderr[-3000:]
+    line = coded[0]
+    m = ERROR_LINE.match(line)
+    assert m is not None and m["severity"] == "error", line
+    assert code is None or m["code"] == code, (code, line)
+    assert path is None or m["path"] == path, (path, line)
+    text = f"{line}\n{m['path']}: {m['message']}"
+    for needle in needles:
+        assert needle in text, (needle, line)
+    return line
+
+
 def config(folder: Path) -> dict[str, Any]:
     """A checkpoint folder's config.json, parsed."""
     return json.loads((folder / "config.json").read_text())

@@ -6,23 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ERROR_LINE, CliResult, no_traceback, run_cli
+from conftest import CliResult, one_error_line, run_cli
 
 BOX = set("╭╮╰╯│─")
 
 
 def _usage(res: CliResult, path: str, *needles: str) -> str:
-    no_traceback(res)
-    assert res.code == 2, (res.code, res.stdout, res.stderr)
+    line = one_error_line(res, *needles, code="DF004", path=path)
     assert res.stdout == ""
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1, res.stderr
     assert not BOX & set(res.stderr), res.stderr
-    m = ERROR_LINE.match(lines[0])
-    assert m and m["path"] == path and m["code"] == "DF004" and m["severity"] == "error", lines[0]
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-    return lines[0]
+    return line
 
 
 @pytest.mark.parametrize(
@@ -58,13 +51,9 @@ def test_usage_errors_in_process_too(cli) -> None:
 
 
 def test_input_errors_name_the_file_first(tmp_path: Path) -> None:
-    res = run_cli("inspect", "--from-file", str(tmp_path / "list.txt"))
-    assert res.code == 2
-    m = ERROR_LINE.match(res.stderr.strip())
-    assert m and m["path"] == str(tmp_path / "list.txt") and m["code"] == "DF001", res.stderr
-    res = run_cli("normalize", str(tmp_path / "nowhere"), str(tmp_path / "out"))
-    m = ERROR_LINE.match(res.stderr.strip())
-    assert res.code == 2 and m and m["path"] == str(tmp_path / "nowhere") and "no such folder" in m["message"]
+    one_error_line(run_cli("inspect", "--from-file", str(tmp_path / "list.txt")), code="DF001", path=str(tmp_path / "list.txt"))
+    one_error_line(run_cli("normalize", str(tmp_path / "nowhere"), str(tmp_path / "out")), "no such folder",
+                   path=str(tmp_path / "nowhere"))
 
 
 def test_help_and_bare_command_still_print_help() -> None:

@@ -14,7 +14,7 @@ pytest.importorskip("transformers")
 
 import hf_tiny  # noqa: E402
 import tiny_models as tm  # noqa: E402
-from conftest import no_traceback  # noqa: E402
+from conftest import no_traceback, one_error_line  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -86,31 +86,25 @@ def _edited(src: Path, dst: Path, **changes: Any) -> Path:
     return dst
 
 
-def _one_line_refusal(res: Any) -> str:
-    assert res.code == 2, (res.stdout, res.stderr)
-    assert res.stderr.strip().count("\n") == 0, res.stderr
-    return res.stderr
-
-
 def test_refusals_name_what_is_supported(cli, hf_root: Path, tmp_path: Path) -> None:
     draft, moe = hf_root / "draft", hf_root / "qwen3_moe"
-    err = _one_line_refusal(smoke(cli, draft, moe, "--backend", "native"))
+    err = one_error_line(smoke(cli, draft, moe, "--backend", "native"))
     assert "dense Qwen3" in err and "--backend transformers (or auto) runs this target" in err
     custom = _edited(moe, tmp_path / "custom", model_type="my_custom_lm",
                      auto_map={"AutoModelForCausalLM": "modeling_my.MyLM"})
-    err = _one_line_refusal(smoke(cli, draft, custom, "--backend", "transformers"))
+    err = one_error_line(smoke(cli, draft, custom, "--backend", "transformers"))
     assert "'my_custom_lm' is not implemented by transformers" in err and "auto_map" in err
     assert "'gpt_oss'" in err and "'qwen3_5_text' (in qwen3_5)" in err
     fp8 = _edited(moe, tmp_path / "fp8", quantization_config={"quant_method": "fp8"})
-    err = _one_line_refusal(smoke(cli, draft, fp8, "--backend", "transformers"))
+    err = one_error_line(smoke(cli, draft, fp8, "--backend", "transformers"))
     assert "quant_method 'fp8'" in err
-    err = _one_line_refusal(smoke(cli, draft, moe, "--backend", "onnx"))
+    err = one_error_line(smoke(cli, draft, moe, "--backend", "onnx"))
     assert "DF004 error: Invalid value for '--backend': 'onnx' is not one of 'auto', 'native', 'transformers'" in err
 
 
 def test_unverified_transformers_family_is_refused(cli, hf_root: Path, tmp_path: Path) -> None:
     mistral = _edited(hf_root / "qwen3_moe", tmp_path / "mistral", model_type="mistral")
-    err = _one_line_refusal(smoke(cli, hf_root / "draft", mistral, "--backend", "transformers"))
+    err = one_error_line(smoke(cli, hf_root / "draft", mistral, "--backend", "transformers"))
     assert "'mistral'" in err and "not one the transformers backend was verified on" in err
 
 
@@ -122,7 +116,7 @@ def test_a_target_too_big_for_the_device_is_refused_before_loading(cli, hf_root:
     import dflash_ckpt.runtime.hf_target as hf_target
 
     monkeypatch.setattr(hf_target, "load_hf_target", lambda *a, **k: loaded.append(1))
-    err = _one_line_refusal(smoke(cli, hf_root / "draft", hf_root / "gpt_oss", *FP32))
+    err = one_error_line(smoke(cli, hf_root / "draft", hf_root / "gpt_oss", *FP32))
     assert "only 0.00 GiB (1000 bytes) are free (MemAvailable)" in err and "bytes) at its peak on cpu (weights" in err
     assert not loaded
 
@@ -131,9 +125,9 @@ def test_without_transformers_the_refusal_says_how_to_install_it(cli, hf_root: P
     import dflash_ckpt.runtime.backend as sb
 
     monkeypatch.setattr(sb, "hf_available", lambda: False)
-    err = _one_line_refusal(smoke(cli, hf_root / "draft", hf_root / "qwen3_moe"))
+    err = one_error_line(smoke(cli, hf_root / "draft", hf_root / "qwen3_moe"))
     assert "transformers backend" in err and '".[run,hf]"' in err
-    err = _one_line_refusal(smoke(cli, hf_root / "draft", hf_root / "qwen3_moe", "--backend", "transformers"))
+    err = one_error_line(smoke(cli, hf_root / "draft", hf_root / "qwen3_moe", "--backend", "transformers"))
     assert "needs transformers, which is not installed" in err
     res = smoke(cli, TINY / "draft", TINY / "target", *FP32, "-n", "4", "--json")  # native needs none
     assert res.code == 0 and res.merged()["settings"]["backend"] == "native"
@@ -144,7 +138,7 @@ def test_auto_hands_a_native_family_with_an_unimplemented_setting_to_transformer
     """A Llama with dynamic rope scaling: native refuses it (naming the way out), auto runs it."""
     dyn = _edited(hf_root / "llama", tmp_path / "dyn",
                   rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0})
-    err = _one_line_refusal(smoke(cli, hf_root / "draft", dyn, "--backend", "native", *FP32))
+    err = one_error_line(smoke(cli, hf_root / "draft", dyn, "--backend", "native", *FP32))
     assert "rope_type 'dynamic'" in err and "--backend transformers (or auto) runs this target" in err
     res = smoke(cli, hf_root / "draft", dyn, *FP32, "-n", "16", "--min-acceptance", "0", "--json")
     assert res.code == 0, res.stdout

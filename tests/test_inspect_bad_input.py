@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, CliResult, no_traceback, run_cli
+from conftest import ROOT, CliResult, no_traceback, one_error_line, run_cli
 
 
 def _draft(tmp_path: Path, fixtures_root: Path) -> Path:
@@ -22,48 +22,36 @@ def _draft(tmp_path: Path, fixtures_root: Path) -> Path:
     return dst
 
 
-def _one_line_error(res: CliResult, code: int, *needles: str) -> str:
-    no_traceback(res)
-    assert res.code == code, (res.code, res.stdout, res.stderr)
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1, res.stderr
-    line = lines[0]
-    assert re.match(r"\S.*: DF\d{3} error: ", line), line
-    for needle in needles:
-        assert needle in line, (needle, line)
-    return line
-
-
 def test_missing_folder(tmp_path: Path) -> None:
-    _one_line_error(run_cli("inspect", str(tmp_path / "nope")), 2, str(tmp_path / "nope"), "no such folder")
+    one_error_line(run_cli("inspect", str(tmp_path / "nope")), str(tmp_path / "nope"), "no such folder")
 
 
 def test_folder_without_config(tmp_path: Path) -> None:
-    _one_line_error(run_cli("inspect", str(tmp_path)), 2, str(tmp_path / "config.json"), "missing")
+    one_error_line(run_cli("inspect", str(tmp_path)), str(tmp_path / "config.json"), "missing")
 
 
 def test_draft_argument_is_a_file(tmp_path: Path) -> None:
     f = tmp_path / "config.json"
     f.write_text("{}")
-    _one_line_error(run_cli("inspect", str(f)), 2, "is a file", "folder")
+    one_error_line(run_cli("inspect", str(f)), "is a file", "folder")
 
 
 def test_bad_json_names_line_and_column(tmp_path: Path, fixtures_root: Path) -> None:
     d = _draft(tmp_path, fixtures_root)
     (d / "config.json").write_text('{\n  "block_size": 8,\n  "hidden_size": 64,,\n}\n')
-    _one_line_error(run_cli("inspect", str(d)), 2, str(d / "config.json"), "line 3 column 21", "DF002")
+    one_error_line(run_cli("inspect", str(d)), str(d / "config.json"), "line 3 column 21", "DF002")
 
 
 def test_config_not_utf8(tmp_path: Path, fixtures_root: Path) -> None:
     d = _draft(tmp_path, fixtures_root)
     (d / "config.json").write_bytes(b'{"a": "\xff\xfe"}')
-    _one_line_error(run_cli("inspect", str(d)), 2, "not UTF-8")
+    one_error_line(run_cli("inspect", str(d)), "not UTF-8")
 
 
 def test_config_not_an_object(tmp_path: Path, fixtures_root: Path) -> None:
     d = _draft(tmp_path, fixtures_root)
     (d / "config.json").write_text('"just a string"\n')
-    _one_line_error(run_cli("inspect", str(d)), 2, "expected a JSON object", "a string", "DF003")
+    one_error_line(run_cli("inspect", str(d)), "expected a JSON object", "a string", "DF003")
 
 
 def test_wrong_types_are_findings_not_crashes(tmp_path: Path, fixtures_root: Path) -> None:
@@ -126,13 +114,13 @@ def test_symlink_loop_config(tmp_path: Path, fixtures_root: Path) -> None:
     d = _draft(tmp_path, fixtures_root)
     (d / "config.json").unlink()
     os.symlink("config.json", d / "config.json")
-    _one_line_error(run_cli("inspect", str(d)), 2, str(d / "config.json"), "symbolic link loop")
+    one_error_line(run_cli("inspect", str(d)), str(d / "config.json"), "symbolic link loop")
 
 
 def test_symlink_loop_folder(tmp_path: Path) -> None:
     os.symlink(tmp_path / "b", tmp_path / "a")
     os.symlink(tmp_path / "a", tmp_path / "b")
-    _one_line_error(run_cli("inspect", str(tmp_path / "a")), 2, "symbolic link loop")
+    one_error_line(run_cli("inspect", str(tmp_path / "a")), "symbolic link loop")
 
 
 @pytest.fixture
@@ -163,14 +151,14 @@ def test_permission_denied_config(public_tmp: Path, fixtures_root: Path) -> None
     d = _draft(public_tmp, fixtures_root)
     os.chmod(d, 0o755)
     os.chmod(d / "config.json", 0o000)
-    _one_line_error(_as_nobody(["inspect", str(d)]), 2, str(d / "config.json"), "permission denied")
+    one_error_line(_as_nobody(["inspect", str(d)]), str(d / "config.json"), "permission denied")
 
 
 def test_permission_denied_folder(public_tmp: Path, fixtures_root: Path) -> None:
     d = _draft(public_tmp, fixtures_root)
     os.chmod(d, 0o000)
     try:
-        _one_line_error(_as_nobody(["inspect", str(d)]), 2, str(d), "permission denied")
+        one_error_line(_as_nobody(["inspect", str(d)]), str(d), "permission denied")
     finally:
         os.chmod(d, 0o755)
 
@@ -190,12 +178,12 @@ def test_bad_target(tmp_path: Path, fixtures_root: Path) -> None:
     t = tmp_path / "target"
     t.mkdir()
     (t / "config.json").write_text("{ nope")
-    _one_line_error(run_cli("inspect", str(fixtures_root / "mutants/base"), "--target", str(t)), 2, str(t / "config.json"), "invalid JSON")
+    one_error_line(run_cli("inspect", str(fixtures_root / "mutants/base"), "--target", str(t)), str(t / "config.json"), "invalid JSON")
 
 
 def test_uncached_repo_id(tmp_path: Path) -> None:
     res = run_cli("inspect", "some-org/some-draft", env={"HF_HOME": str(tmp_path), "HF_HUB_OFFLINE": "1"})
-    _one_line_error(res, 2, "some-org/some-draft")
+    one_error_line(res, "some-org/some-draft")
 
 
 def test_usage_errors_exit_2() -> None:

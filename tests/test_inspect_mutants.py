@@ -91,7 +91,7 @@ def test_every_rule_below_df400_has_a_fixture() -> None:
     # about the command line, not a checkpoint: test_cli_errors.py (DF004), test_normalize_cli.py
     # (DF005), test_inspect_gates.py (DF144), smoke-run's refusal (test_engines.py: DF151),
     # a Hub draft without a pinned commit (test_engines.py: DF314), normalize --check (DF020),
-    # a Python API call of the wrong type (test_newcomer_api.py: DF010),
+    # a Python API call of the wrong type (test_api_signatures.py: DF010),
     # a quantized target smoke-run / probe-taps refuses (test_quant_targets.py: DF180-DF182),
     # smoke-run's fp16 / pre-SM80 run and a cached older commit of a Hub repo (test_layouts.py: DF318, DF319)
     from_options = {"DF004", "DF005", "DF010", "DF020", "DF144", "DF151", "DF314", "DF180", "DF181", "DF182", "DF318", "DF319"}

@@ -50,12 +50,12 @@ def hostile_drafts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]
 
 def test_inspect_text_quiet_and_summary_start_no_command(cli, hostile_drafts) -> None:
     target = str(TINY / "target")
-    for args in (["inspect", hostile_drafts[0], "--target", target],
-                 ["inspect", "-q", *hostile_drafts],
-                 ["inspect", *hostile_drafts],
-                 ["inspect", "-q", "::nosuch::x"]):
+    for args, code in ((["inspect", hostile_drafts[0], "--target", target], 0),
+                       (["inspect", "-q", *hostile_drafts], 2),
+                       (["inspect", *hostile_drafts], 2),
+                       (["inspect", "-q", "::nosuch::x"], 2)):
         res = cli(*args)
-        assert res.code in (0, 1, 2)
+        assert res.code == code, (args, res.code, res.stderr)
         assert _commands(res.stdout) == [] and _commands(res.stderr) == [], (args, res.stdout, res.stderr)
     res = cli("inspect", "-q", hostile_drafts[1])
     # the error line names the same folder, as a path a user can still paste

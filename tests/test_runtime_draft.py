@@ -169,7 +169,7 @@ def test_embedding_scale_multiplier_and_softcap(tmp_path: Path) -> None:
 
 
 def test_dflash2_config_without_its_keys_is_refused(tmp_path: Path) -> None:
-    """DFlash2 drafts run (tests/test_runtime_draft2.py); one that lacks the DFlash2 keys is
+    """DFlash2 drafts run (tests/test_runtime_dflash2_reference.py); one that lacks the DFlash2 keys is
     refused naming the first missing key, not run as a v1 draft."""
     folder = tm.make_draft(tmp_path / "v2", architectures=["DFlash2DraftModel"])
     with pytest.raises(InputError, match="dflash_config.conv_kernel_size' must be an integer >= 1 in a DFlash2 draft"):

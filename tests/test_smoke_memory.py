@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT
+from conftest import ROOT, one_error_line
 from dflash_ckpt.runtime import memory
 from dflash_ckpt.runtime.memory import RunEstimate, Shapes, cgroup_room, check_fits, estimate_run, is_out_of_memory
 
@@ -133,23 +133,15 @@ def _limited(mode: str, extra: int, pair: tuple[Path, Path]) -> subprocess.Compl
                                             "PYTHONPATH": str(ROOT)}, cwd=ROOT)
 
 
-def _one_df407_line(proc: subprocess.CompletedProcess) -> str:
-    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr[-3000:])
-    err = proc.stderr.strip()
-    assert "Traceback" not in err and err.count("\n") == 0, err
-    assert ": DF407 error: " in err
-    return err
-
-
 def test_an_address_space_limit_refuses_before_loading(sparse_pair) -> None:
     """RLIMIT_AS with 600 MiB of room (what ``prlimit --as`` sets): the 0.6B pair needs ~1.5
     GiB; before, this passed the check and died in loading with exit 1."""
-    err = _one_df407_line(_limited("precheck", 600 << 20, sparse_pair))
+    err = one_error_line(_limited("precheck", 600 << 20, sparse_pair), code="DF407")
     assert "(RLIMIT_AS room)" in err and "at its peak on cpu (weights 1.27 GiB" in err
     assert "--target-dtype" not in err  # the target already runs in bf16
 
 
 def test_running_out_of_memory_during_the_run_is_one_line_exit_2(sparse_pair) -> None:
     """The pre-check is blinded; the load itself runs out of address space."""
-    err = _one_df407_line(_limited("run-oom", 600 << 20, sparse_pair))
+    err = one_error_line(_limited("run-oom", 600 << 20, sparse_pair), code="DF407")
     assert "ran out of memory during the run" in err

@@ -24,9 +24,9 @@ at the next download when their process is gone (or they are a day old) after a 
 cut by the network is resumed by the next attempt with a ``Range`` request (``Partial``).
 
 huggingface_hub's own ``hf_hub_download`` is not used for whole files: it trusts the server's
-length, inflates what it is sent and has no overall deadline, which the hardening tests
-(``tests/test_hardening_hub*.py``) pin; and this tool's downloads are a config, an index and a
-few draft shards.
+length, inflates what it is sent and has no overall deadline, which the hostile-server tests
+(``tests/test_hub_lying_server.py``, ``tests/test_hub_hostile_server.py``) pin; and this tool's
+downloads are a config, an index and a few draft shards.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CliResult, error_line, error_lines, no_traceback, run_cli
+from conftest import CliResult, no_traceback, one_error_line, run_cli
 from hub_server import HubServer, hub_env
 from test_hub_download import fetch
 
@@ -23,14 +23,8 @@ def cli(hub: HubServer, home: Path, *args: str, **env: str) -> CliResult:
 
 
 def one_line_error(res: CliResult, *needles: str) -> str:
-    """The one ``PATH: CODE error: message`` line (retry notes may come before it), holding every needle."""
-    assert res.code == 2, (res.code, res.stdout, res.stderr)
-    lines = error_lines(res)
-    assert len(lines) == 1, res.stderr
-    line = error_line(res)
-    for needle in needles:
-        assert needle in line, line
-    return lines[0]
+    """The one coded error line; the Hub's retry notes may come before it."""
+    return one_error_line(res, *needles, alone=False)
 
 
 def cache_bytes(home: Path) -> int:
