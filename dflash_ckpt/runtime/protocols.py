@@ -54,7 +54,7 @@ class Target(Protocol):
 class Draft(Protocol):
     """A DFlash draft (v1 or DFlash2) on its decoding path."""
 
-    #: ``DraftArgs``: block_size, mask_token_id, target_layer_ids, dims, ...
+    #: ``DraftSettings``: block_size, mask_token_id, target_layer_ids, dims, ...
     args: Any
 
     @property
@@ -78,15 +78,12 @@ class Draft(Protocol):
 
 class Loop(Protocol):
     """Greedy decoding of one pair with caches sized once: target-only, DFlash, and the
-    teacher-forced lossless check, on one path (eager or static)."""
+    teacher-forced logits of the lossless judge, on one path (eager or static)."""
 
     def decode(self, prompt_ids: Sequence[int], *, max_new_tokens: int, stop_ids: Sequence[int] = (),
                on_tokens: Callable[[int], None] | None = None) -> Generation: ...
 
     def dflash(self, prompt_ids: Sequence[int], *, max_new_tokens: int, stop_ids: Sequence[int] = (),
                on_tokens: Callable[[int], None] | None = None) -> Generation: ...
-
-    def teacher_forced(self, prompt_ids: Sequence[int], tokens: Sequence[int]
-                       ) -> tuple[list[int], list[list[float]], list[list[int]]]: ...
 
     def teacher_forced_logits(self, prompt_ids: Sequence[int], tokens: Sequence[int]) -> Any: ...
