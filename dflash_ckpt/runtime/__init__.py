@@ -18,9 +18,11 @@ Modules, one job each:
 - ``target``: dense Qwen3 / Llama 3.x with a preallocated KV cache and tapped features;
 - ``draft``: the DFlash v1 draft;
 - ``draft2``: the DFlash2 draft (conv layers, candidate selector) and ``make_draft``, which picks one;
-- ``generate``: prefill, target-only greedy decoding, greedy DFlash decoding (the generic path),
-  the teacher-forced lossless check;
-- ``static``: the same loops with fixed shapes and device-side state, captured as CUDA graphs on GPU.
+- ``generate``: what a loop records, prefill, target-only greedy decoding, the teacher-forced
+  logits of the lossless judge;
+- ``dflash_loop``: the one DFlash host loop (accept, step record, stop) over executors:
+  ``eager_dflash`` (the generic path, the oracle), ``static`` (fixed shapes and device-side
+  state, captured as CUDA graphs on GPU; also its target-only loop) and ``probe``'s replay;
 - ``hf_target``: any target family transformers implements, behind the same target protocol,
   with exact cache rollback for sliding-window and Gated DeltaNet layers;
 - ``memory``: the bytes a checkpoint takes once loaded, against the device's free memory.

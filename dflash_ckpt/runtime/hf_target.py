@@ -4,7 +4,7 @@ The native runtime (``runtime/target.py``) implements dense Qwen3 and Llama 3.x 
 published target family (MoE Qwen3, Qwen3-Next and Qwen3.5 with Gated DeltaNet layers, gpt-oss
 with sliding windows, attention sinks and MXFP4 experts, gemma-4, DeepSeek-V3 / Kimi-K2.5 MLA) runs
 here through the model classes of ``transformers`` (the optional ``hf`` extra), exposed through the
-same protocol the DFlash loop in ``runtime/generate.py`` uses: ``device``, ``embed_tokens.weight``,
+same protocol the eager DFlash executor (``runtime/eager_dflash.py``) uses: ``device``, ``embed_tokens.weight``,
 ``lm_head.weight``, ``target(ids, cache=, taps=, logits=)`` and a cache with ``reset()`` and
 ``crop(length)``. transformers is imported when this module is, so only ``smoke-run`` (after
 choosing this backend), the benchmarks and the tests import it.

@@ -16,7 +16,7 @@ from dflash_ckpt.runtime.static import StaticRunner, supports_static
 
 
 class EagerLoop:
-    """``generate``'s loops over one pair, with one target cache and one draft cache of ``capacity``."""
+    """The eager loops (``generate.decode``, ``eager_dflash.dflash_decode``) over one pair, with one target cache and one draft cache of ``capacity``."""
 
     static = False
     capture_s = 0.0

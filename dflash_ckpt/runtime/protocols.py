@@ -1,5 +1,5 @@
 """The runtime's protocols, written down: what a target, a draft, a cache and a decoding loop
-must offer. The decoding loops (``generate``, ``static``, ``probe``) use nothing else.
+must offer. The decoding loops (``generate``, ``dflash_loop``'s executors) use nothing else.
 
 Targets: the native ``target.TargetModel`` (dense Qwen3, Llama 3.x) and the transformers
 wrapper ``hf_target.HFTarget`` (every other family) implement ``Target``; only the native one
