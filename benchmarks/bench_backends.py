@@ -35,8 +35,12 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dflash_ckpt.runtime.args import DraftArgs, TargetArgs  # noqa: E402
-from dflash_ckpt.runtime.generate import decode, dflash_decode, now  # noqa: E402
+from dflash_ckpt.draftspec.draft_settings import DraftSettings  # noqa: E402
+
+from dflash_ckpt.draftspec.target_settings import TargetSettings  # noqa: E402
+from dflash_ckpt.runtime.generate import decode, now  # noqa: E402
+from dflash_ckpt.runtime.dflash_loop import run_dflash  # noqa: E402
+from dflash_ckpt.runtime.eager_dflash import EagerExecutor  # noqa: E402
 from dflash_ckpt.runtime.hf_target import hf_target_info, load_hf_target  # noqa: E402
 from dflash_ckpt.runtime.loading import inventory, load_draft, load_target  # noqa: E402
 from dflash_ckpt.sources.local import LocalSource  # noqa: E402
@@ -86,6 +90,22 @@ def make_small(root: Path) -> tuple[Path, Path]:
     return d, root / "target"
 
 
+class OracleDrafts(EagerExecutor):
+    """The eager executor drafting the known continuation, 80% right (the small pair's random
+    draft would accept nothing): the host loop and verification stay the real ones."""
+
+    def __init__(self, *args: Any, full: list[int], prng: random.Random, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.full, self.prng = full, prng
+
+    def draft(self, start: int, last: int, size: int) -> None:
+        self.start_block(last)
+        full = self.full
+        proposal = [full[start + 1 + j] if start + 1 + j < len(full) and self.prng.random() < 0.8 else 0
+                    for j in range(size - 1)]
+        self.block_ids[0, 1:size] = torch.tensor(proposal, dtype=torch.long, device=self.device)
+
+
 def timed_load(fn: Callable[[], Any], reps: int) -> tuple[Any, float]:
     times, out = [], None
     for _ in range(reps):
@@ -113,7 +133,7 @@ def main() -> int:
     cfg = json.loads((target_dir / "config.json").read_text())
     where = str(target_dir / "config.json")
     inv = inventory(target_dir, str(target_dir))
-    targs = TargetArgs.from_config(cfg, where)
+    targs = TargetSettings.from_config(cfg, where)
     info = hf_target_info(cfg, where)
     loaders = {
         "native": lambda: load_target(target_dir, targs, dtype=dtype, device=dev, inv=inv),
@@ -123,7 +143,7 @@ def main() -> int:
     for name, fn in loaders.items():
         fn()  # warm: imports, page cache
         targets[name], load_s[name] = timed_load(fn, a.repeats)
-    draft = load_draft(draft_dir, DraftArgs.from_spec(read_draft(LocalSource(draft_dir))), dtype=dtype, device=dev)
+    draft = load_draft(draft_dir, DraftSettings.from_spec(read_draft(LocalSource(draft_dir))), dtype=dtype, device=dev)
     vocab = targets["native"].lm_head.weight.shape[0]
     rng = random.Random(0)
     if a.pair == "tiny":  # the built-in math/code/chat prompts, chat template on, as smoke-run feeds them
@@ -144,16 +164,13 @@ def main() -> int:
         for name, tgt in targets.items():
             cap = len(p) + a.new_tokens + 32
             ref = decode(tgt, p, max_new_tokens=a.new_tokens, cache=tgt.new_cache(cap))
-            proposer = None
+            kw = {"target_cache": tgt.new_cache(cap), "draft_cache": draft.new_cache(cap),
+                  "block_size": draft.args.block_size}
+            ex: EagerExecutor = EagerExecutor(tgt, draft, **kw)
             if a.pair == "small":
-                full, prng = p + ref.tokens, random.Random(1)
-
-                def proposer(start: int, anchor: int, k: int, full: list[int] = full, prng: random.Random = prng) -> list[int]:
-                    return [full[start + 1 + j] if start + 1 + j < len(full) and prng.random() < 0.8 else 0
-                            for j in range(k)]
+                ex = OracleDrafts(tgt, draft, full=p + ref.tokens, prng=random.Random(1), **kw)
             now(dev)
-            spec = dflash_decode(tgt, draft, p, max_new_tokens=a.new_tokens, target_cache=tgt.new_cache(cap),
-                                 draft_cache=draft.new_cache(cap), proposer=proposer)
+            spec = run_dflash(ex, p, max_new_tokens=a.new_tokens)
             for key, gen in (("T", ref), ("D", spec)):
                 tok[name][key] += gen.decode_tokens
                 secs[name][key] += gen.decode_s

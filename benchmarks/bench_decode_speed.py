@@ -68,7 +68,8 @@ def ours(shape: str, threads: int, rounds: int, tokens: int, profile: bool) -> d
 
     from benchmarks.real_pairs import build_pair
     from dflash_ckpt.draftspec.specs import read_draft_spec
-    from dflash_ckpt.runtime.args import DraftArgs, TargetArgs
+    from dflash_ckpt.draftspec.draft_settings import DraftSettings
+    from dflash_ckpt.draftspec.target_settings import TargetSettings
     from dflash_ckpt.runtime.generate import step_clock
     from dflash_ckpt.runtime.loading import load_draft, load_target
     from dflash_ckpt.runtime.prepack import prepack, unpack
@@ -83,8 +84,8 @@ def ours(shape: str, threads: int, rounds: int, tokens: int, profile: bool) -> d
     cfg = json.loads((target_dir / "config.json").read_text())
     bf16, cpu = torch.bfloat16, torch.device("cpu")
     t0 = time.perf_counter()
-    target = load_target(target_dir, TargetArgs.from_config(cfg, "t"), dtype=bf16, device=cpu)
-    dargs = DraftArgs.from_spec(read_draft_spec(LocalSource(draft_dir)))
+    target = load_target(target_dir, TargetSettings.from_config(cfg, "t"), dtype=bf16, device=cpu)
+    dargs = DraftSettings.from_spec(read_draft_spec(LocalSource(draft_dir)))
     draft = load_draft(draft_dir, dargs, dtype=bf16, device=cpu)
     load_s = time.perf_counter() - t0
     target_bytes = sum(f.stat().st_size for f in target_dir.glob("*.safetensors"))
@@ -95,7 +96,7 @@ def ours(shape: str, threads: int, rounds: int, tokens: int, profile: bool) -> d
     prompt = torch.randint(0, 700, (32,), generator=gen).tolist()
     block = dargs.block_size
     cap = len(prompt) + tokens + 2 * block + 1
-    runner = StaticRunner(target, draft, cap)
+    runner = StaticRunner(target, draft, cap, block_size=draft.args.block_size)
     figures: dict[str, dict[str, list[float]]] = {"plain": {}, "packed": {}}
     toks: dict[str, list[list[int]]] = {"plain": [], "packed": []}
     pack_s: list[float] = []

@@ -26,9 +26,12 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from dflash_ckpt.runtime.args import DraftArgs, TargetArgs  # noqa: E402
+from dflash_ckpt.draftspec.draft_settings import DraftSettings  # noqa: E402
+
+from dflash_ckpt.draftspec.target_settings import TargetSettings  # noqa: E402
 from dflash_ckpt.runtime.draft import DFlashDraft  # noqa: E402
-from dflash_ckpt.runtime.generate import decode, dflash_decode  # noqa: E402
+from dflash_ckpt.runtime.generate import decode  # noqa: E402
+from dflash_ckpt.runtime.eager_dflash import dflash_decode  # noqa: E402
 from dflash_ckpt.runtime.loading import load_draft, load_target  # noqa: E402
 from dflash_ckpt.sources.local import LocalSource  # noqa: E402
 from dflash_ckpt.sources.prompts import BUILTIN_PROMPTS, PromptEncoder, stop_token_ids  # noqa: E402
@@ -46,14 +49,14 @@ def main() -> int:
     cpu = torch.device("cpu")
     tdir = PAIR / "target"
     tcfg = json.loads((tdir / "config.json").read_text())
-    target = load_target(tdir, TargetArgs.from_config(tcfg, str(tdir / "config.json")), dtype=torch.bfloat16, device=cpu)
+    target = load_target(tdir, TargetSettings.from_config(tcfg, str(tdir / "config.json")), dtype=torch.bfloat16, device=cpu)
     enc = PromptEncoder(tdir, chat_template=True, thinking=False)
     stops = stop_token_ids(tdir, tcfg, enc.eos_token_id)
     prompts = [(p.name, enc.encode(p)) for p in BUILTIN_PROMPTS]
     drafts = {}
     for name in ("draft", "draft2"):
         folder = PAIR / name
-        drafts[name] = load_draft(folder, DraftArgs.from_spec(read_draft(LocalSource(folder))), dtype=torch.bfloat16, device=cpu)
+        drafts[name] = load_draft(folder, DraftSettings.from_spec(read_draft(LocalSource(folder))), dtype=torch.bfloat16, device=cpu)
     capacity = max(len(ids) for _, ids in prompts) + args.max_new_tokens + 16
     tcache = target.new_cache(capacity)
     rows = [("v1 draft/", "draft", False), ("DFlash2 draft2/", "draft2", False), ("DFlash2, argmax picks", "draft2", True)]
@@ -69,7 +72,7 @@ def main() -> int:
         lengths, per, same, toks, secs = [], [], True, 0, 0.0
         for n, ids in prompts:
             gen = dflash_decode(target, draft, ids, max_new_tokens=args.max_new_tokens, stop_ids=stops,
-                                target_cache=tcache, draft_cache=dcache)
+                                target_cache=tcache, draft_cache=dcache, block_size=draft.args.block_size)
             secs += gen.decode_s
             toks += gen.decode_tokens
             same &= gen.tokens == refs[n].tokens

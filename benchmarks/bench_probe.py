@@ -25,8 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from dflash_ckpt.runtime.probe_search import Measured, search_taps  # noqa: E402
-from dflash_ckpt.runtime.args import DraftArgs, TargetArgs  # noqa: E402
-from dflash_ckpt.runtime.generate import dflash_decode  # noqa: E402
+from dflash_ckpt.draftspec.draft_settings import DraftSettings  # noqa: E402
+from dflash_ckpt.draftspec.target_settings import TargetSettings  # noqa: E402
+from dflash_ckpt.runtime.eager_dflash import dflash_decode  # noqa: E402
 from dflash_ckpt.runtime.loading import load_draft, load_target  # noqa: E402
 from dflash_ckpt.runtime.probe import measure, reading_taps, record  # noqa: E402
 from dflash_ckpt.sources.local import LocalSource  # noqa: E402
@@ -45,10 +46,10 @@ def main() -> None:
     torch.set_num_threads(1)
     tspec = read_target(LocalSource(PAIR / "target"))
     spec = read_draft(LocalSource(PAIR / "draft"))
-    targs = TargetArgs.from_config(tspec.config, tspec.where)
+    targs = TargetSettings.from_config(tspec.config, tspec.where)
     dev = torch.device("cpu")
     target = load_target(PAIR / "target", targs, dtype=torch.bfloat16, device=dev)
-    draft = load_draft(PAIR / "draft", DraftArgs.from_spec(spec), dtype=torch.bfloat16, device=dev)
+    draft = load_draft(PAIR / "draft", DraftSettings.from_spec(spec), dtype=torch.bfloat16, device=dev)
     enc = PromptEncoder(PAIR / "target")
     prompts = [enc.encode(p) for p in gather_prompts([], None)]
     stops = stop_token_ids(PAIR / "target", tspec.config, enc.eos_token_id)

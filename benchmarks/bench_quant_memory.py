@@ -28,7 +28,7 @@ import json, sys, time
 from pathlib import Path
 import torch
 from dflash_ckpt.draftspec.quant_scheme import read_scheme
-from dflash_ckpt.runtime.args import TargetArgs
+from dflash_ckpt.draftspec.target_settings import TargetSettings
 from dflash_ckpt.runtime.loading import load_target, parse_dtype
 
 def status(key):
@@ -36,7 +36,7 @@ def status(key):
 
 folder = Path(sys.argv[1])
 cfg = json.loads((folder / 'config.json').read_text())
-args = TargetArgs.from_config(cfg, 'config.json')
+args = TargetSettings.from_config(cfg, 'config.json')
 dtype = parse_dtype(args.dtype or 'bfloat16', 'dtype')
 base = status('VmRSS')
 t0 = time.perf_counter()

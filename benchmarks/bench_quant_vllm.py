@@ -53,7 +53,7 @@ def main() -> int:
     import torch
 
     from dflash_ckpt.draftspec.quant_scheme import read_scheme
-    from dflash_ckpt.runtime.args import TargetArgs
+    from dflash_ckpt.draftspec.target_settings import TargetSettings
     from dflash_ckpt.runtime.loading import load_target
     from dflash_ckpt.sources.prompts import PromptEncoder, gather_prompts
 
@@ -74,7 +74,7 @@ def main() -> int:
                 return 1
             runs[name] = json.loads(out.read_text())
     cfg = json.loads((a.target / "config.json").read_text())
-    model = load_target(a.target, TargetArgs.from_config(cfg, "config.json"), dtype=torch.bfloat16,
+    model = load_target(a.target, TargetSettings.from_config(cfg, "config.json"), dtype=torch.bfloat16,
                         device=torch.device("cpu"), scheme=read_scheme(cfg, "config.json"))
     first = []
     for p, theirs in zip(ids, runs["plain"]["tokens"]):

@@ -71,8 +71,10 @@ def child(backend: str, shape: str, tokens: int, sweep: bool, threads: int) -> d
     import torch
 
     from benchmarks.real_pairs import build_pair
-    from dflash_ckpt.runtime.args import DraftArgs, TargetArgs
-    from dflash_ckpt.runtime.generate import decode, dflash_decode
+    from dflash_ckpt.draftspec.draft_settings import DraftSettings
+    from dflash_ckpt.draftspec.target_settings import TargetSettings
+    from dflash_ckpt.runtime.generate import decode
+    from dflash_ckpt.runtime.eager_dflash import dflash_decode
     from dflash_ckpt.runtime.loading import inventory, load_draft, load_target
     from dflash_ckpt.sources.local import LocalSource
     from dflash_ckpt.draftspec.specs import read_draft_spec as read_draft
@@ -89,12 +91,12 @@ def child(backend: str, shape: str, tokens: int, sweep: bool, threads: int) -> d
         peak[0] = max(peak[0], anon - base_anon + mapped)
 
     inv = inventory(target_dir, str(target_dir))
-    dargs = DraftArgs.from_spec(read_draft(LocalSource(draft_dir)))
+    dargs = DraftSettings.from_spec(read_draft(LocalSource(draft_dir)))
     bf16, cpu = torch.bfloat16, torch.device("cpu")
     t0 = time.perf_counter()
     c0 = os.times()
     if backend == "native":
-        target = load_target(target_dir, TargetArgs.from_config(cfg, "t"), dtype=bf16, device=cpu, inv=inv)
+        target = load_target(target_dir, TargetSettings.from_config(cfg, "t"), dtype=bf16, device=cpu, inv=inv)
     else:
         from dflash_ckpt.runtime.hf_target import hf_target_info, load_hf_target
 
@@ -130,12 +132,12 @@ def child(backend: str, shape: str, tokens: int, sweep: bool, threads: int) -> d
         if backend == "native":
             from dflash_ckpt.runtime.static import StaticRunner
 
-            runner = StaticRunner(target, draft, cap)
+            runner = StaticRunner(target, draft, cap, block_size=draft.args.block_size)
             out["target_ms"] = med(runner.decode(prompt, max_new_tokens=tokens).step_s)
             tc, dc = target.new_cache(cap), draft.new_cache(cap)
             out["target_eager_ms"] = med(decode(target, prompt, max_new_tokens=tokens, cache=tc).step_s)
             s = runner.dflash(prompt, max_new_tokens=dflash_tokens)
-            e = dflash_decode(target, draft, prompt, max_new_tokens=dflash_tokens, target_cache=tc, draft_cache=dc)
+            e = dflash_decode(target, draft, prompt, max_new_tokens=dflash_tokens, target_cache=tc, draft_cache=dc, block_size=draft.args.block_size)
             out["dflash_static_ms"], out["dflash_eager_ms"] = med(full(s.step_s)), med(full(e.step_s))
             out["same_tokens"] = s.tokens == e.tokens
             try:  # the lossless judge (runtime/judge.py) over both outputs: equal up to near ties
@@ -149,7 +151,7 @@ def child(backend: str, shape: str, tokens: int, sweep: bool, threads: int) -> d
         else:
             tc, dc = target.new_cache(cap), draft.new_cache(cap)
             out["target_ms"] = med(decode(target, prompt, max_new_tokens=tokens, cache=tc).step_s)
-            e = dflash_decode(target, draft, prompt, max_new_tokens=dflash_tokens, target_cache=tc, draft_cache=dc)
+            e = dflash_decode(target, draft, prompt, max_new_tokens=dflash_tokens, target_cache=tc, draft_cache=dc, block_size=draft.args.block_size)
             out["dflash_eager_ms"] = med(full(e.step_s))
             ids = torch.tensor([prompt])
             with torch.inference_mode():
@@ -196,7 +198,7 @@ def capacity_sweep(target: Any, draft: Any, reps: int) -> dict[str, dict[str, fl
     prompt = list(range(1, 65))
     figures: dict[str, dict[str, float]] = {}
     for capacity in (128, 1024, 4096):
-        runner = StaticRunner(target, draft, capacity)
+        runner = StaticRunner(target, draft, capacity, block_size=draft.args.block_size)
         runner._prefill(prompt, ())
         takes_used = len(inspect.signature(runner._run).parameters) > 1
 

@@ -44,9 +44,12 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dflash_ckpt.runtime.args import DraftArgs, TargetArgs  # noqa: E402
+from dflash_ckpt.draftspec.draft_settings import DraftSettings  # noqa: E402
+
+from dflash_ckpt.draftspec.target_settings import TargetSettings  # noqa: E402
 from dflash_ckpt.runtime.draft import DFlashDraft  # noqa: E402
-from dflash_ckpt.runtime.generate import decode, dflash_decode  # noqa: E402
+from dflash_ckpt.runtime.generate import decode  # noqa: E402
+from dflash_ckpt.runtime.eager_dflash import dflash_decode  # noqa: E402
 from dflash_ckpt.runtime.layers import init_random_  # noqa: E402
 from dflash_ckpt.runtime.static import StaticRunner  # noqa: E402
 from dflash_ckpt.runtime.target import TargetModel  # noqa: E402
@@ -89,10 +92,10 @@ def load_tiny_pair(dtype: torch.dtype, device: torch.device, block: int | None) 
     from dflash_ckpt.draftspec.specs import read_draft_spec as read_draft, read_target_spec as read_target
 
     spec, tspec = read_draft(LocalSource(TINY / "draft")), read_target(LocalSource(TINY / "target"))
-    dargs = DraftArgs.from_spec(spec)
+    dargs = DraftSettings.from_spec(spec)
     if block:
         dargs = dataclasses.replace(dargs, block_size=block)
-    target = load_target(TINY / "target", TargetArgs.from_config(tspec.config, tspec.where), dtype=dtype, device=device)
+    target = load_target(TINY / "target", TargetSettings.from_config(tspec.config, tspec.where), dtype=dtype, device=device)
     return target, load_draft(TINY / "draft", dargs, dtype=dtype, device=device)
 
 
@@ -104,8 +107,8 @@ def build(preset: str, dtype: torch.dtype, device: torch.device, block: int | No
     dcfg = dict(dcfg)
     if block:
         dcfg["block_size"] = block
-    targs = TargetArgs.from_config(tcfg, f"{preset} target")
-    dargs = DraftArgs.from_spec(build_spec(dcfg, label=f"{preset} draft"))
+    targs = TargetSettings.from_config(tcfg, f"{preset} target")
+    dargs = DraftSettings.from_spec(build_spec(dcfg, label=f"{preset} draft"))
     default = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
@@ -222,11 +225,11 @@ def step_figures(target: TargetModel, draft: DFlashDraft, context: int, reps: in
 
         return {name: at(name) for name in ("decode", "draft", "verify")}
 
-    eager = StaticRunner(target, draft, context + 4 * block)
+    eager = StaticRunner(target, draft, context + 4 * block, block_size=draft.args.block_size)
     steps = static_steps(eager)
     out["static"] = {name: {"ops": "%d/%d" % count_ops(fn), **timed(device, reps, fn)} for name, fn in steps.items()}
     if graphs:
-        graphed = StaticRunner(target, draft, context + 4 * block, graphs=True)
+        graphed = StaticRunner(target, draft, context + 4 * block, graphs=True, block_size=draft.args.block_size)
         steps = static_steps(graphed)
         out["static + CUDA graphs"] = {name: {"ops": "1 graph", **timed(device, reps, fn)} for name, fn in steps.items()}
         out["static + CUDA graphs"]["capture_s"] = graphed.capture_s  # type: ignore[assignment]
@@ -240,7 +243,7 @@ def check_lossless(target: TargetModel, draft: DFlashDraft, context: int, new_to
     prompt = torch.randint(0, vocab, (context,), generator=torch.Generator().manual_seed(1)).tolist()
     cap = context + new_tokens + draft.args.block_size + 1
     ref = decode(target, prompt, max_new_tokens=new_tokens, cache=target.new_cache(cap))
-    runner = StaticRunner(target, draft, cap, graphs=graphs)
+    runner = StaticRunner(target, draft, cap, graphs=graphs, block_size=draft.args.block_size)
     got = runner.dflash(prompt, max_new_tokens=new_tokens)
     same = sum(1 for a, b in zip(ref.tokens, got.tokens) if a == b)
     first = next((i for i, (a, b) in enumerate(zip(ref.tokens, got.tokens)) if a != b), None)

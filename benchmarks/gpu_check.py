@@ -75,14 +75,16 @@ def bandwidth(torch: Any, dev: Any) -> float:
 def load_pair(draft_dir: Path, target_dir: Path, dev: Any) -> tuple[Any, Any]:
     import torch
 
-    from dflash_ckpt.runtime.args import DraftArgs, TargetArgs
+    from dflash_ckpt.draftspec.draft_settings import DraftSettings
+
+    from dflash_ckpt.draftspec.target_settings import TargetSettings
     from dflash_ckpt.runtime.loading import load_draft, load_target
     from dflash_ckpt.sources.local import LocalSource
     from dflash_ckpt.draftspec.specs import read_draft_spec as read_draft
 
     cfg = json.loads((target_dir / "config.json").read_text())
-    target = load_target(target_dir, TargetArgs.from_config(cfg, "t"), dtype=torch.bfloat16, device=dev)
-    draft = load_draft(draft_dir, DraftArgs.from_spec(read_draft(LocalSource(draft_dir))), dtype=torch.bfloat16, device=dev)
+    target = load_target(target_dir, TargetSettings.from_config(cfg, "t"), dtype=torch.bfloat16, device=dev)
+    draft = load_draft(draft_dir, DraftSettings.from_spec(read_draft(LocalSource(draft_dir))), dtype=torch.bfloat16, device=dev)
     return target, draft
 
 
@@ -100,7 +102,9 @@ def step_ms(torch: Any, dev: Any, fn: Any, reps: int = 50) -> float:
 def check_pair(name: str, draft_dir: Path, target_dir: Path, dev: Any, table: Table, bw: float, tokens: int) -> None:
     import torch
 
-    from dflash_ckpt.runtime.generate import decode, dflash_decode, teacher_forced_logits
+    from dflash_ckpt.runtime.generate import decode, teacher_forced_logits
+
+    from dflash_ckpt.runtime.eager_dflash import dflash_decode
     from dflash_ckpt.runtime.judge import TIE_TOLERANCE, judge_logits
     from dflash_ckpt.runtime.memory import estimate_run
     from dflash_ckpt.runtime.static import StaticRunner
@@ -113,9 +117,9 @@ def check_pair(name: str, draft_dir: Path, target_dir: Path, dev: Any, table: Ta
     cap = len(prompt) + tokens + block + 1
     tc, dc = target.new_cache(cap), draft.new_cache(cap)
     ref = decode(target, prompt, max_new_tokens=tokens, cache=tc)
-    eager = dflash_decode(target, draft, prompt, max_new_tokens=tokens, target_cache=tc, draft_cache=dc)
+    eager = dflash_decode(target, draft, prompt, max_new_tokens=tokens, target_cache=tc, draft_cache=dc, block_size=draft.args.block_size)
     del tc, dc
-    runner = StaticRunner(target, draft, cap, graphs=True)
+    runner = StaticRunner(target, draft, cap, graphs=True, block_size=draft.args.block_size)
     graphed_t = runner.decode(prompt, max_new_tokens=tokens)
     graphed = runner.dflash(prompt, max_new_tokens=tokens)
     # Equal up to near ties in the target's logits, judged as smoke-run judges (runtime/judge.py).

@@ -26,7 +26,8 @@ pytest.importorskip("transformers")
 
 import hf_tiny  # noqa: E402
 import tiny_models as tm  # noqa: E402
-from dflash_ckpt.runtime.generate import decode, dflash_decode  # noqa: E402
+from dflash_ckpt.runtime.generate import decode  # noqa: E402
+from loop_oracles import dflash_decode  # noqa: E402
 from dflash_ckpt.runtime.hf_target import hf_target_info, load_hf_target  # noqa: E402
 from dflash_ckpt.runtime.loading import inventory, load_draft  # noqa: E402
 from dflash_ckpt.runtime.memory import needed_bytes  # noqa: E402
@@ -138,13 +139,13 @@ def test_linear_attention_rollback_replays_and_sliding_layers_pass_the_window(ta
 @pytest.fixture(scope="module")
 def draft(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """A random-init DFlash draft reading layers 0, 2, 3 of a 4-layer, hidden-64 target."""
-    from dflash_ckpt.runtime.args import DraftArgs
+    from dflash_ckpt.draftspec.draft_settings import DraftSettings
     from dflash_ckpt.sources.local import LocalSource
     from dflash_ckpt.draftspec.specs import read_draft_spec as read_draft
 
     folder = tm.make_draft(tmp_path_factory.mktemp("draft") / "d", hidden=64, taps=TAPS, num_target_layers=4,
                            block_size=BLOCK)
-    return load_draft(folder, DraftArgs.from_spec(read_draft(LocalSource(folder))), dtype=torch.float32,
+    return load_draft(folder, DraftSettings.from_spec(read_draft(LocalSource(folder))), dtype=torch.float32,
                       device=torch.device("cpu"))
 
 
@@ -169,7 +170,7 @@ def test_dflash_output_is_the_targets_greedy_output_whatever_is_proposed(targets
     lengths = {}
     for name, proposer in (("draft", None), ("noise", noise), ("half", half_right)):
         got = dflash_decode(target, draft, prompt, max_new_tokens=n, target_cache=target.new_cache(),
-                            draft_cache=draft.new_cache(256), proposer=proposer)
+                            draft_cache=draft.new_cache(256), proposer=proposer, block_size=draft.args.block_size)
         assert got.tokens == ref.tokens, name
         assert sum(got.acceptance_lengths) + 1 == n
         lengths[name] = got.acceptance_lengths
@@ -207,10 +208,10 @@ def test_taps_are_the_reference_hidden_states(targets, family: str) -> None:
 
 
 def test_each_family_rolls_back_as_the_families_table_says(targets) -> None:
-    """runtime/families.py (and docs/backends.md's table) names the rollback method; the cache agrees."""
+    """draftspec/families.py (and docs/backends.md's table) names the rollback method; the cache agrees."""
     from transformers.cache_utils import DynamicSlidingWindowLayer, LinearAttentionCacheLayerMixin
 
-    from dflash_ckpt.runtime.families import hf_family_of
+    from dflash_ckpt.draftspec.families import hf_family_of
 
     for fam, (folder, target, _) in targets.items():
         family = hf_family_of(json.loads((folder / "config.json").read_text()))
@@ -231,7 +232,7 @@ def test_gemma_embeddings_are_the_raw_table(targets) -> None:
 
 
 def test_readme_table_lists_every_family() -> None:
-    from dflash_ckpt.runtime.families import HF_FAMILIES
+    from dflash_ckpt.draftspec.families import HF_FAMILIES
 
     readme = (Path(__file__).resolve().parents[1] / "docs" / "backends.md").read_text()  # README links it
     rows = [line for line in readme.splitlines() if line.startswith("| ") and "| transformers |" in line

@@ -18,7 +18,7 @@ import pytest
 from conftest import ROOT, no_traceback
 from dflash_ckpt.errors import CheckFailed, InputError
 from dflash_ckpt.canonical.plan import plan_normalize
-from dflash_ckpt.runtime.args import draft_layer_types
+from dflash_ckpt.draftspec.draft_settings import draft_layer_types
 from dflash_ckpt.draftspec.layer_kinds import LAYER_KINDS
 
 CONFIGS = sorted((ROOT / "fixtures" / "published" / "configs").glob("*.json"))

@@ -234,7 +234,7 @@ def test_probe_replays_the_dflash_loop_exactly_in_fp32() -> None:
     import torch
 
     import tiny_models as tm
-    from dflash_ckpt.runtime.generate import dflash_decode
+    from dflash_ckpt.runtime.eager_dflash import dflash_decode
     from dflash_ckpt.runtime.probe import measure, reading_taps, record
     from dflash_ckpt.sources.prompts import PromptEncoder, gather_prompts
 
@@ -247,12 +247,12 @@ def test_probe_replays_the_dflash_loop_exactly_in_fp32() -> None:
     recs = [record(target, p, depth=8, max_new_tokens=40, stop_ids=stops, cache=tcache) for p in prompts]
     for ids in ((1, 3, 5), (2, 3, 5), (2, 4, 6), (0, 6, 7)):
         m = measure(draft, recs, ids, embed_w=target.embed_tokens.weight, head_w=target.lm_head.weight,
-                    draft_cache=dcache, stop_ids=stops)
+                    draft_cache=dcache, block_size=draft.args.block_size, stop_ids=stops)
         loop: list[int] = []
         with reading_taps(draft, ids):
             for p, rec in zip(prompts, recs):
                 gen = dflash_decode(target, draft, p, max_new_tokens=40, stop_ids=stops, target_cache=tcache,
-                                    draft_cache=dcache)
+                                    draft_cache=dcache, block_size=draft.args.block_size)
                 assert gen.tokens == rec.tokens, "lossless: every tap set yields the target's continuation"
                 loop += gen.acceptance_lengths
         assert m.exact and m.acceptance_lengths == loop, ids

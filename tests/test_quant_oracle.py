@@ -72,11 +72,11 @@ def _oracle(folder: Path, python: str, flags: list[str], out: Path) -> dict:
 
 
 def _ours(folder: Path, ids: list[int]) -> torch.Tensor:
-    from dflash_ckpt.runtime.args import TargetArgs
+    from dflash_ckpt.draftspec.target_settings import TargetSettings
     from dflash_ckpt.runtime.loading import load_target
 
     cfg = json.loads((folder / "config.json").read_text())
-    model = load_target(folder, TargetArgs.from_config(cfg, "config.json"), dtype=torch.float32,
+    model = load_target(folder, TargetSettings.from_config(cfg, "config.json"), dtype=torch.float32,
                         device=torch.device("cpu"), scheme=read_scheme(cfg, "config.json"))
     with torch.no_grad():
         return model(torch.tensor([ids])).logits[0].float()

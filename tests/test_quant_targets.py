@@ -46,12 +46,12 @@ def source_weights() -> dict[str, torch.Tensor]:
 @pytest.mark.parametrize("variant", sorted(BOUNDS))
 def test_dequantized_weights_are_close_to_the_originals(variant: str, source_weights: dict[str, torch.Tensor]) -> None:
     cfg = json.loads((QUANT / variant / "config.json").read_text())
-    from dflash_ckpt.runtime.args import TargetArgs
+    from dflash_ckpt.draftspec.target_settings import TargetSettings
     from dflash_ckpt.runtime.loading import load_target
 
     scheme = read_scheme(cfg, "config.json")
     assert scheme is not None
-    model = load_target(QUANT / variant, TargetArgs.from_config(cfg, "config.json"), dtype=torch.float32,
+    model = load_target(QUANT / variant, TargetSettings.from_config(cfg, "config.json"), dtype=torch.float32,
                         device=torch.device("cpu"), scheme=scheme)
     got = _weights(model)
     assert got.keys() == source_weights.keys()
@@ -237,7 +237,7 @@ def test_the_transformers_backend_points_a_quantized_target_to_native(cli: Any) 
 
 def test_a_sharded_quantized_target_loads_the_same(tmp_path: Path) -> None:
     """A layer's packed weight and its scales may sit in different shards (the index names them)."""
-    from dflash_ckpt.runtime.args import TargetArgs
+    from dflash_ckpt.draftspec.target_settings import TargetSettings
     from dflash_ckpt.runtime.loading import load_target
 
     folder = _copy(tmp_path, "gptq")
@@ -253,7 +253,7 @@ def test_a_sharded_quantized_target_loads_the_same(tmp_path: Path) -> None:
     cfg = json.loads((folder / "config.json").read_text())
 
     def weights(where: Path) -> dict[str, torch.Tensor]:
-        return _weights(load_target(where, TargetArgs.from_config(cfg, "config.json"), dtype=torch.float32,
+        return _weights(load_target(where, TargetSettings.from_config(cfg, "config.json"), dtype=torch.float32,
                                     device=torch.device("cpu"), scheme=read_scheme(cfg, "config.json")))
 
     got, want = weights(folder), weights(QUANT / "gptq")

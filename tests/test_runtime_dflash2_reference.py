@@ -20,7 +20,7 @@ from safetensors.torch import load_file
 import tiny_models as tm
 from conftest import no_traceback, run_cli
 from dflash_ckpt.errors import InputError
-from dflash_ckpt.runtime.args import DraftArgs
+from dflash_ckpt.draftspec.draft_settings import DraftSettings
 from dflash_ckpt.sources.local import LocalSource
 from dflash_ckpt.draftspec.specs import read_draft_spec as read_draft
 
@@ -292,7 +292,7 @@ def test_args_and_loader_use_the_published_names(tmp_path: Path) -> None:
     from dflash_ckpt.runtime.draft2 import DFlash2Draft
 
     folder = tm.make_draft2(tmp_path / "n", conv_kernel_size=3, selector_rank=12, selector_top_k=5)
-    args = DraftArgs.from_spec(read_draft(LocalSource(folder)))
+    args = DraftSettings.from_spec(read_draft(LocalSource(folder)))
     assert args.generation == "DFlash2" and args.dflash2 is not None
     assert (args.dflash2.conv_kernel_size, args.dflash2.conv_group_size, args.dflash2.selector_rank,
             args.dflash2.selector_top_k) == (3, 16, 12, 5)
@@ -302,7 +302,7 @@ def test_args_and_loader_use_the_published_names(tmp_path: Path) -> None:
     assert set(dict(draft.named_parameters())) == set(stored)
     for name, t in stored.items():
         torch.testing.assert_close(dict(draft.named_parameters())[name], t.float())
-    v1 = DraftArgs.from_spec(read_draft(LocalSource(tm.make_draft(tmp_path / "v1"))))
+    v1 = DraftSettings.from_spec(read_draft(LocalSource(tm.make_draft(tmp_path / "v1"))))
     assert v1.generation == "DFlash" and v1.dflash2 is None
 
 
@@ -327,7 +327,7 @@ def test_bad_dflash2_keys_are_refused_naming_the_key(tmp_path: Path, edit: dict[
             cfg["dflash_config"][key] = value
     (folder / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(InputError, match=re_escape(text)) as err:
-        DraftArgs.from_spec(read_draft(LocalSource(folder)))
+        DraftSettings.from_spec(read_draft(LocalSource(folder)))
     assert err.value.code == "DF146" and "config.json" in err.value.message
 
 
@@ -341,7 +341,8 @@ def re_escape(text: str) -> str:
 
 
 def test_dflash_decoding_with_a_dflash2_draft_is_lossless(tmp_path: Path) -> None:
-    from dflash_ckpt.runtime.generate import decode, dflash_decode
+    from dflash_ckpt.runtime.generate import decode
+    from dflash_ckpt.runtime.eager_dflash import dflash_decode
 
     target_dir = tm.make_target(tmp_path / "target")
     draft_dir = tm.make_draft2(tmp_path / "draft", store_dtype="float32", codebook_scale=3.0)
@@ -358,7 +359,7 @@ def test_dflash_decoding_with_a_dflash2_draft_is_lossless(tmp_path: Path) -> Non
     tcache, dcache = target.new_cache(128), draft.new_cache(128)
     prompt = [5, 17, 33, 8, 90, 12]
     ref = decode(target, prompt, max_new_tokens=40, cache=tcache)
-    spec = dflash_decode(target, draft, prompt, max_new_tokens=40, target_cache=tcache, draft_cache=dcache)
+    spec = dflash_decode(target, draft, prompt, max_new_tokens=40, target_cache=tcache, draft_cache=dcache, block_size=draft.args.block_size)
     assert spec.tokens == ref.tokens
     assert len(picks) == spec.draft_forwards > 0, "the loop picks draft tokens through pick_tokens"
     assert sum(spec.acceptance_lengths) == len(spec.tokens) - 1

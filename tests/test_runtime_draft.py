@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 
 import tiny_models as tm
 from dflash_ckpt.errors import InputError
-from dflash_ckpt.runtime.args import DraftArgs
+from dflash_ckpt.draftspec.draft_settings import DraftSettings
 from dflash_ckpt.sources.local import LocalSource
 from dflash_ckpt.draftspec.specs import read_draft_spec as read_draft
 
@@ -173,7 +173,7 @@ def test_dflash2_config_without_its_keys_is_refused(tmp_path: Path) -> None:
     refused naming the first missing key, not run as a v1 draft."""
     folder = tm.make_draft(tmp_path / "v2", architectures=["DFlash2DraftModel"])
     with pytest.raises(InputError, match="dflash_config.conv_kernel_size' must be an integer >= 1 in a DFlash2 draft"):
-        DraftArgs.from_spec(read_draft(LocalSource(folder)))
+        DraftSettings.from_spec(read_draft(LocalSource(folder)))
 
 
 def test_layer_types_not_derived_from_max_window_layers(tmp_path: Path) -> None:
@@ -182,10 +182,10 @@ def test_layer_types_not_derived_from_max_window_layers(tmp_path: Path) -> None:
     folder = tm.make_draft(tmp_path / "lt", layers=3, sliding_window=16,
                            extra_config={"layer_types": None, "use_sliding_window": True, "max_window_layers": 1})
     with pytest.raises(InputError, match=r"layer_types is missing and cannot be derived .*normalize .*--layer-types"):
-        DraftArgs.from_spec(read_draft(LocalSource(folder)))
+        DraftSettings.from_spec(read_draft(LocalSource(folder)))
     explicit = tm.make_draft(tmp_path / "ex", layers=3, sliding_window=16, extra_config={
         "layer_types": ["full_attention", "sliding_attention", "sliding_attention"], "use_sliding_window": True})
-    args = DraftArgs.from_spec(read_draft(LocalSource(explicit)))
+    args = DraftSettings.from_spec(read_draft(LocalSource(explicit)))
     assert args.layer_types == ("full_attention", "sliding_attention", "sliding_attention")
     assert [args.layer_causal(i) for i in range(3)] == [False, True, True]
     assert args.layer_window(0) is None and args.layer_window(2) == 16

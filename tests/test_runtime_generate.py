@@ -9,7 +9,8 @@ import pytest
 import torch
 
 import tiny_models as tm
-from dflash_ckpt.runtime.generate import decode, dflash_decode
+from dflash_ckpt.runtime.generate import decode
+from loop_oracles import dflash_decode
 
 PROMPT = [1, 87, 85, 263, 201, 74, 75, 2, 1, 30, 40, 50, 60]
 
@@ -25,7 +26,7 @@ def reference(fp32, n: int = 120, prompt: list[int] = PROMPT, stops: tuple[int, 
 def test_random_draft_output_equals_target_only(fp32) -> None:
     target, draft, tc, dc = fp32
     ref = reference(fp32)
-    got = dflash_decode(target, draft, PROMPT, max_new_tokens=120, target_cache=tc, draft_cache=dc)
+    got = dflash_decode(target, draft, PROMPT, max_new_tokens=120, target_cache=tc, draft_cache=dc, block_size=draft.args.block_size)
     assert got.tokens == ref.tokens and len(got.tokens) == 120
     assert len(set(ref.tokens)) > 20  # a varied continuation, not a repeated token
     assert got.overflow is None
@@ -52,7 +53,7 @@ def test_any_proposal_gives_the_target_output(fp32, corrupt: float) -> None:
             out.append((tok + 1) % tm.VOCAB if rng.random() < corrupt else tok)
         return out
 
-    got = dflash_decode(target, draft, PROMPT, max_new_tokens=120, target_cache=tc, draft_cache=dc, proposer=proposer)
+    got = dflash_decode(target, draft, PROMPT, max_new_tokens=120, target_cache=tc, draft_cache=dc, proposer=proposer, block_size=draft.args.block_size)
     assert got.tokens == ref.tokens
     lengths = got.acceptance_lengths
     block = draft.args.block_size
@@ -78,7 +79,7 @@ def test_stop_tokens_end_both_decoders_at_the_same_place(fp32) -> None:
 
     for proposer in (None, oracle):
         got = dflash_decode(target, draft, PROMPT, max_new_tokens=60, target_cache=tc, draft_cache=dc,
-                            stop_ids=[stop], proposer=proposer)
+                            stop_ids=[stop], proposer=proposer, block_size=draft.args.block_size)
         assert got.tokens == ref.tokens and got.stopped
 
 
@@ -95,7 +96,7 @@ def test_token_budget_is_exact_and_block_size_can_be_overridden(fp32) -> None:
                             block_size=block, proposer=oracle)
         assert got.tokens == ref.tokens
         assert max(got.acceptance_lengths) <= block
-    one = dflash_decode(target, draft, PROMPT, max_new_tokens=1, target_cache=tc, draft_cache=dc)
+    one = dflash_decode(target, draft, PROMPT, max_new_tokens=1, target_cache=tc, draft_cache=dc, block_size=draft.args.block_size)
     assert one.tokens == ref.tokens[:1] and one.acceptance_lengths == [] and one.target_forwards == 1
 
 
@@ -104,9 +105,10 @@ def test_bf16_draft_runs_against_fp16_target(pair: tuple[Path, Path]) -> None:
     assert target.dtype == torch.float16 and draft.dtype == torch.bfloat16
     tc, dc = target.new_cache(256), draft.new_cache(256)
     ref = decode(target, PROMPT, max_new_tokens=40, cache=tc)
-    got = dflash_decode(target, draft, PROMPT, max_new_tokens=40, target_cache=tc, draft_cache=dc)
+    got = dflash_decode(target, draft, PROMPT, max_new_tokens=40, target_cache=tc, draft_cache=dc, block_size=draft.args.block_size)
     assert got.overflow is None and ref.overflow is None
-    from dflash_ckpt.runtime.measure import TIE_TOLERANCE, compare_outputs
+    from dflash_ckpt.runtime.measure import TIE_TOLERANCE
+    from loop_oracles import compare_outputs
 
     verdict = compare_outputs(ref.tokens, got.tokens, ref.top2_values, ref.top2_ids, TIE_TOLERANCE[torch.float16])
     assert verdict.status in ("identical", "tie")
@@ -119,7 +121,7 @@ def test_overflow_in_the_fused_features_is_detected(tmp_path: Path) -> None:
     for draft_dtype, want in (("float16", "fused features"), ("bfloat16", None)):
         target, draft = tm.load_runtime_pair(draft_dir, target_dir, draft_dtype=draft_dtype, target_dtype="float16")
         tc, dc = target.new_cache(128), draft.new_cache(128)
-        got = dflash_decode(target, draft, PROMPT, max_new_tokens=20, target_cache=tc, draft_cache=dc)
+        got = dflash_decode(target, draft, PROMPT, max_new_tokens=20, target_cache=tc, draft_cache=dc, block_size=draft.args.block_size)
         assert got.overflow == want
         if want:
             assert got.tokens == got.tokens[:1]  # stopped at the first draft call, no garbage drafted on
@@ -132,13 +134,13 @@ def test_overflow_in_the_target_is_detected(tmp_path: Path) -> None:
     draft_dir = tm.make_draft(tmp_path / "d")
     target, draft = tm.load_runtime_pair(draft_dir, target_dir, draft_dtype="bfloat16", target_dtype="float16")
     tc, dc = target.new_cache(128), draft.new_cache(128)
-    assert dflash_decode(target, draft, PROMPT, max_new_tokens=10, target_cache=tc, draft_cache=dc).overflow == "tapped features"
+    assert dflash_decode(target, draft, PROMPT, max_new_tokens=10, target_cache=tc, draft_cache=dc, block_size=draft.args.block_size).overflow == "tapped features"
     ref = decode(target, PROMPT, max_new_tokens=10, cache=tc)
     assert ref.overflow == "logits" and ref.tokens == []
     # The same weights in float32 do not overflow.
     target32, draft32 = tm.load_runtime_pair(draft_dir, target_dir, draft_dtype="bfloat16", target_dtype="float32")
     ok = dflash_decode(target32, draft32, PROMPT, max_new_tokens=10, target_cache=target32.new_cache(64),
-                       draft_cache=draft32.new_cache(64))
+                       draft_cache=draft32.new_cache(64), block_size=draft32.args.block_size)
     assert ok.overflow is None and len(ok.tokens) == 10
 
 
@@ -169,7 +171,7 @@ def test_draft_sees_the_features_of_exactly_the_accepted_tokens(fp32, monkeypatc
 
     monkeypatch.setattr(draft, "fuse", spy_fuse)
     monkeypatch.setattr(draft, "logits", oracle_logits)
-    got = dflash_decode(target, draft, PROMPT, max_new_tokens=80, target_cache=tc, draft_cache=dc)
+    got = dflash_decode(target, draft, PROMPT, max_new_tokens=80, target_cache=tc, draft_cache=dc, block_size=draft.args.block_size)
     assert got.tokens == ref.tokens
     assert max(got.acceptance_lengths) > 3  # real acceptance happened
     seen = torch.cat(contexts, dim=1)

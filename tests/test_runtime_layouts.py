@@ -17,7 +17,8 @@ import torch
 
 import tiny_models as tm
 from dflash_ckpt.draftspec.layout import ANCHOR_FIRST, ONE_PLUS_N, BlockLayout
-from dflash_ckpt.runtime.generate import decode, dflash_decode
+from dflash_ckpt.runtime.generate import decode
+from loop_oracles import dflash_decode, static_dflash
 from dflash_ckpt.runtime.probe import measure, record
 from dflash_ckpt.runtime.probe_layout import reading_layout
 from dflash_ckpt.runtime.static import StaticRunner
@@ -50,7 +51,7 @@ def test_an_oracle_fills_every_draft_slot_of_the_layout(fp32, layout: str) -> No
     block = draft.args.block_size
     with reading_layout(draft, layout):
         got = dflash_decode(target, draft, PROMPT, max_new_tokens=120, target_cache=tc, draft_cache=dc,
-                            proposer=oracle(full))
+                            proposer=oracle(full), block_size=draft.args.block_size)
     width = block + 1 if layout == ANCHOR_FIRST else block
     assert got.tokens == ref.tokens
     assert got.acceptance_lengths[:-1] == [width] * (len(got.acceptance_lengths) - 1)
@@ -66,12 +67,12 @@ def test_static_path_equals_eager_path_in_both_layouts(fp32, layout: str, corrup
     ref = decode(target, PROMPT, max_new_tokens=100, cache=tc)
     full = PROMPT + ref.tokens
     with reading_layout(draft, layout):
-        runner = StaticRunner(target, draft, 256)
+        runner = StaticRunner(target, draft, 256, block_size=draft.args.block_size)
         assert runner.width == draft.args.block_size + (layout == ANCHOR_FIRST)
         for make in (lambda: oracle(full, corrupt, 1), lambda: None):  # a fresh proposer per run: it draws
             eager = dflash_decode(target, draft, PROMPT, max_new_tokens=100, target_cache=tc, draft_cache=dc,
-                                  proposer=make())
-            static = runner.dflash(PROMPT, max_new_tokens=100, proposer=make())
+                                  proposer=make(), block_size=draft.args.block_size)
+            static = static_dflash(runner, PROMPT, max_new_tokens=100, proposer=make())
             assert eager.tokens == static.tokens == ref.tokens
             assert eager.acceptance_lengths == static.acceptance_lengths
 
@@ -84,8 +85,8 @@ def test_the_probe_simulation_replays_the_anchor_first_loop(fp32) -> None:
     for layout in (ONE_PLUS_N, ANCHOR_FIRST):
         with reading_layout(draft, layout):
             m = measure(draft, [rec], taps, embed_w=target.embed_tokens.weight, head_w=target.lm_head.weight,
-                        draft_cache=dc)
-            loop = dflash_decode(target, draft, PROMPT, max_new_tokens=60, target_cache=tc, draft_cache=dc)
+                        draft_cache=dc, block_size=draft.args.block_size)
+            loop = dflash_decode(target, draft, PROMPT, max_new_tokens=60, target_cache=tc, draft_cache=dc, block_size=draft.args.block_size)
         assert loop.tokens == rec.tokens
         assert m.acceptance_lengths == loop.acceptance_lengths, layout
 
@@ -111,7 +112,7 @@ def test_anchor_first_uses_slot_zero_and_one_position_more(fp32, monkeypatch: py
     for layout, drafts in ((ONE_PLUS_N, b - 1), (ANCHOR_FIRST, b)):
         seen.clear()
         with reading_layout(draft, layout):
-            dflash_decode(target, draft, PROMPT, max_new_tokens=40, target_cache=tc, draft_cache=dc)
+            dflash_decode(target, draft, PROMPT, max_new_tokens=40, target_cache=tc, draft_cache=dc, block_size=draft.args.block_size)
         assert seen[0] == ("drafts", drafts) and seen[1] == ("verify", drafts + 1), layout
 
 
@@ -119,15 +120,15 @@ def test_the_layout_comes_from_the_config_and_the_override(pair: tuple[Path, Pat
     import json
 
     from dflash_ckpt.draftspec.specs import build_spec
-    from dflash_ckpt.runtime.args import DraftArgs
+    from dflash_ckpt.draftspec.draft_settings import DraftSettings
     from dflash_ckpt.runtime.plan import with_layout
 
     draft_dir, _ = pair
     cfg = json.loads((draft_dir / "config.json").read_text())
-    plain = DraftArgs.from_spec(build_spec(cfg, label="d", where="d/config.json"))
+    plain = DraftSettings.from_spec(build_spec(cfg, label="d", where="d/config.json"))
     assert plain.block_layout.layout == ONE_PLUS_N and plain.block_layout.verify_width(8) == 8
     cfg["dflash_config"] = {**cfg["dflash_config"], "sample_from_anchor": True}
-    af = DraftArgs.from_spec(build_spec(cfg, label="d", where="d/config.json"))
+    af = DraftSettings.from_spec(build_spec(cfg, label="d", where="d/config.json"))
     assert af.block_layout.layout == ANCHOR_FIRST and af.block_layout.source == "dflash_config.sample_from_anchor"
     assert af.block_layout.verify_width(8) == 9
     assert with_layout(af, ONE_PLUS_N).block_layout == BlockLayout(ONE_PLUS_N, "--layout", {})
@@ -176,8 +177,8 @@ def test_a_draft_tapping_minus_one_decodes_losslessly(fp32) -> None:
     before = draft.args
     draft.args = dataclasses.replace(before, target_layer_ids=taps)
     try:
-        eager = dflash_decode(target, draft, PROMPT, max_new_tokens=60, target_cache=tc, draft_cache=dc)
-        static = StaticRunner(target, draft, 256).dflash(PROMPT, max_new_tokens=60)
+        eager = dflash_decode(target, draft, PROMPT, max_new_tokens=60, target_cache=tc, draft_cache=dc, block_size=draft.args.block_size)
+        static = StaticRunner(target, draft, 256, block_size=draft.args.block_size).dflash(PROMPT, max_new_tokens=60)
     finally:
         draft.args = before
     assert eager.tokens == static.tokens == ref.tokens

@@ -20,7 +20,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from dflash_ckpt.draftspec.specs import read_draft_spec  # noqa: E402
-from dflash_ckpt.runtime.args import DraftArgs, TargetArgs  # noqa: E402
+from dflash_ckpt.draftspec.draft_settings import DraftSettings  # noqa: E402
+from dflash_ckpt.draftspec.target_settings import TargetSettings  # noqa: E402
 from dflash_ckpt.runtime.generate import teacher_forced_logits  # noqa: E402
 from dflash_ckpt.runtime.loading import load_draft, load_target  # noqa: E402
 from dflash_ckpt.runtime.prepack import PACKED, can_pack, is_packed, prepack, unpack  # noqa: E402
@@ -37,8 +38,8 @@ needs_onednn = pytest.mark.skipif(not can_pack(torch.empty(2, 2, dtype=torch.bfl
 
 def load_pair() -> tuple[Any, Any]:
     cfg = json.loads((PAIR / "target" / "config.json").read_text())
-    target = load_target(PAIR / "target", TargetArgs.from_config(cfg, "t"), dtype=torch.bfloat16, device=torch.device("cpu"))
-    dargs = DraftArgs.from_spec(read_draft_spec(LocalSource(PAIR / "draft")))
+    target = load_target(PAIR / "target", TargetSettings.from_config(cfg, "t"), dtype=torch.bfloat16, device=torch.device("cpu"))
+    dargs = DraftSettings.from_spec(read_draft_spec(LocalSource(PAIR / "draft")))
     draft = load_draft(PAIR / "draft", dargs, dtype=torch.bfloat16, device=torch.device("cpu"))
     return target, draft
 
@@ -46,7 +47,7 @@ def load_pair() -> tuple[Any, Any]:
 def outputs(target: Any, draft: Any) -> dict[str, Any]:
     """Everything the decoding loops read from the pair: decode and DFlash tokens, the lossless
     check's logits, one verify's logits and tapped features."""
-    runner = StaticRunner(target, draft, 160)
+    runner = StaticRunner(target, draft, 160, block_size=draft.args.block_size)
     d = runner.decode(PROMPT, max_new_tokens=32)
     s = runner.dflash(PROMPT, max_new_tokens=32)
     with torch.inference_mode():

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from dflash_ckpt.errors import InputError
-from dflash_ckpt.runtime.args import RopeSpec, Unsupported, rope_specs
+from dflash_ckpt.draftspec.rope_spec import RopeSpec, rope_specs
+from dflash_ckpt.draftspec.families import Unsupported
 from dflash_ckpt.runtime.rope import RotaryTable, apply_rope, inv_freq
 
 DIM = 64

@@ -10,8 +10,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import tiny_models as tm
-from dflash_ckpt.runtime.args import RopeSpec
-from dflash_ckpt.runtime.generate import decode, dflash_decode
+from dflash_ckpt.draftspec.rope_spec import RopeSpec
+from dflash_ckpt.runtime.generate import decode
+from dflash_ckpt.runtime.eager_dflash import dflash_decode
 from dflash_ckpt.runtime.rope import RotaryTable
 from dflash_ckpt.runtime.static import StaticRunner, span_buckets
 

@@ -14,7 +14,8 @@ import torch
 
 import tiny_models as tm
 from conftest import ROOT
-from dflash_ckpt.runtime.generate import decode, dflash_decode, teacher_forced
+from dflash_ckpt.runtime.generate import decode
+from loop_oracles import dflash_decode, static_dflash, teacher_forced
 from dflash_ckpt.runtime.static import StaticRunner, supports_static
 
 PROMPT = [1, 87, 85, 263, 201, 74, 75, 2, 1, 30, 40, 50, 60]
@@ -55,7 +56,7 @@ def test_static_padded_loop_gives_the_generic_tokens_and_acceptance(fp32, block:
     for corrupt in (0.0, 0.2, 1.0):
         g = dflash_decode(target, draft, PROMPT, max_new_tokens=n, target_cache=tc, draft_cache=dc, block_size=block,
                           proposer=oracle(full, corrupt, 3))
-        s = runner.dflash(PROMPT, max_new_tokens=n, proposer=oracle(full, corrupt, 3))
+        s = static_dflash(runner, PROMPT, max_new_tokens=n, proposer=oracle(full, corrupt, 3))
         assert s.tokens == g.tokens == ref.tokens
         assert s.acceptance_lengths == g.acceptance_lengths
         if corrupt == 0.0:
@@ -64,14 +65,14 @@ def test_static_padded_loop_gives_the_generic_tokens_and_acceptance(fp32, block:
 
 def test_static_loop_stops_where_the_generic_one_does(fp32) -> None:
     target, draft, tc, dc = fp32
-    runner = StaticRunner(target, draft, 256)
+    runner = StaticRunner(target, draft, 256, block_size=draft.args.block_size)
     free = decode(target, PROMPT, max_new_tokens=60, cache=tc).tokens
     stop = free[17]
     full = PROMPT + free
     ref = runner.decode(PROMPT, max_new_tokens=60, stop_ids=[stop])
     assert ref.tokens == free[: free.index(stop) + 1] and ref.stopped
     for proposer in (None, oracle(full, 0.0, 0)):
-        got = runner.dflash(PROMPT, max_new_tokens=60, stop_ids=[stop], proposer=proposer)
+        got = static_dflash(runner, PROMPT, max_new_tokens=60, stop_ids=[stop], proposer=proposer)
         assert got.tokens == ref.tokens and got.stopped
     one = runner.dflash(PROMPT, max_new_tokens=1)
     assert one.tokens == free[:1] and one.acceptance_lengths == [] and one.target_forwards == 1
@@ -101,7 +102,7 @@ def test_one_host_read_per_step(fp32, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every device-to-host read goes through these methods; a DFlash step makes one (the
     prefill one more), a target-only token one."""
     target, draft, _, _ = fp32
-    runner = StaticRunner(target, draft, 256)
+    runner = StaticRunner(target, draft, 256, block_size=draft.args.block_size)
     reads = {"n": 0}
     for name in ("tolist", "item", "__bool__", "__int__", "__float__"):
         real = getattr(torch.Tensor, name)
@@ -120,7 +121,7 @@ def test_one_host_read_per_step(fp32, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_teacher_forced_check_equals_decoding(fp32) -> None:
     target, draft, tc, _ = fp32
-    runner = StaticRunner(target, draft, 256)
+    runner = StaticRunner(target, draft, 256, block_size=draft.args.block_size)
     ref = decode(target, PROMPT, max_new_tokens=50, cache=tc)
     for kw in ({"cache": tc}, {"forward_all": runner.forward_all}):
         argmax, values, ids = teacher_forced(target, PROMPT, ref.tokens, **kw)
@@ -151,7 +152,7 @@ def test_cuda_graphs_are_refused_off_cuda_and_native_targets_only(fp32) -> None:
         other.__dict__.update(draft.__dict__)
         assert supports_static(target, other) is want, cls
     with pytest.raises(ValueError, match="CUDA"):
-        StaticRunner(target, draft, 64, graphs=True)
+        StaticRunner(target, draft, 64, graphs=True, block_size=draft.args.block_size)
 
 
 def test_projections_are_fused_without_a_second_copy(fp32) -> None:
@@ -175,7 +176,7 @@ def test_loading_does_not_import_dynamo(pair: tuple[Path, Path]) -> None:
         "import sys; from pathlib import Path; sys.path.insert(0, 'tests'); import tiny_models as tm, torch; "
         f"t, d = tm.load_runtime_pair(Path({str(pair[0])!r}), Path({str(pair[1])!r}), draft_dtype='bfloat16'); "
         "from dflash_ckpt.runtime.static import StaticRunner; "
-        "StaticRunner(t, d, 64).dflash([1, 2, 3], max_new_tokens=12); "
+        "StaticRunner(t, d, 64, block_size=d.args.block_size).dflash([1, 2, 3], max_new_tokens=12); "
         "sys.exit(3 if 'torch._dynamo' in sys.modules else 0)"
     )
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
@@ -202,7 +203,7 @@ def test_steps_are_capturable_no_host_values_no_dynamic_shapes(fp32) -> None:
     from torch.utils._python_dispatch import TorchDispatchMode
 
     target, draft, _, _ = fp32
-    runner = StaticRunner(target, draft, 128)
+    runner = StaticRunner(target, draft, 128, block_size=draft.args.block_size)
     seen: set[str] = set()
 
     class Record(TorchDispatchMode):

@@ -13,7 +13,8 @@ from safetensors.torch import load_file
 
 import tiny_models as tm
 from dflash_ckpt.errors import InputError
-from dflash_ckpt.runtime.args import TargetArgs, Unsupported
+from dflash_ckpt.draftspec.target_settings import TargetSettings
+from dflash_ckpt.draftspec.families import Unsupported
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -203,7 +204,7 @@ def test_loading_errors_name_the_file_and_tensor(tmp_path: Path) -> None:
         tm.load_target_only(shaped)
     cfg["head_dim"] = 7
     with pytest.raises(InputError, match="head_dim"):
-        TargetArgs.from_config(cfg, "c.json")
+        TargetSettings.from_config(cfg, "c.json")
 
 
 def test_tied_embeddings_share_the_table(tmp_path: Path) -> None:
@@ -225,4 +226,4 @@ def test_unsupported_targets() -> None:
         ({**base, "model_type": "llama", "hidden_act": "gelu"}, "hidden_act 'gelu'"),
     ):
         with pytest.raises(Unsupported, match=f"not supported by the reference runtime: .*{what}.*dense Qwen3"):
-            TargetArgs.from_config(cfg, "config.json")
+            TargetSettings.from_config(cfg, "config.json")

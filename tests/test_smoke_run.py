@@ -12,7 +12,7 @@ import torch
 
 import tiny_models as tm
 from conftest import no_traceback, run_cli, smoke
-from dflash_ckpt.runtime.measure import compare_outputs
+from loop_oracles import compare_outputs
 
 FAST = ["--max-new-tokens", "24", "--draft-dtype", "float32"]
 

@@ -309,7 +309,8 @@ def make_pair(root: Path, **target_kw: Any) -> tuple[Path, Path]:
 def load_runtime_pair(draft_dir: Path, target_dir: Path, *, draft_dtype: str = "float32",
                       target_dtype: str = "float32", device: str = "cpu") -> tuple[Any, Any]:
     """``(target, draft)`` runtime modules loaded from the folders (for in-process tests)."""
-    from dflash_ckpt.runtime.args import DraftArgs, TargetArgs
+    from dflash_ckpt.draftspec.draft_settings import DraftSettings
+    from dflash_ckpt.draftspec.target_settings import TargetSettings
     from dflash_ckpt.runtime.loading import load_draft, load_target
     from dflash_ckpt.sources.local import LocalSource
     from dflash_ckpt.draftspec.specs import read_draft_spec as read_draft, read_target_spec as read_target
@@ -317,19 +318,19 @@ def load_runtime_pair(draft_dir: Path, target_dir: Path, *, draft_dtype: str = "
     spec = read_draft(LocalSource(draft_dir))
     tspec = read_target(LocalSource(target_dir))
     dev = torch.device(device)
-    target = load_target(target_dir, TargetArgs.from_config(tspec.config, tspec.where), dtype=_DTYPES[target_dtype], device=dev)
-    draft = load_draft(draft_dir, DraftArgs.from_spec(spec), dtype=_DTYPES[draft_dtype], device=dev)
+    target = load_target(target_dir, TargetSettings.from_config(tspec.config, tspec.where), dtype=_DTYPES[target_dtype], device=dev)
+    draft = load_draft(draft_dir, DraftSettings.from_spec(spec), dtype=_DTYPES[draft_dtype], device=dev)
     return target, draft
 
 
 def load_draft_only(draft_dir: Path, dtype: torch.dtype = torch.float32) -> Any:
     """The folder's draft runtime module (v1 or DFlash2, as its config says) on the CPU, frozen."""
-    from dflash_ckpt.runtime.args import DraftArgs
+    from dflash_ckpt.draftspec.draft_settings import DraftSettings
     from dflash_ckpt.runtime.loading import load_draft
     from dflash_ckpt.sources.local import LocalSource
     from dflash_ckpt.draftspec.specs import read_draft_spec as read_draft
 
-    args = DraftArgs.from_spec(read_draft(LocalSource(draft_dir)))
+    args = DraftSettings.from_spec(read_draft(LocalSource(draft_dir)))
     return load_draft(draft_dir, args, dtype=dtype, device=torch.device("cpu")).requires_grad_(False)
 
 
@@ -341,13 +342,13 @@ def draft_inputs(c: int, n: int, seed: int = 0, hidden: int = 64, taps: int = 3)
 
 
 def load_target_only(target_dir: Path, *, dtype: str = "float32") -> Any:
-    from dflash_ckpt.runtime.args import TargetArgs
+    from dflash_ckpt.draftspec.target_settings import TargetSettings
     from dflash_ckpt.runtime.loading import load_target
     from dflash_ckpt.sources.local import LocalSource
     from dflash_ckpt.draftspec.specs import read_target_spec as read_target
 
     tspec = read_target(LocalSource(target_dir))
-    return load_target(target_dir, TargetArgs.from_config(tspec.config, tspec.where), dtype=_DTYPES[dtype], device=torch.device("cpu"))
+    return load_target(target_dir, TargetSettings.from_config(tspec.config, tspec.where), dtype=_DTYPES[dtype], device=torch.device("cpu"))
 
 
 def make_draft2(

@@ -39,7 +39,7 @@ class AcceptanceKey(NamedTuple):
     #: Values that ask for nothing beyond what an engine ignoring the key does.
     neutral: tuple[Any, ...]
     readers: tuple[Reads, ...]
-    #: Whether the reference runtime (``runtime/args.py``, ``draft.py``) implements it.
+    #: Whether the reference runtime (``draftspec/draft_settings.py``, ``runtime/draft.py``) implements it.
     runtime: bool
 
 

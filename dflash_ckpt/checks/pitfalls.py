@@ -22,7 +22,7 @@ SIDE_FILES = {"mask_embedding.pt": "vLLM (models/qwen3_dflash.py) loads it with 
 PICKLE_SIDE_SUFFIXES = (".pt", ".pth", ".pkl", ".pickle")
 
 #: Target decoder ``model_type``s some engine's DFlash path serves (the published drafts' targets,
-#: shared/DESIGN.md sections 8-10), on top of the reference runtime's tables (``runtime/families``).
+#: shared/DESIGN.md sections 8-10), on top of the reference runtime's tables (``draftspec/families``).
 ENGINE_TARGET_TYPES = frozenset({
     "llama", "qwen2", "qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe",
     "qwen3_5_moe_text", "gpt_oss", "deepseek_v3", "kimi_k2", "kimi_k25", "gemma4", "gemma4_text",
@@ -208,7 +208,7 @@ def check_target_pitfalls(spec: DraftSpec, target: TargetSpec) -> list[Finding]:
 
 def _unknown_family(target: TargetSpec) -> list[Finding]:
     """DF313: a target ``model_type`` neither any engine's DFlash path nor our runtime knows."""
-    from dflash_ckpt.runtime.families import FAMILIES, HF_FAMILIES  # no torch: plain tables
+    from dflash_ckpt.draftspec.families import FAMILIES, HF_FAMILIES  # no torch: plain tables
 
     mt = target.model_type
     known = ENGINE_TARGET_TYPES | set(FAMILIES) | set(HF_FAMILIES) | {w for f in HF_FAMILIES.values() for w in f.wrappers}

@@ -1,7 +1,7 @@
 """A target's config checked against itself and its safetensors headers, before any allocation.
 
 Both smoke-run backends build the target from its config: the native runtime through
-``runtime/args.py``, the transformers backend through transformers' config classes, which accept
+``draftspec/target_settings.py``, the transformers backend through transformers' config classes, which accept
 nearly anything and fail (or allocate gigabytes) later. A hostile or broken ``config.json`` must
 not get that far: ``check_target_config`` is the one gate both backends pass, and refuses with one
 DF142 line (exit 2):

@@ -435,7 +435,7 @@ def with_layer_ids(spec: DraftSpec, ids: Sequence[int]) -> DraftSpec:
     """``spec`` as if its config held ``ids``: a copy of the parsed config, never the file.
 
     The ids go where engines read them first (``dflash_config``, or the top level of a config
-    without one), and a second copy that would conflict is dropped, so ``DraftArgs.from_spec``
+    without one), and a second copy that would conflict is dropped, so ``DraftSettings.from_spec``
     and inspect's checks can run on a draft whose config lost (or got wrong) its ids.
     """
     cfg = copy.deepcopy(spec.config)

@@ -20,13 +20,13 @@ from typing import Any, Callable
 
 import torch
 
+from dflash_ckpt.draftspec.families import Unsupported, hf_family_of
 from dflash_ckpt.draftspec.quant_scheme import read_scheme
+from dflash_ckpt.draftspec.specs import TargetSpec, target_from_config, target_model_type
+from dflash_ckpt.draftspec.target_settings import TargetSettings, ensure_supported
 from dflash_ckpt.errors import InputError, UsageError
-from dflash_ckpt.runtime.args import TargetArgs, Unsupported, ensure_supported
-from dflash_ckpt.runtime.families import hf_family_of
 from dflash_ckpt.runtime.memory import check_fits, needed_bytes
 from dflash_ckpt.sources.weights import WeightInventory
-from dflash_ckpt.draftspec.specs import decoder_config, target_model_type
 
 BACKENDS = ("auto", "native", "transformers")
 #: How to add the ``hf`` extra, as README's set-up line installs it.
@@ -53,11 +53,13 @@ def select_backend(name: str, draft_spec: Any, config: dict[str, Any], where: st
     ``plan.RunOptions``); refuses (exit 2) what neither runs.
 
     Only the kind of target is judged here (as ``ensure_supported`` does), so that a supported
-    pair with bad values still reaches inspect's checks (exit 1).
+    pair with bad values still reaches inspect's checks (exit 1). ``draft_spec`` is not judged:
+    the runtime runs both draft generations.
     """
+    spec = target_from_config(config, label=where, where=where)
     if name == "native":
         try:
-            ensure_supported(draft_spec, config, where)
+            ensure_supported(spec)
         except Unsupported as refusal:
             _point_to_transformers(refusal, config)
             raise
@@ -69,9 +71,9 @@ def select_backend(name: str, draft_spec: Any, config: dict[str, Any], where: st
         hf_target_info(config, where)
         return "transformers"
     try:
-        ensure_supported(draft_spec, config, where)
+        ensure_supported(spec)
         try:
-            TargetArgs.from_config(config, where)
+            TargetSettings.from_spec(spec)
         except InputError:
             pass  # a value problem, reported after inspect's checks on the native path
         return "native"
@@ -100,13 +102,14 @@ class TargetPlan:
     load: Callable[[Path, torch.dtype, torch.device, str, WeightInventory], Any]
 
 
-def plan_target(backend: str, config: dict[str, Any], where: str) -> TargetPlan:
+def plan_target(backend: str, spec: TargetSpec) -> TargetPlan:
     """Read the target's settings for ``backend`` (after inspect's checks passed)."""
+    config, where = spec.config, spec.where
     if backend == "native":
         from dflash_ckpt.runtime.loading import load_target
 
         try:
-            args = TargetArgs.from_config(config, where)
+            args = TargetSettings.from_spec(spec)
         except Unsupported as refusal:  # a setting native lacks (rope type, sliding window, ...)
             _point_to_transformers(refusal, config)
             raise
@@ -128,7 +131,6 @@ def plan_target(backend: str, config: dict[str, Any], where: str) -> TargetPlan:
             check_fits(needed_bytes(inv.tensors, dtype), torch.device("cpu"), f"{label} (loaded in host memory first)")
         return load_hf_target(folder, info, dtype=dtype, device=device, tensor_names=list(inv.tensors))
 
-    model_type = str(target_model_type(config))
-    layers = decoder_config(config).get("num_hidden_layers")
-    return TargetPlan("transformers", model_type, info.max_position_embeddings, info.dtype,
-                      layers if isinstance(layers, int) and layers > 0 else None, load_hf)
+    layers = spec.num_hidden_layers
+    return TargetPlan("transformers", str(target_model_type(config)), info.max_position_embeddings, info.dtype,
+                      layers if isinstance(layers, int) and not isinstance(layers, bool) and layers > 0 else None, load_hf)

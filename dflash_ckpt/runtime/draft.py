@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dflash_ckpt.runtime.args import DraftArgs
+from dflash_ckpt.draftspec.draft_settings import DraftSettings
 from dflash_ckpt.runtime.layers import MLP, KVCache, RMSNorm, attention, fuse_linears, head, new_kv_cache, use_fused
 from dflash_ckpt.runtime.prepack import linear
 from dflash_ckpt.runtime.rope import RotaryTable, apply_rope
@@ -43,7 +43,7 @@ class DraftAttention(nn.Module):
     FUSED = (("kv", ("k_proj", "v_proj")),)
     LINEARS = ("q_proj", "o_proj")  # run through ``prepack.linear``
 
-    def __init__(self, args: DraftArgs, index: int) -> None:
+    def __init__(self, args: DraftSettings, index: int) -> None:
         super().__init__()
         d = args.dims
         self.heads, self.kv_heads, self.head_dim = d.num_heads, d.num_kv_heads, d.head_dim
@@ -110,7 +110,7 @@ class DraftAttention(nn.Module):
 
 
 class DraftLayer(nn.Module):
-    def __init__(self, args: DraftArgs, index: int) -> None:
+    def __init__(self, args: DraftSettings, index: int) -> None:
         super().__init__()
         d = args.dims
         self.input_layernorm = RMSNorm(d.hidden_size, d.rms_norm_eps)
@@ -161,7 +161,7 @@ class DFlashDraft(nn.Module):
 
     LINEARS = ("fc",)  # ``fuse`` runs it through ``prepack.linear``
 
-    def __init__(self, args: DraftArgs) -> None:
+    def __init__(self, args: DraftSettings) -> None:
         super().__init__()
         d = args.dims
         self.args = args

@@ -32,7 +32,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from dflash_ckpt.runtime.args import DraftArgs
+from dflash_ckpt.draftspec.draft_settings import DraftSettings
 from dflash_ckpt.runtime.draft import DFlashDraft, DraftAttention
 from dflash_ckpt.runtime.layers import MLP, KVCache, RMSNorm
 
@@ -87,7 +87,7 @@ class GroupedDynamicConv(nn.Module):
 class DFlash2Layer(nn.Module):
     """A v1 draft layer (same tensor names) with a conv pair around attention and around the MLP."""
 
-    def __init__(self, args: DraftArgs, index: int) -> None:
+    def __init__(self, args: DraftSettings, index: int) -> None:
         super().__init__()
         d, v2 = args.dims, args.dflash2
         assert v2 is not None
@@ -161,9 +161,9 @@ class DFlash2Draft(DFlashDraft):
     """A DFlash2 draft: the v1 protocol (``fuse``, ``embed``, ``forward_fused``, ``logits``,
     ``new_cache``) with conv layers, and ``pick_tokens`` through the candidate selector."""
 
-    def __init__(self, args: DraftArgs) -> None:
+    def __init__(self, args: DraftSettings) -> None:
         if args.dflash2 is None:
-            raise ValueError("DFlash2Draft needs DraftArgs of a DFlash2 config (args.dflash2 is None)")
+            raise ValueError("DFlash2Draft needs DraftSettings of a DFlash2 config (args.dflash2 is None)")
         super().__init__(args)
         d, v2 = args.dims, args.dflash2
         self.layers = nn.ModuleList(DFlash2Layer(args, i) for i in range(d.num_layers))
@@ -200,6 +200,6 @@ class DFlash2Draft(DFlashDraft):
         )
 
 
-def make_draft(args: DraftArgs) -> DFlashDraft:
+def make_draft(args: DraftSettings) -> DFlashDraft:
     """The draft module a config asks for: ``DFlash2Draft`` or the v1 ``DFlashDraft``."""
     return DFlash2Draft(args) if args.dflash2 is not None else DFlashDraft(args)

@@ -1,12 +1,11 @@
-"""Greedy decoding, batch 1: target-only, and DFlash speculative (DESIGN section 6).
+"""Greedy decoding, batch 1: what every loop records (``Generation``, ``StepRecorder``), the
+target-only loop, and the teacher-forced logits of the lossless judge (DESIGN section 6).
 
-Plain functions over the modules, in the spirit of gpt-fast. Two paths share the loop logic:
-- the generic eager path here works with any target that implements the target protocol
-  (``target(ids, cache=, taps=, logits=)`` returning ``.logits``/``.features``, a cache with
-  ``reset``/``crop``): blocks are verified as far as the token budget needs, caches cropped;
-- the static path (``runtime/static.py``, native targets only) has fixed shapes and device-side
-  state, so its steps can be captured as CUDA graphs.
-``runtime/loops.py`` chooses one of the two for a pair, once; nothing here knows the static path.
+Plain functions over the modules, in the spirit of gpt-fast. The eager target-only path here
+works with any target that implements the target protocol (``target(ids, cache=, taps=,
+logits=)`` returning ``.logits``/``.features``, a cache with ``reset``/``crop``); the DFlash
+loop is written once in ``dflash_loop.py`` over executors (eager ``eager_dflash.py``, static
+``static.py``, the probe's replay ``probe.py``); ``loops.py`` chooses a pair's path once.
 
 Each decoding step synchronises with the device once (the host needs the accepted tokens to
 check for stop tokens); the non-finite checks ride along in that same transfer, and each
@@ -23,16 +22,9 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
-
-if TYPE_CHECKING:
-    from dflash_ckpt.runtime.draft import DFlashDraft
-
-#: ``proposer(start, anchor, k)``: ``k`` draft tokens for the block whose anchor token ``anchor``
-#: sits at position ``start``. Replaces the draft in tests and benchmarks.
-Proposer = Callable[[int, int, int], Sequence[int]]
 
 
 @dataclass
@@ -81,15 +73,6 @@ def first_stop(tokens: Sequence[int], stop_ids: frozenset[int]) -> int | None:
     return None
 
 
-def accept(drafts: Sequence[int], posterior: Sequence[int], limit: int) -> int:
-    """Accepted drafts: the longest prefix of ``drafts`` (at most ``limit``) equal to the
-    target's argmax at the position before each (``posterior[i]`` predicts ``drafts[i]``)."""
-    n = 0
-    while n < limit and drafts[n] == posterior[n]:
-        n += 1
-    return n
-
-
 #: The clock behind ``Generation.step_s`` (see ``step_clock``).
 _STEP_CLOCK: list[Callable[[], float]] = [time.perf_counter]
 
@@ -134,28 +117,7 @@ class StepRecorder:
         return new
 
 
-def start_dflash(gen: Generation, logits: torch.Tensor, feats: torch.Tensor, t0: float, stop_ids: Sequence[int],
-                 on_tokens: Callable[[int], None] | None) -> tuple[StepRecorder, int] | None:
-    """After a DFlash prefill (one target forward, begun at ``t0``): the first token, recorded (it
-    is no step), read in the same host sync as whether the logits and the tapped ``feats`` are
-    finite. ``None`` when they are not (``gen.overflow`` says so): nothing can be drafted from
-    them. Shared by the eager loop and the static runner, whose prefill differs."""
-    gen.target_forwards = 1
-    scores = logits.float()
-    ok = torch.isfinite(feats).all() & torch.isfinite(scores).all()
-    first, feats_ok = torch.stack([scores.argmax(dim=-1)[0], ok.long()]).tolist()
-    t_decode = time.perf_counter()
-    gen.prefill_s = t_decode - t0
-    if not feats_ok:
-        gen.overflow = "tapped features"
-        return None
-    rec = StepRecorder(gen, stop_ids, on_tokens, t_decode)
-    rec.add([first], step=False)
-    gen.step_s.clear()
-    return rec, first
-
-
-# -- the generic eager path --------------------------------------------------------------------
+# -- the eager target-only path -----------------------------------------------------------------
 
 
 @torch.inference_mode()
@@ -215,149 +177,6 @@ def decode(
     gen.top2_values = top_v[:n].tolist()
     gen.top2_ids = top_i[:n].tolist()
     return gen
-
-
-def draft_block(
-    draft: DFlashDraft,
-    context: torch.Tensor,
-    block_ids: torch.Tensor,
-    size: int,
-    *,
-    embed_w: torch.Tensor,
-    head_w: torch.Tensor,
-    cache: Any,
-    block: int | None = None,
-    first_slot: int = 1,
-) -> torch.Tensor:
-    """Fill ``block_ids[0, 1:size]`` with the draft's tokens for the block ``[anchor, mask...]``
-    (its first ``block`` slots, default all) given the tapped ``context`` features of the tokens
-    accepted since the last call; the drafts are the outputs at slots ``first_slot`` onwards (1
-    for 1+N, 0 for anchor-first, whose verify block is one wider than the draft's). Returns
-    whether the fused context is finite (a device bool, read with the step's one sync)."""
-    fused = draft.fuse(context)
-    width = block or block_ids.shape[1]
-    hidden = draft.forward_fused(fused, draft.embed(block_ids[:, :width], embed_w), cache=cache)
-    picked = hidden[:, first_slot: first_slot + size - 1]
-    block_ids[0, 1:size] = draft.pick_tokens(picked, head_w, block_ids[:, :1])[0]
-    return torch.isfinite(fused).all()
-
-
-@dataclass
-class Verified:
-    """One verification's outcome, on the host."""
-
-    drafts: list[int]
-    posterior: list[int]
-    accepted: int
-    #: ``None``, or which values were non-finite (``tapped features``, ``fused features``).
-    overflow: str | None
-    #: The verify pass's tapped features (device), the next draft call's context.
-    features: torch.Tensor | None = None
-
-
-def verify_and_accept(target: Any, block_ids: torch.Tensor, size: int, *, cache: Any, taps: Sequence[int],
-                      fused_ok: torch.Tensor) -> Verified:
-    """Run ``block_ids[:, :size]`` through the target (appended to its cache) and accept: the one
-    host sync of a step carries drafts, the target's argmax and the finite flags."""
-    out = target(block_ids[:, :size], cache=cache, taps=taps, logits="all")
-    scores = out.logits[0].float()
-    posterior = scores.argmax(dim=-1)
-    ok = torch.isfinite(out.features).all() & torch.isfinite(scores).all()
-    host = torch.cat([block_ids[0, 1:size], posterior, ok.long()[None], fused_ok.long()[None]]).tolist()
-    drafts, post = host[: size - 1], host[size - 1: 2 * size - 1]
-    overflow = None if host[-2] else "tapped features"
-    if overflow is None and not host[-1]:
-        overflow = "fused features"
-    return Verified(drafts, post, accept(drafts, post, size - 1), overflow, out.features)
-
-
-@torch.inference_mode()
-def dflash_decode(
-    target: Any,
-    draft: DFlashDraft,
-    prompt_ids: Sequence[int],
-    *,
-    max_new_tokens: int,
-    stop_ids: Sequence[int] = (),
-    target_cache: Any = None,
-    draft_cache: Any = None,
-    block_size: int | None = None,
-    on_tokens: Callable[[int], None] | None = None,
-    proposer: Proposer | None = None,
-) -> Generation:
-    """Greedy DFlash speculative decoding; the output equals ``decode``'s up to logit ties.
-
-    Each step drafts a block ``[last token, mask * (B-1)]`` conditioned on the tapped features
-    of the tokens accepted since the previous step (``draft_block``; B-1 drafts from slots 1..B-1
-    in the 1+N layout, B from slots 0..B-1 anchor-first: ``draft.args.block_layout``), verifies it with one
-    target forward and keeps the longest prefix of drafts equal to the target's argmax plus the
-    target's bonus token (``verify_and_accept``), and crops the target cache. Near the token
-    budget the block is verified only as far as needed.
-    """
-    args = draft.args
-    dev = target.device
-    block = block_size or args.block_size
-    first_slot = args.block_layout.first_draft_slot
-    width = args.block_layout.verify_width(block)  # B (1+N) or B+1 (anchor-first)
-    taps = list(args.target_layer_ids)
-    gen = Generation()
-    prompt = torch.tensor([list(prompt_ids)], dtype=torch.long, device=dev)
-    block_ids = torch.full((1, width), args.mask_token_id, dtype=torch.long, device=dev)
-    embed_w, head_w = target.embed_tokens.weight, target.lm_head.weight
-    draft_cache.reset()
-
-    t0 = now(dev)
-    logits, context = prefill(target, prompt, target_cache, taps)
-    started = start_dflash(gen, logits, context, t0, stop_ids, on_tokens)
-    if started is None:
-        return gen
-    rec, first = started
-    start = len(prompt_ids)  # position of the last token, not yet run through the target
-    last = first
-    while not gen.stopped and len(gen.tokens) < max_new_tokens:
-        size = min(width, max_new_tokens - len(gen.tokens))
-        block_ids.fill_(args.mask_token_id)
-        block_ids[0, 0] = last
-        fused_ok = torch.ones((), dtype=torch.bool, device=dev)
-        if size > 1:
-            if proposer is not None:
-                proposal = list(proposer(start, last, size - 1))
-                block_ids[0, 1:size] = torch.tensor(proposal, dtype=torch.long, device=dev)
-            else:
-                fused_ok = draft_block(draft, context, block_ids, size, embed_w=embed_w, head_w=head_w,
-                                       cache=draft_cache, block=block, first_slot=first_slot)
-                gen.draft_forwards += 1
-        v = verify_and_accept(target, block_ids, size, cache=target_cache, taps=taps, fused_ok=fused_ok)
-        gen.target_forwards += 1
-        if v.overflow:
-            gen.overflow = v.overflow
-            break
-        new = rec.add(v.drafts[: v.accepted] + [v.posterior[v.accepted]])
-        # Positions start..start+accepted now hold verified tokens; the bonus is not yet run.
-        target_cache.crop(start + v.accepted + 1)
-        context = v.features[:, : v.accepted + 1]
-        start += v.accepted + 1
-        last = new[-1]
-    gen.decode_s = now(dev) - rec.t_decode
-    return gen
-
-
-@torch.inference_mode()
-def teacher_forced(target: Any, prompt_ids: Sequence[int], tokens: Sequence[int], *, cache: Any = None,
-                   forward_all: Callable[[Sequence[int]], torch.Tensor] | None = None,
-                   ) -> tuple[list[int], list[list[float]], list[list[int]]]:
-    """The target's greedy choice for each of ``tokens`` given the prompt and the tokens before
-    it, from ONE forward over ``prompt + tokens[:-1]``: argmax, top-2 logits and their ids.
-
-    Greedy decoding reproduces ``tokens`` exactly when every argmax equals its token, so this
-    checks a DFlash output against target-only decoding without decoding a second time.
-    ``forward_all(ids)``: the logits ``[1, n, V]`` of another path (the static one) instead.
-    """
-    if not tokens:
-        return [], [], []
-    scores = teacher_forced_logits(target, prompt_ids, tokens, cache=cache, forward_all=forward_all).float()
-    top = scores.topk(2, dim=-1)
-    return scores.argmax(dim=-1).tolist(), top.values.tolist(), top.indices.tolist()
 
 
 @torch.inference_mode()

@@ -4,7 +4,7 @@ The native runtime (``runtime/target.py``) implements dense Qwen3 and Llama 3.x 
 published target family (MoE Qwen3, Qwen3-Next and Qwen3.5 with Gated DeltaNet layers, gpt-oss
 with sliding windows, attention sinks and MXFP4 experts, gemma-4, DeepSeek-V3 / Kimi-K2.5 MLA) runs
 here through the model classes of ``transformers`` (the optional ``hf`` extra), exposed through the
-same protocol the DFlash loop in ``runtime/generate.py`` uses: ``device``, ``embed_tokens.weight``,
+same protocol the eager DFlash executor (``runtime/eager_dflash.py``) uses: ``device``, ``embed_tokens.weight``,
 ``lm_head.weight``, ``target(ids, cache=, taps=, logits=)`` and a cache with ``reset()`` and
 ``crop(length)``. transformers is imported when this module is, so only ``smoke-run`` (after
 choosing this backend), the benchmarks and the tests import it.
@@ -67,8 +67,10 @@ from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache
 from transformers.cache_utils import LinearAttentionCacheLayerMixin
 from transformers.utils import logging as _hf_logging
 
+from dflash_ckpt.draftspec.config_values import config_dtype
+from dflash_ckpt.draftspec.families import HF_FAMILIES, HF_SUPPORTED_TEXT, hf_family_of
+from dflash_ckpt.draftspec.specs import decoder_config
 from dflash_ckpt.errors import InputError, UsageError
-from dflash_ckpt.runtime.families import HF_FAMILIES, HF_SUPPORTED_TEXT, hf_family_of
 from dflash_ckpt.runtime.hf_config import attribute_problem, clean_config, pinned_attention
 from dflash_ckpt.runtime.target import TargetOutput
 
@@ -96,7 +98,7 @@ def hf_target_info(config: dict[str, Any], where: str) -> HFTargetInfo:
         custom = " (its auto_map names custom code, which is never run)" if config.get("auto_map") else ""
         raise UsageError(f"{where}: model_type {model_type!r} is not implemented by transformers "
                          f"{transformers.__version__}{custom}; {HF_SUPPORTED_TEXT}")
-    inner = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    inner = decoder_config(config)
     family = hf_family_of(config)
     if family is None:
         text_type = inner.get("model_type", model_type)
@@ -108,11 +110,7 @@ def hf_target_info(config: dict[str, Any], where: str) -> HFTargetInfo:
         raise UsageError(f"{where}: quantization_config.quant_method {method!r}: the transformers backend "
                          "loads unquantized weights and gpt-oss MXFP4 (dequantized) only; the native backend "
                          "dequantizes fp8, awq, gptq and compressed-tensors Qwen3/Llama targets (--backend native)")
-    dtype = None
-    for src in (inner, config):
-        for key in ("dtype", "torch_dtype"):
-            if dtype is None and src.get(key) in ("float32", "float16", "bfloat16"):
-                dtype = src[key]
+    dtype = config_dtype(inner) or config_dtype(config)
     mpe = inner.get("max_position_embeddings", config.get("max_position_embeddings"))
     return HFTargetInfo(
         model_type=model_type, text_model_type=family.model_type, family_name=family.name,
@@ -129,7 +127,7 @@ def check_buildable(config: dict[str, Any], where: str) -> None:
     precise); whatever transformers raises is one line."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-    inner = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    inner = decoder_config(config)
     cls = CONFIG_MAPPING[config["model_type"]]
     text_type = inner.get("model_type") if inner is not config else None
     text_cls = CONFIG_MAPPING[text_type] if isinstance(text_type, str) and text_type in CONFIG_MAPPING else None

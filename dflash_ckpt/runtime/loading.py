@@ -28,7 +28,8 @@ from torch import nn
 from dflash_ckpt.draftspec.quant_layers import check_layer
 from dflash_ckpt.draftspec.quant_scheme import QuantScheme
 from dflash_ckpt.errors import InputError, UsageError
-from dflash_ckpt.runtime.args import DraftArgs, TargetArgs
+from dflash_ckpt.draftspec.draft_settings import DraftSettings
+from dflash_ckpt.draftspec.target_settings import TargetSettings
 from dflash_ckpt.runtime.draft import DFlashDraft
 from dflash_ckpt.runtime.draft2 import make_draft
 from dflash_ckpt.runtime.layers import materialize
@@ -226,7 +227,7 @@ def _find_target_prefix(inv: WeightInventory, folder: Path) -> str:
     return cands[0]
 
 
-def load_target(folder: Path, args: TargetArgs, *, dtype: torch.dtype, device: torch.device,
+def load_target(folder: Path, args: TargetSettings, *, dtype: torch.dtype, device: torch.device,
                 label: str | None = None, inv: WeightInventory | None = None,
                 scheme: QuantScheme | None = None) -> TargetModel:
     """The target, its quantized layers (``scheme``, from ``quant_scheme.read_scheme``)
@@ -260,7 +261,7 @@ def load_target(folder: Path, args: TargetArgs, *, dtype: torch.dtype, device: t
     return model.fuse_projections().eval()
 
 
-def load_draft(folder: Path, args: DraftArgs, *, dtype: torch.dtype, device: torch.device,
+def load_draft(folder: Path, args: DraftSettings, *, dtype: torch.dtype, device: torch.device,
                label: str | None = None, inv: WeightInventory | None = None) -> DFlashDraft:
     inv = inv or inventory(folder, label or str(folder))
     prefix = "model." if "fc.weight" not in inv.tensors and "model.fc.weight" in inv.tensors else ""

@@ -1,7 +1,8 @@
 """The decoding loop of a pair, chosen once: the static path where it runs the pair, else the eager one.
 
-Both implement ``protocols.Loop`` and give the same tokens; the static path (``static.py``) has
-fixed shapes and CUDA graphs, the eager one (``generate.py``) runs any target and draft. The
+Both offer ``decode``, ``dflash`` and the teacher-forced logits, and give the same tokens: their DFlash loop is the one host loop
+(``dflash_loop.run_dflash``) over the static executor (``static.py``: fixed shapes and CUDA
+graphs) or the eager one (``eager_dflash.py``: any target and draft). The
 caller sizes both with the plan's ``capacity`` and ``block_size`` (``plan.RunPlan``).
 """
 
@@ -9,12 +10,13 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from dflash_ckpt.runtime.generate import Generation, decode, dflash_decode, teacher_forced, teacher_forced_logits
+from dflash_ckpt.runtime.eager_dflash import dflash_decode
+from dflash_ckpt.runtime.generate import Generation, decode, teacher_forced_logits
 from dflash_ckpt.runtime.static import StaticRunner, supports_static
 
 
 class EagerLoop:
-    """``generate``'s loops over one pair, with one target cache and one draft cache of ``capacity``."""
+    """The eager loops (``generate.decode``, ``eager_dflash.dflash_decode``) over one pair, with one target cache and one draft cache of ``capacity``."""
 
     static = False
     capture_s = 0.0
@@ -34,10 +36,6 @@ class EagerLoop:
                              target_cache=self.tcache, draft_cache=self.dcache, block_size=self.block,
                              on_tokens=on_tokens)
 
-    def teacher_forced(self, prompt_ids: Sequence[int], tokens: Sequence[int]
-                       ) -> tuple[list[int], list[list[float]], list[list[int]]]:
-        return teacher_forced(self.target, prompt_ids, tokens, cache=self.tcache)
-
     def teacher_forced_logits(self, prompt_ids: Sequence[int], tokens: Sequence[int]) -> Any:
         return teacher_forced_logits(self.target, prompt_ids, tokens, cache=self.tcache)
 
@@ -46,10 +44,6 @@ class StaticLoop(StaticRunner):
     """The static runner as a ``Loop``: its lossless check runs on the same attention path."""
 
     static = True
-
-    def teacher_forced(self, prompt_ids: Sequence[int], tokens: Sequence[int]
-                       ) -> tuple[list[int], list[list[float]], list[list[int]]]:
-        return teacher_forced(self.target, prompt_ids, tokens, forward_all=self.forward_all)
 
     def teacher_forced_logits(self, prompt_ids: Sequence[int], tokens: Sequence[int]) -> Any:
         return teacher_forced_logits(self.target, prompt_ids, tokens, forward_all=self.forward_all)

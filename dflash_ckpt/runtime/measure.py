@@ -84,35 +84,6 @@ class Lossless:
         }
 
 
-def compare_outputs(
-    target_tokens: list[int],
-    dflash_tokens: list[int],
-    top2_values: list[list[float]],
-    top2_ids: list[list[int]],
-    tolerance: float,
-) -> Lossless:
-    """Compare two greedy outputs; judge the first divergence by the target's top-2 margin there.
-
-    ``top2_*[j]`` are the target-only run's two best logits (and ids) when it chose token ``j``.
-    The divergence is a tie when the margin is within ``tolerance`` and DFlash chose the
-    target's runner-up; anything else (or outputs of different length with equal prefixes)
-    differs.
-    """
-    n = min(len(target_tokens), len(dflash_tokens))
-    for j in range(n):
-        if target_tokens[j] != dflash_tokens[j]:
-            values, ids = top2_values[j], top2_ids[j]
-            margin = float(values[0] - values[1])
-            runner_up = ids[1] if ids[0] == target_tokens[j] else ids[0]
-            tie = margin <= tolerance and dflash_tokens[j] == runner_up
-            return Lossless("tie" if tie else "differs", j, j, target_tokens[j], dflash_tokens[j], margin, runner_up)
-    if len(target_tokens) != len(dflash_tokens):
-        return Lossless("differs", n, n,
-                        target_tokens[n] if n < len(target_tokens) else None,
-                        dflash_tokens[n] if n < len(dflash_tokens) else None)
-    return Lossless("identical", n)
-
-
 # -- figures -----------------------------------------------------------------------------------
 
 
@@ -236,7 +207,7 @@ def measure_prompts(loop: Any, prompts: Sequence[Prompt], encoded: Sequence[list
                     progress: Any = None) -> list[PromptRun]:
     """Warm up, then per prompt: time target-only decoding, decode with DFlash, check it.
 
-    ``loop``: a ``protocols.Loop``; ``encoder`` decodes ids to text; ``progress``: a rich
+    ``loop``: ``loops.EagerLoop`` or ``loops.StaticLoop``; ``encoder`` decodes ids to text; ``progress``: a rich
     ``Progress`` (or None) advanced by the tokens DFlash yields."""
     runs: list[PromptRun] = []
 

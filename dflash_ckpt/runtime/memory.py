@@ -35,6 +35,7 @@ from typing import Any, Iterator, Mapping
 
 import torch
 
+from dflash_ckpt.draftspec.specs import decoder_config
 from dflash_ckpt.errors import UsageError
 
 #: Tensor-name fragments of vision and audio towers and their projectors: not loaded, not counted.
@@ -103,7 +104,7 @@ class Shapes:
     @classmethod
     def of(cls, config: Mapping[str, Any]) -> Shapes | None:
         """``None`` when the config lacks the basic sizes (the count then uses the files only)."""
-        text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+        text = decoder_config(dict(config))
         try:
             hidden, layers = int(text["hidden_size"]), int(text["num_hidden_layers"])
             heads = int(text["num_attention_heads"])

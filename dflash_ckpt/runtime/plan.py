@@ -22,12 +22,12 @@ import torch
 
 from dflash_ckpt.errors import UsageError
 from dflash_ckpt.draftspec.layout import BlockLayout
-from dflash_ckpt.runtime.args import DraftArgs
+from dflash_ckpt.draftspec.draft_settings import DraftSettings
 from dflash_ckpt.runtime.backend import TargetPlan, plan_target
 from dflash_ckpt.runtime.loading import inventory, parse_dtype, stored_dtype
 from dflash_ckpt.sources.prompts import Prompt
 from dflash_ckpt.sources.weights import WeightInventory
-from dflash_ckpt.draftspec.specs import DraftSpec
+from dflash_ckpt.draftspec.specs import DraftSpec, target_from_config
 
 #: At most this many logical CPUs counts as a small CPU: one thread there by default, because
 #: OpenMP threads spin-waiting against other processes made runs 10-100x slower.
@@ -51,11 +51,12 @@ class RunPlan:
     """What a run loads and how, resolved once from the checked spec and the options."""
 
     target: TargetPlan
-    draft_args: DraftArgs
-    #: ``--block-size``, else the trained one.
+    draft_args: DraftSettings
+    #: ``--block-size``, else the trained one: resolved here once; every loop below requires it.
     block_size: int
     trained_block_size: int
-    #: Cache positions: the longest prompt, ``-n`` new tokens, one verify block and the bonus token.
+    #: Cache positions (``cache_capacity``): the longest prompt, ``-n`` new tokens, one verify
+    #: block and the bonus token; every loop below is sized with it.
     capacity: int
     device: torch.device
     draft_dtype: torch.dtype
@@ -75,20 +76,26 @@ def plan_run(opts: RunOptions, *, draft: DraftSpec, draft_dir: Path, target_dir:
     """The plan for ``backend`` (``native`` or ``transformers``, from ``select_backend``), after
     inspect's checks passed; refuses (exit 2) prompts that do not fit the target's positions.
     ``target_inv``: the target's headers when the caller read them already (they are read once)."""
-    target = plan_target(backend, target_config, target_where)
-    draft_args = with_layout(DraftArgs.from_spec(draft), opts.layout)
-    block = opts.block_size or draft_args.block_size
-    capacity = max(len(ids) for ids in encoded) + opts.max_new_tokens + draft_args.block_layout.verify_width(block) + 1
+    target = plan_target(backend, target_from_config(target_config, label=target_label, where=target_where))
+    draft_args = with_layout(DraftSettings.from_spec(draft), opts.layout)
+    block = opts.block_size if opts.block_size is not None else draft_args.block_size
+    width = draft_args.block_layout.verify_width(block)
+    capacity = cache_capacity(encoded, opts.max_new_tokens, width)
     if target.max_position_embeddings:
-        require_positions_fit(prompts, encoded, opts.max_new_tokens, draft_args.block_layout.verify_width(block),
-                              target.max_position_embeddings, target_where)
+        require_positions_fit(prompts, encoded, opts.max_new_tokens, width, target.max_position_embeddings, target_where)
     device, draft_dtype, target_dtype, target_inv = resolve_dtypes(opts, target_dir, target_label, target.dtype, target_inv)
     return RunPlan(target=target, draft_args=draft_args, block_size=block, trained_block_size=draft_args.block_size,
                    capacity=capacity, device=device, draft_dtype=draft_dtype, target_dtype=target_dtype,
                    target_inv=target_inv, draft_inv=read_weights(draft, draft_dir))
 
 
-def with_layout(args: DraftArgs, layout: str | None) -> DraftArgs:
+def cache_capacity(encoded: Sequence[Sequence[int]], max_new_tokens: int, verify_width: int) -> int:
+    """Cache positions a run needs: the longest prompt, ``max_new_tokens`` new tokens, one verify
+    block (``verify_width``: the block size, or one more anchor-first) and the bonus token."""
+    return max(len(ids) for ids in encoded) + max_new_tokens + verify_width + 1
+
+
+def with_layout(args: DraftSettings, layout: str | None) -> DraftSettings:
     """``args`` run in ``layout`` (``--layout``), else as the config declares it."""
     if layout is None:
         return args

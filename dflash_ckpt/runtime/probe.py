@@ -4,16 +4,16 @@ Greedy speculative decoding is lossless: whatever tap layers a draft reads, the 
 run yields are the target's own greedy continuation. So, per prompt, the target is run twice and
 never again: once greedily (``generate.decode``, the continuation) and once over prompt plus
 continuation with every decoder layer tapped (``record``). A candidate tap set then costs only
-draft calls (``simulate``): the DFlash loop of ``generate.dflash_decode`` step for step, where the
-context of each step is the candidate's layers sliced out of the recorded features at the
-positions accepted so far, and the target's verification is a comparison with the known
-continuation (accepted = longest prefix of drafts equal to it, plus the bonus token).
+draft calls (``simulate``): the one DFlash host loop (``dflash_loop.run_dflash``) with an executor
+(``RecordedExecutor``) whose context for each step is the candidate's layers sliced out of the
+recorded features at the positions accepted so far, and whose verification is a comparison with
+the known continuation (accepted = longest prefix of drafts equal to it, plus the bonus token).
 
 The loop uses only the public draft protocol (``args``, ``fuse``, ``embed``, ``forward_fused``,
 ``pick_tokens``, ``new_cache``) and the target protocol with all layers tapped, so any draft or
 target implementing them can be probed. Recorded features come from one full forward rather than
 the real loop's incremental verify passes, so a probed tau can differ from a measured one where
-rounding flips a draft token; ``probe-taps`` re-measures its finalists with ``dflash_decode``.
+rounding flips a draft token; ``probe-taps`` re-measures its finalists with smoke-run's loop.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
+from dflash_ckpt.runtime.dflash_loop import Verified, accept, run_dflash
 from dflash_ckpt.runtime.generate import decode
 from dflash_ckpt.runtime.layers import KVCache
 
@@ -83,6 +84,53 @@ def record(
     return Recording(list(prompt_ids), list(gen.tokens), feats, hidden, stopped=gen.stopped, overflow=overflow)
 
 
+class RecordedExecutor:
+    """The DFlash steps replayed on a ``Recording``: draft calls only. The context is the
+    candidate's layers sliced out of the recorded features, and verifying a block is comparing
+    its drafts with the recorded continuation (the target's own greedy tokens)."""
+
+    def __init__(self, draft: Any, rec: Recording, layer_ids: Sequence[int], *, embed_w: torch.Tensor,
+                 head_w: torch.Tensor, draft_cache: Any, block_size: int) -> None:
+        args = draft.args
+        self.draft_model, self.dcache, self.embed_w, self.head_w = draft, draft_cache, embed_w, head_w
+        self.device = draft.device
+        self.first_slot = args.block_layout.first_draft_slot  # the layout switch, as the eager executor's
+        self.width = args.block_layout.verify_width(block_size)
+        self.mask_id = args.mask_token_id
+        self.feats = rec.taps(layer_ids).to(self.device)
+        self.prompt_len, self.seq = len(rec.prompt_ids), rec.tokens
+        self.block_ids = torch.full((1, block_size), self.mask_id, dtype=torch.long, device=self.device)
+        self.context = self.feats[:, : self.prompt_len]
+        self.drafts: list[int] = []
+        self.fused_ok = True
+
+    def prefill(self, prompt_ids: Sequence[int]) -> tuple[int, bool]:
+        """The first token is the continuation's first: the recording ran the target already."""
+        self.dcache.reset()
+        self.context = self.feats[:, : self.prompt_len]
+        return self.seq[0], True
+
+    def draft(self, start: int, last: int, size: int) -> None:
+        d = self.draft_model
+        self.block_ids.fill_(self.mask_id)
+        self.block_ids[0, 0] = last
+        fused = d.fuse(self.context)
+        hidden = d.forward_fused(fused, d.embed(self.block_ids, self.embed_w), cache=self.dcache)
+        picked = d.pick_tokens(hidden[:, self.first_slot: self.first_slot + size - 1], self.head_w, self.block_ids[:, :1])
+        host = torch.cat([picked.reshape(-1), torch.isfinite(fused).all().long()[None]]).tolist()
+        self.drafts, self.fused_ok = host[: size - 1], bool(host[-1])
+
+    def verify(self, start: int, last: int, size: int) -> Verified:
+        produced = start - self.prompt_len + 1  # tokens of the continuation yielded so far
+        truth = self.seq[produced: produced + size]
+        drafts, ok = self.drafts, self.fused_ok
+        self.drafts, self.fused_ok = [], True
+        return Verified(drafts, truth, accept(drafts, truth, size - 1), None if ok else "fused features")
+
+    def commit(self, start: int, accepted: int) -> None:
+        self.context = self.feats[:, start: start + accepted + 1]
+
+
 @torch.inference_mode()
 def simulate(
     draft: Any,
@@ -92,74 +140,25 @@ def simulate(
     embed_w: torch.Tensor,
     head_w: torch.Tensor,
     draft_cache: Any,
-    block_size: int | None = None,
+    block_size: int,
     stop_ids: Sequence[int] = (),
     max_new_tokens: int | None = None,
     max_steps: int | None = None,
 ) -> Simulation:
-    """The acceptance lengths ``dflash_decode`` would record reading ``layer_ids``.
-
-    Step for step as ``generate.dflash_decode``: the first token comes from prefill; each step
-    drafts ``[last, mask * (B-1)]`` (B-1 drafts from slots 1.. in the 1+N layout, B from slot 0
-    anchor-first: ``draft.args.block_layout``; fewer near the token budget) conditioned on the features
-    of the positions accepted since the previous step, accepts the longest prefix of drafts equal
-    to the continuation plus one bonus token, and stops at a stop token or the budget.
-    ``max_steps`` gives up (``cut``) once that many steps have not reached the end: the caller
-    knows the candidate cannot reach the tau it needs.
+    """The acceptance lengths ``eager_dflash.dflash_decode`` would record reading ``layer_ids``:
+    the same host loop (``run_dflash``) with a ``RecordedExecutor``, up to the end of the
+    continuation (or ``max_new_tokens``). ``max_steps`` gives up (``cut``) once that many steps
+    have not reached the end: the caller knows the candidate cannot reach the tau it needs.
     """
-    args = draft.args
-    block = block_size or args.block_size
-    first_slot = args.block_layout.first_draft_slot  # the layout switch, as in ``dflash_decode``
-    width = args.block_layout.verify_width(block)
-    stops = frozenset(stop_ids)
     seq = rec.tokens
-    budget = len(seq) if max_new_tokens is None else min(max_new_tokens, len(seq))
-    sim = Simulation()
     if rec.overflow or not seq:
-        sim.overflow = rec.overflow
-        return sim
-    dev = draft.device
-    feats = rec.taps(layer_ids).to(dev)
-    p = len(rec.prompt_ids)
-    block_ids = torch.full((1, block), args.mask_token_id, dtype=torch.long, device=dev)
-    draft_cache.reset()
-    context = feats[:, :p]
-    produced = 1  # the first token, the target's argmax after the prompt
-    stopped = seq[0] in stops
-    start = p  # position of the last token, not yet run through the target
-    while not stopped and produced < budget:
-        if max_steps is not None and len(sim.acceptance_lengths) >= max_steps:
-            sim.cut = True
-            break
-        size = min(width, budget - produced)
-        drafts: list[int] = []
-        if size > 1:
-            block_ids.fill_(args.mask_token_id)
-            block_ids[0, 0] = seq[produced - 1]
-            fused = draft.fuse(context)
-            hidden = draft.forward_fused(fused, draft.embed(block_ids, embed_w), cache=draft_cache)
-            picked = draft.pick_tokens(hidden[:, first_slot: first_slot + size - 1], head_w, block_ids[:, :1])
-            host = torch.cat([picked.reshape(-1), torch.isfinite(fused).all().long()[None]]).tolist()
-            sim.draft_forwards += 1
-            if not host[-1]:
-                sim.overflow = "fused features"
-                break
-            drafts = host[: size - 1]
-        truth = seq[produced: produced + size]
-        accepted = 0
-        while accepted < size - 1 and drafts[accepted] == truth[accepted]:
-            accepted += 1
-        new = truth[: accepted + 1]
-        for i, tok in enumerate(new):
-            if tok in stops:
-                new = new[: i + 1]
-                stopped = True
-                break
-        sim.acceptance_lengths.append(len(new))
-        produced += len(new)
-        context = feats[:, start: start + accepted + 1]
-        start += accepted + 1
-    return sim
+        return Simulation(overflow=rec.overflow)
+    budget = len(seq) if max_new_tokens is None else min(max_new_tokens, len(seq))
+    ex = RecordedExecutor(draft, rec, layer_ids, embed_w=embed_w, head_w=head_w, draft_cache=draft_cache,
+                          block_size=block_size)
+    gen = run_dflash(ex, rec.prompt_ids, max_new_tokens=budget, stop_ids=stop_ids, max_steps=max_steps)
+    cut = max_steps is not None and not gen.stopped and gen.overflow is None and len(gen.tokens) < budget
+    return Simulation(gen.acceptance_lengths, gen.draft_forwards, gen.overflow, cut)
 
 
 @dataclass
@@ -182,7 +181,7 @@ def measure(
     embed_w: torch.Tensor,
     head_w: torch.Tensor,
     draft_cache: Any,
-    block_size: int | None = None,
+    block_size: int,
     stop_ids: Sequence[int] = (),
 ) -> Measurement:
     """Pooled tau over ``recs`` (tokens over steps, as smoke-run pools it), given up below ``floor``.
@@ -214,7 +213,7 @@ def reading_taps(draft: Any, layer_ids: Sequence[int]) -> Iterator[Any]:
     """The same loaded draft, its ``args.target_layer_ids`` set to ``layer_ids`` for a while.
 
     The weights do not depend on which layers are tapped (``fc`` reads ``k * H`` whatever they
-    are), so ``dflash_decode`` can measure any candidate without reloading the draft.
+    are), so smoke-run's loop can measure any candidate without reloading the draft.
     """
     before = draft.args
     draft.args = dataclasses.replace(before, target_layer_ids=tuple(layer_ids))

@@ -24,7 +24,7 @@ import math
 
 import torch
 
-from dflash_ckpt.runtime.args import RopeSpec
+from dflash_ckpt.draftspec.rope_spec import RopeSpec
 
 
 def inv_freq(spec: RopeSpec, dim: int) -> tuple[torch.Tensor, float]:

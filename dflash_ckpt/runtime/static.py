@@ -32,7 +32,8 @@ from typing import Callable, Sequence
 import torch
 
 from dflash_ckpt.runtime.draft import DFlashDraft, DraftLayer
-from dflash_ckpt.runtime.generate import Generation, Proposer, StepRecorder, now, start_dflash
+from dflash_ckpt.runtime.dflash_loop import Verified, first_token, run_dflash
+from dflash_ckpt.runtime.generate import Generation, StepRecorder, now
 from dflash_ckpt.runtime.target import TargetModel
 
 
@@ -69,17 +70,17 @@ def supports_static(target: object, draft: object | None = None) -> bool:
 class StaticRunner:
     """Caches, device state and (optionally) CUDA graphs for one target/draft pair.
 
-    ``capacity`` must hold the longest prompt, the token budget and one block: verify writes
+    ``capacity`` and ``block_size`` come from the plan (``plan.RunPlan``); ``capacity`` must hold the longest prompt, the token budget and one block: verify writes
     the verify width (``block_size``, or one more anchor-first) past the last anchor.
     """
 
-    def __init__(self, target: TargetModel, draft: DFlashDraft, capacity: int, *, block_size: int | None = None,
+    def __init__(self, target: TargetModel, draft: DFlashDraft, capacity: int, *, block_size: int,
                  graphs: bool = False) -> None:
         dev = target.device
         if graphs and dev.type != "cuda":
             raise ValueError("CUDA graphs need a CUDA device")
         self.target, self.draft, self.capacity = target, draft, capacity
-        self.block = b = block_size or draft.args.block_size
+        self.block = b = block_size
         # The layout's one switch: drafts from slot 1 (1+N, verify B wide) or 0 (anchor-first, B+1).
         self.first_slot = draft.args.block_layout.first_draft_slot
         self.width = w = draft.args.block_layout.verify_width(b)
@@ -282,48 +283,50 @@ class StaticRunner:
 
     @torch.inference_mode()
     def dflash(self, prompt_ids: Sequence[int], *, max_new_tokens: int, stop_ids: Sequence[int] = (),
-               on_tokens: Callable[[int], None] | None = None, proposer: Proposer | None = None) -> Generation:
-        """Greedy DFlash decoding on the static path; the same tokens as ``generate.dflash_decode``."""
+               on_tokens: Callable[[int], None] | None = None) -> Generation:
+        """Greedy DFlash decoding on the static path (``run_dflash`` with a ``StaticExecutor``);
+        the same tokens as ``eager_dflash.dflash_decode``."""
         self._check_room(prompt_ids, max_new_tokens)
-        w, dev = self.width, self.target.device
-        gen = Generation()
-        t0 = now(dev)
-        logits, feats = self._prefill(prompt_ids, self.taps)
-        started = start_dflash(gen, logits, feats, t0, stop_ids, on_tokens)
-        if started is None:
-            return gen
-        rec, first = started
-        self._reset_state()
-        self.ids[0, 0] = first
-        self.t_pos.fill_(len(prompt_ids))
-        context: torch.Tensor | None = feats  # the first draft call reads the prompt (eager: its width)
-        start, last = len(prompt_ids), first
-        while not gen.stopped and len(gen.tokens) < max_new_tokens:
-            size = min(w, max_new_tokens - len(gen.tokens))
-            self.limit.fill_(size - 1)
-            if size > 1:
-                if proposer is not None:
-                    proposal = list(proposer(start, last, size - 1)) + [self.mask_id] * (w - size)
-                    self.ids[0, 1:] = torch.tensor(proposal, dtype=torch.long, device=dev)
-                elif context is not None:
-                    self._draft_step(context, self.span_for(start + w))
-                    context = None
-                    gen.draft_forwards += 1
-                else:
-                    self._run("draft", start + w)
-                    gen.draft_forwards += 1
-            self._run("verify", start + w)
-            gen.target_forwards += 1
-            host = self.packed.tolist()
-            drafts, post, accepted = host[: w - 1], host[w - 1: 2 * w - 1], host[2 * w - 1]
-            if not host[2 * w]:
-                gen.overflow = "tapped features"
-                break
-            if not host[2 * w + 1]:
-                gen.overflow = "fused features"
-                break
-            new = rec.add(drafts[:accepted] + [post[accepted]])
-            start += accepted + 1
-            last = new[-1]
-        gen.decode_s = now(dev) - rec.t_decode
-        return gen
+        return run_dflash(StaticExecutor(self), prompt_ids, max_new_tokens=max_new_tokens, stop_ids=stop_ids,
+                          on_tokens=on_tokens)
+
+
+class StaticExecutor:
+    """The DFlash steps of a ``StaticRunner``: acceptance and the next step's state are computed
+    on the device (``_verify_step``); the host reads one packed tensor per step."""
+
+    def __init__(self, runner: StaticRunner) -> None:
+        self.r = runner
+        self.device, self.width = runner.target.device, runner.width
+        #: The first draft call reads the prompt's features (eager: the prompt's width).
+        self.context: torch.Tensor | None = None
+
+    def prefill(self, prompt_ids: Sequence[int]) -> tuple[int, bool]:
+        r = self.r
+        logits, self.context = r._prefill(prompt_ids, r.taps)
+        first, finite = first_token(logits, self.context)
+        r._reset_state()
+        r.ids[0, 0] = first
+        r.t_pos.fill_(len(prompt_ids))
+        return first, finite
+
+    def draft(self, start: int, last: int, size: int) -> None:
+        r = self.r
+        if self.context is not None:
+            r._draft_step(self.context, r.span_for(start + self.width))
+            self.context = None
+        else:
+            r._run("draft", start + self.width)
+
+    def verify(self, start: int, last: int, size: int) -> Verified:
+        r, w = self.r, self.width
+        r.limit.fill_(size - 1)
+        r._run("verify", start + w)
+        host = r.packed.tolist()
+        overflow = None if host[2 * w] else "tapped features"
+        if overflow is None and not host[2 * w + 1]:
+            overflow = "fused features"
+        return Verified(host[: w - 1], host[w - 1: 2 * w - 1], host[2 * w - 1], overflow)
+
+    def commit(self, start: int, accepted: int) -> None:
+        """Nothing on the host: ``_verify_step`` moved the anchor and the context on the device."""

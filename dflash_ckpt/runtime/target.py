@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dflash_ckpt.runtime.args import TargetArgs
+from dflash_ckpt.draftspec.target_settings import TargetSettings
 from dflash_ckpt.runtime.layers import (MLP, KVCache, RMSNorm, attention, fuse_linears, head, new_kv_cache, rms_norm,
                                         use_fused)
 from dflash_ckpt.runtime.prepack import linear
@@ -39,7 +39,7 @@ class TargetAttention(nn.Module):
     FUSED = (("qkv", ("q_proj", "k_proj", "v_proj")),)
     LINEARS = ("o_proj",)  # run through ``prepack.linear``
 
-    def __init__(self, args: TargetArgs) -> None:
+    def __init__(self, args: TargetSettings) -> None:
         super().__init__()
         d = args.dims
         self.heads, self.kv_heads, self.head_dim = d.num_heads, d.num_kv_heads, d.head_dim
@@ -120,7 +120,7 @@ class TargetAttention(nn.Module):
 
 
 class TargetLayer(nn.Module):
-    def __init__(self, args: TargetArgs) -> None:
+    def __init__(self, args: TargetSettings) -> None:
         super().__init__()
         d = args.dims
         self.input_layernorm = RMSNorm(d.hidden_size, d.rms_norm_eps)
@@ -140,7 +140,7 @@ class TargetModel(nn.Module):
 
     LINEARS = ("lm_head",)  # ``layers.head`` runs it through ``prepack.linear``
 
-    def __init__(self, args: TargetArgs) -> None:
+    def __init__(self, args: TargetSettings) -> None:
         super().__init__()
         d = args.dims
         self.args = args

@@ -12,8 +12,10 @@ Traits shared by both families, and therefore not in the table: the decoder keep
 the top level of ``config.json`` or, in multimodal wrappers, in ``text_config``; tokens are embedded
 through ``embed_tokens`` and the draft borrows that table and ``lm_head``; the feature of tap layer
 ``i`` is the residual stream after decoder layer ``i`` (HF ``hidden_states[i + 1]``), taken after
-the final norm for the last layer; rope is read by ``args.rope_specs`` from ``rope_theta`` +
+the final norm for the last layer; rope is read by ``rope_spec.rope_specs`` from ``rope_theta`` +
 ``rope_scaling`` or ``rope_parameters``.
+
+It sits in ``draftspec`` because the specs' settings (``target_settings``) judge a target by it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dflash_ckpt.draftspec.specs import target_model_type
+from dflash_ckpt.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,13 @@ SUPPORTED_TEXT = (
     + " and ".join(f"{f.name} (model_type '{f.model_type}')" for f in FAMILIES.values())
     + " targets with DFlash v1 and DFlash2 drafts (DFlashDraftModel, DFlash2DraftModel)"
 )
+
+
+class Unsupported(UsageError):
+    """A pair the reference runtime cannot run (exit 2): names what is supported."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"not supported by the reference runtime: {what}; {SUPPORTED_TEXT}")
 
 
 def family_of(config: dict[str, Any]) -> Family | None:

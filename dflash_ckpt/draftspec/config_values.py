@@ -1,0 +1,63 @@
+"""Typed reads of config keys, with messages that name the file and the key (DF142).
+
+The settings built from a spec (``target_settings``, ``draft_settings``, ``rope_spec``) read every
+number through these, so a bad value is reported once, in one wording, where the settings are made.
+No torch here: ``smoke-run`` refuses a bad pair before paying for it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from dflash_ckpt.draftspec.specs import as_int
+from dflash_ckpt.errors import InputError
+
+
+def bad_value(where: str, key: str, value: Any, want: str) -> InputError:
+    """The one DF142 line: ``where: key 'key' must be want, found value``."""
+    return InputError(f"{where}: key '{key}' must be {want}, found {value!r}", code="DF142")
+
+
+def get_int(cfg: dict[str, Any], key: str, where: str, *, default: Any = ..., minimum: int = 1, path: str | None = None) -> int:
+    """A required (or defaulted) integer key of at least ``minimum``."""
+    raw = cfg.get(key)
+    if raw is None:
+        if default is ...:
+            raise bad_value(where, path or key, raw, f"an integer >= {minimum}")
+        return default
+    val = as_int(raw)
+    if val is None or val < minimum:
+        raise bad_value(where, path or key, raw, f"an integer >= {minimum}")
+    return val
+
+
+def get_float(cfg: dict[str, Any], key: str, where: str, *, default: Any = ..., positive: bool = True, path: str | None = None) -> float:
+    """A number key (JSON int or float, not bool); ``positive`` requires > 0."""
+    raw = cfg.get(key)
+    if raw is None:
+        if default is ...:
+            raise bad_value(where, path or key, raw, "a number")
+        return default
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw) or (positive and raw <= 0):
+        raise bad_value(where, path or key, raw, "a positive number" if positive else "a number")
+    return float(raw)
+
+
+def get_bool(cfg: dict[str, Any], key: str, where: str, default: bool) -> bool:
+    """A ``true``/``false`` key (``default`` when absent or null)."""
+    raw = cfg.get(key)
+    if raw is None:
+        return default
+    if not isinstance(raw, bool):
+        raise bad_value(where, key, raw, "true or false")
+    return raw
+
+
+def config_dtype(cfg: dict[str, Any]) -> str | None:
+    """The dtype a config declares (``torch_dtype`` in older files, ``dtype`` in newer), if any."""
+    for key in ("dtype", "torch_dtype"):
+        val = cfg.get(key)
+        if isinstance(val, str) and val in ("float32", "float16", "bfloat16"):
+            return val
+    return None

@@ -1,0 +1,130 @@
+"""The eager DFlash executor: any target (native or transformers-backed) and draft, on the generic path.
+
+Blocks are verified as far as the token budget needs and the target cache is cropped back past
+the accepted tokens; the host loop (``dflash_loop.run_dflash``) decides everything else. This is
+the oracle the static path and the probe's replay are tested against.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+import torch
+
+from dflash_ckpt.runtime.dflash_loop import Verified, accept, first_token, run_dflash
+from dflash_ckpt.runtime.generate import Generation, prefill
+
+if TYPE_CHECKING:
+    from dflash_ckpt.runtime.draft import DFlashDraft
+
+
+def draft_block(
+    draft: DFlashDraft,
+    context: torch.Tensor,
+    block_ids: torch.Tensor,
+    size: int,
+    *,
+    embed_w: torch.Tensor,
+    head_w: torch.Tensor,
+    cache: Any,
+    block: int,
+    first_slot: int,
+) -> torch.Tensor:
+    """Fill ``block_ids[0, 1:size]`` with the draft's tokens for the block ``[anchor, mask...]``
+    (its first ``block`` slots) given the tapped ``context`` features of the tokens accepted
+    since the last call; the drafts are the outputs at slots ``first_slot`` onwards (1 for 1+N,
+    0 for anchor-first, whose verify block is one wider than the draft's). Returns whether the
+    fused context is finite (a device bool, read with the step's one sync)."""
+    fused = draft.fuse(context)
+    hidden = draft.forward_fused(fused, draft.embed(block_ids[:, :block], embed_w), cache=cache)
+    picked = hidden[:, first_slot: first_slot + size - 1]
+    block_ids[0, 1:size] = draft.pick_tokens(picked, head_w, block_ids[:, :1])[0]
+    return torch.isfinite(fused).all()
+
+
+def verify_and_accept(target: Any, block_ids: torch.Tensor, size: int, *, cache: Any, taps: Sequence[int],
+                      fused_ok: torch.Tensor) -> Verified:
+    """Run ``block_ids[:, :size]`` through the target (appended to its cache) and accept: the one
+    host sync of a step carries drafts, the target's argmax and the finite flags."""
+    out = target(block_ids[:, :size], cache=cache, taps=taps, logits="all")
+    scores = out.logits[0].float()
+    posterior = scores.argmax(dim=-1)
+    ok = torch.isfinite(out.features).all() & torch.isfinite(scores).all()
+    host = torch.cat([block_ids[0, 1:size], posterior, ok.long()[None], fused_ok.long()[None]]).tolist()
+    drafts, post = host[: size - 1], host[size - 1: 2 * size - 1]
+    overflow = None if host[-2] else "tapped features"
+    if overflow is None and not host[-1]:
+        overflow = "fused features"
+    return Verified(drafts, post, accept(drafts, post, size - 1), overflow, out.features)
+
+
+class EagerExecutor:
+    """One pair's DFlash steps on the generic path, with the caches the caller sized (the plan's
+    ``capacity``) and the plan's ``block_size``."""
+
+    def __init__(self, target: Any, draft: Any, *, target_cache: Any, draft_cache: Any, block_size: int) -> None:
+        args = draft.args
+        self.target, self.draft_model, self.tcache, self.dcache = target, draft, target_cache, draft_cache
+        self.device = target.device
+        self.block = block_size
+        self.first_slot = args.block_layout.first_draft_slot  # the layout's one switch
+        self.width = args.block_layout.verify_width(block_size)  # B (1+N) or B+1 (anchor-first)
+        self.taps = list(args.target_layer_ids)
+        self.mask_id = args.mask_token_id
+        self.block_ids = torch.full((1, self.width), self.mask_id, dtype=torch.long, device=self.device)
+        self.embed_w, self.head_w = target.embed_tokens.weight, target.lm_head.weight
+        self.context: torch.Tensor | None = None  # what the next draft call reads
+        self.features: torch.Tensor | None = None  # the last verify's tapped features
+        #: This step's draft call: its fused context was finite (``None``: no block started yet).
+        self.fused_ok: torch.Tensor | None = None
+        self.all_finite = torch.ones((), dtype=torch.bool, device=self.device)
+
+    def prefill(self, prompt_ids: Sequence[int]) -> tuple[int, bool]:
+        self.dcache.reset()
+        prompt = torch.tensor([list(prompt_ids)], dtype=torch.long, device=self.device)
+        logits, self.context = prefill(self.target, prompt, self.tcache, self.taps)
+        return first_token(logits, self.context)
+
+    def start_block(self, last: int) -> None:
+        """The block ``[last, mask...]`` in ``block_ids``, with no fused context judged yet."""
+        self.block_ids.fill_(self.mask_id)
+        self.block_ids[0, 0] = last
+        self.fused_ok = self.all_finite
+
+    def draft(self, start: int, last: int, size: int) -> None:
+        self.start_block(last)
+        self.fused_ok = draft_block(self.draft_model, self.context, self.block_ids, size, embed_w=self.embed_w,
+                                    head_w=self.head_w, cache=self.dcache, block=self.block, first_slot=self.first_slot)
+
+    def verify(self, start: int, last: int, size: int) -> Verified:
+        if self.fused_ok is None:  # nothing drafted this step (one slot left in the budget)
+            self.start_block(last)
+        v = verify_and_accept(self.target, self.block_ids, size, cache=self.tcache, taps=self.taps,
+                              fused_ok=self.fused_ok)
+        self.fused_ok, self.features = None, v.features
+        return v
+
+    def commit(self, start: int, accepted: int) -> None:
+        # Positions start..start+accepted now hold verified tokens; the bonus is not yet run.
+        self.tcache.crop(start + accepted + 1)
+        assert self.features is not None
+        self.context = self.features[:, : accepted + 1]
+
+
+@torch.inference_mode()
+def dflash_decode(
+    target: Any,
+    draft: DFlashDraft,
+    prompt_ids: Sequence[int],
+    *,
+    max_new_tokens: int,
+    block_size: int,
+    target_cache: Any,
+    draft_cache: Any,
+    stop_ids: Sequence[int] = (),
+    on_tokens: Callable[[int], None] | None = None,
+) -> Generation:
+    """Greedy DFlash speculative decoding on the eager path (``run_dflash`` with an
+    ``EagerExecutor``); the output equals ``generate.decode``'s up to logit ties."""
+    ex = EagerExecutor(target, draft, target_cache=target_cache, draft_cache=draft_cache, block_size=block_size)
+    return run_dflash(ex, prompt_ids, max_new_tokens=max_new_tokens, stop_ids=stop_ids, on_tokens=on_tokens)
