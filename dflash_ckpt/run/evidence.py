@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 
 from dflash_ckpt.errors import UsageError
 from dflash_ckpt.runtime.loops import make_loop
-from dflash_ckpt.runtime.plan import require_positions_fit
+from dflash_ckpt.runtime.plan import cache_capacity, require_positions_fit
 from dflash_ckpt.runtime.probe import Recording, measure, reading_taps, record
 from dflash_ckpt.sources.prompts import BUILTIN_PROMPTS, Prompt
 
@@ -122,7 +122,7 @@ def _record(result: Any, s: Session, encoded: list[list[int]], n: int) -> list[R
 
 def _remeasure(result: Any, s: Session, recs: list[Recording], encoded: list[list[int]], n: int) -> None:
     """The exact candidates on the new recordings (probe), then the finalists by smoke-run's loop."""
-    capacity = max(len(ids) for ids in encoded) + n + s.block + 1
+    capacity = cache_capacity(encoded, n, s.draft.args.block_layout.verify_width(s.block))
     dcache = s.draft.new_cache(capacity)
     embed_w, head_w = s.target.embed_tokens.weight, s.target.lm_head.weight
     exact = [c for c in result.ranked if c.tau_probe is not None]

@@ -49,6 +49,7 @@ from dflash_ckpt.run.probe_result import CONFIRM, ProbeResult
 from dflash_ckpt.runtime.backend import select_backend
 from dflash_ckpt.runtime.loading import dtype_name, inventory
 from dflash_ckpt.runtime.loops import make_loop
+from dflash_ckpt.runtime.plan import cache_capacity
 from dflash_ckpt.runtime.measure import Candidate
 from dflash_ckpt.runtime.probe import measure, reading_taps, record
 from dflash_ckpt.runtime.probe_layout import loop_layouts, simulate_layouts
@@ -200,7 +201,7 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None, prog
         last = [p["input_ids"] for p in result.prompts]
         n = result.evidence.get("max_new_tokens", opts.max_new_tokens)
         result.layout = loop_layouts(draft, target, last, best.target_layer_ids, declared,
-                                     capacity=max(map(len, last)) + n + block + 2, block_size=block, max_new_tokens=n,
+                                     capacity=cache_capacity(last, n, block + 1), block_size=block, max_new_tokens=n,
                                      stop_ids=stops)
         result.confirm_s += time.perf_counter() - t2
     result.findings = probe_findings(result) + unclear_findings(result) + layout_findings(result)
