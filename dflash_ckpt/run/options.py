@@ -151,10 +151,12 @@ class RunOptions:
         if self.layout is not None and self.layout not in (ONE_PLUS_N, ANCHOR_FIRST):
             raise UsageError(f"--layout {self.layout!r}: use 1+N or anchor-first")
         self.validate_own()
-        if self.draft_dtype != STORED:
-            parse_dtype(self.draft_dtype, "--draft-dtype")
-        if self.target_dtype not in (None, STORED):
-            parse_dtype(self.target_dtype, "--target-dtype")
+        for option, name in (("--draft-dtype", self.draft_dtype), ("--target-dtype", self.target_dtype)):
+            if name is not None and name != STORED:
+                try:
+                    parse_dtype(name, option)
+                except UsageError:
+                    raise UsageError(f"{option} {name!r}: use bfloat16, float16, float32 or stored") from None
 
     def validate_own(self) -> None:
         """The command's own checks (none here)."""

@@ -43,6 +43,7 @@ from dflash_ckpt.draftspec.layout import resolve_layout
 from dflash_ckpt.draftspec.quant_layers import summarize
 from dflash_ckpt.draftspec.quant_scheme import read_scheme
 from dflash_ckpt.engines.smoke_engine import EngineRun
+from dflash_ckpt.errors import UsageError
 from dflash_ckpt.run.options import SmokeOptions
 from dflash_ckpt.run.pair import open_pair, resolve_pair
 from dflash_ckpt.run.smoke_result import SmokeResult
@@ -54,7 +55,6 @@ from dflash_ckpt.runtime.sampling import Sampler
 from dflash_ckpt.runtime.measure import TIE_TOLERANCE, measure_prompts
 from dflash_ckpt.runtime.prepack import prepack_pair
 from dflash_ckpt.runtime.sampling_settings import SamplingSettings, from_generation_config, make_settings
-from dflash_ckpt.errors import UsageError
 from dflash_ckpt.sources.jsonfile import decode_json_bytes
 from dflash_ckpt.sources.local import LocalSource
 from dflash_ckpt.sources.weight_sample import unfilled_weights
