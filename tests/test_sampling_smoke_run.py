@@ -132,3 +132,19 @@ def test_stored_dtypes_are_stated_and_draft_dtype_stored_runs_them(cli, fp16_dra
     assert "draft bfloat16 (stored float16)" in text.stdout and "target bfloat16 (as stored)" in text.stdout
     text = smoke(cli, pair, *FAST, "-p", "hi", "--draft-dtype", "stored")
     assert "draft float16 (as stored)" in text.stdout
+
+
+@pytest.mark.parametrize("backend", ["native", "transformers"])
+def test_top_k_1_samples_the_greedy_output_under_both_rules(cli, backend: str) -> None:
+    """At top-k 1 the processed distribution is one-hot at the argmax, so both rules, wired
+    through the eager executor and the target-only decoder, must reproduce greedy decoding token
+    for token: a check of the wiring (the first token, each block's rule, the bonus) that needs
+    no statistics."""
+    if backend == "transformers":
+        pytest.importorskip("transformers")
+    greedy = doc(smoke(cli, PAIR, *FAST, "--backend", backend, "--json"))
+    for rule in ("match", "rejection"):
+        sampled = doc(smoke(cli, PAIR, *SAMPLED, "--top-k", "1", "--verify", rule, "--backend", backend, "--json"))
+        assert sampled["settings"]["backend"] == backend and sampled["settings"]["lossless"] == "sampled"
+        assert outputs(sampled) == outputs(greedy), rule
+        assert [p["acceptance_lengths"] for p in sampled["prompts"]] == [p["acceptance_lengths"] for p in greedy["prompts"]]
