@@ -104,20 +104,23 @@ def test_sampling_usage_errors_are_one_line(cli, tmp_path: Path) -> None:
         assert res.stderr.count("\n") == 1, res.stderr
 
 
-@pytest.fixture(scope="module")
-def fp16_draft(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny draft with its weights cast to fp16 (as a published fp16 checkpoint stores them)."""
+def _fp16_copy(folder: Path, out: Path) -> Path:
+    """``folder`` with its weights cast to fp16 (as a published fp16 checkpoint stores them); its
+    config keeps saying bfloat16."""
     from safetensors.torch import load_file, save_file
 
     import torch
 
-    out = tmp_path_factory.mktemp("fp16") / "draft"
-    out.mkdir()
-    shutil.copy(TINY / "draft" / "config.json", out / "config.json")
-    tensors = load_file(str(TINY / "draft" / "model.safetensors"))
+    shutil.copytree(folder, out)
+    tensors = load_file(str(folder / "model.safetensors"))
     save_file({k: v.to(torch.float16) if v.is_floating_point() else v for k, v in tensors.items()},
               str(out / "model.safetensors"))
     return out
+
+
+@pytest.fixture(scope="module")
+def fp16_draft(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _fp16_copy(TINY / "draft", tmp_path_factory.mktemp("fp16") / "draft")
 
 
 def test_stored_dtypes_are_stated_and_draft_dtype_stored_runs_them(cli, fp16_draft: Path) -> None:
@@ -132,6 +135,19 @@ def test_stored_dtypes_are_stated_and_draft_dtype_stored_runs_them(cli, fp16_dra
     assert "draft bfloat16 (stored float16)" in text.stdout and "target bfloat16 (as stored)" in text.stdout
     text = smoke(cli, pair, *FAST, "-p", "hi", "--draft-dtype", "stored")
     assert "draft float16 (as stored)" in text.stdout
+
+
+def test_an_fp16_target_runs_stored_against_a_bf16_draft(cli, tmp_path: Path) -> None:
+    """The format's seed case: an fp16 target with a bf16 draft, cast where the tapped features
+    enter the draft and where the draft reads the target's embedding and head."""
+    target = _fp16_copy(TINY / "target", tmp_path / "target")
+    pair = (PAIR[0], str(target))
+    default = doc(smoke(cli, pair, *FAST, "--json"))["settings"]
+    assert (default["target_dtype"], default["target_dtype_stored"]) == ("bfloat16", "float16")  # the config's dtype
+    d = doc(smoke(cli, pair, *FAST, "--target-dtype", "stored", "--json"))
+    s = d["settings"]
+    assert (s["target_dtype"], s["target_dtype_stored"], s["draft_dtype"]) == ("float16", "float16", "bfloat16")
+    assert all(p["lossless"]["status"] in ("identical", "tie") for p in d["prompts"]) and d["overall"]["tau"] > 2
 
 
 @pytest.mark.parametrize("backend", ["native", "transformers"])
