@@ -7,11 +7,11 @@ DF4xx running the pair (smoke-run, probe-taps).
 
 from __future__ import annotations
 
-import re
+import os
 from enum import Enum
 from typing import NamedTuple
 
-from dflash_ckpt.errors import error_line, split_location
+from dflash_ckpt.errors import error_line
 from dflash_ckpt.rules_engines import ENGINE_RULES
 from dflash_ckpt.rules_vllm import VLLM_RULES
 from dflash_ckpt.rules_mistakes import MISTAKE_RULES
@@ -438,21 +438,12 @@ _RULES.sort(key=lambda rule: rule.code)
 RULES: dict[str, Rule] = {rule.code: rule for rule in _RULES}
 
 
-_KEY = re.compile(r"\bkey '([^']+)'")
-
-
-def finding(code: str, message: str, *, path: str | None = None, key: str | None = None) -> Finding:
+def finding(code: str, message: str, *, path: str | os.PathLike[str] | None = None,
+            key: str | None = None) -> Finding:
     """A finding of rule ``code`` (its severity comes from the registry).
 
-    Checks write their messages as ``path: text``; the path is split off into ``Finding.path``
-    (given explicitly, it is stripped from the front of ``message``). The key is the one the
-    message names as ``key '...'`` unless given.
+    ``path`` is the file or folder it is about (``None`` for a run's finding about no file),
+    ``key`` the config key it names; both are given where the finding is made, so no output
+    format has to parse them back out of ``message``, which is the text after the path.
     """
-    if path is None:
-        path, message = split_location(message)
-    elif message.startswith(path + ": "):
-        message = message[len(path) + 2:]
-    if key is None:
-        m = _KEY.search(message)
-        key = m.group(1) if m else None
-    return Finding(code, RULES[code].severity, message, path, key)
+    return Finding(code, RULES[code].severity, message, None if path is None else str(path), key)

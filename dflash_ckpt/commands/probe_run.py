@@ -96,7 +96,7 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None, prog
     opts.validate()
     say = log or (lambda _msg: None)
     draft_dir, draft_label, target_dir, target_label = resolve_folders(opts)
-    result = ProbeResult(draft_label, target_label, opts, draft_path=str(draft_dir), target_path=str(target_dir))
+    result = ProbeResult(draft_label, target_label, opts, draft_path=draft_dir, target_path=str(target_dir))
 
     spec0 = read_draft_spec(LocalSource(Path(draft_dir), label=draft_label))
     tspec: TargetSpec = read_target_spec(LocalSource(Path(target_dir), label=target_label))
@@ -104,16 +104,16 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None, prog
     k = fc_taps(spec0.weights, spec0.dims.hidden_size)
     if k is None:
         raise InputError(
-            f"{draft_dir}: no fc.weight of shape [hidden_size, k * hidden_size] in the safetensors files, so the "
-            "number of tap layers is unknown; probe-taps needs the draft's trained fc", code="DF210")
+            "no fc.weight of shape [hidden_size, k * hidden_size] in the safetensors files, so the "
+            "number of tap layers is unknown; probe-taps needs the draft's trained fc", code="DF210", path=draft_dir)
     depth = as_int(tspec.num_hidden_layers)
     if depth is None or depth < 1:
-        raise InputError(f"{tspec.where}: num_hidden_layers {tspec.num_hidden_layers!r} is not a positive integer, so "
-                         "probe-taps cannot tell which layers to tap; fix the target's config.json", code="DF001")
+        raise InputError(f"num_hidden_layers {tspec.num_hidden_layers!r} is not a positive integer, so "
+                         "probe-taps cannot tell which layers to tap; fix the target's config.json", code="DF001", path=tspec.where)
     target_inv = inventory(Path(target_dir), target_label)
     check_target_config(tspec.config, tspec.where, target_inv.tensors)  # as smoke-run, before anything is built
     if k > depth:
-        raise UsageError(f"{draft_dir}: fc.weight reads {k} taps but the target {target_label} has only {depth} layers")
+        raise UsageError(f"fc.weight reads {k} taps but the target {target_label} has only {depth} layers", path=draft_dir)
     result.depth, result.k = depth, k
     result.configured = tuple(spec0.target_layer_ids) if spec0.target_layer_ids is not None else None
     result.configured_problem = configured_problem(result.configured, k, depth)
@@ -132,9 +132,9 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None, prog
                     target_config=tspec.config, target_where=tspec.where, backend=backend, prompts=prompts,
                     encoded=encoded, target_inv=target_inv)
     if plan.target.num_layers != depth:
-        raise UsageError(f"{tspec.where}: probe-taps taps every decoder layer, but the {plan.backend} backend "
+        raise UsageError(f"probe-taps taps every decoder layer, but the {plan.backend} backend "
                          f"reads {plan.target.num_layers} layers where num_hidden_layers says {depth}; "
-                         "use --backend native where it runs the target")
+                         "use --backend native where it runs the target", path=tspec.where)
     block = plan.block_size
     stops = [] if opts.ignore_eos else stop_token_ids(Path(target_dir), tspec.config, encoder.eos_token_id)
 

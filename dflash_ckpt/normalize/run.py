@@ -169,8 +169,8 @@ def normalize_into(req: Request, oc: Outcome, *, guard: Callable[[Request, Path 
     if errors:
         codes = ", ".join(sorted({f.code for f in errors}))
         raise CheckFailed(
-            f"{label}: the normalized config fails {len(errors)} check(s) ({codes}); nothing written "
-            "(`dflash-ckpt inspect` explains each, `dflash-ckpt rules CODE` the fix)"
+            f"the normalized config fails {len(errors)} check(s) ({codes}); nothing written "
+            "(`dflash-ckpt inspect` explains each, `dflash-ckpt rules CODE` the fix)", path=label
         )
     if req.check:
         oc.exit_code = 1 if plan.changed else 0

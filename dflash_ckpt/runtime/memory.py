@@ -298,9 +298,9 @@ def check_fits(needed: int | RunEstimate, device: torch.device, where: str, *,
     if target_dtype == torch.float32:
         advice += ", or --target-dtype bfloat16 (the target runs in float32 now)"
     raise UsageError(
-        f"{where}: the run needs {need / GIB:.2f} GiB ({need} bytes) at its peak on {device} "
+        f"the run needs {need / GIB:.2f} GiB ({need} bytes) at its peak on {device} "
         f"({est.describe()}{mapped}) but only {room / GIB:.2f} GiB ({room} bytes) are free ({name}); {advice}",
-        code="DF407")
+        code="DF407", path=where)
 
 
 #: Messages of out-of-memory errors raised as other types (torch's allocators, mmap failures).
@@ -329,7 +329,7 @@ def out_of_memory(where: str) -> Iterator[None]:
         if not is_out_of_memory(exc):
             raise
         first = (str(exc).splitlines() or [type(exc).__name__])[0][:300] or type(exc).__name__
-        raise UsageError(f"{where}: ran out of memory during the run ({type(exc).__name__}: {first}); the memory "
+        raise UsageError(f"ran out of memory during the run ({type(exc).__name__}: {first}); the memory "
                          "pre-check passed, so another process took memory meanwhile or the limit is too tight "
                          "for this run's temporaries; free memory, raise the limit, or use a shorter "
-                         "--max-new-tokens", code="DF407") from None
+                         "--max-new-tokens", code="DF407", path=where) from None
