@@ -3,7 +3,8 @@
 Every error the user can cause (a missing folder, a config that is not JSON, a repo that is not
 cached) is raised as a ``DFlashCkptError``; the CLI prints it as one line and exits with
 ``exit_code``. Every line the tool prints about a problem, findings included, has one shape, as
-ruff prints its own: ``PATH: CODE severity: message``.
+ruff prints its own: ``PATH: CODE severity: message``. ``PATH`` is a field (``path``) that the
+raiser sets, never parsed back out of the message: a folder may be named ``a: DF101 b``.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ def error_line(path: str | None, code: str, severity: str, message: str) -> str:
 class DFlashCkptError(Exception):
     """A problem the user can fix, reported in one line: the one exception type of the CLI and
     of the Python API, carrying ``code`` (the DF rule code; ``line_code`` falls back to the
-    class's default), ``exit_code`` and ``message``."""
+    class's default), ``exit_code``, ``path`` and ``key`` (where the raiser knows them), ``text``
+    (what is wrong) and ``message`` (``path: text``, the sentence ``str()`` and JSON show)."""
 
     exit_code: int = 2
     #: The rule code printed when the raiser gave none.
