@@ -33,7 +33,8 @@ def check_dflash2_config(spec: DraftSpec) -> list[Finding]:
             out.append(finding(
                 "DF146",
                 f"key 'dflash_config.{key}' is missing; a DFlash2 draft needs it (it fixes the "
-                "shapes of its conv or selector tensors), restore it from the published config", path=w, key=f'dflash_config.{key}',
+                "shapes of its conv or selector tensors), restore it from the published config",
+                path=w, key=f'dflash_config.{key}',
             ))
             continue
         val = as_int(rk.value)
@@ -51,14 +52,15 @@ def check_dflash2_config(spec: DraftSpec) -> list[Finding]:
         out.append(finding(
             "DF146",
             f"key 'dflash_config.conv_group_size' is {g}, which does not divide hidden_size {h}; "
-            "the conv has one coefficient per group of conv_group_size channels (16 in published drafts)", path=w, key='dflash_config.conv_group_size',
+            "the conv has one coefficient per group of conv_group_size channels (16 in published drafts)",
+            path=w, key="dflash_config.conv_group_size",
         ))
     k = vals.get("selector_top_k")
     if k is not None and vocab is not None and k > vocab:
         out.append(finding(
             "DF146",
             f"key 'dflash_config.selector_top_k' is {k}, more than vocab_size {vocab}; the selector "
-            "re-ranks the top-k of the vocabulary (16 in published drafts)", path=w, key='dflash_config.selector_top_k',
+            "re-ranks the top-k of the vocabulary (16 in published drafts)", path=w, key="dflash_config.selector_top_k",
         ))
     return out
 
@@ -74,6 +76,7 @@ def check_dflash2_weights(spec: DraftSpec) -> list[Finding]:
             out.append(finding(
                 "DF224",
                 f"tensor '{cb}.weight' should be named '{cb}': published DFlash2 files "
-                "store the codebooks without '.weight', and engines look them up by that name; rename it", path=spec.label,
+                "store the codebooks without '.weight', and engines look them up by that name; rename it",
+                path=spec.label,
             ))
     return out

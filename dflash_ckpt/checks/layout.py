@@ -115,7 +115,8 @@ def check_layout(spec: DraftSpec) -> list[Finding]:
     out: list[Finding] = []
     if bl.invalid:
         out.append(finding("DF162", f"{bl.invalid}; a block-layout declaration must be true or false "
-                                    "(true: drafts from block slot 0, anchor-first)", key=next(iter(bl.declared)), path=w))
+                                    "(true: drafts from block slot 0, anchor-first)", key=next(iter(bl.declared)),
+                                    path=w))
     if bl.conflict:
         out.append(finding("DF161", f"{bl.conflict}; the block layout is declared both ways, and engines "
                                     "read different ones: keep the one the draft was trained with "
@@ -127,7 +128,8 @@ def check_layout(spec: DraftSpec) -> list[Finding]:
         out.append(finding(
             "DF163",
             "key 'speculators_model_type' is \"dspark\" and no sample_from_anchor is given; readers default "
-            f"differently ({assume}); add \"sample_from_anchor\" at the top level with the layout it was trained in", path=w, key='speculators_model_type',
+            f"differently ({assume}); add \"sample_from_anchor\" at the top level with the layout it was trained in",
+            path=w, key="speculators_model_type",
         ))
     if bl.anchor_first:
         groups = {s: [TITLES[k] for k, p in paths.items() if p.status == s] for s in (RUNS, REFUSES, MISSERVES)}

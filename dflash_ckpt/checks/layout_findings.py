@@ -90,7 +90,8 @@ def layout_findings(result: Any) -> list[Finding]:
     return [finding("DF416", f"key '{key}': the draft was trained {m.best} ({_figures(m)} with "
                              f"target_layer_ids {taps}) but the config {_declared(m.declared)}; engines that follow "
                              "it serve every draft one position off (tau ~1, no error); record the measured layout "
-                             "with probe-taps --write OUT (--layout-for names the engines whose key to write)", path=where, key=key)]
+                             "with probe-taps --write OUT (--layout-for names the engines whose key to write)",
+                             path=where, key=key)]
 
 
 def smoke_layout_findings(ran: BlockLayout, declared: BlockLayout) -> list[Finding]:
@@ -99,4 +100,5 @@ def smoke_layout_findings(ran: BlockLayout, declared: BlockLayout) -> list[Findi
         return []
     return [finding("DF418", f"--layout {ran.layout}: the draft ran as {ran.layout}, but its config "
                              f"{_declared(declared)}; every engine follows the config, so the figures here are not "
-                             "what they serve; if this layout is the trained one, record it (probe-taps --write OUT)", path=None)]
+                             "what they serve; if this layout is the trained one, record it (probe-taps --write OUT)",
+                             path=None)]

@@ -30,7 +30,8 @@ def check_pairing(spec: DraftSpec, target: TargetSpec) -> list[Finding]:
             out.append(finding(
                 "DF308",
                 f"key '{key}' is " + (f"beyond the {bound:,} this tool accepts" if big else
-                "missing or not a positive integer") + "; point --target at the target model's folder", path=tw, key=key,
+                "missing or not a positive integer") + "; point --target at the target model's folder",
+                path=tw, key=key,
             ))
     depth, hidden, vocab = (v if v is not None and v > 0 else None for v in (depth, hidden, vocab))
     w = spec.where
@@ -73,7 +74,8 @@ def check_pairing(spec: DraftSpec, target: TargetSpec) -> list[Finding]:
         if beyond:
             out.append(finding(
                 "DF306",
-                f"target_layer_ids {short_list(beyond)} are beyond the target's {depth} layers (0..{depth - 1})", path=w,
+                f"target_layer_ids {short_list(beyond)} are beyond the target's {depth} layers (0..{depth - 1})",
+                path=w,
             ))
         if depth - 1 in ids:
             out.append(finding(

@@ -69,7 +69,7 @@ def check_draft_pitfalls(spec: DraftSpec) -> list[Finding]:
             "DF152",
             f"key 'architectures' is {show_value(spec.architectures)} but the config holds the DFlash2 keys; "
             "every engine builds the DFlash v1 model from it, drops the conv layers and selector and accepts "
-            "almost nothing; set architectures to [\"DFlash2DraftModel\"]", path=w, key='architectures',
+            "almost nothing; set architectures to [\"DFlash2DraftModel\"]", path=w, key="architectures",
         ))
     dvs = spec.config.get("draft_vocab_size")
     if dvs is not None:
@@ -77,13 +77,13 @@ def check_draft_pitfalls(spec: DraftSpec) -> list[Finding]:
         n = bounded_int(dvs, MAX_VOCAB)
         if n is None or n < 1:
             out.append(finding("DF153", f"key 'draft_vocab_size' must be a positive integer, found {show_value(dvs)}; "
-                                        "restore it from the published config", path=w, key='draft_vocab_size'))
+                                        "restore it from the published config", path=w, key="draft_vocab_size"))
         elif vocab is not None and n != vocab:
             out.append(finding(
                 "DF153",
                 f"key 'draft_vocab_size' is {n} of vocab_size {vocab}: a reduced draft vocabulary whose "
                 "ids map to the target's through the d2t tensor; only vLLM maps them, other engines read draft "
-                "ids as target ids, and smoke-run refuses it", path=w, key='draft_vocab_size',
+                "ids as target ids, and smoke-run refuses it", path=w, key="draft_vocab_size",
             ))
             out += _check_vocab_maps(spec, n, vocab)
     q = spec.config.get("quantization_config")
@@ -93,7 +93,8 @@ def check_draft_pitfalls(spec: DraftSpec) -> list[Finding]:
             "DF154",
             f"key 'quantization_config' (quant_method {method}) quantizes the draft: vLLM and SGLang "
             "load it through the quantizer it names, z-lab, lmdeploy and the MLX ports expect bf16 tensors; "
-            "quantized DFlash2 drafts are reported at ~0% acceptance or crashing (sglang#39087), keep the draft in bf16", path=w, key='quantization_config',
+            "quantized DFlash2 drafts are reported at ~0% acceptance or crashing (sglang#39087), keep the draft in bf16",
+            path=w, key="quantization_config",
         ))
     out += _side_files(spec)
     return out
@@ -116,7 +117,8 @@ def _check_vocab_maps(spec: DraftSpec, draft_vocab: int, vocab: int) -> list[Fin
     return [finding(
         "DF225",
         f"tensor {'; tensor '.join(wrong)}: draft_vocab_size {draft_vocab} needs both maps to "
-        "turn draft ids into target ids; re-download the weights with the config they were published with", path=spec.label,
+        "turn draft ids into target ids; re-download the weights with the config they were published with",
+        path=spec.label,
     )]
 
 
@@ -200,7 +202,8 @@ def check_target_pitfalls(spec: DraftSpec, target: TargetSpec) -> list[Finding]:
             "DF312",
             "key 'quantization_config' quantizes the target's lm_head, which a DFlash2 "
             "draft's selector reads: vLLM refuses the pair and SGLang accepts ~0% (sglang#35534); use a target "
-            "whose lm_head is left unquantized (list it in the quantizer's ignore list)", path=target.where, key='quantization_config',
+            "whose lm_head is left unquantized (list it in the quantizer's ignore list)",
+            path=target.where, key="quantization_config",
         ))
     out += _unknown_family(target)
     return out
@@ -218,5 +221,5 @@ def _unknown_family(target: TargetSpec) -> list[Finding]:
         "DF313",
         f"key 'model_type' is {show_value(mt)}, a target family no engine modelled here serves DFlash "
         "drafts for and the reference runtime does not run; check that --target names the target model, "
-        "then check the engine's supported models before planning on it", path=target.where, key='model_type',
+        "then check the engine's supported models before planning on it", path=target.where, key="model_type",
     )]

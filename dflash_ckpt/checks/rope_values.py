@@ -63,12 +63,14 @@ def check_rope_values(spec: DraftSpec) -> list[Finding]:
             sub = params.get(kind)
             if sub is not None and not isinstance(sub, dict):
                 out.append(finding("DF147", f"key 'rope_parameters.{kind}' must be an object, found "
-                                            f"{json_type(sub)} {show_value(sub)}", path=w, key=f'rope_parameters.{kind}'))
+                                            f"{json_type(sub)} {show_value(sub)}",
+                                            path=w, key=f'rope_parameters.{kind}'))
     for key, value in rope_places(cfg):
         problem = _theta_problem(value)
         if problem is not None:
             out.append(finding("DF147", f"key '{key}' must be a positive finite number (the target's rotary "
-                                        f"base, e.g. 1000000), found {problem}; copy it from the target's config", path=w, key=key))
+                                        f"base, e.g. 1000000), found {problem}; copy it from the target's config",
+                                        path=w, key=key))
     return out
 
 

@@ -106,7 +106,8 @@ def smoke_findings(result: Any, *, target_layer_ids: Sequence[int], mask_token_i
             elif lo.status == "tie":
                 out.append(finding("DF402", f"{where}, a near tie: DFlash's token (rank {lo.rank} in the target's "
                                             f"logits) is {lo.margin:.4g} below the maximum <= tolerance "
-                                            f"{result.tie_tolerance:g}; {lo.ties} tie(s), the largest {lo.largest_margin:.4g}", path=None))
+                                            f"{result.tie_tolerance:g}; {lo.ties} tie(s), the largest {lo.largest_margin:.4g}",
+                                            path=None))
             else:
                 out.append(finding("DF401", f"{where}; DFlash's token (rank {lo.rank} in the target's logits) is "
                                             f"{lo.margin:.4g} below the maximum (tolerance {result.tie_tolerance:g}), "

@@ -49,12 +49,13 @@ def check_sibling_config(spec: DraftSpec) -> list[Finding]:
         ids = dspark_value(spec.config, "dspark_target_layer_ids")
         if ids is not None and (not isinstance(ids, list) or not ids or any(as_int(i) is None for i in ids)):
             out.append(finding("DF165", f"key 'dspark_target_layer_ids' is {show_value(ids)}; it must be a "
-                                        "non-empty list of layer ids", path=w, key='dspark_target_layer_ids'))
+                                        "non-empty list of layer ids", path=w, key="dspark_target_layer_ids"))
     if spec.family == LAGUNA:
         lt = spec.config.get("layer_types")
         if isinstance(lt, list) and len(set(map(str, lt))) > 1:
             out.append(finding("DF166", f"key 'layer_types' mixes {show_value(sorted(set(map(str, lt))))}; a Laguna "
-                                        "draft's layers must all be one kind (laguna_dflash.py raises)", path=w, key='layer_types'))
+                                        "draft's layers must all be one kind (laguna_dflash.py raises)",
+                                        path=w, key="layer_types"))
     if spec.family == LILICORR:
         out.append(finding("DF167", "a LiLiCorr draft (DFlash backbone + candidate-lattice head, lilicorr_* keys): "
                                     "vLLM's models/lilicorr.py serves it on the V2 runner only; no other modelled "
@@ -119,7 +120,8 @@ def check_serving_limits(spec: DraftSpec, target: TargetSpec) -> list[Finding]:
     if draft_ctx is not None and full is not None and 0 < draft_ctx < full:
         out.append(finding("DF315", f"key 'max_position_embeddings' is {draft_ctx}, below the {full} tokens the "
                                     f"target serves; vLLM's V2 runner crashes at the first longer request (vllm#57941): "
-                                    f"serve with --max-model-len {draft_ctx} (the vLLM line below does)", path=w, key='max_position_embeddings'))
+                                    f"serve with --max-model-len {draft_ctx} (the vLLM line below does)",
+                                    path=w, key="max_position_embeddings"))
     rows = as_int(target.vocab_size)
     if rows is not None and rows > 0:
         tw = target.where
@@ -127,7 +129,8 @@ def check_serving_limits(spec: DraftSpec, target: TargetSpec) -> list[Finding]:
         if beyond:
             out.append(finding("DF316", f"token id(s) {show_value(beyond)} (eos/bos/pad) are not below the "
                                         f"embedding's {rows} rows (vocab_size); the first such token crashes or is "
-                                        "an out-of-bounds gather (llama.cpp#28158): use the target's own configs", path=tw))
+                                        "an out-of-bounds gather (llama.cpp#28158): use the target's own configs",
+                                        path=tw))
         tok = target.tokenizer_max_id
         if tok is not None and tok >= rows:
             out.append(finding("DF316", f"the tokenizer names token id {tok}, not below the embedding's {rows} "
@@ -136,8 +139,9 @@ def check_serving_limits(spec: DraftSpec, target: TargetSpec) -> list[Finding]:
         dvs = as_int(spec.config.get("draft_vocab_size"))
         if spec.family == LAGUNA and dvs is not None and dvs != rows:
             out.append(finding("DF317", f"key 'draft_vocab_size' is {dvs}, but the target's vocabulary is {rows}; "
-                                        "vLLM's laguna_dflash.py requires them equal", path=w, key='draft_vocab_size'))
+                                        "vLLM's laguna_dflash.py requires them equal", path=w, key="draft_vocab_size"))
         elif spec.family not in (DSPARK, LAGUNA) and dvs is not None and dvs > rows:
             out.append(finding("DF316", f"key 'draft_vocab_size' is {dvs}, above the target's {rows} embedding "
-                                        "rows: draft ids past the target vocabulary map to no token", path=w, key='draft_vocab_size'))
+                                        "rows: draft ids past the target vocabulary map to no token",
+                                        path=w, key="draft_vocab_size"))
     return out

@@ -136,7 +136,8 @@ def _check_shapes(inner: Mapping[str, Any], where: str, pre: str, tensors: Mappi
         raise InputError(
             f"vocab_size {vocab} and hidden_size {hidden} ({pre or 'top level'}) imply "
             f"{prefix}embed_tokens.weight [{vocab}, {hidden}], but the safetensors header has {list(embed)}; "
-            "the config does not describe these weights (restore it from the published config)", code="DF142", path=where)
+            "the config does not describe these weights (restore it from the published config)", code="DF142",
+            path=where)
     inter = inner.get("intermediate_size")
     seen_layers = -1
     for name in names:

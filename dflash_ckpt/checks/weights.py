@@ -42,7 +42,8 @@ def check_weights(spec: DraftSpec) -> list[Finding]:
         if not any(p.code in UNREADABLE or p.code == "DF223" for p in inv.problems):
             files = ", ".join(inv.where.get(f, f) for f in inv.headers) or label
             out.append(finding(
-                "DF223", "the safetensors header lists no tensors; there is no draft in it, re-download the weights", path=str(files),
+                "DF223", "the safetensors header lists no tensors; there is no draft in it, re-download the weights",
+                path=str(files),
             ))
         return out
 
@@ -64,7 +65,8 @@ def check_weights(spec: DraftSpec) -> list[Finding]:
         out.append(finding(
             "DF164",
             f"ships its own embed_tokens.weight {list(shapes['embed_tokens.weight'])} (as Nemotron's "
-            "NVFP4-DFlash drafts do): vLLM uses it, the MLX ports stop on it, the other engines take the target's", path=label,
+            "NVFP4-DFlash drafts do): vLLM uses it, the MLX ports stop on it, the other engines take the target's",
+            path=label,
         ))
     if borrowed and not own:
         out.append(finding(
@@ -99,7 +101,8 @@ def check_weights(spec: DraftSpec) -> list[Finding]:
         if n != "fc.weight" and s is not None and n in shapes and tuple(shapes[n]) != s
     ]
     if wrong:
-        out.append(finding("DF213", f"{len(wrong)} tensor(s) do not match the config: {_list(wrong, sep='; ')}", path=label))
+        out.append(finding("DF213", f"{len(wrong)} tensor(s) do not match the config: {_list(wrong, sep='; ')}",
+                           path=label))
     # DFlash2 tensors in a v1 config are DF222's finding; in a DFlash2 config they are expected by name.
     v2_extra = has_v2 and not v2_config
     tolerated = set(borrowed) | (set(VOCAB_MAPS) if "draft_vocab_size" in spec.config else set()) | ({n for n in shapes if "_conv." in n or n.startswith("candidate_selector.")} if v2_extra else set())
@@ -151,7 +154,8 @@ def _check_fc(spec: DraftSpec, shapes: dict[str, tuple[int, ...]], where: str) -
             "DF211",
             f"fc.weight is {list(fc)}, which implies {implied} tap layers, but "
             f"target_layer_ids has {len(ids)}; restore the {implied} trained tap layers (from the model card, "
-            f"or measure them: `dflash-ckpt probe-taps {shlex.quote(spec.label)} --target TARGET --write OUT`)", path=where,
+            f"or measure them: `dflash-ckpt probe-taps {shlex.quote(spec.label)} --target TARGET --write OUT`)",
+            path=where,
         )]
     return [finding("DF211", f"fc.weight is {list(fc)}; expected [{h}, k*{h}] (hidden_size {h})", path=where)]
 

@@ -109,11 +109,13 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None, prog
     depth = as_int(tspec.num_hidden_layers)
     if depth is None or depth < 1:
         raise InputError(f"num_hidden_layers {tspec.num_hidden_layers!r} is not a positive integer, so "
-                         "probe-taps cannot tell which layers to tap; fix the target's config.json", code="DF001", path=tspec.where)
+                         "probe-taps cannot tell which layers to tap; fix the target's config.json", code="DF001",
+                         path=tspec.where)
     target_inv = inventory(Path(target_dir), target_label)
     check_target_config(tspec.config, tspec.where, target_inv.tensors)  # as smoke-run, before anything is built
     if k > depth:
-        raise UsageError(f"fc.weight reads {k} taps but the target {target_label} has only {depth} layers", path=draft_dir)
+        raise UsageError(f"fc.weight reads {k} taps but the target {target_label} has only {depth} layers",
+                         path=draft_dir)
     result.depth, result.k = depth, k
     result.configured = tuple(spec0.target_layer_ids) if spec0.target_layer_ids is not None else None
     result.configured_problem = configured_problem(result.configured, k, depth)

@@ -76,7 +76,8 @@ def refuse_pair(facts: VllmFacts, *, generation: str, draft_config: Mapping[str,
     if generation == "DFlash2" and facts.cpu_build:
         raise UsageError(f"a DFlash2 draft, and vLLM's CPU build {facts.version} refuses DFlash2 "
                          "(V1 runner: no candidate-head drafts; V2 runner: needs Triton); run it with "
-                         "--engine reference here, or vLLM on a CUDA machine", code="DF422", key="architectures", path=draft_where)
+                         "--engine reference here, or vLLM on a CUDA machine", code="DF422", key="architectures",
+                         path=draft_where)
     kinds = draft_config.get("layer_types")
     if facts.cpu_build and isinstance(kinds, list) and 0 < sum(k == "sliding_attention" for k in kinds) < len(kinds):
         raise UsageError("key 'layer_types' mixes sliding and full attention layers, and vLLM's CPU "

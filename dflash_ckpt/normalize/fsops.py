@@ -94,7 +94,8 @@ def check_out_path(draft_dir: Path, out: Path, *, force: bool) -> None:
     if out.exists() and out.is_dir() and _inside(draft_real, out_real):
         raise UsageError(f"OUT {out} contains DRAFT {draft_dir}; replacing it would delete the draft")
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise InputError("not writable by this user; OUT cannot be created there (choose another folder or fix its permissions)", path=parent)
+        raise InputError("not writable by this user; OUT cannot be created there (choose another folder or fix its permissions)",
+                         path=parent)
     lock_out(out)
     recover_stale(out)
     if out.is_symlink() or out.exists():
@@ -259,7 +260,8 @@ def write_in_place(folder: Path, new: bytes, old: bytes, *, backup: bool, force:
     except OSError as err:
         raise os_error(err, str(cfg)) from None
     if not os.access(folder, os.W_OK | os.X_OK):
-        raise InputError("not writable by this user; config.json cannot be replaced there (fix the permissions)", path=folder)
+        raise InputError("not writable by this user; config.json cannot be replaced there (fix the permissions)",
+                         path=folder)
     if backup and (orig.exists() or orig.is_symlink()) and not force:
         raise UsageError(f"{orig} exists from an earlier run; move it away, pass --no-backup, or --force to overwrite it")
     with _term_as_interrupt():

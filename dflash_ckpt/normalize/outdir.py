@@ -31,7 +31,8 @@ def require_new_parents(draft_dir: Path, out: Path) -> None:
     if real_draft == real_out or real_draft in real_out.parents:
         raise UsageError(f"OUT {out} is inside DRAFT {draft_dir}; give a folder outside it")
     if not os.access(base, os.W_OK | os.X_OK):
-        raise InputError("not writable by this user; OUT's parent folders cannot be created there (choose another folder or fix its permissions)", path=base)
+        raise InputError("not writable by this user; OUT's parent folders cannot be created there (choose another folder or fix its permissions)",
+                         path=base)
 
 
 def make_parents(out: Path) -> list[Path]:

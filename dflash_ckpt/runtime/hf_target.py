@@ -107,7 +107,8 @@ def hf_target_info(config: dict[str, Any], where: str) -> HFTargetInfo:
     if method not in (None, "mxfp4"):
         raise UsageError(f"quantization_config.quant_method {method!r}: the transformers backend "
                          "loads unquantized weights and gpt-oss MXFP4 (dequantized) only; the native backend "
-                         "dequantizes fp8, awq, gptq and compressed-tensors Qwen3/Llama targets (--backend native)", path=where)
+                         "dequantizes fp8, awq, gptq and compressed-tensors Qwen3/Llama targets (--backend native)",
+                         path=where)
     dtype = None
     for src in (inner, config):
         for key in ("dtype", "torch_dtype"):

@@ -221,7 +221,8 @@ def _find_target_prefix(inv: WeightInventory, folder: Path) -> str:
     """The prefix in front of ``embed_tokens.weight``; wrappers keep the text model deeper."""
     cands = [k[: -len("embed_tokens.weight")] for k in inv.tensors if k.endswith("embed_tokens.weight")]
     if not cands:
-        raise InputError("no '*embed_tokens.weight' tensor; not a Hugging Face causal LM checkpoint", code="DF212", path=folder)
+        raise InputError("no '*embed_tokens.weight' tensor; not a Hugging Face causal LM checkpoint", code="DF212",
+                         path=folder)
     cands.sort(key=lambda p: ("language_model" not in p, len(p)))
     return cands[0]
 

@@ -154,7 +154,8 @@ def compile_template(source: str, where: str = "chat template", *, path: str | N
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     if len(source) > limits.MAX_TEMPLATE_BYTES:
-        raise InputError(f"{where}: {len(source):,} characters, more than the {limits.MAX_TEMPLATE_BYTES:,} a template may have", code="DF002", path=path)
+        raise InputError(f"{where}: {len(source):,} characters, more than the {limits.MAX_TEMPLATE_BYTES:,} a template may have", code="DF002",
+                         path=path)
 
     class GenerationTag(Extension):
         """``{% generation %}...{% endgeneration %}`` marks assistant text; rendered as is."""
@@ -197,16 +198,19 @@ def compile_template(source: str, where: str = "chat template", *, path: str | N
     try:
         return env.from_string(source)
     except jinja2.TemplateSyntaxError as err:
-        raise InputError(f"{where}: jinja syntax error at line {err.lineno}: {err.message}", code="DF002", path=path) from None
+        raise InputError(f"{where}: jinja syntax error at line {err.lineno}: {err.message}", code="DF002",
+                         path=path) from None
     except TemplateLimit as err:
         raise InputError(f"{where}: stopped while compiling: {err} (README, Limits)", code="DF002", path=path) from None
     except MemoryError:
         raise InputError(f"{where}: stopped while compiling: it needed more than "
-                         f"{limits.human_bytes(limits.TEMPLATE_MEMORY_BYTES)} of memory (README, Limits)", code="DF002", path=path) from None
+                         f"{limits.human_bytes(limits.TEMPLATE_MEMORY_BYTES)} of memory (README, Limits)", code="DF002",
+                         path=path) from None
     except RecursionError:
         raise InputError(f"{where}: cannot be compiled: nested too deeply", code="DF002", path=path) from None
     except Exception as err:  # noqa: BLE001 - a template that cannot compile, for any reason, is one line
-        raise InputError(f"{where}: cannot be compiled ({type(err).__name__}: {_first_line(err)})", code="DF002", path=path) from None
+        raise InputError(f"{where}: cannot be compiled ({type(err).__name__}: {_first_line(err)})", code="DF002",
+                         path=path) from None
 
 
 def render_here(template: Any, context: dict[str, Any], where: str, *, path: str | None = None) -> str:
@@ -224,7 +228,8 @@ def render_here(template: Any, context: dict[str, Any], where: str, *, path: str
     except TemplateLimit as err:
         raise InputError(f"{where}: stopped: {err} (README, Limits)", code="DF002", path=path) from None
     except RecursionError:
-        raise InputError(f"{where}: recursion too deep (a macro that calls itself without end?)", code="DF002", path=path) from None
+        raise InputError(f"{where}: recursion too deep (a macro that calls itself without end?)", code="DF002",
+                         path=path) from None
     except MemoryError:
         raise InputError(f"{where}: stopped: it needed more than {limits.human_bytes(limits.TEMPLATE_MEMORY_BYTES)} "
                          "of memory (README, Limits)", code="DF002", path=path) from None

@@ -158,10 +158,12 @@ def read_prompts_file(path: str, first_position: int = 1) -> list[Prompt]:
             prompts.append(Prompt(default_name, check_text(item, path=where)))
             continue
         if not isinstance(item, dict):
-            raise InputError(f"each line must be a JSON object or string, found {type(item).__name__}", code="DF002", path=where)
+            raise InputError(f"each line must be a JSON object or string, found {type(item).__name__}", code="DF002",
+                             path=where)
         name = item.get("name", item.get("id"))
         if name is not None and not isinstance(name, (str, int)) or isinstance(name, bool):
-            raise InputError(f"'name' must be a string (or an integer id), found {type(name).__name__}", code="DF002", path=where)
+            raise InputError(f"'name' must be a string (or an integer id), found {type(name).__name__}", code="DF002",
+                             path=where)
         name = default_name if name is None else check_text(str(name), "'name'", path=where)
         if len(name) > 200:
             raise InputError(f"'name' has {len(name):,} characters; keep names under 200", code="DF002", path=where)
@@ -172,7 +174,8 @@ def read_prompts_file(path: str, first_position: int = 1) -> list[Prompt]:
         elif isinstance(text, str):
             prompts.append(Prompt(name, check_text(text, path=where)))
         else:
-            raise InputError("give 'prompt' (a string), 'messages' or 'conversations' (a list)", code="DF002", path=where)
+            raise InputError("give 'prompt' (a string), 'messages' or 'conversations' (a list)", code="DF002",
+                             path=where)
     if not prompts:
         raise InputError("no prompts (one JSON object per line)", code="DF002", path=path)
     return prompts
@@ -222,7 +225,8 @@ class PromptEncoder:
 
         path = folder / "tokenizer.json"
         if not (path.exists() or path.is_symlink()):
-            raise InputError("missing; smoke-run needs the target's tokenizer.json (or give --tokenizer FOLDER)", code="DF001", path=path)
+            raise InputError("missing; smoke-run needs the target's tokenizer.json (or give --tokenizer FOLDER)", code="DF001",
+                             path=path)
         text = read_capped_text(path, limits.MAX_TOKENIZER_BYTES, what="tokenizer.json")
         try:
             self.tokenizer = Tokenizer.from_str(text)

@@ -94,7 +94,8 @@ def local_folder(
         return src.local_dir, src.label  # type: ignore[return-value]
     ref = parse_repo_ref(arg, revision)
     if ref is None:
-        raise InputError(f"no such folder; give a local {role} folder or a Hub repo id (org/name)", code="DF001", path=arg)
+        raise InputError(f"no such folder; give a local {role} folder or a Hub repo id (org/name)", code="DF001",
+                         path=arg)
     from dflash_ckpt.sources.hub.repo import download_snapshot  # noqa: PLC0415
 
     return download_snapshot(ref, token=token, role=role, allow_patterns=allow_patterns), ref.label

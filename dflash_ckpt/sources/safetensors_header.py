@@ -167,7 +167,8 @@ def _parse(raw: bytes, where: str, max_tensors: int) -> dict[str, Any]:
             "hundred tensors at most, this is not one", path=where,
         ) from None
     except json.JSONDecodeError as err:
-        raise HeaderError("DF203", f"header is not JSON (line {err.lineno} column {err.colno}: {err.msg})", path=where) from None
+        raise HeaderError("DF203", f"header is not JSON (line {err.lineno} column {err.colno}: {err.msg})",
+                          path=where) from None
     except RecursionError:
         raise HeaderError("DF203", "header JSON nested too deep; a header is 3 levels deep", path=where) from None
     except ValueError as err:
@@ -207,10 +208,12 @@ def _metadata(entry: Any, where: str) -> dict[str, str] | None:
 def _tensor_info(key: str, entry: Any, file: str, where: str) -> TensorInfo:
     shown = _show_name(key)
     if not isinstance(entry, dict):
-        raise _nested(entry, where, f"entry {shown}") or HeaderError("DF203", f"header entry {shown} is not an object", path=where)
+        raise _nested(entry, where, f"entry {shown}") or HeaderError("DF203", f"header entry {shown} is not an object",
+                                    path=where)
     dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
     if not isinstance(dtype, str):
-        raise _nested(dtype, where, f"tensor {shown} dtype") or HeaderError("DF203", f"tensor {shown} has no dtype string", path=where)
+        raise _nested(dtype, where, f"tensor {shown} dtype") or HeaderError("DF203", f"tensor {shown} has no dtype string",
+                                    path=where)
     bits = DTYPE_BITS.get(dtype)
     if bits is None:
         raise HeaderError(

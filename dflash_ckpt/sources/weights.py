@@ -127,7 +127,7 @@ def _read_weight_map(source: Source, index_file: str, problems: list[Finding]) -
         isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
     ):
         problems.append(finding(
-            "DF207", "key 'weight_map' must be an object of tensor name -> shard file", path=where, key='weight_map'
+            "DF207", "key 'weight_map' must be an object of tensor name -> shard file", path=where, key="weight_map"
         ))
         return None
     if len(weight_map) > MAX_TENSORS:

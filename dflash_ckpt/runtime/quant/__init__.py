@@ -45,7 +45,8 @@ def dequantize_layer(scheme: QuantScheme, base: str, read: Callable[[str], torch
                          code="DF181", path=scheme.where)
     if not torch.isfinite(weight).all():
         raise InputError(f"layer '{base}' dequantizes to non-finite values (its scales hold inf/NaN); "
-                         "the quantized files are corrupt, re-download or re-quantize them", code="DF181", path=scheme.where)
+                         "the quantized files are corrupt, re-download or re-quantize them", code="DF181",
+                         path=scheme.where)
     return weight
 
 

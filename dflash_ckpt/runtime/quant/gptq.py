@@ -30,5 +30,6 @@ def dequantize(scheme: QuantScheme, parts: dict[str, torch.Tensor], shape: tuple
         from dflash_ckpt.errors import InputError
 
         raise InputError(f"a g_idx tensor names groups outside 0..{s.shape[0] - 1} (or has "
-                         f"{g.numel()} rows for {q.shape[0]} inputs); the quantized files are corrupt", code="DF181", path=scheme.where)
+                         f"{g.numel()} rows for {q.shape[0]} inputs); the quantized files are corrupt", code="DF181",
+                         path=scheme.where)
     return ((q - z[g]) * s[g]).t().contiguous()

@@ -134,7 +134,8 @@ class HubClient:
 
         problem = name_problem(name)
         if problem is not None:
-            raise HubError(f"the listing names a file {name[:80]!r}…, {problem}; nothing was downloaded", path=self.ctx.ref.label)
+            raise HubError(f"the listing names a file {name[:80]!r}…, {problem}; nothing was downloaded",
+                           path=self.ctx.ref.label)
         repo_folder = self.settings.cache_dir / ("models--" + self.ctx.ref.repo_id.replace("/", "--"))
         path = repo_folder / "snapshots" / self.commit / name
         if path.is_file():
@@ -155,7 +156,8 @@ class HubClient:
         except OSError as err:
             raise HubError(
                 f"{name} cannot be written to the Hugging Face cache at "
-                f"{self.settings.cache_dir} ({err.strerror or err}); free space there or set HF_HUB_CACHE", path=self.ctx.ref.label
+                f"{self.settings.cache_dir} ({err.strerror or err}); free space there or set HF_HUB_CACHE",
+                path=self.ctx.ref.label
             ) from None
         finally:
             partial.discard()
@@ -272,7 +274,8 @@ def snapshot(
     try:
         snap.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise HubError(f"cannot create {snap} ({err.strerror or err}); check HF_HUB_CACHE", path=ctx.ref.label) from None
+        raise HubError(f"cannot create {snap} ({err.strerror or err}); check HF_HUB_CACHE",
+                       path=ctx.ref.label) from None
     cache.write_hf_tree(listing)
     return snap
 

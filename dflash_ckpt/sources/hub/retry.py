@@ -43,7 +43,8 @@ def with_retries(fn: Callable[[Budget], T], settings: Any, ctx: HubContext, what
             if _cache_write_error(exc):
                 raise HubError(
                     f"{what} cannot be written into the Hugging Face cache at {settings.cache_dir} "
-                    f"({getattr(exc, 'strerror', None) or exc}); free space there, or point HF_HUB_CACHE elsewhere", path=ctx.ref.label
+                    f"({getattr(exc, 'strerror', None) or exc}); free space there, or point HF_HUB_CACHE elsewhere",
+                    path=ctx.ref.label
                 ) from None
             if attempt == attempts or not is_retryable(exc):
                 raise describe(exc, ctx, what, attempts=attempt) from None
