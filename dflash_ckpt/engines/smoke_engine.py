@@ -44,8 +44,8 @@ def validate_engine_options(opts: Any) -> None:
                                          ("--engine-arg", bool(opts.engine_arg)),
                                          ("--engine-timeout", opts.engine_timeout is not None)) if set_]
         if given:
-            raise UsageError("only with --engine vllm or both (the reference runtime runs on one "
-                             "device)", key=given[0], path=', '.join(given))
+            raise UsageError(f"{', '.join(given)}: only with --engine vllm or both (the reference runtime runs on one "
+                             "device)", key=given[0])
 
 
 @dataclass

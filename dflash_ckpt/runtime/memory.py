@@ -280,9 +280,10 @@ def available_bytes(device: torch.device) -> int:
     return min(limits.values()) if limits else 1 << 62
 
 
-def check_fits(needed: int | RunEstimate, device: torch.device, where: str, *,
-               target_dtype: torch.dtype | None = None) -> None:
-    """Refuse (DF407, exit 2) before loading a run whose peak does not fit every limit."""
+def check_fits(needed: int | RunEstimate, device: torch.device, where: str | None, *,
+               target_dtype: torch.dtype | None = None, lead: str = "") -> None:
+    """Refuse (DF407, exit 2) before loading a run whose peak does not fit every limit; the
+    refusal is located at ``where`` (``None``: at no file), ``lead`` starts its text."""
     est = needed if isinstance(needed, RunEstimate) else RunEstimate({"weights": needed})
     short: list[tuple[int, int, str]] = []
     for name, room in memory_limits(device).items():
@@ -298,7 +299,7 @@ def check_fits(needed: int | RunEstimate, device: torch.device, where: str, *,
     if target_dtype == torch.float32:
         advice += ", or --target-dtype bfloat16 (the target runs in float32 now)"
     raise UsageError(
-        f"the run needs {need / GIB:.2f} GiB ({need} bytes) at its peak on {device} "
+        f"{lead}the run needs {need / GIB:.2f} GiB ({need} bytes) at its peak on {device} "
         f"({est.describe()}{mapped}) but only {room / GIB:.2f} GiB ({room} bytes) are free ({name}); {advice}",
         code="DF407", path=where)
 
