@@ -96,7 +96,7 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None, prog
     opts.validate()
     say = log or (lambda _msg: None)
     draft_dir, draft_label, target_dir, target_label = resolve_folders(opts)
-    result = ProbeResult(draft_label, target_label, opts, draft_path=draft_dir, target_path=str(target_dir))
+    result = ProbeResult(draft_label, target_label, opts, draft_path=str(draft_dir), target_path=str(target_dir))
 
     spec0 = read_draft_spec(LocalSource(Path(draft_dir), label=draft_label))
     tspec: TargetSpec = read_target_spec(LocalSource(Path(target_dir), label=target_label))
