@@ -80,7 +80,8 @@ def inspect(draft: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], ta
 
     drafts = os.fspath(draft) if isinstance(draft, (str, os.PathLike)) else [os.fspath(d) for d in draft]
     if not drafts:
-        raise DFlashCkptError("dflash_ckpt.inspect(): draft=[] names no draft; give at least one", code="DF010", key="draft")
+        raise DFlashCkptError("draft=[] names no draft; give at least one", code="DF010", key="draft",
+                              path="dflash_ckpt.inspect()")
     options = fill(InspectOptions, locals(), draft=drafts, target=path_text(target), select=texts(select),
                    ignore=texts(ignore), require_engines=texts(require_engines))
     with _call():

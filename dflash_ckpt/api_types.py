@@ -102,16 +102,16 @@ def checked_call(fn: F) -> F:
             if name not in sig.parameters:
                 near = difflib.get_close_matches(name, list(sig.parameters), n=1)
                 hint = f" (did you mean {near[0]}=?)" if near else f" (its keywords: {', '.join(list(sig.parameters)[1:])})"
-                raise DFlashCkptError(f"{where}: no keyword {name}{hint}", code=API_TYPE_CODE, key=name)
+                raise DFlashCkptError(f"no keyword {name}{hint}", code=API_TYPE_CODE, key=name, path=where)
         try:
             bound = sig.bind(*args, **kwargs)
         except TypeError as err:
-            raise DFlashCkptError(f"{where}: {err}", code=API_TYPE_CODE) from None
+            raise DFlashCkptError(str(err), code=API_TYPE_CODE, path=where) from None
         for name, value in bound.arguments.items():
             hint = hints.get(name)
             if hint is not None and not _fits(value, hint):
-                raise DFlashCkptError(f"{where}: {name}={_shown(value)} is not {_describe(hint)}{NOTES.get(name, '')}",
-                                      code=API_TYPE_CODE, key=name)
+                raise DFlashCkptError(f"{name}={_shown(value)} is not {_describe(hint)}{NOTES.get(name, '')}",
+                                      code=API_TYPE_CODE, key=name, path=where)
         return fn(*args, **kwargs)
 
     return call  # type: ignore[return-value]

@@ -168,11 +168,13 @@ def read_arg_file(path: str) -> list[str]:
     if path == "-":
         data = sys.stdin.buffer.read(MAX_ARG_FILE_BYTES + 1)
         if len(data) > MAX_ARG_FILE_BYTES:
-            raise InputError(f"<stdin>: more than {human_bytes(MAX_ARG_FILE_BYTES)}, too large for a {what}", code="DF001")
+            raise InputError(f"more than {human_bytes(MAX_ARG_FILE_BYTES)}, too large for a {what}", code="DF001",
+                             path="<stdin>")
         try:
             text = data.decode("utf-8-sig")
         except UnicodeDecodeError as err:
-            raise InputError(f"<stdin>: not UTF-8 text (byte {err.start}); a {what} must be UTF-8", code="DF001") from None
+            raise InputError(f"not UTF-8 text (byte {err.start}); a {what} must be UTF-8", code="DF001",
+                             path="<stdin>") from None
     else:
         text = read_capped_text(path, MAX_ARG_FILE_BYTES, what=what)
     lines = (line.split("#", 1)[0].strip() for line in text.splitlines())
@@ -243,11 +245,11 @@ def run(argv: list[str] | None = None) -> int:
         return 130
     except OSError as err:  # the last net: a path no check foresaw (ENAMETOOLONG, EIO, ...)
         from dflash_ckpt.errors import InputError
-        from dflash_ckpt.sources.base import describe_os_error
+        from dflash_ckpt.sources.base import os_error
 
-        message = describe_os_error(err, str(err.filename)) if err.filename else (err.strerror or str(err))
-        _owed_document(InputError(message, code="DF001"))
-        print(InputError(message).line(_command_path(args)), file=sys.stderr)
+        error = os_error(err, err.filename, code="DF001") if err.filename else InputError(err.strerror or str(err), code="DF001")
+        _owed_document(error)
+        print(error.line(_command_path(args)), file=sys.stderr)
         return 2
     except SystemExit as exc:
         code = exc.code

@@ -3,7 +3,8 @@
 Every error the user can cause (a missing folder, a config that is not JSON, a repo that is not
 cached) is raised as a ``DFlashCkptError``; the CLI prints it as one line and exits with
 ``exit_code``. Every line the tool prints about a problem, findings included, has one shape, as
-ruff prints its own: ``PATH: CODE severity: message``.
+ruff prints its own: ``PATH: CODE severity: message``. ``PATH`` is a field (``path``) that the
+raiser sets, never parsed back out of the message: a folder may be named ``a: DF101 b``.
 """
 
 from __future__ import annotations
@@ -28,27 +29,6 @@ def inert(text: str) -> str:
     return no_opener(_CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text))
 
 
-def split_location(message: str) -> tuple[str | None, str]:
-    """``("path", "rest")`` for a message written as ``path: rest``; ``(None, message)`` otherwise.
-
-    Messages name their file first (``drafts/x/config.json: key ...``, ``org/name@rev:config.json:
-    ...``). The part before the first ``": "`` counts as a location when it is one word (no
-    whitespace, not an option); a longer prefix counts when it names something on disk (a folder
-    with spaces, or even ``": "``, in its name). A sentence with a colon in it stays whole.
-    """
-    head, sep, rest = message.partition(": ")
-    if not sep or not head:
-        return None, message
-    if not head.startswith("-") and not any(c.isspace() for c in head):
-        return head, rest
-    start = 0
-    while (i := message.find(": ", start)) > 0:
-        if os.path.lexists(message[:i]):
-            return message[:i], message[i + 2:]
-        start = i + 2
-    return None, message
-
-
 def error_line(path: str | None, code: str, severity: str, message: str) -> str:
     """The one line every problem is printed as: ``PATH: CODE severity: message`` (made inert, and
     no CI command: ``neutral.no_command``; a relative path that would start one is ``./PATH``)."""
@@ -60,15 +40,23 @@ def error_line(path: str | None, code: str, severity: str, message: str) -> str:
 class DFlashCkptError(Exception):
     """A problem the user can fix, reported in one line: the one exception type of the CLI and
     of the Python API, carrying ``code`` (the DF rule code; ``line_code`` falls back to the
-    class's default), ``exit_code`` and ``message``."""
+    class's default), ``exit_code``, ``path`` and ``key`` (where the raiser knows them), ``text``
+    (what is wrong) and ``message`` (``path: text``, the sentence ``str()`` and JSON show)."""
 
     exit_code: int = 2
     #: The rule code printed when the raiser gave none.
     default_code: str = "DF001"
 
-    def __init__(self, message: str, *, code: str | None = None, key: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
+    def __init__(self, message: str, *, code: str | None = None, key: str | None = None,
+                 path: str | os.PathLike[str] | None = None) -> None:
+        #: The file, folder or repo the problem is about, where the raiser names one; ``None``
+        #: for a problem about no file (an option, the environment).
+        self.path: str | None = None if path is None else str(path)
+        #: What is wrong, without the location (the text after ``PATH: CODE error:``).
+        self.text = message
+        #: The whole message as a sentence, location first (``str()``, the JSON ``error.message``).
+        self.message = f"{self.path}: {message}" if self.path is not None else message
+        super().__init__(self.message)
         #: The DF rule code: the raiser's, else the class's default.
         self.code: str = code or self.default_code
         self._given_code = code
@@ -83,9 +71,9 @@ class DFlashCkptError(Exception):
         return self.code
 
     def line(self, where: str | None = None) -> str:
-        """This error as one line: the file its message names first, else ``where``."""
-        path, rest = split_location(self.message)
-        return error_line(path or where, self.line_code, "error", rest)
+        """This error as one line: at its own ``path``, else at ``where`` (the command or the
+        input it was working on)."""
+        return error_line(self.path or where, self.line_code, "error", self.text)
 
 
 class InputError(DFlashCkptError):

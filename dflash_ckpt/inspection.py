@@ -15,7 +15,7 @@ from dflash_ckpt.checks.engines.reading import Verdict
 from dflash_ckpt.checks.engines.registry import READER_TITLES
 from dflash_ckpt.checks.engines.verdicts import judge_readers
 from dflash_ckpt.engines.vllm_facts import reader_check_note as vllm_reader_note
-from dflash_ckpt.errors import DFlashCkptError, InputError, split_location
+from dflash_ckpt.errors import DFlashCkptError, InputError
 from dflash_ckpt.rules import Finding, Severity, finding
 from dflash_ckpt.result import error_json
 from dflash_ckpt.sources.base import Source
@@ -50,8 +50,7 @@ class InspectResult:
     def set_fatal(self, err: DFlashCkptError) -> None:
         """The input could not be read: the result holds the error, as its one finding too."""
         self.fatal = err
-        path, message = split_location(err.message)
-        self.findings.append(Finding(err.line_code, Severity.ERROR, message, path))
+        self.findings.append(Finding(err.line_code, Severity.ERROR, err.text, err.path))
 
     def keep_findings(self, keep: Callable[[str], bool]) -> None:
         """Drop the findings whose code ``keep`` rejects (``--select``/``--ignore``); an unreadable
@@ -71,7 +70,7 @@ class InspectResult:
                    else "; `dflash-ckpt normalize` alone does not fix it (see `dflash-ckpt rules DF144`)")
             self.findings.append(finding(
                 "DF144",
-                f"{self.draft.where}: required engine {key} ({READER_TITLES[key]}) would not load it: "
+                f"required engine {key} ({READER_TITLES[key]}) would not load it: "
                 f"{verdict.reason.removeprefix('fails: ')}{fix}",
                 path=self.draft.where,
             ))
@@ -249,4 +248,4 @@ def _inspect_one(arg: str, target_src: Source | None, revision: str | None, toke
         return InspectResult(label=arg, fatal=err)
     except Exception as err:  # noqa: BLE001 - one draft's bug must not hide the others' reports
         return InspectResult(label=arg, fatal=InputError(
-            f"{arg}: could not be inspected ({type(err).__name__}: {err}); please report this with the file"))
+            f"could not be inspected ({type(err).__name__}: {err}); please report this with the file", path=arg))

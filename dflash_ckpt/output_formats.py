@@ -53,7 +53,9 @@ def iter_findings(doc: dict[str, Any]) -> Iterator[tuple[dict[str, Any], str]]:
     if error and (error.get("code"), error.get("message")) not in carried:
         path, message = error.get("path"), error["message"]
         if path and message.startswith(f"{path}: "):
-            message = message[len(path) + 2:]  # the file goes in its own property, as a finding's does
+            # an error's JSON message is its own ``path`` field then its text (``DFlashCkptError``):
+            # the file goes in its own property, as a finding's does
+            message = message[len(path) + 2:]
         yield {"code": error["code"], "severity": "error", "path": path, "key": error.get("key"), "message": message}, path or ""
     for result in results:
         for f in [*result.get("precheck", []), *result.get("findings", [])]:

@@ -23,14 +23,11 @@ SCHEMA_VERSION = 2
 
 
 def error_json(err: DFlashCkptError | None, where: str | None = None) -> dict[str, Any] | None:
-    """An error as the JSON ``error`` object: its code, its message, the file it names (else
-    ``where``) and the config key it names (``null`` where none)."""
+    """An error as the JSON ``error`` object: its code, its whole message (location first), its
+    ``path`` (else ``where``) and its config key (``null`` where none)."""
     if err is None:
         return None
-    from dflash_ckpt.errors import split_location
-
-    path, _ = split_location(err.message)
-    return {"code": err.line_code, "message": err.message, "path": path or where, "key": err.key}
+    return {"code": err.line_code, "message": err.message, "path": err.path or where, "key": err.key}
 
 
 def document(command: str, results: list[dict[str, Any]], exit_code: int,

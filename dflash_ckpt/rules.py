@@ -8,11 +8,11 @@ per subject (and one per engine that owns rules); this module makes them ``Rule`
 
 from __future__ import annotations
 
-import re
+import os
 from enum import Enum
 from typing import NamedTuple
 
-from dflash_ckpt.errors import error_line, split_location
+from dflash_ckpt.errors import error_line
 from dflash_ckpt.rule_tables import ROWS as RULE_ROWS
 
 
@@ -75,21 +75,12 @@ _RULES: list[Rule] = sorted((Rule(code, name, Severity(sev), *texts) for code, n
 RULES: dict[str, Rule] = {rule.code: rule for rule in _RULES}
 
 
-_KEY = re.compile(r"\bkey '([^']+)'")
-
-
-def finding(code: str, message: str, *, path: str | None = None, key: str | None = None) -> Finding:
+def finding(code: str, message: str, *, path: str | os.PathLike[str] | None = None,
+            key: str | None = None) -> Finding:
     """A finding of rule ``code`` (its severity comes from the registry).
 
-    Checks write their messages as ``path: text``; the path is split off into ``Finding.path``
-    (given explicitly, it is stripped from the front of ``message``). The key is the one the
-    message names as ``key '...'`` unless given.
+    ``path`` is the file or folder it is about (``None`` for a run's finding about no file),
+    ``key`` the config key it names; both are given where the finding is made, so no output
+    format has to parse them back out of ``message``, which is the text after the path.
     """
-    if path is None:
-        path, message = split_location(message)
-    elif message.startswith(path + ": "):
-        message = message[len(path) + 2:]
-    if key is None:
-        m = _KEY.search(message)
-        key = m.group(1) if m else None
-    return Finding(code, RULES[code].severity, message, path, key)
+    return Finding(code, RULES[code].severity, message, None if path is None else str(path), key)

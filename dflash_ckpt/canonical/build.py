@@ -22,7 +22,7 @@ from dflash_ckpt.canonical.fsops import (
     check_free_space,
 )
 from dflash_ckpt.canonical.lock import lock_out, unlock_out
-from dflash_ckpt.sources.base import describe_os_error
+from dflash_ckpt.sources.base import os_error
 
 #: Copies at least this large show a progress bar (when stderr is a terminal).
 PROGRESS_MIN_BYTES = 256 * 2**20
@@ -122,7 +122,7 @@ def _build_out(
     try:
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=parent))
     except OSError as err:
-        raise InputError(describe_os_error(err, str(parent)) + "; OUT cannot be created there") from None
+        raise os_error(err, str(parent), then="; OUT cannot be created there") from None
     try:
         with _term_as_interrupt():
             copy_total = sum(a.size for a in actions if a.how == "copy")
@@ -165,14 +165,14 @@ def _place(a: FileAction, tmp: Path, parent: Path, report: BuildReport, on_bytes
             if err.errno in OUT_FULL_ERRNOS - {errno.EMLINK}:
                 raise
             if err.errno not in LINK_FALLBACK_ERRNOS:
-                raise InputError(describe_os_error(err, str(a.src))) from None
+                raise os_error(err, str(a.src)) from None
             check_free_space(parent, a.size)  # this one was counted as a link
     try:
         copy_file(a.src, dst, on_bytes)
     except OSError as err:
         if err.errno in OUT_FULL_ERRNOS:
             raise  # about OUT: build_out names it
-        raise InputError(describe_os_error(err, str(a.src)) + " (while copying into OUT)") from None
+        raise os_error(err, str(a.src), then=" (while copying into OUT)") from None
     report.copied.append(a.rel)
     report.bytes_copied += a.size
 
@@ -186,7 +186,7 @@ def _swap_into_place(tmp: Path, out: Path, *, force: bool) -> None:
         return
     except OSError as err:
         if err.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
-            raise InputError(describe_os_error(err, str(out))) from None
+            raise os_error(err, str(out)) from None
         if not force or not out.is_dir() or out.is_symlink():
             raise UsageError(
                 f"OUT {out} was changed by someone else during this run (it is no longer empty, or no longer "

@@ -215,9 +215,9 @@ class ConfigText:
             if m.key in seen:
                 place = "the top level" if not path else ".".join(path)
                 raise InputError(
-                    f"{self.where}: key '{m.key}' appears twice in {place}; JSON readers disagree "
+                    f"key '{m.key}' appears twice in {place}; JSON readers disagree "
                     "on which one counts, delete one of them",
-                    code="DF002",
+                    code="DF002", path=self.where,
                 )
             seen.add(m.key)
             if isinstance(m.value, dict):
@@ -332,9 +332,9 @@ def refuse_non_finite(value: Any, where: str) -> None:
     path = non_finite_path(value)
     if path is not None:
         raise InputError(
-            f"{where}: key '{'.'.join(path)}' is not a finite number (NaN, Infinity, or a literal like 1e400 "
+            f"key '{'.'.join(path)}' is not a finite number (NaN, Infinity, or a literal like 1e400 "
             "beyond a double); normalize writes strict JSON only: fix the value in the source", code="DF002",
-            key=".".join(path))
+            key=".".join(path), path=where)
 
 
 def unified_diff(old: bytes, new: bytes, old_name: str, new_name: str) -> str:

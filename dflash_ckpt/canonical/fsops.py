@@ -25,7 +25,7 @@ from dflash_ckpt.errors import InputError, UsageError, inert
 from dflash_ckpt.limits import FREE_SPACE_MARGIN
 from dflash_ckpt.limits import human_bytes as round_bytes
 from dflash_ckpt.canonical.lock import lock_out, recover_stale
-from dflash_ckpt.sources.base import describe_os_error
+from dflash_ckpt.sources.base import os_error
 
 #: Files that are linked rather than copied: big, and never edited by hand. Small files (JSON,
 #: tokenizer, model card) are copied, so that editing one in OUT cannot change DRAFT through a
@@ -94,7 +94,8 @@ def check_out_path(draft_dir: Path, out: Path, *, force: bool) -> None:
     if out.exists() and out.is_dir() and _inside(draft_real, out_real):
         raise UsageError(f"OUT {out} contains DRAFT {draft_dir}; replacing it would delete the draft")
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise InputError(f"{parent}: not writable by this user; OUT cannot be created there (choose another folder or fix its permissions)")
+        raise InputError("not writable by this user; OUT cannot be created there (choose another folder or fix its permissions)",
+                         path=parent)
     lock_out(out)
     recover_stale(out)
     if out.is_symlink() or out.exists():
@@ -103,7 +104,7 @@ def check_out_path(draft_dir: Path, out: Path, *, force: bool) -> None:
         try:
             empty = not any(os.scandir(out))
         except OSError as err:
-            raise InputError(describe_os_error(err, str(out))) from None
+            raise os_error(err, str(out)) from None
         if not empty and not force:
             raise UsageError(f"OUT {out} exists and is not empty; give a new folder or pass --force to replace it")
 
@@ -132,7 +133,7 @@ def plan_files(
     try:
         out_dev = os.stat(_real(out).parent).st_dev
     except OSError as err:
-        raise InputError(describe_os_error(err, str(out.parent))) from None
+        raise os_error(err, str(out.parent)) from None
     out_real = _real(out)
     draft_real = _real(draft_dir)
     blobs = draft_real.parent.parent / "blobs" if draft_real.parent.name == "snapshots" else None
@@ -165,9 +166,9 @@ def plan_files(
             try:
                 st = os.stat(path)
             except OSError as err:
-                raise InputError(describe_os_error(err, str(path)) + "; the draft is incomplete (re-download it)") from None
+                raise os_error(err, str(path), then="; the draft is incomplete (re-download it)") from None
             if not stat.S_ISREG(st.st_mode):
-                raise InputError(f"{path}: not a regular file; remove it from the draft folder")
+                raise InputError("not a regular file; remove it from the draft folder", path=path)
             src = _real(path)
             if _inside(src, out_real) and out.exists():
                 raise UsageError(f"{path} lives inside OUT {out} (as {src}); replacing OUT would delete it")
@@ -187,12 +188,12 @@ def check_free_space(folder: Path, needed: int) -> None:
     try:
         free = shutil.disk_usage(folder).free
     except OSError as err:
-        raise InputError(describe_os_error(err, str(folder))) from None
+        raise os_error(err, str(folder)) from None
     if needed + FREE_MARGIN > free:
         raise InputError(
-            f"{folder}: {human_bytes(free)} free, but copying the draft needs {human_bytes(needed)} "
+            f"{human_bytes(free)} free, but copying the draft needs {human_bytes(needed)} "
             f"plus a margin of {round_bytes(FREE_MARGIN)} left free; free space, or put OUT on the "
-            "draft's filesystem (weights are then hard-linked, not copied)"
+            "draft's filesystem (weights are then hard-linked, not copied)", path=folder
         )
 
 
@@ -257,9 +258,10 @@ def write_in_place(folder: Path, new: bytes, old: bytes, *, backup: bool, force:
     try:
         mode = stat.S_IMODE(os.stat(cfg).st_mode)
     except OSError as err:
-        raise InputError(describe_os_error(err, str(cfg))) from None
+        raise os_error(err, str(cfg)) from None
     if not os.access(folder, os.W_OK | os.X_OK):
-        raise InputError(f"{folder}: not writable by this user; config.json cannot be replaced there (fix the permissions)")
+        raise InputError("not writable by this user; config.json cannot be replaced there (fix the permissions)",
+                         path=folder)
     if backup and (orig.exists() or orig.is_symlink()) and not force:
         raise UsageError(f"{orig} exists from an earlier run; move it away, pass --no-backup, or --force to overwrite it")
     with _term_as_interrupt():
@@ -268,5 +270,5 @@ def write_in_place(folder: Path, new: bytes, old: bytes, *, backup: bool, force:
                 atomic_write(orig, old, mode)
             atomic_write(cfg, new, mode)
         except OSError as err:
-            raise InputError(describe_os_error(err, str(cfg))) from None
+            raise os_error(err, str(cfg)) from None
     return orig if backup else None

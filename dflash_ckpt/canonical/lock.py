@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from dflash_ckpt.errors import InputError, UsageError, inert
-from dflash_ckpt.sources.base import describe_os_error
+from dflash_ckpt.sources.base import os_error
 
 #: The largest lock file taken for ours: a process id and a newline.
 MAX_LOCK_BYTES = 32
@@ -41,8 +41,8 @@ def lock_path(out: Path) -> Path:
 
 def _refuse_foreign(path: Path, why: str) -> UsageError:
     return UsageError(
-        f"{path}: OUT's lock file {why}, so it is not one dflash-ckpt left and is left untouched; "
-        "remove it (or give another OUT)"
+        f"OUT's lock file {why}, so it is not one dflash-ckpt left and is left untouched; "
+        "remove it (or give another OUT)", path=path
     )
 
 
@@ -57,14 +57,14 @@ def _open_lock(path: Path) -> tuple[int, bool]:
             if err.errno == errno.EISDIR:
                 raise _refuse_foreign(path, "is a folder") from None
             if err.errno != errno.ENOENT:
-                raise InputError(describe_os_error(err, str(path)) + "; OUT's lock file cannot be opened there") from None
+                raise os_error(err, str(path), then="; OUT's lock file cannot be opened there") from None
         try:
             return os.open(path, _OPEN | os.O_CREAT | os.O_EXCL, 0o644), True
         except OSError as err:
             if err.errno == errno.EEXIST:
                 continue
-            raise InputError(describe_os_error(err, str(path)) + "; OUT's lock file cannot be created there") from None
-    raise InputError(f"{path}: OUT's lock file keeps changing under this run; retry, or give another OUT")
+            raise os_error(err, str(path), then="; OUT's lock file cannot be created there") from None
+    raise InputError("OUT's lock file keeps changing under this run; retry, or give another OUT", path=path)
 
 
 def _check_ours(fd: int, path: Path) -> None:
@@ -109,7 +109,7 @@ def lock_out(out: Path) -> None:
                     f"OUT {out} is being written by another dflash-ckpt normalize{who}, which holds "
                     f"{path}; wait for it to finish, or give another OUT"
                 ) from None
-            raise InputError(describe_os_error(err, str(path))) from None
+            raise os_error(err, str(path)) from None
         except BaseException:
             os.close(fd)
             raise

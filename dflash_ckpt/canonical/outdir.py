@@ -31,13 +31,14 @@ def require_new_parents(draft_dir: Path, out: Path) -> None:
     if real_draft == real_out or real_draft in real_out.parents:
         raise UsageError(f"OUT {out} is inside DRAFT {draft_dir}; give a folder outside it")
     if not os.access(base, os.W_OK | os.X_OK):
-        raise InputError(f"{base}: not writable by this user; OUT's parent folders cannot be created there (choose another folder or fix its permissions)")
+        raise InputError("not writable by this user; OUT's parent folders cannot be created there (choose another folder or fix its permissions)",
+                         path=base)
 
 
 def make_parents(out: Path) -> list[Path]:
     """Create OUT's missing parent folders; the ones created, outermost first."""
     from dflash_ckpt.errors import InputError
-    from dflash_ckpt.sources.base import describe_os_error
+    from dflash_ckpt.sources.base import os_error
 
     created: list[Path] = []
     for folder in missing_parents(out):
@@ -47,7 +48,7 @@ def make_parents(out: Path) -> list[Path]:
             continue
         except OSError as err:
             remove_empty(created)
-            raise InputError(describe_os_error(err, str(folder))) from None
+            raise os_error(err, str(folder)) from None
         created.append(folder)
     return created
 

@@ -185,9 +185,9 @@ def plan_normalize(
     dc = config.get("dflash_config", ABSENT)
     if dc is not ABSENT and dc is not None and not isinstance(dc, dict):
         raise CheckFailed(
-            f"{where}: key 'dflash_config' must be an object, found {json_type(dc)} {_show(dc)}; "
+            f"key 'dflash_config' must be an object, found {json_type(dc)} {_show(dc)}; "
             "restore it as {...} holding mask_token_id and target_layer_ids",
-            code="DF104",
+            code="DF104", path=where,
         )
 
     values, origin = _resolve(config, where, prefer, overrides, known)
@@ -287,16 +287,17 @@ def _resolve(
         raise UsageError("; ".join(contradicted))
     if conflicts:
         raise CheckFailed(
-            f"{where}: " + "; ".join(conflicts) + "; engines disagree on which wins, so choose with "
+            "; ".join(conflicts) + "; engines disagree on which wins, so choose with "
             "--prefer nested or --prefer top-level",
-            code="DF103",
+            code="DF103", path=where,
         )
     if missing:
-        raise CheckFailed(_missing_message(where, missing, known), code="DF101" if missing != ["num_target_layers"] else "DF102")
+        raise CheckFailed(_missing_message(missing, known), code="DF101" if missing != ["num_target_layers"] else "DF102",
+                          path=where)
     return values, origin
 
 
-def _missing_message(where: str, missing: list[str], known: Known) -> str:
+def _missing_message(missing: list[str], known: Known) -> str:
     hints = []
     for key in missing:
         if key == "target_layer_ids":
@@ -308,7 +309,7 @@ def _missing_message(where: str, missing: list[str], known: Known) -> str:
             hints.append(f"{FLAG[key]} N")
     names = ", ".join(missing)
     return (
-        f"{where}: {names} {'is' if len(missing) == 1 else 'are'} in neither dflash_config nor the "
+        f"{names} {'is' if len(missing) == 1 else 'are'} in neither dflash_config nor the "
         f"top level and never guessed; take {'it' if len(missing) == 1 else 'them'} from the model "
         f"card and pass {', '.join(hints)}"
     )
@@ -435,8 +436,8 @@ def _layer_types(config: dict[str, Any], where: str, o: Overrides) -> tuple[list
     derived, why = derive_layer_kinds(config)
     if derived is None:
         raise CheckFailed(
-            f"{where}: layer_types is missing and cannot be derived ({why}); pass --layer-types "
+            f"layer_types is missing and cannot be derived ({why}); pass --layer-types "
             f"with one kind per draft layer, e.g. --layer-types sliding*{max((n or 2) - 1, 1)},full",
-            code="DF133",
+            code="DF133", path=where,
         )
     return derived, why

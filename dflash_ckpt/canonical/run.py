@@ -163,14 +163,14 @@ def normalize_into(req: Request, oc: Outcome, *, guard: Callable[[Request, Path 
     oc.after = build_spec(plan.after, label=label, where=where + " (normalized)", weights=inventory, raw=new)
     oc.readers_after = judge_readers(oc.after, oc.target)
     oc.diff = unified_diff(raw, new, where, new_where)
-    oc.findings = [_located(f, oc.after.where) for f in run_checks(oc.after, oc.target)]
+    oc.findings = run_checks(oc.after, oc.target)  # located at the planned config (its spec's where)
 
     errors = [f for f in oc.findings if f.severity == Severity.ERROR]
     if errors:
         codes = ", ".join(sorted({f.code for f in errors}))
         raise CheckFailed(
-            f"{label}: the normalized config fails {len(errors)} check(s) ({codes}); nothing written "
-            "(`dflash-ckpt inspect` explains each, `dflash-ckpt rules CODE` the fix)"
+            f"the normalized config fails {len(errors)} check(s) ({codes}); nothing written "
+            "(`dflash-ckpt inspect` explains each, `dflash-ckpt rules CODE` the fix)", path=label
         )
     if req.check:
         oc.exit_code = 1 if plan.changed else 0
@@ -204,13 +204,6 @@ def normalize_into(req: Request, oc: Outcome, *, guard: Callable[[Request, Path 
         remove_empty(created)
         raise
     oc.written = True
-
-
-def _located(f: Finding, where: str) -> Finding:
-    """A finding about the planned config points at it (``config.json (normalized)``), apart from the message."""
-    if f.path is None and f.message.startswith(where + ": "):
-        return f._replace(path=where, message=f.message[len(where) + 2:])
-    return f
 
 
 def _open_draft(req: Request) -> tuple[Source, Source]:

@@ -111,9 +111,9 @@ def check_acceptance_keys(spec: DraftSpec) -> list[Finding]:
         by = ", ".join(TITLES[r] for r in applying) or "no engine modelled here"
         out.append(finding(
             "DF150",
-            f"{spec.where}: key '{_path(key.name, place)}' is {show_value(value)}: it changes what the draft accepts, "
+            f"key '{_path(key.name, place)}' is {show_value(value)}: it changes what the draft accepts, "
             f"and {', '.join(TITLES[r] for r in ignoring)} load the draft without applying it "
-            f"(applied by {by}); serve it with an engine that applies it",
+            f"(applied by {by}); serve it with an engine that applies it", path=spec.where, key=_path(key.name, place),
         ))
     return out
 
@@ -150,8 +150,8 @@ def refuse_unimplemented(spec: DraftSpec) -> None:
     gaps = runtime_gaps(spec)
     if gaps:
         raise UsageError(
-            f"{spec.where}: not run: the reference runtime does not implement {', '.join(gaps)}, which "
+            f"not run: the reference runtime does not implement {', '.join(gaps)}, which "
             "change what the draft accepts; running without them would measure another model. Measure it "
             "in an engine that applies them (see `dflash-ckpt inspect` readers and DF150)",
-            code="DF151",
+            code="DF151", path=spec.where,
         )

@@ -29,7 +29,8 @@ def check_config(spec: DraftSpec, target_label: str | None = None) -> list[Findi
     w = spec.where
     dc = spec.config.get("dflash_config", ABSENT)
     if dc is not ABSENT and not isinstance(dc, dict):
-        out.append(finding("DF104", f"{w}: key 'dflash_config' must be an object, found {json_type(dc)}"))
+        out.append(finding("DF104", f"key 'dflash_config' must be an object, found {json_type(dc)}",
+                           path=w, key="dflash_config"))
 
     for key in ("block_size", "mask_token_id", "target_layer_ids"):
         if not spec.keys[key].present and not dspark_alias(spec, key):
@@ -37,14 +38,14 @@ def check_config(spec: DraftSpec, target_label: str | None = None) -> list[Findi
                        if key == "target_layer_ids" else "")
             out.append(finding(
                 "DF101",
-                f"{w}: key '{key}' is in neither dflash_config nor the top level; supply it with "
-                f"`dflash-ckpt normalize --{key.replace('_', '-')} ...` (never guessed){measure}",
+                f"key '{key}' is in neither dflash_config nor the top level; supply it with "
+                f"`dflash-ckpt normalize --{key.replace('_', '-')} ...` (never guessed){measure}", path=w, key=key,
             ))
     if not spec.keys["num_target_layers"].present:
         out.append(finding(
             "DF102",
-            f"{w}: key 'num_target_layers' is missing; add the target's num_hidden_layers "
-            "(`dflash-ckpt normalize --num-target-layers N`)",
+            "key 'num_target_layers' is missing; add the target's num_hidden_layers "
+            "(`dflash-ckpt normalize --num-target-layers N`)", path=w, key="num_target_layers",
         ))
     out += conflict_findings(w, spec.keys, DFLASH_KEYS, "engines disagree on which wins. Run `dflash-ckpt "
                              "normalize --prefer nested` or `--prefer top-level`")
@@ -55,24 +56,27 @@ def check_config(spec: DraftSpec, target_label: str | None = None) -> list[Findi
             if raw is not ABSENT and as_int(raw) is None:
                 out.append(finding(
                     "DF104",
-                    f"{w}: key '{key_path(place, key)}' must be an integer, found {json_type(raw)} {show_value(raw)}",
+                    f"key '{key_path(place, key)}' must be an integer, found {json_type(raw)} {show_value(raw)}",
+                    path=w, key=key_path(place, key),
                 ))
 
     out += _check_bounds(spec)
     out += _check_layer_ids(spec)
     block = spec.block_size
     if block is not None and block < 2:
-        out.append(finding("DF120", f"{w}: key 'block_size' is {block}; it must be at least 2 (anchor plus drafts)"))
+        out.append(finding("DF120", f"key 'block_size' is {block}; it must be at least 2 (anchor plus drafts)",
+                           path=w, key="block_size"))
     mask = spec.mask_token_id
     if mask is not None:
         vocab = spec.dims.vocab_size
         if mask < 0:
-            out.append(finding("DF121", f"{w}: key 'mask_token_id' is {mask}; it must be a non-negative token id"))
+            out.append(finding("DF121", f"key 'mask_token_id' is {mask}; it must be a non-negative token id",
+                               path=w, key="mask_token_id"))
         elif vocab is not None and mask >= vocab:
             out.append(finding(
                 "DF122",
-                f"{w}: key 'mask_token_id' {mask} is not below vocab_size {vocab}; it must be a row "
-                "of the target's embedding table",
+                f"key 'mask_token_id' {mask} is not below vocab_size {vocab}; it must be a row "
+                "of the target's embedding table", path=w, key="mask_token_id",
             ))
     out += _check_layer_types(spec)
 
@@ -81,28 +85,31 @@ def check_config(spec: DraftSpec, target_label: str | None = None) -> list[Findi
         if rk.top is not ABSENT and rk.top is not None and rk.nested is ABSENT:
             out.append(finding(
                 "DF134",
-                f"{w}: key '{key}' ({show_value(rk.top)}) is only at the top level; SGLang reads it only "
+                f"key '{key}' ({show_value(rk.top)}) is only at the top level; SGLang reads it only "
                 "from dflash_config and serves the draft without it (`dflash-ckpt normalize` copies it)",
+                path=w, key=key,
             ))
     if spec.generation == "unknown":
         archs = show_names(spec.architectures) if spec.architectures else "nothing"
         out.append(finding(
             "DF140",
-            f"{w}: key 'architectures' is {archs}, not DFlashDraftModel or DFlash2DraftModel; "
-            "checking the DFlash v1 layout",
+            f"key 'architectures' is {archs}, not DFlashDraftModel or DFlash2DraftModel; "
+            "checking the DFlash v1 layout", path=w, key="architectures",
         ))
     if "auto_map" in spec.config:
-        out.append(finding("DF141", f"{w}: key 'auto_map' names remote code; it was not run (and never is)"))
+        out.append(finding("DF141", "key 'auto_map' names remote code; it was not run (and never is)",
+                           path=w, key="auto_map"))
     for key, raw in spec.dims.invalid.items():
         shown = "missing" if raw is ABSENT else (show_value(raw)[1:-1] if isinstance(raw, str) else f"{json_type(raw)} {show_value(raw)}")
-        out.append(finding("DF142", f"{w}: key '{key}' must be a positive integer ({shown}); tensor shapes follow from it"))
+        out.append(finding("DF142", f"key '{key}' must be a positive integer ({shown}); tensor shapes follow from it",
+                           path=w, key=key))
     for key in ("dtype", "torch_dtype"):
         dtype = spec.config.get(key)
         if isinstance(dtype, str) and dtype not in ("bfloat16", "auto"):
             out.append(finding(
                 "DF143",
-                f"{w}: key '{key}' is {show_value(dtype)}; DFlash drafts run in bfloat16 (fp16 collapses "
-                "acceptance on Qwen3 hidden-state outliers)",
+                f"key '{key}' is {show_value(dtype)}; DFlash drafts run in bfloat16 (fp16 collapses "
+                "acceptance on Qwen3 hidden-state outliers)", path=w, key=key,
             ))
             break
     return out
@@ -111,8 +118,8 @@ def check_config(spec: DraftSpec, target_label: str | None = None) -> list[Findi
 def _too_large(w: str, path: str, value: Any, bound: int, what: str = "") -> Finding:
     return finding(
         "DF145",
-        f"{w}: key '{path}' is {show_value(value)}{what}, beyond the {bound:,} this tool accepts (no "
-        "real draft comes near); restore the published value",
+        f"key '{path}' is {show_value(value)}{what}, beyond the {bound:,} this tool accepts (no "
+        "real draft comes near); restore the published value", path=w, key=path,
     )
 
 
@@ -155,20 +162,22 @@ def _check_layer_ids(spec: DraftSpec) -> list[Finding]:
     path = key_path(rk.source, "target_layer_ids")
     ids = as_int_list(rk.value)
     if ids is None:
-        return [finding("DF110", f"{w}: key '{path}' must be a list of integers, found {json_type(rk.value)} {show_value(rk.value)}")]
+        return [finding("DF110", f"key '{path}' must be a list of integers, found {json_type(rk.value)} {show_value(rk.value)}",
+                        path=w, key=path)]
     if not ids:
-        return [finding("DF111", f"{w}: key '{path}' is empty; restore the trained tap layers")]
+        return [finding("DF111", f"key '{path}' is empty; restore the trained tap layers", path=w, key=path)]
     if spec.target_layer_ids is None:
         return []  # DF145: too long, or ids no target has; nothing below is meaningful
     out: list[Finding] = []
     dupes = sorted(i for i, n in Counter(ids).items() if n > 1)
     if dupes:
-        out.append(finding("DF113", f"{w}: key '{path}' repeats layer(s) {show_value(dupes)}; each tap must be distinct"))
+        out.append(finding("DF113", f"key '{path}' repeats layer(s) {show_value(dupes)}; each tap must be distinct",
+                           path=w, key=path))
     if any(b <= a for a, b in zip(ids, ids[1:])) and not (dupes and ids == sorted(ids)):
         out.append(finding(
             "DF112",
-            f"{w}: key '{path}' {show_value(ids)} is not strictly increasing; features are concatenated in "
-            "this order, restore the trained order",
+            f"key '{path}' {show_value(ids)} is not strictly increasing; features are concatenated in "
+            "this order, restore the trained order", path=w, key=path,
         ))
     depth = spec.num_target_layers
     bad = [i for i in ids if i < -1 or (depth is not None and i >= depth)]  # -1: the embedding output (DeepSpec)
@@ -178,7 +187,8 @@ def _check_layer_ids(spec: DraftSpec) -> list[Finding]:
             hint = (f"; {depth} is the target's depth, so these look like hidden_states indices "
                     f"(i+1, vLLM/GGUF convention): subtract 1 to get {show_value([i - 1 for i in ids])}")
         rng = f"-1..{depth - 1} (-1: the embedding output)" if depth is not None else "-1 or above"
-        out.append(finding("DF114", f"{w}: key '{path}' has {show_value(bad)} outside {rng} (num_target_layers {depth}){hint}"))
+        out.append(finding("DF114", f"key '{path}' has {show_value(bad)} outside {rng} (num_target_layers {depth}){hint}",
+                           path=w, key=path))
     return out
 
 
@@ -191,29 +201,32 @@ def _check_layer_types(spec: DraftSpec) -> list[Finding]:
     if lt is ABSENT:
         out = [finding(
             "DF133",
-            f"{w}: key 'layer_types' is not given; lmdeploy 0.18 requires it "
-            "(`dflash-ckpt normalize` writes it when the config determines it)",
+            "key 'layer_types' is not given; lmdeploy 0.18 requires it "
+            "(`dflash-ckpt normalize` writes it when the config determines it)", path=w, key="layer_types",
         )]
         if cfg.get("use_sliding_window") is True and not has_window:
-            out.append(finding("DF132", f"{w}: use_sliding_window is true but key 'sliding_window' is {show_value(window)}; set the trained window"))
+            out.append(finding("DF132", f"use_sliding_window is true but key 'sliding_window' is {show_value(window)}; set the trained window",
+                               path=w, key="sliding_window"))
         return out
     if not isinstance(lt, list):
-        return [finding("DF131", f"{w}: key 'layer_types' must be a list, found {json_type(lt)}")]
+        return [finding("DF131", f"key 'layer_types' must be a list, found {json_type(lt)}", path=w, key="layer_types")]
     if len(lt) > MAX_LIST_LEN:
         return []  # DF145
     out = []
     n = spec.dims.num_hidden_layers
     if n is not None and len(lt) != n:
-        out.append(finding("DF130", f"{w}: key 'layer_types' has {len(lt)} entries but num_hidden_layers is {n}; give one per draft layer"))
+        out.append(finding("DF130", f"key 'layer_types' has {len(lt)} entries but num_hidden_layers is {n}; give one per draft layer",
+                           path=w, key="layer_types"))
     bad = sorted({show_value(v) for v in lt if not isinstance(v, str) or v not in LAYER_KINDS})
     if bad:
         shown = ", ".join(bad[:4]) + (f" and {len(bad) - 4} more" if len(bad) > 4 else "")
-        out.append(finding("DF131", f"{w}: key 'layer_types' holds {shown}; each entry must be 'full_attention' or 'sliding_attention'"))
+        out.append(finding("DF131", f"key 'layer_types' holds {shown}; each entry must be 'full_attention' or 'sliding_attention'",
+                           path=w, key="layer_types"))
     if SLIDING in lt and not has_window:
         out.append(finding(
             "DF132",
-            f"{w}: layer_types has sliding_attention layers but key 'sliding_window' is "
-            f"{show_value(window)}; set the trained window (a positive integer)",
+            "layer_types has sliding_attention layers but key 'sliding_window' is "
+            f"{show_value(window)}; set the trained window (a positive integer)", path=w, key="sliding_window",
         ))
     return out
 
@@ -234,8 +247,8 @@ def conflict_findings(where: str, keys: dict[str, Any], names: Any, fix: str) ->
     """DF103 for each of ``names`` whose ``dflash_config`` and top-level values disagree; ``fix``
     ends the message (the v1 keys and the DFlash2 keys are fixed differently)."""
     return [
-        finding("DF103", f"{where}: key '{key}' is {show_value(keys[key].nested)} in dflash_config but "
-                         f"{show_value(keys[key].top)} at the top level; {fix}")
+        finding("DF103", f"key '{key}' is {show_value(keys[key].nested)} in dflash_config but "
+                         f"{show_value(keys[key].top)} at the top level; {fix}", path=where, key=key)
         for key in names if keys[key].conflict
     ]
 

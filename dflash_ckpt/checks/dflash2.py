@@ -32,16 +32,17 @@ def check_dflash2_config(spec: DraftSpec) -> list[Finding]:
         if not rk.present:
             out.append(finding(
                 "DF146",
-                f"{w}: key 'dflash_config.{key}' is missing; a DFlash2 draft needs it (it fixes the "
+                f"key 'dflash_config.{key}' is missing; a DFlash2 draft needs it (it fixes the "
                 "shapes of its conv or selector tensors), restore it from the published config",
+                path=w, key=f'dflash_config.{key}',
             ))
             continue
         val = as_int(rk.value)
         if val is None or val < 1:
             out.append(finding(
                 "DF146",
-                f"{w}: key 'dflash_config.{key}' must be a positive integer, found {json_type(rk.value)} "
-                f"{show_value(rk.value)}; restore it from the published config",
+                f"key 'dflash_config.{key}' must be a positive integer, found {json_type(rk.value)} "
+                f"{show_value(rk.value)}; restore it from the published config", path=w, key=f'dflash_config.{key}',
             ))
             continue
         vals[key] = val
@@ -50,15 +51,16 @@ def check_dflash2_config(spec: DraftSpec) -> list[Finding]:
     if g is not None and h is not None and h % g:
         out.append(finding(
             "DF146",
-            f"{w}: key 'dflash_config.conv_group_size' is {g}, which does not divide hidden_size {h}; "
+            f"key 'dflash_config.conv_group_size' is {g}, which does not divide hidden_size {h}; "
             "the conv has one coefficient per group of conv_group_size channels (16 in published drafts)",
+            path=w, key="dflash_config.conv_group_size",
         ))
     k = vals.get("selector_top_k")
     if k is not None and vocab is not None and k > vocab:
         out.append(finding(
             "DF146",
-            f"{w}: key 'dflash_config.selector_top_k' is {k}, more than vocab_size {vocab}; the selector "
-            "re-ranks the top-k of the vocabulary (16 in published drafts)",
+            f"key 'dflash_config.selector_top_k' is {k}, more than vocab_size {vocab}; the selector "
+            "re-ranks the top-k of the vocabulary (16 in published drafts)", path=w, key="dflash_config.selector_top_k",
         ))
     return out
 
@@ -73,7 +75,8 @@ def check_dflash2_weights(spec: DraftSpec) -> list[Finding]:
         if any(n.endswith(cb + ".weight") for n in names) and not any(n.endswith(cb) for n in names):
             out.append(finding(
                 "DF224",
-                f"{spec.label}: tensor '{cb}.weight' should be named '{cb}': published DFlash2 files "
+                f"tensor '{cb}.weight' should be named '{cb}': published DFlash2 files "
                 "store the codebooks without '.weight', and engines look them up by that name; rename it",
+                path=spec.label,
             ))
     return out

@@ -130,7 +130,7 @@ def engine_findings(engine: str, comparisons: Sequence[PromptComparison], ref_ru
             out.append(finding("DF427", f"prompt {c.name!r}: {engine}'s DFlash output differs from the reference "
                                         f"runtime's at new token {c.first_difference} (reference {c.reference_token}, "
                                         f"{engine} {c.engine_token}), {gap} under {engine}'s target, beyond the tie "
-                                        f"tolerance {tolerance:g}; rerun with --json and report it"))
+                                        f"tolerance {tolerance:g}; rerun with --json and report it", path=None))
     ref_l = [n for r in ref_runs for n in r.dflash.acceptance_lengths]
     eng_l = [n for r in eng_runs for n in r.dflash.acceptance_lengths]
     less, z = accepts_less(ref_l, eng_l)
@@ -140,5 +140,5 @@ def engine_findings(engine: str, comparisons: Sequence[PromptComparison], ref_ru
                                     f"reference runtime's {tr - 1:.2f} (tau {tr:.2f}) on the same ids, below "
                                     f"{LESS_FRACTION:g} of it by {z:.1f} standard errors: {engine} reads this draft "
                                     "differently (tap offset, ignored sink or sliding-window keys, another block "
-                                    "layout); compare inspect's reader row for it"))
+                                    "layout); compare inspect's reader row for it", path=None))
     return out

@@ -42,20 +42,22 @@ def check_layout(spec: DraftSpec) -> list[Finding]:
     w = spec.where
     out: list[Finding] = []
     if bl.invalid:
-        out.append(finding("DF162", f"{w}: {bl.invalid}; a block-layout declaration must be true or false "
-                                    "(true: drafts from block slot 0, anchor-first)", key=next(iter(bl.declared))))
+        out.append(finding("DF162", f"{bl.invalid}; a block-layout declaration must be true or false "
+                                    "(true: drafts from block slot 0, anchor-first)", key=next(iter(bl.declared)),
+                                    path=w))
     if bl.conflict:
-        out.append(finding("DF161", f"{w}: {bl.conflict}; the block layout is declared both ways, and engines "
+        out.append(finding("DF161", f"{bl.conflict}; the block layout is declared both ways, and engines "
                                     "read different ones: keep the one the draft was trained with "
-                                    "(`dflash-ckpt probe-taps` measures it)", key=bl.source))
+                                    "(`dflash-ckpt probe-taps` measures it)", key=bl.source, path=w))
         return out
     paths = engine_paths(spec)
     if bl.ambiguous:
         assume = "; ".join(f"{TITLES[k]} assumes {_assumed(p, bl.layout)}" for k, p in paths.items())
         out.append(finding(
             "DF163",
-            f"{w}: key 'speculators_model_type' is \"dspark\" and no sample_from_anchor is given; readers default "
+            "key 'speculators_model_type' is \"dspark\" and no sample_from_anchor is given; readers default "
             f"differently ({assume}); add \"sample_from_anchor\" at the top level with the layout it was trained in",
+            path=w, key="speculators_model_type",
         ))
     if bl.anchor_first:
         groups = {s: [TITLES[k] for k, p in paths.items() if p.status == s] for s in (RUNS, REFUSES, MISSERVES)}
@@ -64,10 +66,15 @@ def check_layout(spec: DraftSpec) -> list[Finding]:
                   ("misserved silently (run 1+N, acceptance ~1) by", groups[MISSERVES])) if names]
         out.append(finding(
             "DF160",
-            f"{w}: block layout anchor-first (from {_source(bl.source)}): drafts come from block slots 0..B-1 and "
-            f"the target verifies B+1 tokens; {'; '.join(parts)}; serve it only where it runs",
+            f"block layout anchor-first (from {_source(bl.source)}): drafts come from block slots 0..B-1 and "
+            f"the target verifies B+1 tokens; {'; '.join(parts)}; serve it only where it runs", path=w,
+            key=None if bl.source in _NOT_KEYS else bl.source,
         ))
     return out
+
+
+#: Where a block layout can come from that is no config key of its own (``_source``).
+_NOT_KEYS = ("architectures", "speculators_model_type")
 
 
 def _source(source: str) -> str:

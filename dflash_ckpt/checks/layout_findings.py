@@ -80,17 +80,18 @@ def layout_findings(result: Any) -> list[Finding]:
     if verdict == "narrow":
         if m.matches_config:
             return []  # the declared layout leads, within noise: it stands (as configured taps do)
-        return [finding("DF417", f"{where}: block layout: {_figures(m)} with target_layer_ids {taps}, within noise "
+        return [finding("DF417", f"block layout: {_figures(m)} with target_layer_ids {taps}, within noise "
                                  f"or on too few steps; the config {_declared(m.declared)}, which this does not "
                                  "confirm, and no layout is claimed or written: rerun with more -n or --prompts in "
-                                 "the draft's training format, or check the model card")]
+                                 "the draft's training format, or check the model card", path=where)]
     if m.matches_config:
         return []  # confirmed: the report and the JSON say so (``result.layout``)
     key = m.declared.source if m.declared.source in m.declared.declared else "dflash_config.sample_from_anchor"
-    return [finding("DF416", f"{where}: key '{key}': the draft was trained {m.best} ({_figures(m)} with "
+    return [finding("DF416", f"key '{key}': the draft was trained {m.best} ({_figures(m)} with "
                              f"target_layer_ids {taps}) but the config {_declared(m.declared)}; engines that follow "
                              "it serve every draft one position off (tau ~1, no error); record the measured layout "
-                             "with probe-taps --write OUT (--layout-for names the engines whose key to write)")]
+                             "with probe-taps --write OUT (--layout-for names the engines whose key to write)",
+                             path=where, key=key)]
 
 
 def smoke_layout_findings(ran: BlockLayout, declared: BlockLayout) -> list[Finding]:
@@ -99,4 +100,5 @@ def smoke_layout_findings(ran: BlockLayout, declared: BlockLayout) -> list[Findi
         return []
     return [finding("DF418", f"--layout {ran.layout}: the draft ran as {ran.layout}, but its config "
                              f"{_declared(declared)}; every engine follows the config, so the figures here are not "
-                             "what they serve; if this layout is the trained one, record it (probe-taps --write OUT)")]
+                             "what they serve; if this layout is the trained one, record it (probe-taps --write OUT)",
+                             path=None)]

@@ -45,7 +45,7 @@ def check_target_as_draft(spec: DraftSpec) -> list[Finding]:
         evidence += f", {' and '.join(held)} but no fc.weight"
     return [finding(
         "DF232",
-        f"{spec.where}: this looks like a target model ({evidence}), not a DFlash draft; did you mean "
+        f"this looks like a target model ({evidence}), not a DFlash draft; did you mean "
         f"--target? (`dflash-ckpt inspect DRAFT --target {spec.label}`)",
         path=spec.where,
     )]

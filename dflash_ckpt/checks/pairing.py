@@ -29,8 +29,9 @@ def check_pairing(spec: DraftSpec, target: TargetSpec) -> list[Finding]:
             big = as_int(raw) is not None and raw > bound
             out.append(finding(
                 "DF308",
-                f"{tw}: key '{key}' is " + (f"beyond the {bound:,} this tool accepts" if big else
+                f"key '{key}' is " + (f"beyond the {bound:,} this tool accepts" if big else
                 "missing or not a positive integer") + "; point --target at the target model's folder",
+                path=tw, key=key,
             ))
     depth, hidden, vocab = (v if v is not None and v > 0 else None for v in (depth, hidden, vocab))
     w = spec.where
@@ -38,34 +39,34 @@ def check_pairing(spec: DraftSpec, target: TargetSpec) -> list[Finding]:
     if depth and ntl is not None and ntl != depth:
         out.append(finding(
             "DF301",
-            f"{w}: num_target_layers is {ntl} but the target {target.label} has {depth} layers; "
-            "this draft was trained for another target",
+            f"num_target_layers is {ntl} but the target {target.label} has {depth} layers; "
+            "this draft was trained for another target", path=w,
         ))
     if hidden and spec.dims.hidden_size is not None and spec.dims.hidden_size != hidden:
         out.append(finding(
             "DF302",
-            f"{w}: hidden_size is {spec.dims.hidden_size} but the target's is {hidden}; use the draft "
-            "trained for this target",
+            f"hidden_size is {spec.dims.hidden_size} but the target's is {hidden}; use the draft "
+            "trained for this target", path=w,
         ))
     if vocab and spec.dims.vocab_size is not None and spec.dims.vocab_size != vocab:
         out.append(finding(
             "DF303",
-            f"{w}: vocab_size is {spec.dims.vocab_size} but the target's is {vocab}; the draft uses "
-            "the target's lm_head, so they must match",
+            f"vocab_size is {spec.dims.vocab_size} but the target's is {vocab}; the draft uses "
+            "the target's lm_head, so they must match", path=w,
         ))
     mask = spec.mask_token_id
     if mask is not None and vocab and mask >= vocab:
         out.append(finding(
             "DF304",
-            f"{w}: mask_token_id {mask} is not below the target's vocab_size {vocab}; it must be a "
-            "row of the target's embedding table",
+            f"mask_token_id {mask} is not below the target's vocab_size {vocab}; it must be a "
+            "row of the target's embedding table", path=w,
         ))
     pad = bounded_int(target.pad_token_id, MAX_VOCAB)
     if mask is not None and pad is not None and mask == pad:
         out.append(finding(
             "DF305",
-            f"{w}: mask_token_id {mask} is the target's pad_token_id; use the family's dedicated "
-            "mask token",
+            f"mask_token_id {mask} is the target's pad_token_id; use the family's dedicated "
+            "mask token", path=w,
         ))
     ids = spec.target_layer_ids or []
     if depth:
@@ -73,12 +74,13 @@ def check_pairing(spec: DraftSpec, target: TargetSpec) -> list[Finding]:
         if beyond:
             out.append(finding(
                 "DF306",
-                f"{w}: target_layer_ids {short_list(beyond)} are beyond the target's {depth} layers (0..{depth - 1})",
+                f"target_layer_ids {short_list(beyond)} are beyond the target's {depth} layers (0..{depth - 1})",
+                path=w,
             ))
         if depth - 1 in ids:
             out.append(finding(
                 "DF307",
-                f"{w}: target_layer_ids taps layer {depth - 1}, the target's last; Hugging Face's "
-                "last hidden state is taken after the final norm, engines differ on which they feed",
+                f"target_layer_ids taps layer {depth - 1}, the target's last; Hugging Face's "
+                "last hidden state is taken after the final norm, engines differ on which they feed", path=w,
             ))
     return out

@@ -67,23 +67,23 @@ def check_draft_pitfalls(spec: DraftSpec) -> list[Finding]:
     if runs_as_v1(spec):
         out.append(finding(
             "DF152",
-            f"{w}: key 'architectures' is {show_value(spec.architectures)} but the config holds the DFlash2 keys; "
+            f"key 'architectures' is {show_value(spec.architectures)} but the config holds the DFlash2 keys; "
             "every engine builds the DFlash v1 model from it, drops the conv layers and selector and accepts "
-            "almost nothing; set architectures to [\"DFlash2DraftModel\"]",
+            "almost nothing; set architectures to [\"DFlash2DraftModel\"]", path=w, key="architectures",
         ))
     dvs = spec.config.get("draft_vocab_size")
     if dvs is not None:
         vocab = spec.dims.vocab_size
         n = bounded_int(dvs, MAX_VOCAB)
         if n is None or n < 1:
-            out.append(finding("DF153", f"{w}: key 'draft_vocab_size' must be a positive integer, found {show_value(dvs)}; "
-                                        "restore it from the published config"))
+            out.append(finding("DF153", f"key 'draft_vocab_size' must be a positive integer, found {show_value(dvs)}; "
+                                        "restore it from the published config", path=w, key="draft_vocab_size"))
         elif vocab is not None and n != vocab:
             out.append(finding(
                 "DF153",
-                f"{w}: key 'draft_vocab_size' is {n} of vocab_size {vocab}: a reduced draft vocabulary whose "
+                f"key 'draft_vocab_size' is {n} of vocab_size {vocab}: a reduced draft vocabulary whose "
                 "ids map to the target's through the d2t tensor; only vLLM maps them, other engines read draft "
-                "ids as target ids, and smoke-run refuses it",
+                "ids as target ids, and smoke-run refuses it", path=w, key="draft_vocab_size",
             ))
             out += _check_vocab_maps(spec, n, vocab)
     q = spec.config.get("quantization_config")
@@ -91,9 +91,10 @@ def check_draft_pitfalls(spec: DraftSpec) -> list[Finding]:
         method = show_value(q.get("quant_method", "unknown"))
         out.append(finding(
             "DF154",
-            f"{w}: key 'quantization_config' (quant_method {method}) quantizes the draft: vLLM and SGLang "
+            f"key 'quantization_config' (quant_method {method}) quantizes the draft: vLLM and SGLang "
             "load it through the quantizer it names, z-lab, lmdeploy and the MLX ports expect bf16 tensors; "
             "quantized DFlash2 drafts are reported at ~0% acceptance or crashing (sglang#39087), keep the draft in bf16",
+            path=w, key="quantization_config",
         ))
     out += _side_files(spec)
     return out
@@ -115,8 +116,9 @@ def _check_vocab_maps(spec: DraftSpec, draft_vocab: int, vocab: int) -> list[Fin
         return []
     return [finding(
         "DF225",
-        f"{spec.label}: tensor {'; tensor '.join(wrong)}: draft_vocab_size {draft_vocab} needs both maps to "
+        f"tensor {'; tensor '.join(wrong)}: draft_vocab_size {draft_vocab} needs both maps to "
         "turn draft ids into target ids; re-download the weights with the config they were published with",
+        path=spec.label,
     )]
 
 
@@ -145,8 +147,8 @@ def _side_files(spec: DraftSpec) -> list[Finding]:
             continue
         out.append(finding(
             "DF226",
-            f"{spec.label}: {name} is a pickled side file ({who}); unpickling can run code and it was not "
-            "opened: read what produced it, or drop it if the engine you use does not need it",
+            f"{name} is a pickled side file ({who}); unpickling can run code and it was not "
+            "opened: read what produced it, or drop it if the engine you use does not need it", path=spec.label,
         ))
     return out
 
@@ -191,16 +193,17 @@ def check_target_pitfalls(spec: DraftSpec, target: TargetSpec) -> list[Finding]:
         if hit is not None and not (mask == pad and hit[1].startswith("pad_token_id in config.json")):  # DF305's
             out.append(finding(
                 "DF310",
-                f"{w}: mask_token_id {mask} is the target's {hit[1]}; masked positions would be filled "
+                f"mask_token_id {mask} is the target's {hit[1]}; masked positions would be filled "
                 "with that token's embedding, not the mask the draft was trained on: use the family's "
-                "dedicated mask id",
+                "dedicated mask id", path=w,
             ))
     if spec.generation == "DFlash2" and target_lm_head_quantized(target):
         out.append(finding(
             "DF312",
-            f"{target.where}: key 'quantization_config' quantizes the target's lm_head, which a DFlash2 "
+            "key 'quantization_config' quantizes the target's lm_head, which a DFlash2 "
             "draft's selector reads: vLLM refuses the pair and SGLang accepts ~0% (sglang#35534); use a target "
             "whose lm_head is left unquantized (list it in the quantizer's ignore list)",
+            path=target.where, key="quantization_config",
         ))
     out += _unknown_family(target)
     return out
@@ -216,7 +219,7 @@ def _unknown_family(target: TargetSpec) -> list[Finding]:
         return []
     return [finding(
         "DF313",
-        f"{target.where}: key 'model_type' is {show_value(mt)}, a target family no engine modelled here serves DFlash "
+        f"key 'model_type' is {show_value(mt)}, a target family no engine modelled here serves DFlash "
         "drafts for and the reference runtime does not run; check that --target names the target model, "
-        "then check the engine's supported models before planning on it",
+        "then check the engine's supported models before planning on it", path=target.where, key="model_type",
     )]

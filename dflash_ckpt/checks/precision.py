@@ -18,11 +18,11 @@ def precision_findings(where: str, device: str, capability: tuple[int, int] | No
     out: list[Finding] = []
     if draft_dtype == "float16":
         fp16_target = " (and so is the target)" if target_dtype == "float16" else ""
-        out.append(finding("DF318", f"{where}: the draft runs in float16{fp16_target}; DFlash drafts are trained in "
+        out.append(finding("DF318", f"the draft runs in float16{fp16_target}; DFlash drafts are trained in "
                                     "bfloat16 and fp16 activations overflow in fc (acceptance ~0, dflash-mlx#60, "
-                                    "vllm#55250): run --draft-dtype bfloat16"))
+                                    "vllm#55250): run --draft-dtype bfloat16", path=where))
     if device.startswith("cuda") and capability is not None and capability < (8, 0):
-        out.append(finding("DF318", f"{where}: GPU compute capability {capability[0]}.{capability[1]} (below 8.0) has no "
+        out.append(finding("DF318", f"GPU compute capability {capability[0]}.{capability[1]} (below 8.0) has no "
                                     "native bfloat16; engines there serve DFlash in fp16 and accept ~0 (1Cat-vLLM#478): "
-                                    "this run's figures are not what such a GPU serves"))
+                                    "this run's figures are not what such a GPU serves", path=where))
     return out

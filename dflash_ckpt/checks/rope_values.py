@@ -55,20 +55,22 @@ def check_rope_values(spec: DraftSpec) -> list[Finding]:
     for key in ("rope_parameters", "rope_scaling"):
         value = cfg.get(key)
         if value is not None and not isinstance(value, dict):
-            out.append(finding("DF147", f"{w}: key '{key}' must be an object (or null), found {json_type(value)} "
-                                        f"{show_value(value)}; restore it from the target's config"))
+            out.append(finding("DF147", f"key '{key}' must be an object (or null), found {json_type(value)} "
+                                        f"{show_value(value)}; restore it from the target's config", path=w, key=key))
     params = cfg.get("rope_parameters")
     if isinstance(params, dict):
         for kind in LAYER_KINDS:
             sub = params.get(kind)
             if sub is not None and not isinstance(sub, dict):
-                out.append(finding("DF147", f"{w}: key 'rope_parameters.{kind}' must be an object, found "
-                                            f"{json_type(sub)} {show_value(sub)}"))
+                out.append(finding("DF147", f"key 'rope_parameters.{kind}' must be an object, found "
+                                            f"{json_type(sub)} {show_value(sub)}",
+                                            path=w, key=f'rope_parameters.{kind}'))
     for key, value in rope_places(cfg):
         problem = _theta_problem(value)
         if problem is not None:
-            out.append(finding("DF147", f"{w}: key '{key}' must be a positive finite number (the target's rotary "
-                                        f"base, e.g. 1000000), found {problem}; copy it from the target's config"))
+            out.append(finding("DF147", f"key '{key}' must be a positive finite number (the target's rotary "
+                                        f"base, e.g. 1000000), found {problem}; copy it from the target's config",
+                                        path=w, key=key))
     return out
 
 

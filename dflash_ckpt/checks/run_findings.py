@@ -78,7 +78,7 @@ def block_size_findings(block_size: int, trained: int) -> list[Finding]:
         "DF405",
         f"--block-size {block_size} is above the draft's trained block_size {trained}: positions "
         f"{trained}..{block_size - 1} of each block were never trained, so tau measured here understates "
-        f"the draft; leave --block-size out or give at most {trained}",
+        f"the draft; leave --block-size out or give at most {trained}", path=None,
     )]
 
 
@@ -97,21 +97,22 @@ def smoke_findings(result: Any, *, target_layer_ids: Sequence[int], mask_token_i
         name = run.prompt.name
         for gen, who in ((run.target, "target-only"), (run.dflash, "DFlash")):
             if gen.overflow:
-                out.append(finding("DF404", overflow_message(name, who, gen.overflow, result)))
+                out.append(finding("DF404", overflow_message(name, who, gen.overflow, result), path=None))
         lo = run.lossless
         if lo.status in ("differs", "tie"):
             where = (f"prompt {name!r}: DFlash output differs from target-only output at new token {lo.position} "
                      f"(target {lo.target_token}, DFlash {lo.dflash_token})")
             if lo.margin is None:
-                out.append(finding("DF401", f"{where}; one output is a prefix of the other"))
+                out.append(finding("DF401", f"{where}; one output is a prefix of the other", path=None))
             elif lo.status == "tie":
                 out.append(finding("DF402", f"{where}, a near tie: DFlash's token (rank {lo.rank} in the target's "
                                             f"logits) is {lo.margin:.4g} below the maximum <= tolerance "
-                                            f"{result.tie_tolerance:g}; {lo.ties} tie(s), the largest {lo.largest_margin:.4g}"))
+                                            f"{result.tie_tolerance:g}; {lo.ties} tie(s), the largest {lo.largest_margin:.4g}",
+                                            path=None))
             else:
                 out.append(finding("DF401", f"{where}; DFlash's token (rank {lo.rank} in the target's logits) is "
                                             f"{lo.margin:.4g} below the maximum (tolerance {result.tie_tolerance:g}), "
-                                            "not a tie; rerun with --json and report it"))
+                                            "not a tie; rerun with --json and report it", path=None))
     stats = result.overall() if result.runs else None
     tau = stats["tau"] if stats else None
     if stats and not stats["speedup_plausible"]:
@@ -121,7 +122,7 @@ def smoke_findings(result: Any, *, target_layer_ids: Sequence[int], mask_token_i
             "DF406",
             f"measured speedup {stats['speedup_measured']:.2f}x is above tau {stats['tau']:.2f}: impossible, since "
             "a DFlash step costs at least one target step; the machine's load changed while timing, so the "
-            "speedup is withheld; rerun on an idle machine or with --threads 1"))
+            "speedup is withheld; rerun on an idle machine or with --threads 1", path=None))
     if tau is not None and tau < opts.min_acceptance:
         ids = list(target_layer_ids)
         out.append(finding(
@@ -133,7 +134,7 @@ def smoke_findings(result: Any, *, target_layer_ids: Sequence[int], mask_token_i
             f"{shlex.quote(str(opts.target))}`, check mask_token_id {mask_token_id}, the block layout"
             + (f" it ran in ({result.layout}; probe-taps measures both)" if getattr(result, "layout", None) else "")
             + ", and keep the draft in bfloat16"
-            + prompt_format_note(result.prompt_format),
+            + prompt_format_note(result.prompt_format), path=None,
         ))
     return out
 
@@ -163,21 +164,22 @@ def probe_findings(result: Any) -> list[Finding]:
             f"no tap set measured reaches tau {mina:g}: the best, {ids}, reaches {best.tau:.2f} over "
             f"{result.search.evaluated if result.search else 0} candidates; the draft may not belong to this "
             "target, or the prompt format may differ from training (rerun without -p/--prompts and "
-            "--no-chat-template), or a search needs a larger --budget",
+            "--no-chat-template), or a search needs a larger --budget", path=None,
         ))
     if result.configured is not None:
         conf = result.candidate(result.configured)
         shown = list(result.configured)
         if result.configured_problem is not None:
-            out.append(finding("DF410", f"{result.draft_path}/config.json: target_layer_ids {shown} cannot be "
+            out.append(finding("DF410", f"target_layer_ids {shown} cannot be "
                                         f"right ({result.configured_problem}); the best measured tap set is {ids} "
-                                        f"at tau {best.tau:.2f}"))
+                                        f"at tau {best.tau:.2f}", path=f"{result.draft_path}/config.json"))
         elif conf is not None and conf is not best and (best.z_over(conf) or 0.0) >= LIKELY_Z:
             out.append(finding(
                 "DF410",
-                f"{result.draft_path}/config.json: target_layer_ids {shown} reach tau {conf.tau:.2f} but {ids} reach "
+                f"target_layer_ids {shown} reach tau {conf.tau:.2f} but {ids} reach "
                 f"{best.tau:.2f} ({best.z_over(conf):.1f} standard errors apart); the configured tap layers are "
                 "probably not the ones this draft was trained on; check the model card, then write the measured ones",
+                path=f"{result.draft_path}/config.json",
             ))
     return out
 
@@ -197,10 +199,11 @@ def unclear_findings(result: Any) -> list[Finding]:
     z = "—" if c["z"] is None else f"{c['z']:.1f}"
     return [finding(
         "DF412",
-        f"{result.draft_path or result.draft_label}/config.json: key 'target_layer_ids': {list(best.target_layer_ids)} "
+        f"key 'target_layer_ids': {list(best.target_layer_ids)} "
         f"(tau {best.tau:.2f}) leads {list(second.target_layer_ids)} (tau {second.tau:.2f}) by {z} standard errors"
         f"{spent} which is within noise; no winner is claimed: rerun with more -n or --prompts in the draft's training "
         "format, or --write OUT --force to write the leader anyway",
+        path=f"{result.draft_path or result.draft_label}/config.json", key="target_layer_ids",
     )]
 
 

@@ -44,21 +44,22 @@ def check_sibling_config(spec: DraftSpec) -> list[Finding]:
         for key, kind in DSPARK_KEY_TYPES.items():
             value = dspark_value(spec.config, key)
             if value is not None and not _type_ok(value, kind):
-                out.append(finding("DF165", f"{w}: key '{key}' is {show_value(value)}; it must be {_KIND_TEXT[kind]} "
-                                            "(vLLM's qwen3_dspark.py builds the heads from it)"))
+                out.append(finding("DF165", f"key '{key}' is {show_value(value)}; it must be {_KIND_TEXT[kind]} "
+                                            "(vLLM's qwen3_dspark.py builds the heads from it)", path=w, key=key))
         ids = dspark_value(spec.config, "dspark_target_layer_ids")
         if ids is not None and (not isinstance(ids, list) or not ids or any(as_int(i) is None for i in ids)):
-            out.append(finding("DF165", f"{w}: key 'dspark_target_layer_ids' is {show_value(ids)}; it must be a "
-                                        "non-empty list of layer ids"))
+            out.append(finding("DF165", f"key 'dspark_target_layer_ids' is {show_value(ids)}; it must be a "
+                                        "non-empty list of layer ids", path=w, key="dspark_target_layer_ids"))
     if spec.family == LAGUNA:
         lt = spec.config.get("layer_types")
         if isinstance(lt, list) and len(set(map(str, lt))) > 1:
-            out.append(finding("DF166", f"{w}: key 'layer_types' mixes {show_value(sorted(set(map(str, lt))))}; a Laguna "
-                                        "draft's layers must all be one kind (laguna_dflash.py raises)"))
+            out.append(finding("DF166", f"key 'layer_types' mixes {show_value(sorted(set(map(str, lt))))}; a Laguna "
+                                        "draft's layers must all be one kind (laguna_dflash.py raises)",
+                                        path=w, key="layer_types"))
     if spec.family == LILICORR:
-        out.append(finding("DF167", f"{w}: a LiLiCorr draft (DFlash backbone + candidate-lattice head, lilicorr_* keys): "
+        out.append(finding("DF167", "a LiLiCorr draft (DFlash backbone + candidate-lattice head, lilicorr_* keys): "
                                     "vLLM's models/lilicorr.py serves it on the V2 runner only; no other modelled "
-                                    "engine, vLLM's V1 runner (the CPU build) and smoke-run refuse it"))
+                                    "engine, vLLM's V1 runner (the CPU build) and smoke-run refuse it", path=w))
     out += _speculative_tokens(spec)
     return out
 
@@ -90,9 +91,9 @@ def _speculative_tokens(spec: DraftSpec) -> list[Finding]:
     for key, value in _declared_k(spec.config):
         k = as_int(value)
         if k is not None and k > most:
-            out.append(finding("DF168", f"{spec.where}: key '{key}' is {k}, but a block of {block} "
+            out.append(finding("DF168", f"key '{key}' is {k}, but a block of {block} "
                                         f"({spec.block_layout.layout}) drafts at most {most}; serve it with "
-                                        f"num_speculative_tokens {most}", key=key))
+                                        f"num_speculative_tokens {most}", key=key, path=spec.where))
     return out
 
 
@@ -117,27 +118,30 @@ def check_serving_limits(spec: DraftSpec, target: TargetSpec) -> list[Finding]:
     draft_ctx = as_int(spec.config.get("max_position_embeddings"))
     full = target_context(target)
     if draft_ctx is not None and full is not None and 0 < draft_ctx < full:
-        out.append(finding("DF315", f"{w}: key 'max_position_embeddings' is {draft_ctx}, below the {full} tokens the "
+        out.append(finding("DF315", f"key 'max_position_embeddings' is {draft_ctx}, below the {full} tokens the "
                                     f"target serves; vLLM's V2 runner crashes at the first longer request (vllm#57941): "
-                                    f"serve with --max-model-len {draft_ctx} (the vLLM line below does)"))
+                                    f"serve with --max-model-len {draft_ctx} (the vLLM line below does)",
+                                    path=w, key="max_position_embeddings"))
     rows = as_int(target.vocab_size)
     if rows is not None and rows > 0:
         tw = target.where
         beyond = sorted({i for i, _ in special_ids(target).values() if i >= rows})
         if beyond:
-            out.append(finding("DF316", f"{tw}: token id(s) {show_value(beyond)} (eos/bos/pad) are not below the "
+            out.append(finding("DF316", f"token id(s) {show_value(beyond)} (eos/bos/pad) are not below the "
                                         f"embedding's {rows} rows (vocab_size); the first such token crashes or is "
-                                        "an out-of-bounds gather (llama.cpp#28158): use the target's own configs"))
+                                        "an out-of-bounds gather (llama.cpp#28158): use the target's own configs",
+                                        path=tw))
         tok = target.tokenizer_max_id
         if tok is not None and tok >= rows:
-            out.append(finding("DF316", f"{tw}: the tokenizer names token id {tok}, not below the embedding's {rows} "
+            out.append(finding("DF316", f"the tokenizer names token id {tok}, not below the embedding's {rows} "
                                         "rows (vocab_size): the first such token crashes (llama.cpp#28158 'invalid "
-                                        "token'); the tokenizer and the weights are from different models"))
+                                        "token'); the tokenizer and the weights are from different models", path=tw))
         dvs = as_int(spec.config.get("draft_vocab_size"))
         if spec.family == LAGUNA and dvs is not None and dvs != rows:
-            out.append(finding("DF317", f"{w}: key 'draft_vocab_size' is {dvs}, but the target's vocabulary is {rows}; "
-                                        "vLLM's laguna_dflash.py requires them equal"))
+            out.append(finding("DF317", f"key 'draft_vocab_size' is {dvs}, but the target's vocabulary is {rows}; "
+                                        "vLLM's laguna_dflash.py requires them equal", path=w, key="draft_vocab_size"))
         elif spec.family not in (DSPARK, LAGUNA) and dvs is not None and dvs > rows:
-            out.append(finding("DF316", f"{w}: key 'draft_vocab_size' is {dvs}, above the target's {rows} embedding "
-                                        "rows: draft ids past the target vocabulary map to no token"))
+            out.append(finding("DF316", f"key 'draft_vocab_size' is {dvs}, above the target's {rows} embedding "
+                                        "rows: draft ids past the target vocabulary map to no token",
+                                        path=w, key="draft_vocab_size"))
     return out

@@ -42,8 +42,8 @@ _LAYER = re.compile(r"layers\.(\d+)\.(.+)$")
 def _bad(where: str, key: str, value: Any, want: str) -> InputError:
     shown = repr(value)
     shown = shown if len(shown) <= 60 else shown[:57] + "..."
-    return InputError(f"{where}: key '{key}' must be {want}, found {shown}; restore it from the published config",
-                      code="DF142")
+    return InputError(f"key '{key}' must be {want}, found {shown}; restore it from the published config",
+                      code="DF142", path=where)
 
 
 def _int(cfg: Mapping[str, Any], key: str, where: str, cap: int, *, required: bool) -> int | None:
@@ -134,9 +134,10 @@ def _check_shapes(inner: Mapping[str, Any], where: str, pre: str, tensors: Mappi
     embed = tuple(tensors[prefix + "embed_tokens.weight"].shape)
     if embed != (vocab, hidden):
         raise InputError(
-            f"{where}: vocab_size {vocab} and hidden_size {hidden} ({pre or 'top level'}) imply "
+            f"vocab_size {vocab} and hidden_size {hidden} ({pre or 'top level'}) imply "
             f"{prefix}embed_tokens.weight [{vocab}, {hidden}], but the safetensors header has {list(embed)}; "
-            "the config does not describe these weights (restore it from the published config)", code="DF142")
+            "the config does not describe these weights (restore it from the published config)", code="DF142",
+            path=where)
     inter = inner.get("intermediate_size")
     seen_layers = -1
     for name in names:
@@ -154,12 +155,12 @@ def _check_shapes(inner: Mapping[str, Any], where: str, pre: str, tensors: Mappi
         if want is not None:
             key, implied = want
             raise InputError(
-                f"{where}: {key} {name} {implied}, but the safetensors header has {list(shape)}; the config "
-                "does not describe these weights (restore it from the published config)", code="DF142")
+                f"{key} {name} {implied}, but the safetensors header has {list(shape)}; the config "
+                "does not describe these weights (restore it from the published config)", code="DF142", path=where)
     if seen_layers + 1 < layers:
         raise InputError(
-            f"{where}: key '{pre}num_hidden_layers' is {layers}, but the safetensors files hold {seen_layers + 1} "
-            "decoder layers; restore it from the published config", code="DF142")
+            f"key '{pre}num_hidden_layers' is {layers}, but the safetensors files hold {seen_layers + 1} "
+            "decoder layers; restore it from the published config", code="DF142", path=where)
 
 
 def _expected(rest: str, shape: tuple[int, ...], hidden: int, inter: Any) -> tuple[str, str] | None:

@@ -29,20 +29,21 @@ def check_weights(spec: DraftSpec) -> list[Finding]:
     if weight_pickles:
         out.append(finding(
             "DF202",
-            f"{label}: {', '.join(weight_pickles)} not opened (pickle can run code); only "
-            "safetensors are read",
+            f"{', '.join(weight_pickles)} not opened (pickle can run code); only "
+            "safetensors are read", path=label,
         ))
     if not inv.safetensors_files and not inv.index_file:
         out.append(finding(
             "DF201",
-            f"{label}: no *.safetensors file; download the safetensors weights (pickle files are never loaded)",
+            "no *.safetensors file; download the safetensors weights (pickle files are never loaded)", path=label,
         ))
         return out
     if not inv.tensors:
         if not any(p.code in UNREADABLE or p.code == "DF223" for p in inv.problems):
             files = ", ".join(inv.where.get(f, f) for f in inv.headers) or label
             out.append(finding(
-                "DF223", f"{files}: the safetensors header lists no tensors; there is no draft in it, re-download the weights",
+                "DF223", "the safetensors header lists no tensors; there is no draft in it, re-download the weights",
+                path=str(files),
             ))
         return out
 
@@ -53,8 +54,8 @@ def check_weights(spec: DraftSpec) -> list[Finding]:
     if prefix:
         out.append(finding(
             "DF216",
-            f"{label}: tensor names carry the prefix '{prefix}' (e.g. {names.get('fc.weight') or min(names.values())}); "
-            "vLLM and lmdeploy expect unprefixed names, re-save without it",
+            f"tensor names carry the prefix '{prefix}' (e.g. {names.get('fc.weight') or min(names.values())}); "
+            "vLLM and lmdeploy expect unprefixed names, re-save without it", path=label,
         ))
     shapes = {name: inv.tensors[orig].shape for name, orig in names.items()}
 
@@ -63,14 +64,15 @@ def check_weights(spec: DraftSpec) -> list[Finding]:
     if own and spec.family != DSPARK:
         out.append(finding(
             "DF164",
-            f"{label}: ships its own embed_tokens.weight {list(shapes['embed_tokens.weight'])} (as Nemotron's "
+            f"ships its own embed_tokens.weight {list(shapes['embed_tokens.weight'])} (as Nemotron's "
             "NVFP4-DFlash drafts do): vLLM uses it, the MLX ports stop on it, the other engines take the target's",
+            path=label,
         ))
     if borrowed and not own:
         out.append(finding(
             "DF215",
-            f"{label}: holds {_list(borrowed)}; a DFlash draft borrows embeddings and lm_head "
-            "from the target, drop them",
+            f"holds {_list(borrowed)}; a DFlash draft borrows embeddings and lm_head "
+            "from the target, drop them", path=label,
         ))
 
     has_v2 = any(n.startswith(DFLASH2_MARKERS) or ".attention_conv." in n or ".mlp_conv." in n for n in shapes)
@@ -78,28 +80,29 @@ def check_weights(spec: DraftSpec) -> list[Finding]:
     if has_v2 and not v2_config:
         out.append(finding(
             "DF222",
-            f"{label}: weights hold DFlash2 tensors (conv kernels / candidate selector) but "
-            f"architectures is {spec.architectures}; set it to [\"DFlash2DraftModel\"]",
+            "weights hold DFlash2 tensors (conv kernels / candidate selector) but "
+            f"architectures is {spec.architectures}; set it to [\"DFlash2DraftModel\"]", path=label,
         ))
     elif v2_config and not has_v2:
         out.append(finding(
             "DF222",
-            f"{label}: config declares DFlash2 but the weights have no DFlash2 tensors; they look "
-            "like DFlash v1, set architectures to [\"DFlashDraftModel\"]",
+            "config declares DFlash2 but the weights have no DFlash2 tensors; they look "
+            "like DFlash v1, set architectures to [\"DFlashDraftModel\"]", path=label,
         ))
     expected = expected_tensors(spec, dflash2=v2_config and has_v2, names=shapes)
 
     out += _check_fc(spec, shapes, fc_file or label)
     missing = [n for n in expected if n not in shapes and n != "fc.weight"]
     if missing and inv.readable:
-        out.append(finding("DF212", f"{label}: missing {len(missing)} tensor(s): {_list(missing)}"))
+        out.append(finding("DF212", f"missing {len(missing)} tensor(s): {_list(missing)}", path=label))
     wrong = [
         f"{n} is {list(shapes[n])}, expected {list(s)}"
         for n, s in expected.items()
         if n != "fc.weight" and s is not None and n in shapes and tuple(shapes[n]) != s
     ]
     if wrong:
-        out.append(finding("DF213", f"{label}: {len(wrong)} tensor(s) do not match the config: {_list(wrong, sep='; ')}"))
+        out.append(finding("DF213", f"{len(wrong)} tensor(s) do not match the config: {_list(wrong, sep='; ')}",
+                           path=label))
     # DFlash2 tensors in a v1 config are DF222's finding; in a DFlash2 config they are expected by name.
     v2_extra = has_v2 and not v2_config
     tolerated = set(borrowed) | (set(VOCAB_MAPS) if "draft_vocab_size" in spec.config else set()) | ({n for n in shapes if "_conv." in n or n.startswith("candidate_selector.")} if v2_extra else set())
@@ -109,7 +112,7 @@ def check_weights(spec: DraftSpec) -> list[Finding]:
         beyond = sorted({int(m.group(1)) for n in unexpected if (m := LAYER_RE.match(n))
                          and layers is not None and int(m.group(1)) >= layers})
         hint = f" (layers {short_list(beyond)} are beyond num_hidden_layers {layers})" if beyond else ""
-        out.append(finding("DF214", f"{label}: {len(unexpected)} unexpected tensor(s){hint}: {_list(unexpected)}"))
+        out.append(finding("DF214", f"{len(unexpected)} unexpected tensor(s){hint}: {_list(unexpected)}", path=label))
     out += _check_dtypes(label, inv)
     return out
 
@@ -137,7 +140,7 @@ def _check_fc(spec: DraftSpec, shapes: dict[str, tuple[int, ...]], where: str) -
     fc = shapes.get("fc.weight")
     if fc is None:
         if spec.weights is not None and spec.weights.readable:
-            return [finding("DF210", f"{label}: no tensor fc.weight; every DFlash draft has one")]
+            return [finding("DF210", "no tensor fc.weight; every DFlash draft has one", path=label)]
         return []
     h = spec.dims.hidden_size
     ids = spec.target_layer_ids
@@ -149,11 +152,12 @@ def _check_fc(spec: DraftSpec, shapes: dict[str, tuple[int, ...]], where: str) -
     if implied is not None:
         return [finding(
             "DF211",
-            f"{where}: fc.weight is {list(fc)}, which implies {implied} tap layers, but "
+            f"fc.weight is {list(fc)}, which implies {implied} tap layers, but "
             f"target_layer_ids has {len(ids)}; restore the {implied} trained tap layers (from the model card, "
             f"or measure them: `dflash-ckpt probe-taps {shlex.quote(spec.label)} --target TARGET --write OUT`)",
+            path=where,
         )]
-    return [finding("DF211", f"{where}: fc.weight is {list(fc)}; expected [{h}, k*{h}] (hidden_size {h})")]
+    return [finding("DF211", f"fc.weight is {list(fc)}; expected [{h}, k*{h}] (hidden_size {h})", path=where)]
 
 
 def _check_dtypes(label: str, inv: WeightInventory) -> list[Finding]:
@@ -163,19 +167,19 @@ def _check_dtypes(label: str, inv: WeightInventory) -> list[Finding]:
         params[t.dtype] += t.numel
         counts[t.dtype] += 1
     summary = ", ".join(f"{d} {_human(params[d])} params in {counts[d]} tensors" for d in sorted(params))
-    out = [finding("DF220", f"{label}: {summary}")]
+    out = [finding("DF220", f"{summary}", path=label)]
     floats = {d for d in params if d.startswith(("F", "BF")) and d != "BF16"}
     if "F16" in floats:
         out.append(finding(
             "DF221",
-            f"{label}: {counts['F16']} tensor(s) stored in float16; Qwen3 hidden-state outliers "
-            "overflow fp16 in fc and acceptance collapses, keep the draft in bfloat16",
+            f"{counts['F16']} tensor(s) stored in float16; Qwen3 hidden-state outliers "
+            "overflow fp16 in fc and acceptance collapses, keep the draft in bfloat16", path=label,
         ))
     elif floats:
         out.append(finding(
             "DF221",
-            f"{label}: tensors stored in {', '.join(sorted(floats))}; published drafts are bfloat16 "
-            "(engines cast anyway, at the cost of memory)",
+            f"tensors stored in {', '.join(sorted(floats))}; published drafts are bfloat16 "
+            "(engines cast anyway, at the cost of memory)", path=label,
         ))
     return out
 

@@ -15,8 +15,8 @@ from dflash_ckpt.errors import InputError
 
 
 def bad_value(where: str, key: str, value: Any, want: str) -> InputError:
-    """The one DF142 line: ``where: key 'key' must be want, found value``."""
-    return InputError(f"{where}: key '{key}' must be {want}, found {value!r}", code="DF142")
+    """The one DF142 error: at ``where``, ``key 'key' must be want, found value``."""
+    return InputError(f"key '{key}' must be {want}, found {value!r}", code="DF142", path=where)
 
 
 def get_int(cfg: dict[str, Any], key: str, where: str, *, default: Any = ..., minimum: int = 1, path: str | None = None) -> int:

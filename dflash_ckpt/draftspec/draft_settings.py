@@ -49,14 +49,14 @@ class Dflash2Settings:
             val = as_int(rk.value) if rk.present else None
             if val is None or val < 1:
                 raise InputError(
-                    f"{where}: key 'dflash_config.{key}' must be an integer >= 1 in a DFlash2 draft, found "
+                    f"key 'dflash_config.{key}' must be an integer >= 1 in a DFlash2 draft, found "
                     f"{rk.value if rk.present else 'nothing'}; restore it from the published config",
-                    code="DF146")
+                    code="DF146", path=where)
             vals[key] = val
         if dims.hidden_size % vals["conv_group_size"]:
             raise InputError(
-                f"{where}: key 'dflash_config.conv_group_size' ({vals['conv_group_size']}) must divide "
-                f"hidden_size ({dims.hidden_size})", code="DF146")
+                f"key 'dflash_config.conv_group_size' ({vals['conv_group_size']}) must divide "
+                f"hidden_size ({dims.hidden_size})", code="DF146", path=where)
         return cls(**vals)
 
 
@@ -112,11 +112,11 @@ class DraftSettings:
         block = spec.block_size
         mask = spec.mask_token_id
         if ids is None or block is None or mask is None:
-            raise InputError(f"{where}: block_size, mask_token_id and target_layer_ids must be set", code="DF101")
+            raise InputError("block_size, mask_token_id and target_layer_ids must be set", code="DF101", path=where)
         layer_types = draft_layer_types(cfg, dims.num_layers, where)
         window = as_int(cfg.get("sliding_window"))
         if SLIDING in layer_types and (window is None or window <= 0):
-            raise InputError(f"{where}: a sliding_attention layer needs a positive 'sliding_window'", code="DF132")
+            raise InputError("a sliding_attention layer needs a positive 'sliding_window'", code="DF132", path=where)
 
         def scaling(name: str, default: float | None) -> float | None:
             rk = spec.extra_keys[name]
@@ -157,13 +157,13 @@ def draft_layer_types(cfg: dict[str, Any], n: int, where: str) -> tuple[str, ...
     lt = explicit_layer_kinds(cfg)
     if lt is not ABSENT:
         if not isinstance(lt, list) or len(lt) != n or any(t not in LAYER_KINDS for t in lt):
-            raise InputError(f"{where}: key 'layer_types' must list {n} entries of {LAYER_KINDS}", code="DF130")
+            raise InputError(f"key 'layer_types' must list {n} entries of {LAYER_KINDS}", code="DF130", path=where)
         return tuple(lt)
     derived, why = derive_layer_kinds(cfg)
     if derived is None:
         raise InputError(
-            f"{where}: layer_types is missing and cannot be derived ({why}); write the trained list "
+            f"layer_types is missing and cannot be derived ({why}); write the trained list "
             f"with `dflash-ckpt normalize DRAFT OUT --layer-types ...` (one kind per draft layer)",
-            code="DF133",
+            code="DF133", path=where,
         )
     return tuple(derived)

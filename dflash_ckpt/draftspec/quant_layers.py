@@ -19,9 +19,9 @@ def _shape(tensors: Mapping[str, Any], name: str) -> tuple[int, ...]:
 
 
 def _contradiction(scheme: QuantScheme, name: str, key: str, shape: tuple[int, ...], want: str) -> InputError:
-    return InputError(f"{scheme.where}: key 'quantization_config' {key} implies tensor '{name}' of shape {want}, "
+    return InputError(f"key 'quantization_config' {key} implies tensor '{name}' of shape {want}, "
                       f"but its header has {list(shape)}; restore the config the quantizer wrote (or re-quantize)",
-                      code="DF181")
+                      code="DF181", path=scheme.where)
 
 
 def check_layer(scheme: QuantScheme, base: str, tensors: Mapping[str, Any], out_features: int,
@@ -34,9 +34,9 @@ def check_layer(scheme: QuantScheme, base: str, tensors: Mapping[str, Any], out_
         if name not in tensors and role not in scheme.optional():
             have = ", ".join(sorted(n.rsplit(".", 1)[-1] for n in tensors if n.startswith(base + "."))) or "none"
             need = ", ".join(sorted(v.rsplit(".", 1)[-1] for v in parts.values()))
-            raise InputError(f"{scheme.where}: tensor '{name}' is missing from the safetensors files: a "
+            raise InputError(f"tensor '{name}' is missing from the safetensors files: a "
                              f"{scheme.method} layer needs {need} (found {have}); the checkpoint is incomplete "
-                             f"or not {scheme.method}", code="DF182")
+                             f"or not {scheme.method}", code="DF182", path=scheme.where)
     per = 32 // scheme.bits
     m = scheme.method
     if m == "fp8" or scheme.format in ("float-quantized", "int-quantized"):
@@ -112,9 +112,9 @@ def check_headers(scheme: QuantScheme, tensors: Mapping[str, Any]) -> None:
     if quantized_layers(scheme, tensors):
         return
     example = next(iter(scheme.components("model.layers.0.mlp.down_proj").values()))
-    raise InputError(f"{scheme.where}: key 'quantization_config' names {scheme.method} ({scheme.format}), but no "
+    raise InputError(f"key 'quantization_config' names {scheme.method} ({scheme.format}), but no "
                      f"tensor is stored that way (no '{example}' or the like); remove the key if the weights are "
-                     "not quantized, or restore the quantized files", code="DF181")
+                     "not quantized, or restore the quantized files", code="DF181", path=scheme.where)
 
 
 def _plain_modules(scheme: QuantScheme, tensors: Mapping[str, Any]) -> list[str]:

@@ -124,8 +124,8 @@ class QuantScheme:
 def _bad(where: str, key: str, value: Any, supported: str = _SUPPORTED_TEXT) -> InputError:
     shown = repr(value)
     shown = shown if len(shown) <= 60 else shown[:57] + "..."
-    return InputError(f"{where}: key 'quantization_config.{key}' is {shown}, which the runtime does not "
-                      f"dequantize; supported: {supported}", code="DF180")
+    return InputError(f"key 'quantization_config.{key}' is {shown}, which the runtime does not "
+                      f"dequantize; supported: {supported}", code="DF180", path=where)
 
 
 def _int_key(q: Mapping[str, Any], key: str, where: str, allowed: tuple[int, ...], default: Any = ...) -> int:

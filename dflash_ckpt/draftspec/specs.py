@@ -328,9 +328,9 @@ def read_config(source: Source, name: str = "config.json") -> tuple[dict[str, An
 
     if not source.exists(name):
         raise InputError(
-            f"{source.where(name)}: missing; the folder is not a model checkpoint "
+            "missing; the folder is not a model checkpoint "
             "(every draft and target has a config.json)",
-            code="DF001",
+            code="DF001", path=source.where(name),
         )
     raw = source.read_json_bytes(name)
     where = source.where(name)

@@ -74,28 +74,29 @@ def refuse_pair(facts: VllmFacts, *, generation: str, draft_config: Mapping[str,
     mixing sliding and full layers (DF422, its V1 runner's own refusals) or a head size its
     attention lacks (DF423); a target without ``architectures`` (DF424)."""
     if generation == "DFlash2" and facts.cpu_build:
-        raise UsageError(f"{draft_where}: a DFlash2 draft, and vLLM's CPU build {facts.version} refuses DFlash2 "
+        raise UsageError(f"a DFlash2 draft, and vLLM's CPU build {facts.version} refuses DFlash2 "
                          "(V1 runner: no candidate-head drafts; V2 runner: needs Triton); run it with "
-                         "--engine reference here, or vLLM on a CUDA machine", code="DF422", key="architectures")
+                         "--engine reference here, or vLLM on a CUDA machine", code="DF422", key="architectures",
+                         path=draft_where)
     kinds = draft_config.get("layer_types")
     if facts.cpu_build and isinstance(kinds, list) and 0 < sum(k == "sliding_attention" for k in kinds) < len(kinds):
-        raise UsageError(f"{draft_where}: key 'layer_types' mixes sliding and full attention layers, and vLLM's CPU "
+        raise UsageError("key 'layer_types' mixes sliding and full attention layers, and vLLM's CPU "
                          f"build {facts.version} refuses such drafts (its V1 runner: \"mixed sliding/full dflash "
                          "drafts\"; the V2 runner needs Triton); run it with --engine reference here, or vLLM on a "
-                         "CUDA machine", code="DF422", key="layer_types")
+                         "CUDA machine", code="DF422", key="layer_types", path=draft_where)
     if facts.cpu_build and facts.cpu_head_sizes:
         for where, config in ((target_where, target_config), (draft_where, draft_config)):
             size = head_dim(config)
             if size is not None and size not in facts.cpu_head_sizes:
-                raise UsageError(f"{where}: key 'head_dim': {size} is not a head size vLLM's CPU attention takes "
+                raise UsageError(f"key 'head_dim': {size} is not a head size vLLM's CPU attention takes "
                                  f"({', '.join(map(str, facts.cpu_head_sizes))}); the worker would die after the "
                                  "engine started; run the pair with --engine reference here, or vLLM on a CUDA "
-                                 "machine", code="DF423", key="head_dim")
+                                 "machine", code="DF423", key="head_dim", path=where)
     arch = target_config.get("architectures")
     if not (isinstance(arch, list) and arch and all(isinstance(a, str) and a for a in arch)):
-        raise UsageError(f"{target_where}: key 'architectures' is missing, and vLLM would load the target as a "
+        raise UsageError("key 'architectures' is missing, and vLLM would load the target as a "
                          "pooling model that cannot generate; add it (for Qwen3: [\"Qwen3ForCausalLM\"])",
-                         code="DF424", key="architectures")
+                         code="DF424", key="architectures", path=target_where)
 
 
 def parse_engine_args(items: Sequence[str]) -> dict[str, Any]:
@@ -187,8 +188,8 @@ def run_child(request: Mapping[str, Any], *, python: str, timeout_s: float, wher
             what = f"exited with status {proc.returncode}"
         else:
             what = "failed"
-        raise EngineFailed(f"{where}: vLLM {what}: {result.get('error') or last_error_line(log_path)}; "
-                           f"the engine's log is kept in {log_path}", code="DF425")
+        raise EngineFailed(f"vLLM {what}: {result.get('error') or last_error_line(log_path)}; "
+                           f"the engine's log is kept in {log_path}", code="DF425", path=where)
     for path in (req_path, res_path, log_path):
         path.unlink(missing_ok=True)
     work.rmdir()

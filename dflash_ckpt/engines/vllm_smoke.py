@@ -77,9 +77,9 @@ def check_engine_memory(facts: VllmFacts, weight_bytes: int, where: str) -> int 
     need = weight_bytes * 2 + kv_gib * GIB  # two engines in turn; each loads the weights once
     room = _mem_available()
     if room is not None and need > room:
-        raise UsageError(f"{where}: vLLM's CPU build needs about {need / GIB:.2f} GiB (the weights and "
+        raise UsageError(f"vLLM's CPU build needs about {need / GIB:.2f} GiB (the weights and "
                          f"VLLM_CPU_KVCACHE_SPACE={kv_gib} GiB of KV cache) but {room / GIB:.2f} GiB are available; "
-                         "lower VLLM_CPU_KVCACHE_SPACE or free memory", code="DF407")
+                         "lower VLLM_CPU_KVCACHE_SPACE or free memory", code="DF407", path=where)
     return kv_gib
 
 

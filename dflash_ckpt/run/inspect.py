@@ -1,7 +1,7 @@
 """``inspect``'s run: its code and engine options parsed, every draft checked under one gate.
 
 ``run_inspect`` takes ``run/options.InspectOptions`` and returns an ``InspectRun`` (a result per
-draft, in argument order); it prints nothing. The checks themselves are ``checks/inspection.py``;
+draft, in argument order); it prints nothing. The checks themselves are ``inspection.py``;
 the report is ``commands/inspect_cmd.py``'s.
 """
 

@@ -228,7 +228,7 @@ class ProbeOptions(RunOptions):
     top: int = DEFAULT_TOP
     write: str | Path | None = None
     force: bool = False
-    #: ``--layout-for``: the engines whose layout key ``--write`` records (``normalize.layout_keys``).
+    #: ``--layout-for``: the engines whose layout key ``--write`` records (``draftspec.layout_keys``).
     layout_for: Sequence[str] = ()
 
     def validate_own(self) -> None:

@@ -63,8 +63,9 @@ def encode_prompts(opts: RunOptions, target_dir: str | Path) -> tuple[list[Promp
         if not ids and encoder.uses_template:  # the template dropped the prompt, whatever it was
             what = "no text" if not encoder.render(p) else "text of no tokens"
             raise InputError(
-                f"{encoder.template_file}: the chat template renders prompt {p.name!r} as {what}; the template "
-                "is broken (it drops the messages): fix it, or run with --no-chat-template", code="DF002")
+                f"the chat template renders prompt {p.name!r} as {what}; the template "
+                "is broken (it drops the messages): fix it, or run with --no-chat-template", code="DF002",
+                path=encoder.template_file)
         if not ids:
             raise UsageError(f"prompt {p.name!r} encodes to no tokens; give some text")
     return prompts, encoder, encoded

@@ -30,6 +30,7 @@ the verdict of what was written (``ProbeResult.wrote_fix``); DRAFT itself is nev
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from dflash_ckpt.checks import run_checks
@@ -89,16 +90,18 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None, prog
     k = fc_taps(spec0.weights, spec0.dims.hidden_size)
     if k is None:
         raise InputError(
-            f"{draft_dir}: no fc.weight of shape [hidden_size, k * hidden_size] in the safetensors files, so the "
-            "number of tap layers is unknown; probe-taps needs the draft's trained fc", code="DF210")
+            "no fc.weight of shape [hidden_size, k * hidden_size] in the safetensors files, so the "
+            "number of tap layers is unknown; probe-taps needs the draft's trained fc", code="DF210", path=draft_dir)
     depth = as_int(tspec.num_hidden_layers)
     if depth is None or depth < 1:
-        raise InputError(f"{tspec.where}: num_hidden_layers {tspec.num_hidden_layers!r} is not a positive integer, so "
-                         "probe-taps cannot tell which layers to tap; fix the target's config.json", code="DF001")
-    target_inv = inventory(target_dir, target_label)
+        raise InputError(f"num_hidden_layers {tspec.num_hidden_layers!r} is not a positive integer, so "
+                         "probe-taps cannot tell which layers to tap; fix the target's config.json", code="DF001",
+                         path=tspec.where)
+    target_inv = inventory(Path(target_dir), target_label)
     check_target_config(tspec.config, tspec.where, target_inv.tensors)  # as smoke-run, before anything is built
     if k > depth:
-        raise UsageError(f"{draft_dir}: fc.weight reads {k} taps but the target {target_label} has only {depth} layers")
+        raise UsageError(f"fc.weight reads {k} taps but the target {target_label} has only {depth} layers",
+                         path=draft_dir)
     result.depth, result.k = depth, k
     result.configured = tuple(spec0.target_layer_ids) if spec0.target_layer_ids is not None else None
     result.configured_problem = configured_problem(result.configured, k, depth)
@@ -116,9 +119,9 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None, prog
                      backend=backend, target_inv=target_inv)
     plan, prompts, encoder, encoded, stops = pair.plan, pair.prompts, pair.encoder, pair.encoded, pair.stops
     if plan.target.num_layers != depth:
-        raise UsageError(f"{tspec.where}: probe-taps taps every decoder layer, but the {plan.backend} backend "
+        raise UsageError(f"probe-taps taps every decoder layer, but the {plan.backend} backend "
                          f"reads {plan.target.num_layers} layers where num_hidden_layers says {depth}; "
-                         "use --backend native where it runs the target")
+                         "use --backend native where it runs the target", path=tspec.where)
     block = plan.block_size
     result.device, result.block_size, result.stop_token_ids = str(plan.device), block, stops
     result.backend = plan.backend

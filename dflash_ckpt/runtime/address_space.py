@@ -88,9 +88,9 @@ def check_import_floor(command: str) -> None:
     floor = import_floor()
     if limit < floor:
         raise UsageError(
-            f"{command}: the address-space limit (RLIMIT_AS, ulimit -v) is {human_bytes(limit)}, below the "
+            f"the address-space limit (RLIMIT_AS, ulimit -v) is {human_bytes(limit)}, below the "
             f"{human_bytes(floor)} that loading torch and running its CPU kernels need at least; raise the limit "
-            "(a tiny pair needs about 1 GiB, a real one its weights and more)", code="DF407")
+            "(a tiny pair needs about 1 GiB, a real one its weights and more)", code="DF407", path=command)
 
 
 @contextmanager
@@ -104,5 +104,5 @@ def torch_import_guard(command: str) -> Iterator[None]:
             raise
         first = (str(err).splitlines() or [""])[0][:200] or type(err).__name__
         raise UsageError(
-            f"{command}: loading torch failed under the address-space limit (RLIMIT_AS) of {human_bytes(limit)} "
-            f"({type(err).__name__}: {first}); raise the limit", code="DF407") from None
+            f"loading torch failed under the address-space limit (RLIMIT_AS) of {human_bytes(limit)} "
+            f"({type(err).__name__}: {first}); raise the limit", code="DF407", path=command) from None

@@ -128,7 +128,8 @@ def plan_target(backend: str, spec: TargetSpec) -> TargetPlan:
 
     def load_hf(folder: Path, dtype: torch.dtype, device: torch.device, label: str, inv: WeightInventory) -> Any:
         if device.type != "cpu":  # transformers loads (and dequantizes) in host memory, then moves
-            check_fits(needed_bytes(inv.tensors, dtype), torch.device("cpu"), f"{label} (loaded in host memory first)")
+            check_fits(needed_bytes(inv.tensors, dtype), torch.device("cpu"), None,
+                       lead=f"{label} (loaded in host memory first): ")
         return load_hf_target(folder, info, dtype=dtype, device=device, tensor_names=list(inv.tensors))
 
     layers = spec.num_hidden_layers

@@ -96,20 +96,21 @@ def hf_target_info(config: dict[str, Any], where: str) -> HFTargetInfo:
     model_type = config.get("model_type")
     if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING_NAMES:
         custom = " (its auto_map names custom code, which is never run)" if config.get("auto_map") else ""
-        raise UsageError(f"{where}: model_type {model_type!r} is not implemented by transformers "
-                         f"{transformers.__version__}{custom}; {HF_SUPPORTED_TEXT}")
+        raise UsageError(f"model_type {model_type!r} is not implemented by transformers "
+                         f"{transformers.__version__}{custom}; {HF_SUPPORTED_TEXT}", path=where)
     inner = decoder_config(config)
     family = hf_family_of(config)
     if family is None:
         text_type = inner.get("model_type", model_type)
-        raise UsageError(f"{where}: target model_type {model_type!r} (decoder {text_type!r}) is not one the "
-                         f"transformers backend was verified on; {HF_SUPPORTED_TEXT}")
+        raise UsageError(f"target model_type {model_type!r} (decoder {text_type!r}) is not one the "
+                         f"transformers backend was verified on; {HF_SUPPORTED_TEXT}", path=where)
     quant = config.get("quantization_config") or inner.get("quantization_config")
     method = quant.get("quant_method") if isinstance(quant, dict) else None
     if method not in (None, "mxfp4"):
-        raise UsageError(f"{where}: quantization_config.quant_method {method!r}: the transformers backend "
+        raise UsageError(f"quantization_config.quant_method {method!r}: the transformers backend "
                          "loads unquantized weights and gpt-oss MXFP4 (dequantized) only; the native backend "
-                         "dequantizes fp8, awq, gptq and compressed-tensors Qwen3/Llama targets (--backend native)")
+                         "dequantizes fp8, awq, gptq and compressed-tensors Qwen3/Llama targets (--backend native)",
+                         path=where)
     dtype = config_dtype(inner) or config_dtype(config)
     mpe = inner.get("max_position_embeddings", config.get("max_position_embeddings"))
     return HFTargetInfo(
@@ -134,8 +135,8 @@ def check_buildable(config: dict[str, Any], where: str) -> None:
     problem = attribute_problem(config, cls, text_cls)
     if problem is not None:
         key, what = problem
-        raise InputError(f"{where}: key '{key}' names {what}, not a setting; remove it (transformers "
-                         "cannot set it)", code="DF142", key=key)
+        raise InputError(f"key '{key}' names {what}, not a setting; remove it (transformers "
+                         "cannot set it)", code="DF142", key=key, path=where)
     verbosity = _hf_logging.get_verbosity()
     _hf_logging.set_verbosity_error()
     try:
@@ -145,9 +146,9 @@ def check_buildable(config: dict[str, Any], where: str) -> None:
     except Exception as exc:  # noqa: BLE001 - transformers raises TypeError, AttributeError, ValueError...
         first = (str(exc).strip().splitlines() or [""])[0]
         first = first if len(first) <= 200 else first[:197] + "..."
-        raise InputError(f"{where}: transformers cannot build {cls.__name__} from it ({type(exc).__name__}: "
+        raise InputError(f"transformers cannot build {cls.__name__} from it ({type(exc).__name__}: "
                          f"{first}); a value has the wrong type: restore it from the published config",
-                         code="DF142") from None
+                         code="DF142", path=where) from None
     finally:
         _hf_logging.set_verbosity(verbosity)
 
@@ -237,7 +238,7 @@ def _decoder_parts(model: nn.Module) -> tuple[nn.ModuleList, nn.Module]:
     base = model.get_decoder() if hasattr(model, "get_decoder") else model.model
     layers, norm = getattr(base, "layers", None), getattr(base, "norm", None)
     if not isinstance(layers, nn.ModuleList) or norm is None:
-        raise UsageError(f"{type(model).__name__}: no decoder 'layers' and final 'norm' to tap; {HF_SUPPORTED_TEXT}")
+        raise UsageError(f"no decoder 'layers' and final 'norm' to tap; {HF_SUPPORTED_TEXT}", path=type(model).__name__)
     return layers, norm
 
 
@@ -253,7 +254,7 @@ class HFTarget:
         self.embed_tokens = model.get_input_embeddings()
         head = model.get_output_embeddings()
         if head is None:
-            raise UsageError(f"{type(model).__name__}: no output embeddings (lm_head)")
+            raise UsageError("no output embeddings (lm_head)", path=type(model).__name__)
         self.lm_head = head
         # transformers 5.24 renamed ``past_key_values`` to ``cache`` (the old name warns).
         params = inspect.signature(model.forward).parameters
@@ -383,8 +384,8 @@ def load_hf_target(folder: Path, info: HFTargetInfo, *, dtype: torch.dtype, devi
         if isinstance(exc, OSError) and "memory" in str(exc).lower():
             raise  # out of memory: memory.out_of_memory makes it DF407
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-        raise InputError(f"{folder}: transformers could not load the target ({type(exc).__name__}: {first})",
-                         code="DF212") from None
+        raise InputError(f"transformers could not load the target ({type(exc).__name__}: {first})",
+                         code="DF212", path=folder) from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)  # links and a config: the weights stay where they are
         hf_logging.set_verbosity(verbosity)
@@ -393,9 +394,9 @@ def load_hf_target(folder: Path, info: HFTargetInfo, *, dtype: torch.dtype, devi
     tied = {"lm_head.weight"} if getattr(model.config, "tie_word_embeddings", False) else set()
     missing = sorted(set(loading.get("missing_keys") or ()) - tied)
     if missing:
-        raise InputError(f"{folder}: the safetensors files lack {len(missing)} tensor(s) of the "
+        raise InputError(f"the safetensors files lack {len(missing)} tensor(s) of the "
                          f"{type(model).__name__} text model, first '{missing[0]}'; a shard is absent or the "
-                         "checkpoint's names do not match its config", code="DF212")
+                         "checkpoint's names do not match its config", code="DF212", path=folder)
     if info.mxfp4:
         # Some transformers releases (5.18) dequantize into bf16 whatever dtype was asked for. FP4
         # values times a power of two are exact in bf16, so casting to the run dtype loses nothing.

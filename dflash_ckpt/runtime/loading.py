@@ -65,7 +65,7 @@ def inventory(folder: Path, label: str) -> WeightInventory:
         first = inv.problems[0]
         raise InputError(first.message, code=first.code)
     if not inv.tensors:
-        raise InputError(f"{folder}: no *.safetensors weights (pickle files are never opened)", code="DF201")
+        raise InputError("no *.safetensors weights (pickle files are never opened)", code="DF201", path=folder)
     return inv
 
 
@@ -127,24 +127,24 @@ def _load_into(
             continue
         if info is None:
             raise InputError(
-                f"{folder}: tensor '{key}' is missing from the safetensors files; the weights do "
+                f"tensor '{key}' is missing from the safetensors files; the weights do "
                 f"not match {config_where} (or a shard is absent)",
-                code="DF212",
+                code="DF212", path=folder,
             )
         want = tuple(expected[param].shape)
         if tuple(info.shape) != want:
             raise InputError(
-                f"{folder / info.file}: tensor '{key}' has shape {list(info.shape)} but {config_where} "
+                f"tensor '{key}' has shape {list(info.shape)} but {config_where} "
                 f"implies {list(want)}",
-                code="DF213",
+                code="DF213", path=folder / info.file,
             )
         if info.dtype in _QUANTIZED_DTYPES:
-            raise InputError(f"{folder / info.file}: tensor '{key}' is stored as {info.dtype}, a quantized weight, but "
+            raise InputError(f"tensor '{key}' is stored as {info.dtype}, a quantized weight, but "
                              f"{config_where} has no quantization_config saying how to scale it; restore the config "
-                             "the quantizer wrote", code="DF182")
+                             "the quantizer wrote", code="DF182", path=folder / info.file)
         if info.dtype not in _TORCH_DTYPES:
-            raise InputError(f"{folder / info.file}: tensor '{key}' is stored as {info.dtype}, which the native "
-                             "runtime does not read; use --backend transformers", code="DF213")
+            raise InputError(f"tensor '{key}' is stored as {info.dtype}, which the native "
+                             "runtime does not read; use --backend transformers", code="DF213", path=folder / info.file)
         by_file.setdefault(info.file, []).append((param, key))
     materialize(module, dtype=dtype, device=device)
     params = dict(module.named_parameters(remove_duplicate=False))
@@ -170,8 +170,8 @@ def _fill_dequantized(params: dict[str, nn.Parameter], layers: list[tuple[str, s
         if info is None:
             raise KeyError(name)
         if info.dtype not in _TORCH_DTYPES:
-            raise InputError(f"{folder / info.file}: tensor '{name}' is stored as {info.dtype}; a {scheme.method} "
-                             "layer's tensors are int32, int8, e4m3 or float", code="DF181")
+            raise InputError(f"tensor '{name}' is stored as {info.dtype}; a {scheme.method} "
+                             "layer's tensors are int32, int8, e4m3 or float", code="DF181", path=folder / info.file)
         fh = handles.get(info.file)
         if fh is None:
             fh = handles[info.file] = open(folder / info.file, "rb", buffering=0)
@@ -213,8 +213,8 @@ def _readinto(fh: BinaryIO, offset: int, buf: Any, path: Path, info: TensorInfo)
     while got < len(view):
         n = fh.readinto(view[got:])
         if not n:
-            raise InputError(f"{path}: tensor '{info.name}' ends past the end of the file (it changed while "
-                             "loading, or was truncated); download it again", code="DF204")
+            raise InputError(f"tensor '{info.name}' ends past the end of the file (it changed while "
+                             "loading, or was truncated); download it again", code="DF204", path=path)
         got += n
 
 
@@ -222,7 +222,8 @@ def _find_target_prefix(inv: WeightInventory, folder: Path) -> str:
     """The prefix in front of ``embed_tokens.weight``; wrappers keep the text model deeper."""
     cands = [k[: -len("embed_tokens.weight")] for k in inv.tensors if k.endswith("embed_tokens.weight")]
     if not cands:
-        raise InputError(f"{folder}: no '*embed_tokens.weight' tensor; not a Hugging Face causal LM checkpoint", code="DF212")
+        raise InputError("no '*embed_tokens.weight' tensor; not a Hugging Face causal LM checkpoint", code="DF212",
+                         path=folder)
     cands.sort(key=lambda p: ("language_model" not in p, len(p)))
     return cands[0]
 
@@ -250,9 +251,9 @@ def load_target(folder: Path, args: TargetSettings, *, dtype: torch.dtype, devic
             names[param] = heads[0]
         else:
             raise InputError(
-                f"{folder}: no lm_head.weight tensor and {where} does not set tie_word_embeddings "
+                f"no lm_head.weight tensor and {where} does not set tie_word_embeddings "
                 "to true; add the head, or set the key if the model ties its embeddings",
-                code="DF212",
+                code="DF212", path=folder,
             )
     _load_into(model, folder, inv, names, dtype=dtype, device=device, config_where=where, scheme=scheme)
     if names["lm_head.weight"] is None:

@@ -281,9 +281,10 @@ def available_bytes(device: torch.device) -> int:
     return min(limits.values()) if limits else 1 << 62
 
 
-def check_fits(needed: int | RunEstimate, device: torch.device, where: str, *,
-               target_dtype: torch.dtype | None = None) -> None:
-    """Refuse (DF407, exit 2) before loading a run whose peak does not fit every limit."""
+def check_fits(needed: int | RunEstimate, device: torch.device, where: str | None, *,
+               target_dtype: torch.dtype | None = None, lead: str = "") -> None:
+    """Refuse (DF407, exit 2) before loading a run whose peak does not fit every limit; the
+    refusal is located at ``where`` (``None``: at no file), ``lead`` starts its text."""
     est = needed if isinstance(needed, RunEstimate) else RunEstimate({"weights": needed})
     short: list[tuple[int, int, str]] = []
     for name, room in memory_limits(device).items():
@@ -299,9 +300,9 @@ def check_fits(needed: int | RunEstimate, device: torch.device, where: str, *,
     if target_dtype == torch.float32:
         advice += ", or --target-dtype bfloat16 (the target runs in float32 now)"
     raise UsageError(
-        f"{where}: the run needs {need / GIB:.2f} GiB ({need} bytes) at its peak on {device} "
+        f"{lead}the run needs {need / GIB:.2f} GiB ({need} bytes) at its peak on {device} "
         f"({est.describe()}{mapped}) but only {room / GIB:.2f} GiB ({room} bytes) are free ({name}); {advice}",
-        code="DF407")
+        code="DF407", path=where)
 
 
 #: Messages of out-of-memory errors raised as other types (torch's allocators, mmap failures).
@@ -330,7 +331,7 @@ def out_of_memory(where: str) -> Iterator[None]:
         if not is_out_of_memory(exc):
             raise
         first = (str(exc).splitlines() or [type(exc).__name__])[0][:300] or type(exc).__name__
-        raise UsageError(f"{where}: ran out of memory during the run ({type(exc).__name__}: {first}); the memory "
+        raise UsageError(f"ran out of memory during the run ({type(exc).__name__}: {first}); the memory "
                          "pre-check passed, so another process took memory meanwhile or the limit is too tight "
                          "for this run's temporaries; free memory, raise the limit, or use a shorter "
-                         "--max-new-tokens", code="DF407") from None
+                         "--max-new-tokens", code="DF407", path=where) from None

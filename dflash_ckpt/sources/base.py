@@ -8,6 +8,7 @@ JSON file, or a byte range of a safetensors file (its header), never tensor data
 from __future__ import annotations
 
 import errno
+import os
 from abc import ABC, abstractmethod
 from pathlib import Path
 
@@ -52,13 +53,13 @@ class Source(ABC):
         size = self.size(name)
         if size > cap:
             raise InputError(
-                f"{self.where(name)}: {human_bytes(size)} is too large for a JSON config "
+                f"{human_bytes(size)} is too large for a JSON config "
                 f"(limit {human_bytes(cap)})",
-                code="DF001",
+                code="DF001", path=self.where(name),
             )
         data = self.read(name)
         if len(data) > cap:  # the file grew after it was measured
-            raise InputError(f"{self.where(name)}: grew past the {human_bytes(cap)} limit while read", code="DF001")
+            raise InputError(f"grew past the {human_bytes(cap)} limit while read", code="DF001", path=self.where(name))
         return data
 
     @property
@@ -67,23 +68,37 @@ class Source(ABC):
         return None
 
 
-def describe_os_error(err: OSError, path: str) -> str:
-    """One line for an OS error, naming the path and what to do."""
+def os_problem(err: OSError, path: str) -> tuple[str, str]:
+    """An OS error as ``(where, what)``: the path as shown (a very long one shortened) and what
+    went wrong with it and what to do."""
     if err.errno == errno.ENOENT:
-        return f"{path}: no such file or folder"
+        return path, "no such file or folder"
     if err.errno in (errno.EACCES, errno.EPERM):
-        return f"{path}: permission denied; make it readable (chmod) or run as its owner"
+        return path, "permission denied; make it readable (chmod) or run as its owner"
     if err.errno == errno.ELOOP:
-        return f"{path}: symbolic link loop; point the link at a real file"
+        return path, "symbolic link loop; point the link at a real file"
     if err.errno == errno.EISDIR:
-        return f"{path}: is a folder, expected a file"
+        return path, "is a folder, expected a file"
     if err.errno == errno.ENOTDIR:
-        return f"{path}: a part of the path is not a folder"
+        return path, "a part of the path is not a folder"
     if err.errno == errno.ENAMETOOLONG:
         shown = path if len(path) <= 160 else f"{path[:100]}...{path[-40:]}"
-        return (f"{shown}: path too long ({len(path)} characters; the system allows 255 bytes a name, "
-                "4096 a path); give a shorter one")
-    return f"{path}: {err.strerror or err}"
+        return shown, (f"path too long ({len(path)} characters; the system allows 255 bytes a name, "
+                       "4096 a path); give a shorter one")
+    return path, f"{err.strerror or err}"
+
+
+def describe_os_error(err: OSError, path: str) -> str:
+    """One line for an OS error, naming the path and what to do."""
+    where, what = os_problem(err, path)
+    return f"{where}: {what}"
+
+
+def os_error(err: OSError, path: str | os.PathLike[str], *, then: str = "", code: str | None = None) -> InputError:
+    """An OS error as the ``InputError`` that reports it, located at ``path``; ``then`` goes on
+    with the sentence (what it means for the command)."""
+    where, what = os_problem(err, str(path))
+    return InputError(what + then, code=code, path=where)
 
 
 def user_path(arg: str | Path, what: str | None = None) -> Path:
@@ -101,6 +116,6 @@ def user_path(arg: str | Path, what: str | None = None) -> Path:
             return path
         user = str(arg).split("/", 1)[0]
         raise InputError(
-            f"{arg}: {f'{what}: ' if what else ''}{user!r} names no user with a home directory here, and no "
+            f"{f'{what}: ' if what else ''}{user!r} names no user with a home directory here, and no "
             "such folder exists; write the path in full (or ./ before a folder whose name starts with ~)",
-            code="DF001") from None
+            code="DF001", path=arg) from None

@@ -147,14 +147,15 @@ def cpu_limit(seconds: float) -> Iterator[None]:
         signal.signal(signal.SIGPROF, previous)
 
 
-def compile_template(source: str, where: str = "chat template") -> Any:
+def compile_template(source: str, where: str = "chat template", *, path: str | None = None) -> Any:
     """A jinja2 template compiled in the environment Hugging Face uses for chat templates, guarded."""
     import jinja2
     from jinja2.ext import Extension, loopcontrols
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     if len(source) > limits.MAX_TEMPLATE_BYTES:
-        raise InputError(f"{where}: {len(source):,} characters, more than the {limits.MAX_TEMPLATE_BYTES:,} a template may have", code="DF002")
+        raise InputError(f"{where}: {len(source):,} characters, more than the {limits.MAX_TEMPLATE_BYTES:,} a template may have", code="DF002",
+                         path=path)
 
     class GenerationTag(Extension):
         """``{% generation %}...{% endgeneration %}`` marks assistant text; rendered as is."""
@@ -197,19 +198,22 @@ def compile_template(source: str, where: str = "chat template") -> Any:
     try:
         return env.from_string(source)
     except jinja2.TemplateSyntaxError as err:
-        raise InputError(f"{where}: jinja syntax error at line {err.lineno}: {err.message}", code="DF002") from None
+        raise InputError(f"{where}: jinja syntax error at line {err.lineno}: {err.message}", code="DF002",
+                         path=path) from None
     except TemplateLimit as err:
-        raise InputError(f"{where}: stopped while compiling: {err} (README, Limits)", code="DF002") from None
+        raise InputError(f"{where}: stopped while compiling: {err} (README, Limits)", code="DF002", path=path) from None
     except MemoryError:
         raise InputError(f"{where}: stopped while compiling: it needed more than "
-                         f"{limits.human_bytes(limits.TEMPLATE_MEMORY_BYTES)} of memory (README, Limits)", code="DF002") from None
+                         f"{limits.human_bytes(limits.TEMPLATE_MEMORY_BYTES)} of memory (README, Limits)", code="DF002",
+                         path=path) from None
     except RecursionError:
-        raise InputError(f"{where}: cannot be compiled: nested too deeply", code="DF002") from None
+        raise InputError(f"{where}: cannot be compiled: nested too deeply", code="DF002", path=path) from None
     except Exception as err:  # noqa: BLE001 - a template that cannot compile, for any reason, is one line
-        raise InputError(f"{where}: cannot be compiled ({type(err).__name__}: {_first_line(err)})", code="DF002") from None
+        raise InputError(f"{where}: cannot be compiled ({type(err).__name__}: {_first_line(err)})", code="DF002",
+                         path=path) from None
 
 
-def render_here(template: Any, context: dict[str, Any], where: str) -> str:
+def render_here(template: Any, context: dict[str, Any], where: str, *, path: str | None = None) -> str:
     """``template`` rendered with ``context`` in this process, under the CPU-time and output-size limits."""
     cap = limits.MAX_TEMPLATE_OUTPUT
     parts: list[str] = []
@@ -222,17 +226,18 @@ def render_here(template: Any, context: dict[str, Any], where: str) -> str:
                     raise TemplateLimit(f"its output passed {cap:,} characters")
                 parts.append(piece)
     except TemplateLimit as err:
-        raise InputError(f"{where}: stopped: {err} (README, Limits)", code="DF002") from None
+        raise InputError(f"{where}: stopped: {err} (README, Limits)", code="DF002", path=path) from None
     except RecursionError:
-        raise InputError(f"{where}: recursion too deep (a macro that calls itself without end?)", code="DF002") from None
+        raise InputError(f"{where}: recursion too deep (a macro that calls itself without end?)", code="DF002",
+                         path=path) from None
     except MemoryError:
         raise InputError(f"{where}: stopped: it needed more than {limits.human_bytes(limits.TEMPLATE_MEMORY_BYTES)} "
-                         "of memory (README, Limits)", code="DF002") from None
+                         "of memory (README, Limits)", code="DF002", path=path) from None
     except Exception as err:  # noqa: BLE001 - TemplateError, TypeError, ZeroDivisionError...: all one line
         import jinja2
 
         kind = "" if isinstance(err, jinja2.TemplateError) and type(err) is jinja2.TemplateError else f"{type(err).__name__}: "
-        raise InputError(f"{where}: {kind}{_first_line(err)}", code="DF002") from None
+        raise InputError(f"{where}: {kind}{_first_line(err)}", code="DF002", path=path) from None
     return "".join(parts)
 
 

@@ -20,8 +20,9 @@ _OID = re.compile(rb"^oid sha256:([0-9a-f]{64})$", re.M)
 _SIZE = re.compile(rb"^size (\d+)$", re.M)
 
 
-def lfs_pointer_message(head: bytes, where: str) -> str | None:
-    """DF230's message when ``head`` is a Git LFS pointer file, else ``None``."""
+def lfs_pointer_message(head: bytes) -> str | None:
+    """DF230's message (the text after the file's location) when ``head`` is a Git LFS pointer
+    file, else ``None``."""
     if not head.startswith(LFS_SIGNATURE):
         return None
     oid, size = _OID.search(head), _SIZE.search(head)
@@ -31,7 +32,7 @@ def lfs_pointer_message(head: bytes, where: str) -> str | None:
     if size:
         what.append(f"the real file is {int(size.group(1)):,} bytes")
     detail = f" ({', '.join(what)})" if what else ""
-    return (f"{where}: this is a Git LFS pointer{detail}, not the weights: run `git lfs pull` in the clone "
+    return (f"this is a Git LFS pointer{detail}, not the weights: run `git lfs pull` in the clone "
             "(in GitHub Actions, actions/checkout with `lfs: true`)")
 
 
@@ -52,13 +53,12 @@ def other_format(head: bytes) -> str | None:
 
 
 def sniff(source: Source, name: str, size: int, *, signatures_only: bool = False) -> tuple[str, str] | None:
-    """``(code, message)`` when the file ``name`` is an LFS pointer (DF230) or another format
+    """``(code, message)`` (the message without the file's location) when the file ``name`` is an LFS pointer (DF230) or another format
     (DF231); ``None`` when it may be a (broken) safetensors file. ``signatures_only``: the first
     eight bytes are a plausible header length (a file cut short), so only a 4-byte magic number
     counts (a zip's), not a first character such as ``{`` that a real length's low byte can be."""
-    where = source.where(name)
     head = source.read(name, 0, min(size, SNIFF_BYTES))
-    message = lfs_pointer_message(head, where)
+    message = lfs_pointer_message(head)
     if message is not None:
         return "DF230", message
     kind = other_format(head)
@@ -66,5 +66,5 @@ def sniff(source: Source, name: str, size: int, *, signatures_only: bool = False
         kind = None
     if kind is None:
         return None
-    return "DF231", (f"{where}: this is {kind}, not a safetensors file; download it again "
+    return "DF231", (f"this is {kind}, not a safetensors file; download it again "
                      "(`hf download REPO FILE`) or convert it with the publisher's tools")

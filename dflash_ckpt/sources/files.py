@@ -14,7 +14,7 @@ from pathlib import Path
 
 from dflash_ckpt.errors import InputError
 from dflash_ckpt.limits import human_bytes
-from dflash_ckpt.sources.base import describe_os_error
+from dflash_ckpt.sources.base import os_error
 
 _KINDS = {
     stat.S_IFDIR: "a folder",
@@ -37,15 +37,15 @@ def read_capped(path: Path | str, cap: int, *, what: str = "file", code: str = "
     try:
         fd = os.open(path, flags)
     except OSError as err:
-        raise InputError(describe_os_error(err, where), code=code) from None
+        raise os_error(err, where, code=code) from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise InputError(f"{where}: is {file_kind(st.st_mode)}, expected a regular {what}", code=code)
+            raise InputError(f"is {file_kind(st.st_mode)}, expected a regular {what}", code=code, path=where)
         if st.st_size > cap:
             raise InputError(
-                f"{where}: {human_bytes(st.st_size)} is too large for a {what} (limit {human_bytes(cap)})",
-                code=code,
+                f"{human_bytes(st.st_size)} is too large for a {what} (limit {human_bytes(cap)})",
+                code=code, path=where,
             )
         chunks, got = [], 0
         while got <= cap:
@@ -55,10 +55,10 @@ def read_capped(path: Path | str, cap: int, *, what: str = "file", code: str = "
             chunks.append(chunk)
             got += len(chunk)
         if got > cap:
-            raise InputError(f"{where}: grew past the {human_bytes(cap)} limit for a {what} while read", code=code)
+            raise InputError(f"grew past the {human_bytes(cap)} limit for a {what} while read", code=code, path=where)
         return b"".join(chunks)
     except OSError as err:
-        raise InputError(describe_os_error(err, where), code=code) from None
+        raise os_error(err, where, code=code) from None
     finally:
         os.close(fd)
 
@@ -69,4 +69,4 @@ def read_capped_text(path: Path | str, cap: int, *, what: str = "file", code: st
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
-        raise InputError(f"{path}: not UTF-8 text (byte {err.start}); a {what} must be UTF-8", code=code) from None
+        raise InputError(f"not UTF-8 text (byte {err.start}); a {what} must be UTF-8", code=code, path=path) from None

@@ -23,21 +23,21 @@ def parse_json_text(text: str, where: str, *, code: str = "DF002", max_depth: in
         value = json.loads(text)
     except json.JSONDecodeError as err:
         raise InputError(
-            f"{where}: invalid JSON at line {err.lineno} column {err.colno}: {err.msg}; "
+            f"invalid JSON at line {err.lineno} column {err.colno}: {err.msg}; "
             "fix the syntax (a trailing comma or a missing quote is the usual cause)",
-            code=code,
+            code=code, path=where,
         ) from None
     except RecursionError:
-        raise InputError(_too_deep(where, max_depth), code=code) from None
+        raise InputError(_too_deep(max_depth), code=code, path=where) from None
     except ValueError as err:  # "Exceeds the limit (4300 digits) for integer string conversion"
-        raise InputError(f"{where}: {_int_limit(err)}", code=code) from None
+        raise InputError(f"{_int_limit(err)}", code=code, path=where) from None
     if json_depth(value, max_depth) > max_depth:
-        raise InputError(_too_deep(where, max_depth), code=code)
+        raise InputError(_too_deep(max_depth), code=code, path=where)
     return value
 
 
-def _too_deep(where: str, max_depth: int) -> str:
-    return f"{where}: JSON nested too deep (more than {max_depth} levels); not a config file"
+def _too_deep(max_depth: int) -> str:
+    return f"JSON nested too deep (more than {max_depth} levels); not a config file"
 
 
 def _int_limit(err: ValueError) -> str:
@@ -74,15 +74,15 @@ def decode_json_bytes(data: bytes, where: str, *, code: str = "DF002", max_items
     items = data.count(b",")
     if items > max_items:
         raise InputError(
-            f"{where}: holds more than {max_items:,} values ({items:,} commas); not a config file",
-            code=code,
+            f"holds more than {max_items:,} values ({items:,} commas); not a config file",
+            code=code, path=where,
         )
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         raise InputError(
-            f"{where}: not UTF-8 text (byte {err.start}); config files must be UTF-8 JSON",
-            code=code,
+            f"not UTF-8 text (byte {err.start}); config files must be UTF-8 JSON",
+            code=code, path=where,
         ) from None
     return parse_json_text(text, where, code=code)
 
@@ -91,8 +91,8 @@ def require_object(value: Any, where: str, *, code: str = "DF003") -> dict[str, 
     """The top of a config must be a JSON object; say what it was instead."""
     if not isinstance(value, dict):
         raise InputError(
-            f"{where}: expected a JSON object at the top level, found {json_type(value)}",
-            code=code,
+            f"expected a JSON object at the top level, found {json_type(value)}",
+            code=code, path=where,
         )
     return value
 

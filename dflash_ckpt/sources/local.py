@@ -7,7 +7,7 @@ import stat
 from pathlib import Path
 
 from dflash_ckpt.errors import InputError
-from dflash_ckpt.sources.base import Source, describe_os_error
+from dflash_ckpt.sources.base import Source, os_error
 
 
 class LocalSource(Source):
@@ -37,7 +37,7 @@ class LocalSource(Source):
             try:
                 entries = sorted(os.scandir(self.folder), key=lambda e: e.name)
             except OSError as err:
-                raise InputError(describe_os_error(err, str(self.folder)), code="DF001") from None
+                raise os_error(err, str(self.folder), code="DF001") from None
             files = []
             for entry in entries:
                 try:
@@ -56,11 +56,11 @@ class LocalSource(Source):
         try:
             st = os.stat(self.path(name))
         except OSError as err:
-            raise InputError(describe_os_error(err, self.where(name)), code="DF001") from None
+            raise os_error(err, self.where(name), code="DF001") from None
         if not stat.S_ISREG(st.st_mode):
             from dflash_ckpt.sources.files import file_kind  # noqa: PLC0415
 
-            raise InputError(f"{self.where(name)}: is {file_kind(st.st_mode)}, not a regular file", code="DF001")
+            raise InputError(f"is {file_kind(st.st_mode)}, not a regular file", code="DF001", path=self.where(name))
         return st.st_size
 
     def read(self, name: str, offset: int = 0, length: int | None = None) -> bytes:
@@ -78,6 +78,6 @@ class LocalSource(Source):
                     got += len(chunk)
                 data = b"".join(chunks)
         except OSError as err:
-            raise InputError(describe_os_error(err, self.where(name)), code="DF001") from None
+            raise os_error(err, self.where(name), code="DF001") from None
         self.bytes_read += len(data)
         return data

@@ -84,28 +84,28 @@ def parse_conversation(turns: Any, where: str, key: str) -> tuple[dict[str, str]
     assistant turns are dropped: ShareGPT records carry the recorded reply, and the model is to
     write its own after the generation prompt.
     """
-    shape = f"{where}: '{key}' must be {CONVERSATION_SHAPE}"
+    shape = f"'{key}' must be {CONVERSATION_SHAPE}"
     if not isinstance(turns, list) or not turns:
-        raise InputError(shape, code="DF002")
+        raise InputError(shape, code="DF002", path=where)
     out: list[dict[str, str]] = []
     for number, turn in enumerate(turns, 1):
         if not isinstance(turn, dict):
-            raise InputError(f"{shape}; turn {number} is {type(turn).__name__}", code="DF002")
+            raise InputError(f"{shape}; turn {number} is {type(turn).__name__}", code="DF002", path=where)
         speaker = turn.get("role", turn.get("from"))
         text = turn.get("content", turn.get("value"))
         if not isinstance(speaker, str) or not isinstance(text, str):
-            raise InputError(f"{shape}; turn {number} has no speaker or no text", code="DF002")
+            raise InputError(f"{shape}; turn {number} has no speaker or no text", code="DF002", path=where)
         role = ROLE_ALIASES.get(speaker.lower())
         if role is None:
             raise InputError(
-                f"{where}: '{key}' turn {number} is from {speaker!r}; use one of {', '.join(sorted(ROLE_ALIASES))}",
-                code="DF002",
+                f"'{key}' turn {number} is from {speaker!r}; use one of {', '.join(sorted(ROLE_ALIASES))}",
+                code="DF002", path=where,
             )
-        out.append({"role": role, "content": check_text(text, f"{where}: '{key}' turn {number}")})
+        out.append({"role": role, "content": check_text(text, f"'{key}' turn {number}", path=where)})
     while out and out[-1]["role"] == "assistant":
         out.pop()
     if not any(t["role"] == "user" for t in out):
-        raise InputError(f"{where}: '{key}' has no user (human) turn to answer", code="DF002")
+        raise InputError(f"'{key}' has no user (human) turn to answer", code="DF002", path=where)
     return tuple(out)
 
 
@@ -113,24 +113,27 @@ def parse_conversation(turns: Any, where: str, key: str) -> tuple[dict[str, str]
 _PROMPT_LINE = re.compile(r"^[ \t\r\f\v]*\S", re.M)
 
 
-def check_text(text: str, where: str) -> str:
+def check_text(text: str, where: str = "", *, path: str | None = None) -> str:
     """``text`` if it is valid Unicode; a lone surrogate (``"\\ud800"`` in JSON, or invalid UTF-8
     from the command line, which Python carries as surrogates) is one DF002 line, not a
-    TypeError from the tokenizer."""
+    TypeError from the tokenizer. ``where`` names the text in the message (``-p prompt 2``),
+    ``path`` the file (and line) it came from."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as err:
         bad = text[err.start]
         what = f"the byte 0x{ord(bad) - 0xDC00:02X} (not UTF-8)" if 0xDC80 <= ord(bad) <= 0xDCFF else f"a lone surrogate U+{ord(bad):04X}"
-        raise InputError(f"{where}: the text holds {what} at character {err.start}; give valid UTF-8 text", code="DF002") from None
+        lead = f"{where}: " if where else ""
+        raise InputError(f"{lead}the text holds {what} at character {err.start}; give valid UTF-8 text", code="DF002",
+                         path=path) from None
     return text
 
 
 def _check_count(count: int, where: str) -> None:
     if count > limits.MAX_PROMPTS:
         raise InputError(
-            f"{where}: more than {limits.MAX_PROMPTS:,} prompts (each is decoded twice); split the file, "
-            "a few dozen prompts measure a draft well", code="DF002")
+            f"more than {limits.MAX_PROMPTS:,} prompts (each is decoded twice); split the file, "
+            "a few dozen prompts measure a draft well", code="DF002", path=where)
 
 
 def read_prompts_file(path: str, first_position: int = 1) -> list[Prompt]:
@@ -152,26 +155,29 @@ def read_prompts_file(path: str, first_position: int = 1) -> list[Prompt]:
         item = decode_json_bytes(line.encode(), where)
         default_name = default_prompt_name(first_position + len(prompts))
         if isinstance(item, str):
-            prompts.append(Prompt(default_name, check_text(item, where)))
+            prompts.append(Prompt(default_name, check_text(item, path=where)))
             continue
         if not isinstance(item, dict):
-            raise InputError(f"{where}: each line must be a JSON object or string, found {type(item).__name__}", code="DF002")
+            raise InputError(f"each line must be a JSON object or string, found {type(item).__name__}", code="DF002",
+                             path=where)
         name = item.get("name", item.get("id"))
         if name is not None and not isinstance(name, (str, int)) or isinstance(name, bool):
-            raise InputError(f"{where}: 'name' must be a string (or an integer id), found {type(name).__name__}", code="DF002")
-        name = default_name if name is None else check_text(str(name), f"{where}: 'name'")
+            raise InputError(f"'name' must be a string (or an integer id), found {type(name).__name__}", code="DF002",
+                             path=where)
+        name = default_name if name is None else check_text(str(name), "'name'", path=where)
         if len(name) > 200:
-            raise InputError(f"{where}: 'name' has {len(name):,} characters; keep names under 200", code="DF002")
+            raise InputError(f"'name' has {len(name):,} characters; keep names under 200", code="DF002", path=where)
         text = item.get("prompt", item.get("text"))
         conv_key = "messages" if "messages" in item else "conversations" if "conversations" in item else None
         if conv_key is not None:
             prompts.append(Prompt(name, None, parse_conversation(item[conv_key], where, conv_key)))
         elif isinstance(text, str):
-            prompts.append(Prompt(name, check_text(text, where)))
+            prompts.append(Prompt(name, check_text(text, path=where)))
         else:
-            raise InputError(f"{where}: give 'prompt' (a string), 'messages' or 'conversations' (a list)", code="DF002")
+            raise InputError("give 'prompt' (a string), 'messages' or 'conversations' (a list)", code="DF002",
+                             path=where)
     if not prompts:
-        raise InputError(f"{path}: no prompts (one JSON object per line)", code="DF002")
+        raise InputError("no prompts (one JSON object per line)", code="DF002", path=path)
     return prompts
 
 
@@ -219,12 +225,13 @@ class PromptEncoder:
 
         path = folder / "tokenizer.json"
         if not (path.exists() or path.is_symlink()):
-            raise InputError(f"{path}: missing; smoke-run needs the target's tokenizer.json (or give --tokenizer FOLDER)", code="DF001")
+            raise InputError("missing; smoke-run needs the target's tokenizer.json (or give --tokenizer FOLDER)", code="DF001",
+                             path=path)
         text = read_capped_text(path, limits.MAX_TOKENIZER_BYTES, what="tokenizer.json")
         try:
             self.tokenizer = Tokenizer.from_str(text)
         except Exception as err:  # tokenizers raises a bare Exception on malformed files
-            raise InputError(f"{path}: cannot be read by tokenizers ({_short(err)})", code="DF002") from None
+            raise InputError(f"cannot be read by tokenizers ({_short(err)})", code="DF002", path=path) from None
         del text
         self.folder = folder
         self.thinking = thinking
@@ -287,8 +294,8 @@ class PromptEncoder:
             "messages": p.conversation(), "tools": None, "documents": None, "add_generation_prompt": True,
             **self.special_tokens, "enable_thinking": self.thinking,
         } for p in todo]
-        wheres = [f"{self.folder}: the chat template fails on prompt {p.name!r}" for p in todo]
-        for p, text in zip(todo, render_all(self.template, contexts, wheres, f"{self.folder}: chat template")):
+        wheres = [f"the chat template fails on prompt {p.name!r}" for p in todo]
+        for p, text in zip(todo, render_all(self.template, contexts, wheres, "chat template", path=str(self.folder))):
             self._rendered[_key(p)] = text
 
     def encode(self, prompt: Prompt) -> list[int]:

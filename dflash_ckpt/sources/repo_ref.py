@@ -30,7 +30,7 @@ def parse_repo_ref(arg: str, revision: str | None = None) -> RepoRef | None:
     rev = m.group("rev")
     if rev and revision and rev != revision:
         raise InputError(
-            f"{arg}: revision given twice ('@{rev}' and --revision {revision}); keep one",
-            code="DF001",
+            f"revision given twice ('@{rev}' and --revision {revision}); keep one",
+            code="DF001", path=arg,
         )
     return RepoRef(m.group("repo"), rev or revision)

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from dflash_ckpt.errors import InputError
-from dflash_ckpt.sources.base import Source, describe_os_error, user_path
+from dflash_ckpt.sources.base import Source, os_error, user_path
 from dflash_ckpt.sources.local import LocalSource
 from dflash_ckpt.sources.repo_ref import parse_repo_ref
 
@@ -48,27 +48,27 @@ def open_source(
         is_dir = path.is_dir()
         exists = is_dir or path.exists() or path.is_symlink()
     except OSError as err:
-        raise InputError(describe_os_error(err, arg), code="DF001") from None
+        raise os_error(err, arg, code="DF001") from None
     if is_dir:
         try:
             os.listdir(path)
         except OSError as err:
-            raise InputError(describe_os_error(err, arg), code="DF001") from None
+            raise os_error(err, arg, code="DF001") from None
         return LocalSource(path, label=arg)
     if exists:
         try:
             path.stat()
         except OSError as err:
-            raise InputError(describe_os_error(err, arg), code="DF001") from None
+            raise os_error(err, arg, code="DF001") from None
         raise InputError(
-            f"{arg}: is a file; give the {role} checkpoint folder (the one holding config.json)",
-            code="DF001",
+            f"is a file; give the {role} checkpoint folder (the one holding config.json)",
+            code="DF001", path=arg,
         )
     ref = None if looks_like_path(arg) else parse_repo_ref(arg, revision)
     if ref is None:
         raise InputError(
-            f"{arg}: no such folder; give a local {role} folder or a Hub repo id (org/name)",
-            code="DF001",
+            f"no such folder; give a local {role} folder or a Hub repo id (org/name)",
+            code="DF001", path=arg,
         )
     from dflash_ckpt.sources.hub.repo import open_hub_source  # noqa: PLC0415 - only Hub arguments pay for it
 
@@ -94,7 +94,8 @@ def local_folder(
         return src.local_dir, src.label  # type: ignore[return-value]
     ref = parse_repo_ref(arg, revision)
     if ref is None:
-        raise InputError(f"{arg}: no such folder; give a local {role} folder or a Hub repo id (org/name)", code="DF001")
+        raise InputError(f"no such folder; give a local {role} folder or a Hub repo id (org/name)", code="DF001",
+                         path=arg)
     from dflash_ckpt.sources.hub.repo import download_snapshot  # noqa: PLC0415
 
     return download_snapshot(ref, token=token, role=role, allow_patterns=allow_patterns), ref.label

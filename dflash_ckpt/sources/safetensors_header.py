@@ -33,10 +33,13 @@ DTYPE_BITS: dict[str, int] = {
 class HeaderError(Exception):
     """A header that cannot be used; ``code`` is the rule (DF203 unreadable, DF204 truncated)."""
 
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
+    def __init__(self, code: str, message: str, *, path: str | None = None) -> None:
+        #: The file the header belongs to; ``text`` is what is wrong with it.
+        self.path = path
+        self.text = message
+        self.message = f"{path}: {message}" if path is not None else message
+        super().__init__(self.message)
         self.code = code
-        self.message = message
 
 
 class TensorInfo(NamedTuple):
@@ -86,27 +89,27 @@ def read_header(source: Source, name: str, *, max_tensors: int = MAX_TENSORS) ->
     if size < 8:
         other = sniff(source, name, size) if size else None
         if other is not None:
-            raise HeaderError(*other)
-        raise HeaderError("DF203", f"{where}: {size} bytes, shorter than the 8-byte header length")
+            raise HeaderError(*other, path=where)
+        raise HeaderError("DF203", f"{size} bytes, shorter than the 8-byte header length", path=where)
     (header_len,) = struct.unpack("<Q", source.read(name, 0, 8))
     if header_len > MAX_HEADER_BYTES:  # text where the 8-byte length belongs reads as ~1e18
         other = sniff(source, name, size)  # an LFS pointer (DF230) or another format (DF231)
         if other is not None:
-            raise HeaderError(*other)
+            raise HeaderError(*other, path=where)
     if header_len > MAX_HEADER_BYTES:
         raise HeaderError(
             "DF203",
-            f"{where}: header length {header_len} exceeds the {MAX_HEADER_BYTES:,}-byte cap of the "
-            "safetensors format; not a safetensors file or corrupt",
+            f"header length {header_len} exceeds the {MAX_HEADER_BYTES:,}-byte cap of the "
+            "safetensors format; not a safetensors file or corrupt", path=where,
         )
     if 8 + header_len > size:
         other = sniff(source, name, size, signatures_only=True)  # a zip's magic reads as 67 MB
         if other is not None:
-            raise HeaderError(*other)
+            raise HeaderError(*other, path=where)
         raise HeaderError(
             "DF204",
-            f"{where}: file has {size} bytes but its header alone needs {8 + header_len}; "
-            "the download was cut short",
+            f"file has {size} bytes but its header alone needs {8 + header_len}; "
+            "the download was cut short", path=where,
         )
     parsed = _parse(source.read(name, 8, header_len), where, max_tensors)
     header = SafetensorsHeader(file=name, file_size=size, header_len=header_len)
@@ -120,15 +123,15 @@ def read_header(source: Source, name: str, *, max_tensors: int = MAX_TENSORS) ->
     if header.data_len > data_avail:
         raise HeaderError(
             "DF204",
-            f"{where}: header places tensor data up to byte {8 + header_len + header.data_len} "
-            f"but the file has {size} bytes; the download was cut short",
+            f"header places tensor data up to byte {8 + header_len + header.data_len} "
+            f"but the file has {size} bytes; the download was cut short", path=where,
         )
     if header.data_len < data_avail:
         raise HeaderError(
             "DF203",
-            f"{where}: {data_avail - header.data_len} bytes after the last tensor's data "
+            f"{data_avail - header.data_len} bytes after the last tensor's data "
             f"(file {size} bytes, header and data end at {8 + header_len + header.data_len}); "
-            "the safetensors library refuses a file its header does not cover exactly",
+            "the safetensors library refuses a file its header does not cover exactly", path=where,
         )
     return header
 
@@ -138,8 +141,8 @@ def _parse(raw: bytes, where: str, max_tensors: int) -> dict[str, Any]:
     if items > MAX_HEADER_ITEMS:
         raise HeaderError(
             "DF203",
-            f"{where}: header holds more than {MAX_HEADER_ITEMS:,} values ({items:,} commas); a DFlash "
-            "draft's header has a few thousand, this is not one",
+            f"header holds more than {MAX_HEADER_ITEMS:,} values ({items:,} commas); a DFlash "
+            "draft's header has a few thousand, this is not one", path=where,
         )
     seen = 0
 
@@ -153,24 +156,25 @@ def _parse(raw: bytes, where: str, max_tensors: int) -> dict[str, Any]:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise HeaderError("DF203", f"{where}: header is not UTF-8 (byte {err.start})") from None
+        raise HeaderError("DF203", f"header is not UTF-8 (byte {err.start})", path=where) from None
     del raw
     try:
         parsed = json.loads(text, object_hook=count)
     except _TooMany:
         raise HeaderError(
             "DF203",
-            f"{where}: header holds more than {max_tensors:,} entries; a DFlash draft has a few "
-            "hundred tensors at most, this is not one",
+            f"header holds more than {max_tensors:,} entries; a DFlash draft has a few "
+            "hundred tensors at most, this is not one", path=where,
         ) from None
     except json.JSONDecodeError as err:
-        raise HeaderError("DF203", f"{where}: header is not JSON (line {err.lineno} column {err.colno}: {err.msg})") from None
+        raise HeaderError("DF203", f"header is not JSON (line {err.lineno} column {err.colno}: {err.msg})",
+                          path=where) from None
     except RecursionError:
-        raise HeaderError("DF203", f"{where}: header JSON nested too deep; a header is 3 levels deep") from None
+        raise HeaderError("DF203", "header JSON nested too deep; a header is 3 levels deep", path=where) from None
     except ValueError as err:
-        raise HeaderError("DF203", f"{where}: header {_value_error(err)}") from None
+        raise HeaderError("DF203", f"header {_value_error(err)}", path=where) from None
     if not isinstance(parsed, dict):
-        raise HeaderError("DF203", f"{where}: header is not a JSON object")
+        raise HeaderError("DF203", "header is not a JSON object", path=where)
     return parsed
 
 
@@ -182,7 +186,7 @@ def _value_error(err: ValueError) -> str:
 
 def _nested(entry: Any, where: str, what: str) -> HeaderError | None:
     if json_depth(entry, MAX_JSON_DEPTH) > 2:
-        return HeaderError("DF203", f"{where}: {what} is nested too deep; a header is 3 levels deep")
+        return HeaderError("DF203", f"{what} is nested too deep; a header is 3 levels deep", path=where)
     return None
 
 
@@ -195,8 +199,8 @@ def _metadata(entry: Any, where: str) -> dict[str, str] | None:
         bad = "is not an object" if not isinstance(entry, dict) else "has values that are not strings"
         raise err or HeaderError(
             "DF203",
-            f"{where}: '__metadata__' {bad}; the format allows only string-to-string metadata and "
-            "the safetensors library refuses the file",
+            f"'__metadata__' {bad}; the format allows only string-to-string metadata and "
+            "the safetensors library refuses the file", path=where,
         )
     return entry
 
@@ -204,20 +208,22 @@ def _metadata(entry: Any, where: str) -> dict[str, str] | None:
 def _tensor_info(key: str, entry: Any, file: str, where: str) -> TensorInfo:
     shown = _show_name(key)
     if not isinstance(entry, dict):
-        raise _nested(entry, where, f"entry {shown}") or HeaderError("DF203", f"{where}: header entry {shown} is not an object")
+        raise _nested(entry, where, f"entry {shown}") or HeaderError("DF203", f"header entry {shown} is not an object",
+                                    path=where)
     dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
     if not isinstance(dtype, str):
-        raise _nested(dtype, where, f"tensor {shown} dtype") or HeaderError("DF203", f"{where}: tensor {shown} has no dtype string")
+        raise _nested(dtype, where, f"tensor {shown} dtype") or HeaderError("DF203", f"tensor {shown} has no dtype string",
+                                    path=where)
     bits = DTYPE_BITS.get(dtype)
     if bits is None:
         raise HeaderError(
             "DF203",
-            f"{where}: tensor {shown} has dtype {_show_name(dtype)}, which the safetensors format does not "
-            "define; the library refuses the file",
+            f"tensor {shown} has dtype {_show_name(dtype)}, which the safetensors format does not "
+            "define; the library refuses the file", path=where,
         )
     if not isinstance(shape, list) or not all(_is_usize(d) for d in shape):
         raise _nested(shape, where, f"tensor {shown} shape") or HeaderError(
-            "DF203", f"{where}: tensor {shown} shape {_show_value(shape)} is not a list of sizes"
+            "DF203", f"tensor {shown} shape {_show_value(shape)} is not a list of sizes", path=where
         )
     if (
         not isinstance(offsets, list)
@@ -226,24 +232,24 @@ def _tensor_info(key: str, entry: Any, file: str, where: str) -> TensorInfo:
         or offsets[0] > offsets[1]
     ):
         raise _nested(offsets, where, f"tensor {shown} data_offsets") or HeaderError(
-            "DF203", f"{where}: tensor {shown} data_offsets {_show_value(offsets)} are invalid"
+            "DF203", f"tensor {shown} data_offsets {_show_value(offsets)} are invalid", path=where
         )
     numel = 1
     for d in shape:
         numel *= d
         if numel > MAX_USIZE:
-            raise HeaderError("DF203", f"{where}: tensor {shown}: its element count overflows 64 bits")
+            raise HeaderError("DF203", f"tensor {shown}: its element count overflows 64 bits", path=where)
     nbits = numel * bits
     if nbits > MAX_USIZE:
-        raise HeaderError("DF203", f"{where}: tensor {shown}: its size in bits overflows 64 bits")
+        raise HeaderError("DF203", f"tensor {shown}: its size in bits overflows 64 bits", path=where)
     if nbits % 8:
-        raise HeaderError("DF203", f"{where}: tensor {shown} ({dtype} {shape}) does not end on a byte boundary")
+        raise HeaderError("DF203", f"tensor {shown} ({dtype} {shape}) does not end on a byte boundary", path=where)
     expected = nbits // 8
     if offsets[1] - offsets[0] != expected:
         raise HeaderError(
             "DF203",
-            f"{where}: tensor {shown} ({dtype} {shape}) spans {offsets[1] - offsets[0]} bytes, "
-            f"its shape needs {expected}",
+            f"tensor {shown} ({dtype} {shape}) spans {offsets[1] - offsets[0]} bytes, "
+            f"its shape needs {expected}", path=where,
         )
     return TensorInfo(key, DTYPE_INTERN[dtype], tuple(shape), file, offsets[0], offsets[1])
 
@@ -257,8 +263,8 @@ def _check_layout(header: SafetensorsHeader, where: str) -> None:
             what = "overlaps the previous tensor" if t.begin < end else f"leaves a gap of {t.begin - end} bytes before it"
             raise HeaderError(
                 "DF203",
-                f"{where}: tensor {_show_name(t.name)} data_offsets [{t.begin}, {t.end}] {what}; "
-                "tensors must tile the data region in order, the safetensors library refuses the file",
+                f"tensor {_show_name(t.name)} data_offsets [{t.begin}, {t.end}] {what}; "
+                "tensors must tile the data region in order, the safetensors library refuses the file", path=where,
             )
         end = t.end
 

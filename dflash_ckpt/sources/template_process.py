@@ -36,25 +36,27 @@ from dflash_ckpt.errors import InputError, UsageError
 from dflash_ckpt.sources.chat_template import compile_template, cpu_limit, render_here
 
 
-def render_all(source: str, contexts: list[dict[str, Any]], wheres: list[str], name: str = "chat template") -> list[str]:
+def render_all(source: str, contexts: list[dict[str, Any]], wheres: list[str], name: str = "chat template", *,
+               path: str | None = None) -> list[str]:
     """``source`` compiled, then each context rendered, all in one child process (one fork for
     all: a fork of a process that loaded torch costs about 60 ms). The first failure is raised.
-    ``name`` names the template in a compile error.
+    ``name`` names the template in a compile error, ``wheres`` each rendering in its error, and
+    ``path`` is the folder every error is located at.
 
     Where ``fork`` is missing (not POSIX), the template compiles and renders here under the
     in-process limits only.
     """
     if len(source) > limits.MAX_TEMPLATE_BYTES:  # cheap, and said before any fork
-        compile_template(source, name)
+        compile_template(source, name, path=path)
     if not hasattr(os, "fork"):
-        template = compile_template(source, name)
-        return [render_here(template, c, w) for c, w in zip(contexts, wheres)]
+        template = compile_template(source, name, path=path)
+        return [render_here(template, c, w, path=path) for c, w in zip(contexts, wheres)]
     room = _address_space_room()
     clamped = room is not None and room < limits.TEMPLATE_MEMORY_BYTES
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child; coverage cannot follow os._exit
-        _child(read_end, write_end, source, contexts, wheres, name)
+        _child(read_end, write_end, source, contexts, wheres, name, path)
     os.close(write_end)
     texts: list[str] = []
     try:
@@ -69,28 +71,29 @@ def render_all(source: str, contexts: list[dict[str, Any]], wheres: list[str], n
                 texts.append(frame[1:].decode("utf-8", "surrogatepass"))
                 continue
             if frame[:1] == b"E" and not (clamped and frame[1:2] == b"M"):
-                raise InputError(frame[2:].decode("utf-8", "replace"), code="DF002")
+                raise InputError(frame[2:].decode("utf-8", "replace"), code="DF002", path=path)
             if clamped:
                 raise UsageError(
                     f"{step}: stopped: this process's address-space limit (RLIMIT_AS) leaves "
                     f"{limits.human_bytes(room or 0)} for the chat template, less than the "
                     f"{limits.human_bytes(limits.TEMPLATE_MEMORY_BYTES)} it may use; raise the limit "
-                    "(ulimit -v / prlimit --as) or use a machine with more memory", code="DF407")
+                    "(ulimit -v / prlimit --as) or use a machine with more memory", code="DF407", path=path)
             if time.monotonic() >= deadline:
                 raise InputError(
                     f"{step}: stopped: no answer after {limits.TEMPLATE_WALL_SECONDS:g} s of wall-clock time "
-                    "(the machine is overloaded, or the template never ends) (README, Limits)", code="DF002")
+                    "(the machine is overloaded, or the template never ends) (README, Limits)", code="DF002", path=path)
             raise InputError(
                 f"{step}: stopped: it passed its limits of "
                 f"{limits.human_bytes(limits.TEMPLATE_MEMORY_BYTES)} of memory or {limits.TEMPLATE_CPU_SECONDS:g} s "
-                "of CPU time (README, Limits)", code="DF002")
+                "of CPU time (README, Limits)", code="DF002", path=path)
     finally:
         os.close(read_end)
         _kill(pid)
     return texts
 
 
-def _child(read_end: int, write_end: int, source: str, contexts: list[dict[str, Any]], wheres: list[str], name: str) -> None:
+def _child(read_end: int, write_end: int, source: str, contexts: list[dict[str, Any]], wheres: list[str], name: str,
+           path: str | None) -> None:
     """The forked child: set the limits, compile (answer ``C``), send ``T<text>`` or
     ``E<kind><message>`` per context (kind ``M`` for memory, ``-`` otherwise), never return."""
     status = 0
@@ -100,17 +103,17 @@ def _child(read_end: int, write_end: int, source: str, contexts: list[dict[str, 
         _limit_cpu(len(contexts))
         try:
             with cpu_limit(limits.TEMPLATE_CPU_SECONDS):
-                template = compile_template(source, name)
+                template = compile_template(source, name, path=path)
         except InputError as err:
-            _send(write_end, b"E" + _kind(err) + err.message.encode("utf-8", "replace"))
+            _send(write_end, b"E" + _kind(err) + err.text.encode("utf-8", "replace"))
             return
         _send(write_end, b"C")
         for context, where in zip(contexts, wheres):
             _soft_cpu()
             try:
-                frame = b"T" + render_here(template, context, where).encode("utf-8", "surrogatepass")
+                frame = b"T" + render_here(template, context, where, path=path).encode("utf-8", "surrogatepass")
             except InputError as err:
-                frame = b"E" + _kind(err) + err.message.encode("utf-8", "replace")
+                frame = b"E" + _kind(err) + err.text.encode("utf-8", "replace")
             _send(write_end, frame)
             if frame[:1] == b"E":
                 break

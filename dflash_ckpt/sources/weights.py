@@ -67,15 +67,15 @@ def load_inventory(source: Source) -> WeightInventory:
         if not weight_map:
             inv.problems.append(finding(
                 "DF223",
-                f"{source.where(inv.index_file)}: 'weight_map' is empty, so no tensor is loaded; "
-                "re-download the index",
+                "'weight_map' is empty, so no tensor is loaded; "
+                "re-download the index", path=str(source.where(inv.index_file)),
             ))
         for shard in missing:
             count = per_shard[shard]
             inv.problems.append(finding(
                 "DF205",
-                f"{source.where(inv.index_file)}: names shard {shard} ({count} tensors), which is "
-                "not in the checkpoint; download it",
+                f"names shard {shard} ({count} tensors), which is "
+                "not in the checkpoint; download it", path=str(source.where(inv.index_file)),
             ))
         to_read = [s for s in shard_names if s in present]
     else:
@@ -86,17 +86,17 @@ def load_inventory(source: Source) -> WeightInventory:
         if budget <= 0:
             inv.problems.append(finding(
                 "DF203",
-                f"{source.where(name)}: not read; the shards before it already hold {MAX_TENSORS:,} "
-                "tensors, more than any DFlash draft",
+                f"not read; the shards before it already hold {MAX_TENSORS:,} "
+                "tensors, more than any DFlash draft", path=str(source.where(name)),
             ))
             continue
         try:
             header = read_header(source, name, max_tensors=budget)
         except HeaderError as err:
-            inv.problems.append(finding(err.code, err.message))
+            inv.problems.append(finding(err.code, err.text, path=err.path))
             continue
         except InputError as err:
-            inv.problems.append(finding("DF203", err.message))
+            inv.problems.append(finding("DF203", err.text, path=err.path, key=err.key))
             continue
         inv.headers[name] = header
         budget -= len(header.tensors)
@@ -109,8 +109,8 @@ def load_inventory(source: Source) -> WeightInventory:
             if header is not None and tname not in header.tensors:
                 inv.problems.append(finding(
                     "DF206",
-                    f"{source.where(inv.index_file)}: maps {tname} to {shard}, whose header has "
-                    "no such tensor; re-download index and shards together",
+                    f"maps {tname} to {shard}, whose header has "
+                    "no such tensor; re-download index and shards together", path=str(source.where(inv.index_file)),
                 ))
     return inv
 
@@ -120,20 +120,20 @@ def _read_weight_map(source: Source, index_file: str, problems: list[Finding]) -
     try:
         data = decode_json_bytes(source.read_json_bytes(index_file), where)
     except InputError as err:
-        problems.append(finding("DF207", err.message))
+        problems.append(finding("DF207", err.text, path=err.path, key=err.key))
         return None
     weight_map = data.get("weight_map") if isinstance(data, dict) else None
     if not isinstance(weight_map, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
     ):
         problems.append(finding(
-            "DF207", f"{where}: key 'weight_map' must be an object of tensor name -> shard file"
+            "DF207", "key 'weight_map' must be an object of tensor name -> shard file", path=where, key="weight_map"
         ))
         return None
     if len(weight_map) > MAX_TENSORS:
         problems.append(finding(
-            "DF207", f"{where}: 'weight_map' maps {len(weight_map):,} tensors, more than the "
-            f"{MAX_TENSORS:,} any DFlash draft could hold; not a draft's index",
+            "DF207", f"'weight_map' maps {len(weight_map):,} tensors, more than the "
+            f"{MAX_TENSORS:,} any DFlash draft could hold; not a draft's index", path=where,
         ))
         return None
     return weight_map

@@ -40,12 +40,13 @@ def dequantize_layer(scheme: QuantScheme, base: str, read: Callable[[str], torch
                 raise
     weight = DEQUANTIZERS[scheme.method](scheme, parts, shape)
     if tuple(weight.shape) != tuple(shape):
-        raise InputError(f"{scheme.where}: layer '{base}' dequantizes to {list(weight.shape)} but the model config "
+        raise InputError(f"layer '{base}' dequantizes to {list(weight.shape)} but the model config "
                          f"implies {list(shape)}; the quantization_config or the tensors are not this model's",
-                         code="DF181")
+                         code="DF181", path=scheme.where)
     if not torch.isfinite(weight).all():
-        raise InputError(f"{scheme.where}: layer '{base}' dequantizes to non-finite values (its scales hold inf/NaN); "
-                         "the quantized files are corrupt, re-download or re-quantize them", code="DF181")
+        raise InputError(f"layer '{base}' dequantizes to non-finite values (its scales hold inf/NaN); "
+                         "the quantized files are corrupt, re-download or re-quantize them", code="DF181",
+                         path=scheme.where)
     return weight
 
 

@@ -37,16 +37,16 @@ def dequantize(scheme: QuantScheme, parts: dict[str, torch.Tensor], shape: tuple
     if scheme.format == "pack-quantized":
         stored = [int(v) for v in parts["shape"].reshape(-1).tolist()]
         if stored != [out_features, in_features]:
-            raise InputError(f"{scheme.where}: tensor 'weight_shape' of a quantized layer holds {stored} but the model "
+            raise InputError(f"tensor 'weight_shape' of a quantized layer holds {stored} but the model "
                              f"config implies {[out_features, in_features]}; the files are not this model's",
-                             code="DF181")
+                             code="DF181", path=scheme.where)
         q = unpack_int32(parts["packed"], scheme.bits, dim=1)[:, :in_features].to(torch.float32) - offset
     else:
         q = parts["weight"].to(torch.float32)
     if scheme.strategy == "block":
         if "zero" in parts:
-            raise InputError(f"{scheme.where}: an asymmetric block scheme is not read; supported: symmetric block "
-                             "scales", code="DF180")
+            raise InputError("an asymmetric block scheme is not read; supported: symmetric block "
+                             "scales", code="DF180", path=scheme.where)
         return scale_blocks(q, parts["scale"], scheme.block)
     g_idx = parts.get("g_idx")
     scale = _columns(scheme, parts["scale"].to(torch.float32), in_features, g_idx)

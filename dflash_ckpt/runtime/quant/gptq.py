@@ -29,6 +29,7 @@ def dequantize(scheme: QuantScheme, parts: dict[str, torch.Tensor], shape: tuple
     if g.numel() != q.shape[0] or g.numel() and (int(g.min()) < 0 or int(g.max()) >= s.shape[0]):
         from dflash_ckpt.errors import InputError
 
-        raise InputError(f"{scheme.where}: a g_idx tensor names groups outside 0..{s.shape[0] - 1} (or has "
-                         f"{g.numel()} rows for {q.shape[0]} inputs); the quantized files are corrupt", code="DF181")
+        raise InputError(f"a g_idx tensor names groups outside 0..{s.shape[0] - 1} (or has "
+                         f"{g.numel()} rows for {q.shape[0]} inputs); the quantized files are corrupt", code="DF181",
+                         path=scheme.where)
     return ((q - z[g]) * s[g]).t().contiguous()

@@ -276,8 +276,8 @@ class RepoCache:
 
     def _corrupt(self, path: Path, problem: str) -> HubError:
         return HubError(
-            f"{path}: not a listing this tool trusts: {problem}; delete it (or the repo's folder: "
-            f"hf cache rm {self.repo_id}) and run again"
+            f"not a listing this tool trusts: {problem}; delete it (or the repo's folder: "
+            f"hf cache rm {self.repo_id}) and run again", path=path
         )
 
     def read_prefix(self, commit: str, name: str) -> bytes:

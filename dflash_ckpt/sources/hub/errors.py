@@ -23,8 +23,9 @@ class HubError(DFlashCkptError):
 
     exit_code = 2
 
-    def __init__(self, message: str, *, code: str | None = "DF001", unreachable: bool = False) -> None:
-        super().__init__(message, code=code)
+    def __init__(self, message: str, *, code: str | None = "DF001", unreachable: bool = False,
+                 path: str | None = None, key: str | None = None) -> None:
+        super().__init__(message, code=code, path=path, key=key)
         #: The Hub could not be reached or kept failing (timeouts, 5xx): the cache may stand in.
         self.unreachable = unreachable
 
@@ -112,10 +113,12 @@ def refused(exc: BaseException) -> bool:
 def describe(exc: BaseException, ctx: HubContext, what: str, *, attempts: int | None = None) -> HubError:
     """One ``HubError`` for ``exc`` raised while fetching ``what`` (e.g. ``repo info``, ``config.json``)."""
     stalled = any(isinstance(e, DeadlineExceeded) for e in chain(exc))
-    return HubError(_message(exc, ctx, what, attempts), unreachable=stalled or refused(exc) or is_retryable(exc))
+    path, text = _message(exc, ctx, what, attempts)
+    return HubError(text, path=path, unreachable=stalled or refused(exc) or is_retryable(exc))
 
 
-def _message(exc: BaseException, ctx: HubContext, what: str, attempts: int | None) -> str:
+def _message(exc: BaseException, ctx: HubContext, what: str, attempts: int | None) -> tuple[str | None, str]:
+    """``(path, text)``: the repo (or the inner error's location) and what went wrong."""
     import httpx2  # noqa: PLC0415
     from huggingface_hub import errors as hf  # noqa: PLC0415
 
@@ -124,80 +127,80 @@ def _message(exc: BaseException, ctx: HubContext, what: str, attempts: int | Non
     token = f"the token from {ctx.token_source}" if ctx.token_source else None
     for e in chain(exc):
         if isinstance(e, HubError):
-            return e.message
+            return e.path, e.text
         if isinstance(e, hf.GatedRepoError):
             if http_status(e) == 403 or token:
-                return (
-                    f"{label}: {role} repo is gated and {token or 'the token'} has no access to it; "
+                return label, (
+                    f"{role} repo is gated and {token or 'the token'} has no access to it; "
                     f"request access at {ep}/{repo}, or pass another token with --token"
                 )
-            return (
-                f"{label}: {role} repo is gated and no token was sent; accept its conditions at "
+            return label, (
+                f"{role} repo is gated and no token was sent; accept its conditions at "
                 f"{ep}/{repo}, then {TOKEN_HOWTO}"
             )
         if isinstance(e, hf.RevisionNotFoundError):
-            return (
-                f"{label}: revision '{ctx.ref.revision or 'main'}' not found in {repo} on {ep}; "
+            return label, (
+                f"revision '{ctx.ref.revision or 'main'}' not found in {repo} on {ep}; "
                 "check the branch, tag or commit id"
             )
         if isinstance(e, hf.DisabledRepoError):
-            return f"{label}: {role} repo is disabled on {ep}"
+            return label, f"{role} repo is disabled on {ep}"
         if isinstance(e, hf.RepositoryNotFoundError):
             if token:
-                return f"{label}: {role} repo not found on {ep}, or {token} cannot read it; check the repo id and the token"
-            return f"{label}: {role} repo not found on {ep}; check the repo id, or if it is private {TOKEN_HOWTO}"
+                return label, f"{role} repo not found on {ep}, or {token} cannot read it; check the repo id and the token"
+            return label, f"{role} repo not found on {ep}; check the repo id, or if it is private {TOKEN_HOWTO}"
         if isinstance(e, hf.RemoteEntryNotFoundError):
-            return f"{label}: {what} is listed in the repo but the Hub at {ep} does not serve it (HTTP 404)"
+            return label, f"{what} is listed in the repo but the Hub at {ep} does not serve it (HTTP 404)"
         if isinstance(e, hf.OfflineModeIsEnabled):
-            return (
-                f"{label}: {what} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set; "
+            return label, (
+                f"{what} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set; "
                 "run once without HF_HUB_OFFLINE, or give a local folder"
             )
         if isinstance(e, hf.HFValidationError):
-            return f"{label}: not a valid Hub repo id ({first_line(e)})"
+            return label, f"not a valid Hub repo id ({first_line(e)})"
         if isinstance(e, hf.FileMetadataError):
-            return f"{label}: {ep} did not answer {what} like a Hub endpoint ({first_line(e)}); check HF_ENDPOINT"
+            return label, f"{ep} did not answer {what} like a Hub endpoint ({first_line(e)}); check HF_ENDPOINT"
         status = http_status(e)
         if status is not None:
             server = first_line(getattr(e, "server_message", None) or "")
             detail = f": {server}" if server else ""
             if status == 401:
                 src = token or "the token"
-                return f"{label}: the Hub at {ep} rejected {src} (HTTP 401{detail}); {TOKEN_HOWTO}"
+                return label, f"the Hub at {ep} rejected {src} (HTTP 401{detail}); {TOKEN_HOWTO}"
             if status in RETRY_STATUSES:
-                return (
-                    f"{label}: the Hub at {ep} answered HTTP {status} to {what}{tried}{detail}; "
+                return label, (
+                    f"the Hub at {ep} answered HTTP {status} to {what}{tried}{detail}; "
                     "try again later"
                 )
-            return f"{label}: the Hub at {ep} answered HTTP {status} to {what}{detail}"
+            return label, f"the Hub at {ep} answered HTTP {status} to {what}{detail}"
         if isinstance(e, httpx2.TimeoutException):
-            return (
-                f"{label}: no answer from {ep} to {what} in time{tried}; check the network, or raise "
+            return label, (
+                f"no answer from {ep} to {what} in time{tried}; check the network, or raise "
                 "HF_HUB_ETAG_TIMEOUT / HF_HUB_DOWNLOAD_TIMEOUT (seconds)"
             )
         if isinstance(e, (httpx2.ConnectError, httpx2.NetworkError, httpx2.RemoteProtocolError)):
-            return (
-                f"{label}: cannot reach {ep} for {what}{tried} ({first_line(e) or type(e).__name__}); "
+            return label, (
+                f"cannot reach {ep} for {what}{tried} ({first_line(e) or type(e).__name__}); "
                 "check the network and HF_ENDPOINT, or set HF_HUB_OFFLINE=1 to use the local cache"
             )
         if isinstance(e, DeadlineExceeded):
-            return (
-                f"{label}: {ep} did not finish answering {what} within {e.seconds:.3g} s "
+            return label, (
+                f"{ep} did not finish answering {what} within {e.seconds:.3g} s "
                 "(DFLASH_CKPT_HUB_DEADLINE, seconds for all Hub requests of a command, retries included; "
                 "each 256 KiB received adds 1 s); the connection is too slow or the server stalls, "
                 "try again later or raise it"
             )
         if isinstance(e, ContentMismatch):
-            return (
-                f"{label}: {ep} sent {what} with other content than the repo lists ({first_line(e)}); "
+            return label, (
+                f"{ep} sent {what} with other content than the repo lists ({first_line(e)}); "
                 "nothing was kept, try again or check HF_ENDPOINT"
             )
         if isinstance(e, ProtocolError):
-            return f"{label}: {ep} answered {what} with {first_line(e)}; check HF_ENDPOINT"
+            return label, f"{ep} answered {what} with {first_line(e)}; check HF_ENDPOINT"
         if isinstance(e, json.JSONDecodeError):
-            return f"{label}: {ep} answered {what} with something that is not JSON; check HF_ENDPOINT"
+            return label, f"{ep} answered {what} with something that is not JSON; check HF_ENDPOINT"
         if isinstance(e, OSError) and "Consistency check failed" in str(e):
-            return f"{label}: the download of {what} was cut short ({first_line(e)}); try again"
+            return label, f"the download of {what} was cut short ({first_line(e)}); try again"
     if isinstance(exc, hf.LocalEntryNotFoundError):
-        return f"{label}: cannot reach {ep} and {what} is not in the local cache; check the network"
-    return f"{label}: fetching {what} from {ep} failed: {type(exc).__name__}: {first_line(exc)}"
+        return label, f"cannot reach {ep} and {what} is not in the local cache; check the network"
+    return label, f"fetching {what} from {ep} failed: {type(exc).__name__}: {first_line(exc)}"

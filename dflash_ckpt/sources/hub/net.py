@@ -134,7 +134,8 @@ class HubClient:
 
         problem = name_problem(name)
         if problem is not None:
-            raise HubError(f"{self.ctx.ref.label}: the listing names a file {name[:80]!r}…, {problem}; nothing was downloaded")
+            raise HubError(f"the listing names a file {name[:80]!r}…, {problem}; nothing was downloaded",
+                           path=self.ctx.ref.label)
         repo_folder = self.settings.cache_dir / ("models--" + self.ctx.ref.repo_id.replace("/", "--"))
         path = repo_folder / "snapshots" / self.commit / name
         if path.is_file():
@@ -154,8 +155,9 @@ class HubClient:
                 )
         except OSError as err:
             raise HubError(
-                f"{self.ctx.ref.label}: {name} cannot be written to the Hugging Face cache at "
-                f"{self.settings.cache_dir} ({err.strerror or err}); free space there or set HF_HUB_CACHE"
+                f"{name} cannot be written to the Hugging Face cache at "
+                f"{self.settings.cache_dir} ({err.strerror or err}); free space there or set HF_HUB_CACHE",
+                path=self.ctx.ref.label
             ) from None
         finally:
             partial.discard()
@@ -165,13 +167,13 @@ class HubClient:
             path = place_in_cache(repo_folder, self.commit, name, tmp, blob_name)
         except ProtocolError as err:
             raise HubError(
-                f"{self.ctx.ref.label}: {name} not stored: the Hugging Face cache at {self.settings.cache_dir} has "
-                f"{err}; remove that link (or the repo's folder: hf cache rm)"
+                f"{name} not stored: the Hugging Face cache at {self.settings.cache_dir} has "
+                f"{err}; remove that link (or the repo's folder: hf cache rm)", path=self.ctx.ref.label
             ) from None
         except OSError as err:
             raise HubError(
-                f"{self.ctx.ref.label}: {name} cannot be stored in the Hugging Face cache at "
-                f"{self.settings.cache_dir} ({err.strerror or err})"
+                f"{name} cannot be stored in the Hugging Face cache at "
+                f"{self.settings.cache_dir} ({err.strerror or err})", path=self.ctx.ref.label
             ) from None
         with self._lock:
             self.bytes_fetched += size
@@ -261,8 +263,8 @@ def snapshot(
     snap = cache.snapshot_dir(commit)
     if not cache.holds(snap):
         raise HubError(
-            f"{snap}: leads outside the Hugging Face cache folder {cache.folder} (a link); remove it "
-            "(or the repo's folder: hf cache rm) and run again"
+            f"leads outside the Hugging Face cache folder {cache.folder} (a link); remove it "
+            "(or the repo's folder: hf cache rm) and run again", path=snap
         )
     missing = [listing.files[n] for n in names if not (snap / n).is_file()]
     _check_cache_space(ctx, settings, sum(f.size for f in missing))
@@ -272,7 +274,8 @@ def snapshot(
     try:
         snap.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise HubError(f"{ctx.ref.label}: cannot create {snap} ({err.strerror or err}); check HF_HUB_CACHE") from None
+        raise HubError(f"cannot create {snap} ({err.strerror or err}); check HF_HUB_CACHE",
+                       path=ctx.ref.label) from None
     cache.write_hf_tree(listing)
     return snap
 
@@ -293,9 +296,9 @@ def _check_cache_space(ctx: HubContext, settings: HubSettings, needed: int) -> N
     margin = limits.FREE_SPACE_MARGIN
     if needed + margin > free:
         raise HubError(
-            f"{ctx.ref.label}: the files to download take {limits.human_bytes(needed)}, but the Hugging Face "
+            f"the files to download take {limits.human_bytes(needed)}, but the Hugging Face "
             f"cache at {settings.cache_dir} has {limits.human_bytes(free)} free (a margin of "
-            f"{limits.human_bytes(margin)} is kept); free space, or point HF_HUB_CACHE elsewhere"
+            f"{limits.human_bytes(margin)} is kept); free space, or point HF_HUB_CACHE elsewhere", path=ctx.ref.label
         )
 
 
@@ -313,8 +316,8 @@ def _cached_snapshot(
         ))
     except LocalEntryNotFoundError:
         raise HubError(
-            f"{ctx.ref.label}: {what} are not all in the local Hugging Face cache at {settings.cache_dir} "
-            f"and {offline_reason}; run once with the Hub reachable, or give a local folder"
+            f"{what} are not all in the local Hugging Face cache at {settings.cache_dir} "
+            f"and {offline_reason}; run once with the Hub reachable, or give a local folder", path=ctx.ref.label
         ) from None
     except Exception as exc:  # noqa: BLE001 - one line
         raise describe(exc, ctx, what) from None

@@ -119,8 +119,8 @@ def _complete(ref: RepoRef, cache: RepoCache, commit: str, allow_patterns: list[
     if missing:
         shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
         raise HubError(
-            f"{ref.label}: {shown} not in the local Hugging Face cache at {cache.cache_dir} and {why}; "
-            "run once with the Hub reachable, or give a local folder"
+            f"{shown} not in the local Hugging Face cache at {cache.cache_dir} and {why}; "
+            "run once with the Hub reachable, or give a local folder", path=ref.label
         )
 
 
@@ -147,6 +147,6 @@ def _open_cached(ref: RepoRef, cache: RepoCache, role: str, *, why: str) -> Sour
 
 def _not_cached(ref: RepoRef, cache: RepoCache, role: str, why: str) -> HubError:
     return HubError(
-        f"{ref.label}: {role} repo is not in the local Hugging Face cache at {cache.cache_dir} and {why}; "
-        f"run once without it (or `hf download {ref.repo_id}`), or give a local folder"
+        f"{role} repo is not in the local Hugging Face cache at {cache.cache_dir} and {why}; "
+        f"run once without it (or `hf download {ref.repo_id}`), or give a local folder", path=ref.label
     )

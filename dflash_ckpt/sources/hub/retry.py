@@ -42,18 +42,19 @@ def with_retries(fn: Callable[[Budget], T], settings: Any, ctx: HubContext, what
         except Exception as exc:  # noqa: BLE001 - every failure becomes one line below
             if _cache_write_error(exc):
                 raise HubError(
-                    f"{ctx.ref.label}: {what} cannot be written into the Hugging Face cache at {settings.cache_dir} "
-                    f"({getattr(exc, 'strerror', None) or exc}); free space there, or point HF_HUB_CACHE elsewhere"
+                    f"{what} cannot be written into the Hugging Face cache at {settings.cache_dir} "
+                    f"({getattr(exc, 'strerror', None) or exc}); free space there, or point HF_HUB_CACHE elsewhere",
+                    path=ctx.ref.label
                 ) from None
             if attempt == attempts or not is_retryable(exc):
                 raise describe(exc, ctx, what, attempts=attempt) from None
             asked = retry_after(exc)
             if asked is not None and asked > settings.max_retry_after:
                 raise HubError(
-                    f"{ctx.ref.label}: the Hub at {ctx.endpoint} answered HTTP {http_status(exc)} to {what} and asks "
+                    f"the Hub at {ctx.endpoint} answered HTTP {http_status(exc)} to {what} and asks "
                     f"to retry after {_seconds(asked)}, longer than the {settings.max_retry_after:g} s this tool waits "
                     "(DFLASH_CKPT_HUB_MAX_RETRY_AFTER); try again later",
-                    unreachable=True,
+                    unreachable=True, path=ctx.ref.label,
                 ) from None
             wait = min(pause, settings.max_backoff) if asked is None else asked
             if wait >= budget.left():

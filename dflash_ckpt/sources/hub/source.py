@@ -24,7 +24,7 @@ from dflash_ckpt.limits import MAX_INDEX_BYTES
 from dflash_ckpt.sources.hub.cache import RepoCache, RepoListing
 from dflash_ckpt.sources.hub.errors import HubError
 from dflash_ckpt.sources.hub.net import HubClient
-from dflash_ckpt.sources.base import Source, describe_os_error
+from dflash_ckpt.sources.base import Source, os_error
 from dflash_ckpt.sources.repo_ref import RepoRef
 
 #: First request of a run: enough for the header of every published single-file draft (13 kB at
@@ -69,7 +69,7 @@ class HubSource(Source):
     def size(self, name: str) -> int:
         rf = self.listing.files.get(name)
         if rf is None:
-            raise InputError(f"{self.where(name)}: not in the repo at commit {self.commit[:12]}", code="DF001")
+            raise InputError(f"not in the repo at commit {self.commit[:12]}", code="DF001", path=self.where(name))
         return rf.size
 
     def read(self, name: str, offset: int = 0, length: int | None = None) -> bytes:
@@ -93,7 +93,7 @@ class HubSource(Source):
                 # whole files read this way are JSON, whose size the caller checked on the listing
                 return fh.read(MAX_INDEX_BYTES + 1) if length is None else fh.read(length)
         except OSError as err:
-            raise InputError(describe_os_error(err, str(path)), code="DF001") from None
+            raise os_error(err, str(path), code="DF001") from None
 
     def _read_whole(self, name: str) -> bytes:
         with self._lock:
@@ -103,7 +103,7 @@ class HubSource(Source):
                 try:
                     self._whole[name] = path.read_bytes()
                 except OSError as err:
-                    raise InputError(describe_os_error(err, str(path)), code="DF001") from None
+                    raise os_error(err, str(path), code="DF001") from None
             return self._whole[name]
 
     def _read_range(self, name: str, size: int, offset: int, length: int) -> bytes:
@@ -133,7 +133,7 @@ class HubSource(Source):
     def _require_client(self, name: str) -> HubClient:
         if self.client is None:
             raise HubError(
-                f"{self.where(name)}: not in the local Hugging Face cache at {self.cache.folder} and "
-                "HF_HUB_OFFLINE is set; run once without HF_HUB_OFFLINE, or give a local folder"
+                f"not in the local Hugging Face cache at {self.cache.folder} and "
+                "HF_HUB_OFFLINE is set; run once without HF_HUB_OFFLINE, or give a local folder", path=self.where(name)
             )
         return self.client
