@@ -101,6 +101,9 @@ def test_smoke_run_documents(cli, tmp_path: Path) -> None:
     pytest.importorskip("tokenizers")
     ok = envelope(cli, "smoke-run", str(TINY / "draft"), "--target", str(TINY / "target"), *RUN, "--min-acceptance", "0", code=0)
     assert ok["results"][0]["prompts"][0]["lossless"]["status"] == "identical"
+    sampled = envelope(cli, "smoke-run", str(TINY / "draft"), "--target", str(TINY / "target"), *RUN, "--min-acceptance", "0",
+                       "--temperature", "0.6", "--verify", "rejection", code=0)
+    assert sampled["results"][0]["settings"]["sampling"]["rule"] == "rejection"
     low = envelope(cli, "smoke-run", str(TINY / "draft"), "--target", str(TINY / "target"), *RUN, "--min-acceptance", "99", code=1)
     assert [f["code"] for f in low["results"][0]["findings"]] == ["DF403"] and low["error"] is None
     missing = envelope(cli, "smoke-run", str(tmp_path / "nowhere"), "--target", str(TINY / "target"), code=2)

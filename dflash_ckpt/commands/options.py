@@ -56,8 +56,8 @@ PromptsFileOpt = typer.Option(
     None, "--prompts",
     help="JSONL file: per line {\"prompt\": ...}, {\"messages\": [...]} or ShareGPT {\"conversations\": [...]}, "
          "optional \"name\"; unnamed prompts are named prompt-N by position.")
-DraftDtypeOpt = typer.Option("bfloat16", "--draft-dtype", metavar="<bfloat16|float16|float32>", help="bfloat16 (keep it: fp16 overflows on Qwen3 outliers), float16 or float32.")
-TargetDtypeOpt = typer.Option(None, "--target-dtype", metavar="<bfloat16|float16|float32>", help="Default: the target config's dtype, else its weights' dtype.")
+DraftDtypeOpt = typer.Option("bfloat16", "--draft-dtype", metavar="<bfloat16|float16|float32|stored>", help="bfloat16 (keep it: fp16 overflows on Qwen3 outliers), float16, float32, or stored (the dtype its weights are stored in, as an engine loading them as they are runs).")
+TargetDtypeOpt = typer.Option(None, "--target-dtype", metavar="<bfloat16|float16|float32|stored>", help="Default: the target config's dtype, else its weights' dtype; stored: its weights' dtype whatever the config says.")
 DeviceOpt = typer.Option("auto", "--device", help="auto (CUDA when present, else CPU), cpu, cuda or cuda:N.")
 BackendOpt = typer.Option(
     "auto", "--backend",

@@ -18,7 +18,7 @@ from dflash_ckpt.run.smoke_result import SmokeResult
 from dflash_ckpt.commands.engine_report import num, engine_line, render_comparison
 
 LOSSLESS_TEXT = {"identical": "[green]same[/]", "tie": "[yellow]tie[/]", "differs": "[bold red]DIFFERS[/]",
-                 "skipped": "[bold red]overflow[/]"}
+                 "skipped": "[bold red]overflow[/]", "sampled": "sampled"}
 #: Every column of the table, with the line of the legend printed under it (T = target only,
 #: D = DFlash).
 COLUMN_LEGEND = {
@@ -50,12 +50,15 @@ def render_smoke(console: Console, res: SmokeResult, *, quiet: bool = False, sho
     console.print(
         f"[bold]{safe(res.draft_label)}[/] on [bold]{safe(res.target_label)}[/]  device {res.device}  "
         f"backend {res.backend}  "
-        f"draft {res.draft_dtype}  target {res.target_dtype}  block {res.block_size}{_layout_note(res)}  "
+        f"draft {_dtype_note(res.draft_dtype, res.draft_dtype_stored)}  "
+        f"target {_dtype_note(res.target_dtype, res.target_dtype_stored)}  block {res.block_size}{_layout_note(res)}  "
         f"chat template {'on' if res.chat_template else 'off'}"
         + (f"  CUDA graphs (captured in {res.capture_s:.2f} s, not in any figure)" if res.cuda_graphs else "")
         + (f"  prepacked weights ({res.prepacked_weights}, {res.prepack_s:.2f} s, not in any figure)"
            if res.prepacked_weights else "")
     )
+    if res.sampled:
+        console.print(sampling_line(res))
     if res.quantization is not None:
         console.print(safe(summary_line(res.quantization)))
     if res.precheck is not None:
@@ -94,7 +97,7 @@ def _rows(res: SmokeResult) -> list[list[str]]:
     rows = [[safe(run.prompt.name), *_cells(run.figures(block)), LOSSLESS_TEXT[run.lossless.status]] for run in res.runs]
     if len(res.runs) > 1:
         same = sum(1 for r in res.runs if r.lossless.status == "identical")
-        rows.append(["[bold]overall[/]", *_cells(res.overall()), f"{same}/{len(res.runs)} same"])
+        rows.append(["[bold]overall[/]", *_cells(res.overall()), "sampled" if res.sampled else f"{same}/{len(res.runs)} same"])
     return rows
 
 
@@ -117,7 +120,7 @@ def render_texts(console: Console, res: SmokeResult) -> None:
     for run in res.runs:
         console.print(f"[bold]{safe(run.prompt.name)}[/] DFlash output ({len(run.dflash.tokens)} tokens):")
         console.print(_indent(run.dflash_text), markup=False, highlight=False)
-        if run.target_text != run.dflash_text:
+        if run.target_text != run.dflash_text and run.lossless.status != "sampled":
             console.print(f"[bold]{safe(run.prompt.name)}[/] target-only output ({len(run.target.tokens)} tokens):")
             console.print(_indent(run.target_text), markup=False, highlight=False)
 
@@ -159,8 +162,26 @@ def verdict_line(res: SmokeResult) -> str:
     same = sum(1 for r in res.runs if r.lossless.status in ("identical", "tie"))
     status = "[bold green]PASS[/]" if res.exit_code == 0 else "[bold red]FAIL[/]"
     against = " (against the dequantized target)" if res.quantization is not None else ""
-    return (f"{status}  tau {tau} (min {res.options.min_acceptance:g}), outputs match on {same}/{len(res.runs)} "
-            f"prompt(s){against}, speedup {speed}")
+    outputs = (f"outputs sampled ({res.sampling.rule}; lossless as distributions: tests/test_sampling_lossless.py)"
+               if res.sampled else f"outputs match on {same}/{len(res.runs)} prompt(s){against}")
+    return f"{status}  tau {tau} (min {res.options.min_acceptance:g}), {outputs}, speedup {speed}"
+
+
+def sampling_line(res: SmokeResult) -> str:
+    """The sampled run's settings, its rule and the engines that verify by it (greedy runs print
+    no such line: their report is unchanged)."""
+    s = res.sampling
+    parts = [f"T {s.temperature:g}", f"top-p {s.top_p:g}", f"top-k {s.top_k}" if s.top_k else "top-k off", f"seed {s.seed}"]
+    source = " from generation_config.json" if s.source == "generation_config.json" else ""
+    return safe(f"sampling{source}: {', '.join(parts)}, rule {s.rule} (engines: {'; '.join(s.engines())}); "
+                "eager loop; output: one draw, not compared with T's")
+
+
+def _dtype_note(ran: str | None, stored: str | None) -> str:
+    """The dtype a model ran in against the one its weights are stored in."""
+    if stored is None or stored == ran:
+        return f"{ran} (as stored)" if stored else str(ran)
+    return f"{ran} (stored {stored})"
 
 
 def render_error_lines(console: Console, res: SmokeResult) -> None:

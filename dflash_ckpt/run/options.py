@@ -24,6 +24,12 @@ DEFAULT_MIN_ACCEPTANCE = 2.0
 DEFAULT_MAX_NEW_TOKENS = 128
 #: Candidates probe-taps' report lists (the JSON lists all).
 DEFAULT_TOP = 5
+#: ``--draft-dtype stored`` / ``--target-dtype stored``: run the dtype the weights are stored in
+#: (what engines that load a checkpoint as it is do), read from the safetensors headers.
+STORED = "stored"
+#: ``--sampling``: the values of ``--temperature`` and its siblings, or the target's own
+#: ``generation_config.json`` (``runtime/sampling_settings.from_generation_config``).
+SAMPLING_SOURCES = ("options", "generation-config")
 #: How to add the ``run`` extra, as README's set-up line installs it (from a clone, CPU torch first).
 RUN_EXTRA_HINT = ('in the clone\'s root, pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu '
                   '(or the CUDA build), then pip install -e ".[run]"')
@@ -145,9 +151,12 @@ class RunOptions:
         if self.layout is not None and self.layout not in (ONE_PLUS_N, ANCHOR_FIRST):
             raise UsageError(f"--layout {self.layout!r}: use 1+N or anchor-first")
         self.validate_own()
-        parse_dtype(self.draft_dtype, "--draft-dtype")
-        if self.target_dtype is not None:
-            parse_dtype(self.target_dtype, "--target-dtype")
+        for option, name in (("--draft-dtype", self.draft_dtype), ("--target-dtype", self.target_dtype)):
+            if name is not None and name != STORED:
+                try:
+                    parse_dtype(name, option)
+                except UsageError:
+                    raise UsageError(f"{option} {name!r}: use bfloat16, float16, float32 or stored") from None
 
     def validate_own(self) -> None:
         """The command's own checks (none here)."""
@@ -168,6 +177,15 @@ class SmokeOptions(RunOptions):
     max_model_len: int | None = None
     engine_arg: list[str] = field(default_factory=list)
     engine_timeout: float | None = None
+    #: Sampling (``runtime/sampling_settings.py``): temperature 0 is greedy, the default, with its
+    #: exact lossless check; ``verify`` names the rule (``match`` or ``rejection``); ``sampling``
+    #: ``generation-config`` takes temperature, top-p and top-k from the target's file instead.
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int = 0
+    verify: str = "match"
+    sampling: str = "options"
     #: One untimed DFlash decode before the timed ones (the first run pays one-time costs).
     warmup: ClassVar[bool] = True
 
@@ -184,6 +202,22 @@ class SmokeOptions(RunOptions):
             raise UsageError(f"--tie-tolerance {self.tie_tolerance}: must be a number >= 0")
         if self.threads is not None and self.threads < 1:
             raise UsageError(f"--threads {self.threads}: must be at least 1")
+        self.validate_sampling()
+
+    def validate_sampling(self) -> None:
+        """DF004 lines for bad sampling values, before anything is read; vLLM is refused under
+        sampling (its run is compared token for token with greedy decoding: ``engines/``)."""
+        from dflash_ckpt.errors import UsageError
+        from dflash_ckpt.runtime.sampling_settings import make_settings
+
+        if self.sampling not in SAMPLING_SOURCES:
+            raise UsageError(f"--sampling {self.sampling!r}: use options or generation-config", key="--sampling")
+        settings = make_settings(self.temperature, self.top_p, self.top_k, self.seed, self.verify)
+        sampled = not settings.greedy or self.sampling != "options"
+        if sampled and self.engine != "reference":
+            raise UsageError(f"--engine {self.engine} runs greedy only: vLLM's runs are compared token for token "
+                             "with greedy decoding; drop --temperature/--sampling, or use --engine reference",
+                             key="--engine")
 
 
 @dataclass
@@ -208,5 +242,5 @@ class ProbeOptions(RunOptions):
             raise UsageError(f"--top {self.top}: must be at least 1")
 
 
-__all__ = ["DEFAULT_MAX_NEW_TOKENS", "DEFAULT_MIN_ACCEPTANCE", "DEFAULT_TOP", "InspectOptions", "NormalizeOptions",
+__all__ = ["SAMPLING_SOURCES", "STORED", "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_MIN_ACCEPTANCE", "DEFAULT_TOP", "InspectOptions", "NormalizeOptions",
            "ProbeOptions", "RunOptions", "SmokeOptions", "fill", "require_run_extra"]

@@ -19,6 +19,12 @@ The thresholds (``--min-acceptance`` 2.0, the tie tolerance) are explained in ``
 ``run_smoke_run`` is the command's work from its options (``run/options.SmokeOptions``): no
 printing, no ``sys.exit``; it raises ``DFlashCkptError`` for one-line errors and returns a
 ``SmokeResult`` (``run/smoke_result.py``). The pair is opened as probe-taps opens it (``run/pair.py``).
+
+Sampling (``--temperature`` > 0, or ``--sampling generation-config`` with a sampling file): the
+settings are checked before anything is read and the file before anything is loaded; both
+decoders sample from one generator seeded by ``--seed`` on the eager loop (``runtime/loops.py``),
+the named rule verifies each block, and the teacher-forced check (DF401) is skipped: a sampled
+output is one draw, judged lossless as a distribution by tests/test_sampling_lossless.py.
 """
 
 from __future__ import annotations
@@ -37,15 +43,19 @@ from dflash_ckpt.draftspec.layout import resolve_layout
 from dflash_ckpt.draftspec.quant_layers import summarize
 from dflash_ckpt.draftspec.quant_scheme import read_scheme
 from dflash_ckpt.engines.smoke_engine import EngineRun
+from dflash_ckpt.errors import UsageError
 from dflash_ckpt.run.options import SmokeOptions
 from dflash_ckpt.run.pair import open_pair, resolve_pair
 from dflash_ckpt.run.smoke_result import SmokeResult
 from dflash_ckpt.runtime.backend import select_backend
 from dflash_ckpt.runtime.generate import step_clock
-from dflash_ckpt.runtime.loading import dtype_name
+from dflash_ckpt.runtime.loading import dtype_name, stored_dtype
 from dflash_ckpt.runtime.loops import make_loop
+from dflash_ckpt.runtime.sampling import Sampler
 from dflash_ckpt.runtime.measure import TIE_TOLERANCE, measure_prompts
 from dflash_ckpt.runtime.prepack import prepack_pair
+from dflash_ckpt.runtime.sampling_settings import SamplingSettings, from_generation_config, make_settings
+from dflash_ckpt.sources.jsonfile import decode_json_bytes
 from dflash_ckpt.sources.local import LocalSource
 from dflash_ckpt.sources.weight_sample import unfilled_weights
 from dflash_ckpt.sources.weights import load_inventory
@@ -55,6 +65,23 @@ def _tied(config: dict[str, Any]) -> bool:
     """Whether the target ties its head to its embeddings (Qwen3's small sizes do)."""
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
     return text.get("tie_word_embeddings", config.get("tie_word_embeddings")) is True
+
+
+def sampling_settings(opts: SmokeOptions, target_dir: Any, target_label: str) -> SamplingSettings:
+    """The run's sampling: the options' values, or (``--sampling generation-config``) the
+    target's ``generation_config.json`` read through the sources layer (torch-free); a target
+    without that file is a usage error (DF004, exit 2)."""
+    if opts.sampling == "options":
+        return make_settings(opts.temperature, opts.top_p, opts.top_k, opts.seed, opts.verify)
+    source = LocalSource(target_dir, label=target_label)
+    name = "generation_config.json"
+    if not source.exists(name):
+        raise UsageError(f"--sampling generation-config: {source.where(name)} does not exist; give --temperature "
+                         "(and --top-p, --top-k) instead", key="--sampling")
+    config = decode_json_bytes(source.read_json_bytes(name), source.where(name))
+    if not isinstance(config, dict):
+        raise UsageError(f"--sampling generation-config: {source.where(name)} is not a JSON object", key="--sampling")
+    return from_generation_config(config, seed=opts.seed, rule=opts.verify)
 
 
 def run_smoke_run(opts: SmokeOptions, *, progress: Any = None, log: Callable[[str], None] | None = None) -> SmokeResult:
@@ -67,6 +94,7 @@ def run_smoke_run(opts: SmokeOptions, *, progress: Any = None, log: Callable[[st
     draft_dir, draft_label, target_dir, target_label = (folders.draft_dir, folders.draft_label, folders.target_dir,
                                                         folders.target_label)
     result = SmokeResult(draft_label, target_label, opts)
+    result.sampling = sampling_settings(opts, target_dir, target_label)  # before anything is loaded
 
     pre = inspect_sources(LocalSource(draft_dir, label=draft_label), LocalSource(target_dir, label=target_label))
     result.precheck = pre
@@ -97,6 +125,7 @@ def run_smoke_run(opts: SmokeOptions, *, progress: Any = None, log: Callable[[st
     result.trained_block_size = plan.trained_block_size
     result.device = str(device)
     result.draft_dtype, result.target_dtype = dtype_name(plan.draft_dtype), dtype_name(plan.target_dtype)
+    result.draft_dtype_stored, result.target_dtype_stored = stored_dtype(plan.draft_inv), stored_dtype(plan.target_inv)
     result.block_size = plan.block_size
     layout = plan.draft_args.block_layout
     result.layout, result.layout_source = layout.layout, layout.source
@@ -128,8 +157,9 @@ def run_smoke_run(opts: SmokeOptions, *, progress: Any = None, log: Callable[[st
     target_model, draft_model, result.threads = pair.load(opts.threads, say, plan.target.model_type)
     if device.type == "cpu" and opts.compile:
         result.prepacked_weights, result.prepack_s = prepack_pair(target_model, draft_model)
+    sampler = None if result.sampling.greedy else Sampler.of(result.sampling, device)
     loop = make_loop(target_model, draft_model, plan.capacity, block_size=plan.block_size,
-                     graphs=device.type == "cuda" and opts.compile)
+                     graphs=device.type == "cuda" and opts.compile, sampler=sampler)
     result.static_path = loop.static
     result.cuda_graphs = loop.static and device.type == "cuda" and opts.compile
     result.capture_s = loop.capture_s

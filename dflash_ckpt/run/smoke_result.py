@@ -14,6 +14,7 @@ from dflash_ckpt.result import ResultShape
 from dflash_ckpt.rules import Finding, Severity
 from dflash_ckpt.run.options import SmokeOptions
 from dflash_ckpt.runtime.measure import TIMING_TOKENS, PromptRun, overall_figures
+from dflash_ckpt.runtime.sampling_settings import SamplingSettings
 
 
 @dataclass
@@ -60,6 +61,16 @@ class SmokeResult(ResultShape):
     layout: str | None = None
     layout_source: str | None = None
     verify_width: int | None = None
+    #: The dtype most of each model's parameters are stored in (safetensors headers), beside
+    #: the dtype it ran in (``draft_dtype``, ``target_dtype``).
+    draft_dtype_stored: str | None = None
+    target_dtype_stored: str | None = None
+    #: What the run sampled with (greedy by default: ``runtime/sampling_settings.py``).
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)
+
+    @property
+    def sampled(self) -> bool:
+        return not self.sampling.greedy
 
     @property
     def exit_code(self) -> int:
@@ -82,6 +93,8 @@ class SmokeResult(ResultShape):
                 "backend": self.backend,
                 "draft_dtype": self.draft_dtype,
                 "target_dtype": self.target_dtype,
+                "draft_dtype_stored": self.draft_dtype_stored,
+                "target_dtype_stored": self.target_dtype_stored,
                 "block_size": self.block_size,
                 "layout": self.layout,
                 "layout_source": self.layout_source,
@@ -103,6 +116,10 @@ class SmokeResult(ResultShape):
                 "step_clock": self.step_clock,
                 "timing_tokens": min(TIMING_TOKENS, o.max_new_tokens),
                 "engine": o.engine,
+                "sampling": self.sampling.to_json(),
+                # How the outputs were judged lossless: one teacher-forced forward (greedy, DF401),
+                # or, sampled, as distributions by tests/test_sampling_lossless.py.
+                "lossless": "sampled" if self.sampled else "teacher-forced",
             },
             "engine_run": self.engine_run,
             "overall": self.overall() if self.runs else None,

@@ -1,7 +1,9 @@
 """The one DFlash host loop (docs/DESIGN.md section 6), over interchangeable executors.
 
 What a step decides is written once, here: the block's size near the token budget, which drafts
-are accepted (the longest prefix equal to the target's argmax, plus the target's bonus token),
+are accepted (greedy: the longest prefix equal to the target's argmax, plus the target's bonus
+token; sampled runs: the executor applies the run's rule, ``sampling.Sampler``, and reports the
+accepted count and the step's last token the same way),
 the step's record (new tokens cut after a stop token, acceptance length, time, progress), and
 when the loop ends (a stop token, the budget, a non-finite value, ``max_steps``). How a step is
 computed is the executor's:
@@ -41,7 +43,9 @@ class Verified:
     """One verification's outcome, on the host."""
 
     drafts: list[int]
-    #: The target's argmax at each verified slot (``posterior[accepted]`` is the bonus token).
+    #: The target's argmax at each verified slot (``posterior[accepted]`` is the bonus token);
+    #: under sampling, the step's output row (only ``posterior[accepted]`` is read: the token
+    #: the rule emits after the accepted drafts).
     posterior: list[int]
     accepted: int
     #: ``None``, or which values were non-finite (``tapped features``, ``fused features``).
@@ -77,19 +81,23 @@ class Executor(Protocol):
         ...
 
 
-def first_token(logits: torch.Tensor, feats: torch.Tensor | None) -> tuple[int, bool]:
-    """The prefill's argmax, and whether the logits and tapped ``feats`` are finite: one host sync."""
+def first_token(logits: torch.Tensor, feats: torch.Tensor | None,
+                pick: Callable[[torch.Tensor], torch.Tensor] | None = None) -> tuple[int, bool]:
+    """The prefill's argmax (or ``pick``'s token: a sampled run's ``Sampler.sample``), and whether
+    the logits and tapped ``feats`` are finite: one host sync."""
     scores = logits.float()
     ok = torch.isfinite(scores).all()
     if feats is not None:
         ok = ok & torch.isfinite(feats).all()
-    first, finite = torch.stack([scores.argmax(dim=-1)[0], ok.long()]).tolist()
+    token = scores.argmax(dim=-1) if pick is None else pick(torch.nan_to_num(scores))
+    first, finite = torch.stack([token[0], ok.long()]).tolist()
     return int(first), bool(finite)
 
 
 def run_dflash(ex: Executor, prompt_ids: Sequence[int], *, max_new_tokens: int, stop_ids: Sequence[int] = (),
                on_tokens: Callable[[int], None] | None = None, max_steps: int | None = None) -> Generation:
-    """Greedy DFlash decoding with ``ex``; the output equals target-only decoding up to logit ties.
+    """DFlash decoding with ``ex``; greedy, the output equals target-only decoding up to logit
+    ties (an executor with a sampler samples: its output is a sample of the target's distribution).
 
     Each step drafts a block ``[last token, mask...]`` conditioned on the tapped features of
     the tokens accepted since the previous step, verifies it with one target pass, keeps the

@@ -3,6 +3,12 @@
 Blocks are verified as far as the token budget needs and the target cache is cropped back past
 the accepted tokens; the host loop (``dflash_loop.run_dflash``) decides everything else. This is
 the oracle the static path and the probe's replay are tested against.
+
+It is also the only executor that samples (``sampling.Sampler``: the first token and each verify
+pass's rule, on the device, read back with the step's one sync): sampled runs take the eager
+loop (``loops.make_loop``), because the static path's verify step computes greedy acceptance
+inside its captured graphs, and sampling there would need the run's generator registered with
+every graph; the timing then compares eager with eager.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from dflash_ckpt.runtime.generate import Generation, prefill
 
 if TYPE_CHECKING:
     from dflash_ckpt.runtime.draft import DFlashDraft
+    from dflash_ckpt.runtime.sampling import Sampler
 
 
 def draft_block(
@@ -43,27 +50,36 @@ def draft_block(
 
 
 def verify_and_accept(target: Any, block_ids: torch.Tensor, size: int, *, cache: Any, taps: Sequence[int],
-                      fused_ok: torch.Tensor) -> Verified:
+                      fused_ok: torch.Tensor, sampler: Sampler | None = None) -> Verified:
     """Run ``block_ids[:, :size]`` through the target (appended to its cache) and accept: the one
-    host sync of a step carries drafts, the target's argmax and the finite flags."""
+    host sync of a step carries drafts, the target's argmax and the finite flags. With a
+    ``sampler``, its rule decides on the device and the sync carries the step's output row and
+    the accepted count instead of the argmax."""
     out = target(block_ids[:, :size], cache=cache, taps=taps, logits="all")
     scores = out.logits[0].float()
-    posterior = scores.argmax(dim=-1)
     ok = torch.isfinite(out.features).all() & torch.isfinite(scores).all()
-    host = torch.cat([block_ids[0, 1:size], posterior, ok.long()[None], fused_ok.long()[None]]).tolist()
+    if sampler is None:
+        posterior, extra = scores.argmax(dim=-1), scores.new_zeros(0, dtype=torch.long)
+    else:
+        step = sampler.verify(torch.nan_to_num(scores), block_ids[0, 1:size])
+        posterior, extra = step.tokens[0], step.accepted
+    host = torch.cat([block_ids[0, 1:size], posterior, extra, ok.long()[None], fused_ok.long()[None]]).tolist()
     drafts, post = host[: size - 1], host[size - 1: 2 * size - 1]
+    accepted = accept(drafts, post, size - 1) if sampler is None else host[2 * size - 1]
     overflow = None if host[-2] else "tapped features"
     if overflow is None and not host[-1]:
         overflow = "fused features"
-    return Verified(drafts, post, accept(drafts, post, size - 1), overflow, out.features)
+    return Verified(drafts, post, accepted, overflow, out.features)
 
 
 class EagerExecutor:
     """One pair's DFlash steps on the generic path, with the caches the caller sized (the plan's
-    ``capacity``) and the plan's ``block_size``."""
+    ``capacity``) and the plan's ``block_size``; ``sampler``: a sampled run's (None: greedy)."""
 
-    def __init__(self, target: Any, draft: Any, *, target_cache: Any, draft_cache: Any, block_size: int) -> None:
+    def __init__(self, target: Any, draft: Any, *, target_cache: Any, draft_cache: Any, block_size: int,
+                 sampler: Sampler | None = None) -> None:
         args = draft.args
+        self.sampler = sampler
         self.target, self.draft_model, self.tcache, self.dcache = target, draft, target_cache, draft_cache
         self.device = target.device
         self.block = block_size
@@ -83,7 +99,7 @@ class EagerExecutor:
         self.dcache.reset()
         prompt = torch.tensor([list(prompt_ids)], dtype=torch.long, device=self.device)
         logits, self.context = prefill(self.target, prompt, self.tcache, self.taps)
-        return first_token(logits, self.context)
+        return first_token(logits, self.context, self.sampler.sample if self.sampler is not None else None)
 
     def start_block(self, last: int) -> None:
         """The block ``[last, mask...]`` in ``block_ids``, with no fused context judged yet."""
@@ -100,7 +116,7 @@ class EagerExecutor:
         if self.fused_ok is None:  # nothing drafted this step (one slot left in the budget)
             self.start_block(last)
         v = verify_and_accept(self.target, self.block_ids, size, cache=self.tcache, taps=self.taps,
-                              fused_ok=self.fused_ok)
+                              fused_ok=self.fused_ok, sampler=self.sampler)
         self.fused_ok, self.features = None, v.features
         return v
 
@@ -123,8 +139,11 @@ def dflash_decode(
     draft_cache: Any,
     stop_ids: Sequence[int] = (),
     on_tokens: Callable[[int], None] | None = None,
+    sampler: Sampler | None = None,
 ) -> Generation:
-    """Greedy DFlash speculative decoding on the eager path (``run_dflash`` with an
-    ``EagerExecutor``); the output equals ``generate.decode``'s up to logit ties."""
-    ex = EagerExecutor(target, draft, target_cache=target_cache, draft_cache=draft_cache, block_size=block_size)
+    """DFlash speculative decoding on the eager path (``run_dflash`` with an ``EagerExecutor``);
+    greedy, the output equals ``generate.decode``'s up to logit ties; with a ``sampler``, its
+    rule verifies each block."""
+    ex = EagerExecutor(target, draft, target_cache=target_cache, draft_cache=draft_cache, block_size=block_size,
+                       sampler=sampler)
     return run_dflash(ex, prompt_ids, max_new_tokens=max_new_tokens, stop_ids=stop_ids, on_tokens=on_tokens)

@@ -137,8 +137,10 @@ def decode(
     stop_ids: Sequence[int] = (),
     cache: Any = None,
     on_tokens: Callable[[int], None] | None = None,
+    sampler: Any = None,
 ) -> Generation:
-    """Target-only greedy decoding, one token per forward pass."""
+    """Target-only greedy decoding, one token per forward pass; with a ``sampler``
+    (``sampling.Sampler``), each token is drawn from the target's processed distribution."""
     dev = target.device
     gen = Generation()
     prompt = torch.tensor([list(prompt_ids)], dtype=torch.long, device=dev)
@@ -157,7 +159,7 @@ def decode(
         scores = logits.float()
         top = scores.topk(2, dim=-1)
         top_v[i], top_i[i] = top.values[0], top.indices[0]
-        nxt = scores.argmax(dim=-1)
+        nxt = scores.argmax(dim=-1) if sampler is None else sampler.sample(torch.nan_to_num(scores))
         tok, finite = torch.stack([nxt[0], torch.isfinite(scores).all().long()]).tolist()
         if rec is None:
             t_decode = time.perf_counter()

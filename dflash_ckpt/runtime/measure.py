@@ -45,8 +45,10 @@ TIMING_TOKENS = 16
 
 @dataclass
 class Lossless:
-    """How DFlash's tokens compare with the target's: ``identical``, ``tie``, ``differs``, or
-    ``skipped`` (a run stopped on non-finite values)."""
+    """How DFlash's tokens compare with the target's: ``identical``, ``tie``, ``differs``,
+    ``skipped`` (a run stopped on non-finite values), or ``sampled`` (a sampled run: its output is
+    one draw of the target's distribution, so no position is compared; the rules' losslessness is
+    a statement about distributions, tested in tests/test_sampling_lossless.py)."""
 
     status: str
     compared: int
@@ -242,6 +244,8 @@ def measure_prompts(loop: Any, prompts: Sequence[Prompt], encoded: Sequence[list
         target_tokens: list[int] = []
         if ref.overflow or spec.overflow:
             lossless = Lossless("skipped", 0)
+        elif getattr(loop, "sampler", None) is not None:
+            lossless = Lossless("sampled", 0)
         else:
             verdict = judge_logits(loop.teacher_forced_logits(ids, spec.tokens), spec.tokens, tie_tolerance)
             target_tokens, lossless = verdict.target_tokens, Lossless.of(verdict)

@@ -29,6 +29,10 @@ from dflash_ckpt.sources.prompts import Prompt
 from dflash_ckpt.sources.weights import WeightInventory
 from dflash_ckpt.draftspec.specs import DraftSpec, target_from_config
 
+#: ``--draft-dtype stored`` / ``--target-dtype stored`` (``run/options.STORED``; the runtime does
+#: not import the run layer above it).
+STORED = "stored"
+
 #: At most this many logical CPUs counts as a small CPU: one thread there by default, because
 #: OpenMP threads spin-waiting against other processes made runs 10-100x slower.
 SMALL_CPU = 4
@@ -83,10 +87,12 @@ def plan_run(opts: RunOptions, *, draft: DraftSpec, draft_dir: Path, target_dir:
     capacity = cache_capacity(encoded, opts.max_new_tokens, width)
     if target.max_position_embeddings:
         require_positions_fit(prompts, encoded, opts.max_new_tokens, width, target.max_position_embeddings, target_where)
-    device, draft_dtype, target_dtype, target_inv = resolve_dtypes(opts, target_dir, target_label, target.dtype, target_inv)
+    draft_inv = read_weights(draft, draft_dir)
+    device, draft_dtype, target_dtype, target_inv = resolve_dtypes(opts, target_dir, target_label, target.dtype, target_inv,
+                                                                   draft_inv=draft_inv)
     return RunPlan(target=target, draft_args=draft_args, block_size=block, trained_block_size=draft_args.block_size,
                    capacity=capacity, device=device, draft_dtype=draft_dtype, target_dtype=target_dtype,
-                   target_inv=target_inv, draft_inv=read_weights(draft, draft_dir))
+                   target_inv=target_inv, draft_inv=draft_inv)
 
 
 def cache_capacity(encoded: Sequence[Sequence[int]], max_new_tokens: int, verify_width: int) -> int:
@@ -130,15 +136,25 @@ def require_positions_fit(prompts: Sequence[Prompt], encoded: Sequence[Sequence[
 
 
 def resolve_dtypes(opts: RunOptions, target_dir: str | Path, target_label: str, config_dtype: str | None,
-                   target_inv: WeightInventory | None = None) -> tuple[torch.device, torch.dtype, torch.dtype, WeightInventory]:
-    """``(device, draft dtype, target dtype, target inventory)``. The target runs in
-    ``--target-dtype``, else its config's dtype (``config_dtype``), else its stored one. The
-    inventory is read here unless the caller read it already (``target_inv``)."""
+                   target_inv: WeightInventory | None = None, *, draft_inv: WeightInventory | None = None,
+                   ) -> tuple[torch.device, torch.dtype, torch.dtype, WeightInventory]:
+    """``(device, draft dtype, target dtype, target inventory)``. The draft runs in
+    ``--draft-dtype``; the target in ``--target-dtype``, else its config's dtype
+    (``config_dtype``), else its stored one. ``stored`` (either option) is the dtype most of that
+    model's parameters are stored in (``draft_inv``/``target_inv``: an fp16-stored draft then runs
+    in fp16, as an engine loading it as it is would). The target's inventory is read here unless
+    the caller read it already (``target_inv``)."""
     device = pick_device(opts.device)
-    draft_dtype = parse_dtype(opts.draft_dtype, "--draft-dtype")
     if target_inv is None:
         target_inv = inventory(Path(target_dir), target_label)
-    target_dtype = parse_dtype(opts.target_dtype or config_dtype or stored_dtype(target_inv) or "float32", "--target-dtype")
+    draft_name = opts.draft_dtype
+    if draft_name == STORED:
+        draft_name = (stored_dtype(draft_inv) if draft_inv is not None else None) or "float32"
+    draft_dtype = parse_dtype(draft_name, "--draft-dtype")
+    target_name = opts.target_dtype
+    if target_name == STORED:
+        target_name = stored_dtype(target_inv)
+    target_dtype = parse_dtype(target_name or config_dtype or stored_dtype(target_inv) or "float32", "--target-dtype")
     return device, draft_dtype, target_dtype, target_inv
 
 

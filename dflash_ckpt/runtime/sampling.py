@@ -209,6 +209,33 @@ def verify(rule: str, target_logits: torch.Tensor, drafts: torch.Tensor, tempera
     raise ValueError(f"unknown verification rule {rule!r} (match, rejection)")
 
 
+@dataclass
+class Sampler:
+    """One sampled run's settings and its one generator, as the loops use them: ``sample`` draws
+    a token from one row of logits (the prefill's, a target-only step's), ``verify`` runs the rule
+    on one verify pass. Greedy runs have no sampler (the loops' own argmax path, bit for bit)."""
+
+    temperature: float
+    top_p: float
+    top_k: int
+    rule: str
+    generator: torch.Generator
+
+    @classmethod
+    def of(cls, settings: object, device: torch.device | str) -> Sampler:
+        """From ``sampling_settings.SamplingSettings`` (not greedy), seeded on ``device``."""
+        s = settings
+        return cls(s.temperature, s.top_p, s.top_k, s.rule, make_generator(s.seed, device))  # type: ignore[attr-defined]
+
+    def sample(self, logits: torch.Tensor) -> torch.Tensor:
+        """Tokens ``[...]`` for logits ``[..., V]``, after temperature, top-k and top-p."""
+        return sample_from(processed_probs(logits, self.temperature, self.top_p, self.top_k), self.generator)
+
+    def verify(self, logits: torch.Tensor, drafts: torch.Tensor) -> Verified:
+        """The rule on one block: ``logits`` ``[size, V]`` of the verify pass, ``drafts`` ``[size - 1]``."""
+        return verify(self.rule, logits[None], drafts[None], self.temperature, self.top_p, self.top_k, self.generator)
+
+
 def make_generator(seed: int, device: torch.device | str = "cpu") -> torch.Generator:
     """The run's one generator: every sampled token of a run comes from it, in step order, so a
     run is reproducible from ``--seed`` on the same device (CPU and CUDA streams differ)."""
