@@ -28,6 +28,8 @@ from typing import Any, Callable
 
 from dflash_ckpt.checks.acceptance import refuse_unimplemented
 from dflash_ckpt.checks.degenerate import smoke_degenerate_findings
+from dflash_ckpt.checks.evidence_findings import evidence_findings
+from dflash_ckpt.checks.published import fingerprint, known_draft
 from dflash_ckpt.inspection import inspect_sources
 from dflash_ckpt.checks.layout_findings import smoke_layout_findings
 from dflash_ckpt.checks.precision import precision_findings
@@ -89,6 +91,7 @@ def run_smoke_run(opts: SmokeOptions, *, progress: Any = None, log: Callable[[st
                      backend=backend, target_inv=target_inv)
     plan, prompts, encoder, encoded, stops = pair.plan, pair.prompts, pair.encoder, pair.encoded, pair.stops
     result.backend = plan.backend
+    result.published_draft = known_draft(str(opts.draft)) or known_draft(fingerprint(pre.draft) or "-")
     result.prompt_format = prompt_format_causes(
         prompts, chat_template=encoder.uses_template, thinking=opts.thinking,
         custom=opts.custom_prompts, special_tokens=special_token_texts(encoder.special_tokens))
@@ -118,6 +121,7 @@ def run_smoke_run(opts: SmokeOptions, *, progress: Any = None, log: Callable[[st
         engine.run_into(result, prompts, encoded, encoder)
         result.findings = smoke_findings(result, target_layer_ids=plan.draft_args.target_layer_ids,
                                          mask_token_id=plan.draft_args.mask_token_id)
+        result.findings += evidence_findings(result.evidence())
         return result
     pair.check_memory(prepacked=device.type == "cpu" and opts.compile)
     unfilled = unfilled_weights(draft_dir, plan.draft_inv, target_dir, plan.target_inv)  # DF413
@@ -145,6 +149,7 @@ def run_smoke_run(opts: SmokeOptions, *, progress: Any = None, log: Callable[[st
     result.findings = smoke_findings(result, target_layer_ids=plan.draft_args.target_layer_ids,
                                      mask_token_id=plan.draft_args.mask_token_id) + smoke_degenerate_findings(result)
     result.findings += smoke_layout_findings(layout, resolve_layout(pre.draft.config))
+    result.findings += evidence_findings(result.evidence())  # DF408, DF409
     capability = None
     if device.type == "cuda":
         import torch  # noqa: PLC0415 - the run has loaded it already; inspect never gets here
