@@ -16,11 +16,14 @@ from dflash_ckpt.checks.published import far_below_message
 from dflash_ckpt.rules import Finding, finding
 
 
-def evidence_findings(evidence: Any) -> list[Finding]:
-    """DF408 when the run is below the minimum of evidence; else DF409 for each suite whose tau
+def evidence_findings(evidence: Any, *, min_acceptance: float) -> list[Finding]:
+    """DF408 when the run is below the minimum of evidence (unless ``--min-acceptance 0`` asked for
+    no verdict on tau: the speedup is withheld all the same); else DF409 for each suite whose tau
     is far below its published reference."""
     short = evidence.overall.shortfall()
     if short is not None:
+        if min_acceptance <= 0 or evidence.overall.steps == 0:
+            return []
         return [finding("DF408", short + "; no verdict on tau (DF403 is not judged) and the speedup is withheld")]
     out: list[Finding] = []
     for name, suite in evidence.suites.items():

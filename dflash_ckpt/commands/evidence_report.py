@@ -56,14 +56,17 @@ def suite_lines(ev: Any) -> list[str]:
 
 def acceptance_words(res: Any, stats: dict[str, Any]) -> tuple[str | None, str, str]:
     """``(status, tau, speedup)`` for the verdict line: status None (PASS or FAIL by the exit code)
-    unless the run is below the minimum of evidence and passes otherwise, then NO VERDICT."""
+    unless DF408 says the run is below the minimum of evidence and nothing failed: NO VERDICT.
+    With ``--min-acceptance 0`` (no verdict on tau asked) a short run is PASS on its outputs alone."""
     ev = stats.get("evidence") or {}
     ci = stats.get("tau_ci95")
     tau = f"{stats['tau']:.2f}" if stats.get("tau") is not None else "—"
     if not ev.get("enough", True):
-        words = (f"tau {tau} from {ev['steps']} step(s) over {ev['prompts']} prompt(s) is too little evidence "
-                 "(DF408, a warning: exit 0 unless another finding is an error)")
-        return ("[bold yellow]NO VERDICT[/]" if res.exit_code == 0 else None), words, "withheld (too little evidence)"
+        warned = any(f.code == "DF408" for f in res.findings)
+        words = (f"tau {tau} from {ev['steps']} step(s) over {ev['prompts']} prompt(s) is too little evidence"
+                 + (" (DF408, a warning: exit 0 unless another finding is an error)" if warned else ""))
+        word = "[bold yellow]NO VERDICT[/]" if warned and res.exit_code == 0 else None
+        return word, words, "withheld (too little evidence)"
     words = f"tau {tau}" + (f" (95% {ci[0]:.2f}-{ci[1]:.2f}, min {res.options.min_acceptance:g})" if ci else
                             f" (min {res.options.min_acceptance:g})")
     if stats.get("speedup") is not None:

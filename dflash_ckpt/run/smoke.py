@@ -121,7 +121,7 @@ def run_smoke_run(opts: SmokeOptions, *, progress: Any = None, log: Callable[[st
         engine.run_into(result, prompts, encoded, encoder)
         result.findings = smoke_findings(result, target_layer_ids=plan.draft_args.target_layer_ids,
                                          mask_token_id=plan.draft_args.mask_token_id)
-        result.findings += evidence_findings(result.evidence())
+        result.findings += evidence_findings(result.evidence(), min_acceptance=opts.min_acceptance)
         return result
     pair.check_memory(prepacked=device.type == "cpu" and opts.compile)
     unfilled = unfilled_weights(draft_dir, plan.draft_inv, target_dir, plan.target_inv)  # DF413
@@ -149,7 +149,7 @@ def run_smoke_run(opts: SmokeOptions, *, progress: Any = None, log: Callable[[st
     result.findings = smoke_findings(result, target_layer_ids=plan.draft_args.target_layer_ids,
                                      mask_token_id=plan.draft_args.mask_token_id) + smoke_degenerate_findings(result)
     result.findings += smoke_layout_findings(layout, resolve_layout(pre.draft.config))
-    result.findings += evidence_findings(result.evidence())  # DF408, DF409
+    result.findings += evidence_findings(result.evidence(), min_acceptance=opts.min_acceptance)  # DF408, DF409
     capability = None
     if device.type == "cuda":
         import torch  # noqa: PLC0415 - the run has loaded it already; inspect never gets here
