@@ -36,14 +36,16 @@ def df403(doc: dict) -> str:
 def test_low_tau_names_the_prompt_format_when_it_may_be_the_cause(cli, pair) -> None:
     default = df403(smoke(cli, pair, *FAST, "--json").merged())
     assert "target_layer_ids" in default and "prompt format" not in default
-    plain = df403(smoke(cli, pair, *FAST, "--json", "-p", "hello", "--no-chat-template").merged())
+    # three prompts of one's own: the fewest a verdict on tau needs (below them DF408, no DF403)
+    own = ("-p", "hello", "-p", "good morning", "-p", "how are you")
+    plain = df403(smoke(cli, pair, *FAST, "--json", *own, "--no-chat-template").merged())
     assert "target_layer_ids [1, 3, 5]" in plain  # the taps stay the first suspect
     assert "the prompt format may also explain it" in plain and "chat template is off" in plain
-    assert "prompt 'prompt-1'" in plain and "your own (-p/--prompts)" in plain
+    assert "prompts 'prompt-1', 'prompt-2', 'prompt-3'" in plain and "your own (-p/--prompts)" in plain
     thinking = df403(smoke(cli, pair, *FAST, "--json", "--thinking").merged())
     assert "--thinking renders the template with enable_thinking true" in thinking
     assert "your own" not in thinking  # the built-in prompts
-    templated = df403(smoke(cli, pair, *FAST, "--json", "-p", "<|im_start|>user\nhi<|im_end|>").merged())
+    templated = df403(smoke(cli, pair, *FAST, "--json", "-p", "<|im_start|>user\nhi<|im_end|>", *own[2:]).merged())
     assert "already hold chat-template tokens" in templated
     human = smoke(cli, pair, *FAST, "--no-chat-template")
     assert human.code == 1 and "prompt format" in human.stdout
