@@ -154,3 +154,27 @@ def test_missing_run_extra_names_the_clone_install(cli, monkeypatch: pytest.Monk
     assert "--index-url https://download.pytorch.org/whl/cpu" in res.stderr
     readme = (ROOT / "README.md").read_text()
     assert 'pip install -e ".[run]"' in readme and "--index-url https://download.pytorch.org/whl/cpu" in readme
+
+
+def test_a_suite_runs_its_prompts_by_name_and_reports_tau_per_suite(cli) -> None:
+    """``--suite code``: the package's code prompts (``code-01``...), with the chat template as
+    for any prompt, tau per suite with its interval in the report and in JSON ``suites``."""
+    pair = (str(TINY / "draft"), str(TINY / "target"))
+    doc = smoke(cli, pair, "--suite", "code", "-n", "16", "--json").merged()
+    names = [p["name"] for p in doc["prompts"]]
+    assert names[0] == "code-01" and len(names) >= 12 and all(n.startswith("code-") for n in names)
+    assert doc["settings"]["suite"] == "code" and doc["settings"]["custom_prompts"] is False
+    assert doc["settings"]["chat_template"] is True and doc["settings"]["published_draft"] is None
+    code = doc["suites"]["code"]
+    assert code["prompts"] == len(names) and code["steps"] == doc["overall"]["steps"] and code["published"] == []
+    assert code["ci95"][0] <= code["tau"] <= code["ci95"][1] and code["ci95"] == doc["overall"]["tau_ci95"]
+    text = " ".join(smoke(cli, pair, "--suite", "code", "-n", "16").stdout.split())
+    assert "tau by suite (95% interval, clustered by prompt)" in text and " code " in text
+
+
+def test_a_suite_with_prompts_or_an_unknown_suite_is_one_usage_line(cli) -> None:
+    pair = (str(TINY / "draft"), str(TINY / "target"))
+    both = smoke(cli, pair, "--suite", "math", "-p", "hi")
+    assert both.code == 2 and both.stderr.count("\n") == 1 and "DF004" in both.stderr and "--suite math" in both.stderr
+    unknown = smoke(cli, pair, "--suite", "poems")
+    assert unknown.code == 2 and "math, code, chat, long, all" in unknown.stderr and unknown.stderr.count("\n") == 1

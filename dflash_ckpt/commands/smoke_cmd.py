@@ -26,6 +26,10 @@ def register(app: typer.Typer) -> None:
         target: str = PairTargetOpt,
         prompt: Optional[List[str]] = PromptOpt,
         prompts: Optional[str] = PromptsFileOpt,
+        suite: Optional[str] = typer.Option(
+            None, "--suite", metavar="math|code|chat|long|all",
+            help="Run a prompt suite of this tool (12-20 prompts per task, written for it) instead of -p/--prompts; "
+                 "the report gives tau per suite, beside the published figures of a known draft."),
         max_new_tokens: int = typer.Option(DEFAULT_MAX_NEW_TOKENS, "--max-new-tokens", "-n", help="New tokens per prompt and decoder (the longest prompt, these and one block must fit the target's max_position_embeddings)."),
         min_acceptance: float = typer.Option(
             DEFAULT_MIN_ACCEPTANCE, "--min-acceptance",
