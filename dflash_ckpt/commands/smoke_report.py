@@ -90,7 +90,8 @@ def render_smoke(console: Console, res: SmokeResult, *, quiet: bool = False, sho
     render_comparison(console, res)
     render_findings(console, res.findings)
     console.print(verdict_line(res))
-    if res.exit_code == 0 and res.precheck is not None and res.precheck.serve:
+    no_verdict = any(f.code == "DF408" for f in res.findings)  # too little evidence: no PASS to serve on
+    if res.exit_code == 0 and not no_verdict and res.precheck is not None and res.precheck.serve:
         render_serve(console, res.precheck.serve)  # what to run next, as inspect shows it
 
 
