@@ -75,7 +75,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Decode with the target alone and with DFlash; check the outputs match and measure acceptance and speed.
 
-        Exit codes: 0 pass; 1 refused by inspect's checks, output differs beyond a tie, tau below
+        Exit codes: 0 pass, or no verdict on too little evidence (DF408, a warning: under 32 DFlash steps
+        or 3 prompts); 1 refused by inspect's checks, output differs beyond a tie, tau below
         --min-acceptance, or overflow; 2 usage error, a pair neither backend supports, or a target too big for the device.
         """
         fmt = "json" if json_out else output_format

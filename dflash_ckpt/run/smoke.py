@@ -14,6 +14,9 @@ from the target's beyond a tie (DF401), the mean acceptance length is below ``--
 (DF403), or non-finite values reached the draft (DF404), or the pair is degenerate: a weight matrix
 reads back as zeros or one constant (DF413, sampled before loading), the target's logits tie at
 every position (DF414), every output is one token repeated (DF415); 2 for usage errors and unsupported pairs.
+Below the minimum of evidence (``runtime/confidence.py``: 32 DFlash steps over 3 prompts) tau gets
+no verdict: DF408, a warning, instead of DF403, and the speedup is withheld; a suite far below the
+published figure of a known draft is DF409, a warning (``checks/evidence_findings.py``).
 The thresholds (``--min-acceptance`` 2.0, the tie tolerance) are explained in ``runtime/measure.py``.
 
 ``run_smoke_run`` is the command's work from its options (``run/options.SmokeOptions``): no
