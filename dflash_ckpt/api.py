@@ -127,7 +127,7 @@ def _caller_torch_threads() -> Iterator[None]:
 
 @checked_call
 def smoke_run(draft: str | os.PathLike[str], target: str | os.PathLike[str], *, prompt: str | Sequence[str] | None = (),
-              prompts: str | os.PathLike[str] | None = None, max_new_tokens: int = 128, min_acceptance: float = 2.0,
+              prompts: str | os.PathLike[str] | None = None, suite: str | None = None, max_new_tokens: int = 128, min_acceptance: float = 2.0,
               draft_dtype: str = "bfloat16",
               target_dtype: str | None = None, device: str = "auto",
               backend: str = "auto", block_size: int | None = None, layout: str | None = None,
@@ -141,7 +141,8 @@ def smoke_run(draft: str | os.PathLike[str], target: str | os.PathLike[str], *, 
               progress: Any = None, log: Callable[[str], None] | None = None) -> SmokeResult:
     """Decode with the target alone and with DFlash, check the outputs match and measure
     acceptance and speed, as ``dflash-ckpt smoke-run`` does (needs the ``run`` extra). ``prompt``:
-    one text or a list (default: the built-in prompts); ``prompts``: a JSONL file; ``progress``: a
+    one text or a list (default: the built-in prompts); ``prompts``: a JSONL file; ``suite``: one of
+    ``math``, ``code``, ``chat``, ``long``, ``all`` instead of either; ``progress``: a
     rich ``Progress`` to show, ``log``: a callable for the loading line. ``temperature`` > 0 (or
     ``sampling="generation-config"``) samples, verifying blocks by the ``verify`` rule.
     """

@@ -170,7 +170,8 @@ def shape(output: str) -> str:
         lines.append(line)
     # A findings table left with no rows (DF406 was its only one) goes too.
     text = re.sub(r"Findings\n[^\n]*┃[^\n]*\n━[^\n]*\n(?! DF)", "", "".join(lines))
-    text = text.replace("withheld (DF406)", "0x").replace("—", "#")
+    # A withheld speedup has no interval; a measured one has "(95% ...x-...x)" after it.
+    text = text.replace("withheld (DF406)", "0x (95% 0x-0x)").replace("—", "#")
     # Whether weights are prepacked depends on the CPU (oneDNN packs bf16 only with AVX-512 or
     # AVX-NE-CONVERT; runtime/prepack.py), so the header's note is the machine's, not the command's.
     text = re.sub(r" +prepacked weights \([^)]*not in any figure\)", "", text)

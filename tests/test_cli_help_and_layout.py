@@ -61,8 +61,8 @@ def test_require_engines_help_lists_every_reader() -> None:
 
 def test_smoke_run_speaks_the_github_format() -> None:
     pytest.importorskip("torch")
-    res = run_cli("smoke-run", str(TINY / "draft-shifted-taps"), "--target", str(T), "-n", "8", "-p", "hi",
-                  "--device", "cpu", "--output-format", "github")
+    res = run_cli("smoke-run", str(TINY / "draft-shifted-taps"), "--target", str(T), "-n", "16", "-p", "hi", "-p", "hello",
+                  "-p", "good day", "--device", "cpu", "--output-format", "github")  # three prompts: a verdict on tau
     no_traceback(res)
     lines = res.stdout.splitlines()
     assert res.code == 1 and lines and all(x.startswith(("::error ", "::warning ")) for x in lines), res.stdout
@@ -98,13 +98,15 @@ def test_smoke_run_in_a_narrow_terminal_stacks_the_table() -> None:
 
 def test_smoke_run_pass_shows_the_serve_lines_inspect_shows() -> None:
     pytest.importorskip("torch")
-    smoke = run_cli("smoke-run", str(D), "--target", str(T), "-n", "16", "--device", "cpu")
+    smoke = run_cli("smoke-run", str(D), "--target", str(T), "--device", "cpu")  # -n 128: 64 steps, a verdict
     inspect = run_cli("inspect", str(D), "--target", str(T))
     assert smoke.code == 0 and "PASS" in smoke.stdout
     serve = inspect.stdout[inspect.stdout.index("serve it with"):]
     assert smoke.stdout.rstrip().endswith(serve.rstrip()), smoke.stdout[-600:]
-    failed = run_cli("smoke-run", str(TINY / "draft-shifted-taps"), "--target", str(T), "-n", "8", "--device", "cpu")
+    failed = run_cli("smoke-run", str(TINY / "draft-shifted-taps"), "--target", str(T), "-n", "16", "--device", "cpu")
     assert failed.code == 1 and "serve it with" not in failed.stdout
+    short = run_cli("smoke-run", str(TINY / "draft-shifted-taps"), "--target", str(T), "-n", "8", "--device", "cpu")
+    assert short.code == 0 and "NO VERDICT" in short.stdout and "serve it with" not in short.stdout  # DF408: no PASS
 
 
 def test_a_log_gets_a_progress_line_every_few_seconds() -> None:

@@ -112,8 +112,8 @@ def test_df211_names_probe_taps(fixtures_root: Path) -> None:
 def test_df403_names_probe_taps() -> None:
     pytest.importorskip("torch")
     shifted = TINY / "draft-shifted-taps"
-    res = run_cli("smoke-run", str(shifted), "--target", str(T), "-p", "The capital of France is", "-n", "16",
-                  "--device", "cpu", "-q")
+    res = run_cli("smoke-run", str(shifted), "--target", str(T), "-p", "The capital of France is", "-p", "Name a colour",
+                  "-p", "Count to five", "-n", "16", "--device", "cpu", "-q")  # three prompts: a verdict on tau
     no_traceback(res)
     line = next(x for x in res.stdout.splitlines() if "DF403" in x)
     assert res.code == 1 and f"dflash-ckpt probe-taps {shifted} --target {T}" in line, line

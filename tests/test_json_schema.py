@@ -104,8 +104,16 @@ def test_smoke_run_documents(cli, tmp_path: Path) -> None:
     sampled = envelope(cli, "smoke-run", str(TINY / "draft"), "--target", str(TINY / "target"), *RUN, "--min-acceptance", "0",
                        "--temperature", "0.6", "--verify", "rejection", code=0)
     assert sampled["results"][0]["settings"]["sampling"]["rule"] == "rejection"
-    low = envelope(cli, "smoke-run", str(TINY / "draft"), "--target", str(TINY / "target"), *RUN, "--min-acceptance", "99", code=1)
+    short = envelope(cli, "smoke-run", str(TINY / "draft"), "--target", str(TINY / "target"), *RUN, "--min-acceptance", "99", code=0)
+    assert [f["code"] for f in short["results"][0]["findings"]] == ["DF408"]  # one prompt: too little evidence
+    assert short["results"][0]["overall"]["speedup"] is None and short["results"][0]["suites"] is None
+    low = envelope(cli, "smoke-run", str(TINY / "draft"), "--target", str(TINY / "target"), *RUN[2:],
+                   "-n", "128", "--min-acceptance", "99", code=1)  # the three built-in prompts: 64 steps
     assert [f["code"] for f in low["results"][0]["findings"]] == ["DF403"] and low["error"] is None
+    assert low["results"][0]["overall"]["evidence"]["enough"] and low["results"][0]["overall"]["tau_ci95"]
+    suite = envelope(cli, "smoke-run", str(TINY / "draft"), "--target", str(TINY / "target"), *RUN[4:], "-n", "8",
+                     "--suite", "chat", "--min-acceptance", "0", code=0)
+    assert suite["results"][0]["suites"]["chat"]["prompts"] >= 12
     missing = envelope(cli, "smoke-run", str(tmp_path / "nowhere"), "--target", str(TINY / "target"), code=2)
     assert missing["results"] == [] and missing["error"]["code"] == "DF001"
     usage = envelope(cli, "smoke-run", str(TINY / "draft"), "--target", str(TINY / "target"), "--backend", "tensorrt", code=2)

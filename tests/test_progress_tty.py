@@ -51,7 +51,7 @@ def run_on_tty(*args: str) -> tuple[int, str, str]:
 
 def test_smoke_run_says_what_loads_before_torch_then_erases_it() -> None:
     code, out, term = run_on_tty("smoke-run", str(DRAFT), "--target", str(TARGET), "-n", "8", "-p", "2+2=")
-    assert code == 1 and "DF403" in out, term  # 8 tokens of one prompt: tau 1.40, below --min-acceptance
+    assert code == 0 and "DF408" in out, term  # 8 tokens of one prompt: too little evidence for a verdict
     note = f"smoke-run: loading torch and the reference runtime for {DRAFT} on {TARGET} ..."
     assert term.startswith(note), term[:300]
     assert term[len(note):].startswith("\r\x1b[K"), "the note is erased before the command's own lines"
@@ -68,7 +68,7 @@ def test_probe_taps_shows_a_bar_over_the_candidates() -> None:
 
 def test_quiet_and_json_stay_silent_on_a_terminal() -> None:
     code, out, term = run_on_tty("smoke-run", str(DRAFT), "--target", str(TARGET), "-n", "8", "-p", "2+2=", "--json")
-    assert code == 1 and term == "", term
+    assert code == 0 and term == "", term  # one prompt: DF408, a warning
     assert out.lstrip().startswith("{")
     code, _, term = run_on_tty("probe-taps", str(DRAFT), "--target", str(TARGET), "-n", "8", "--budget", "2", "-q")
     assert code == 0 and "loading torch" not in term and "measuring" not in term, term

@@ -126,8 +126,8 @@ def test_smoke_run_refusal_names_probe_taps_and_prechecks_are_finding_lines(tmp_
     # a warning of the pre-check (DF143: the fp16 twin's config dtype): the one finding shape
     fp16 = ROOT / "fixtures/tiny-pair/draft-fp16"
     res = run_cli("smoke-run", str(fp16), "--target", str(target), "-n", "8", "-p", "2+2=")
-    # 8 tokens of one prompt: tau 1.40, below --min-acceptance (DF403)
-    assert res.code == 1 and "DF403" in res.stdout and "tau 1.40 is below" in res.stdout, res.stdout
+    # 8 tokens of one prompt: too little evidence for a verdict on tau (DF408, a warning, exit 0)
+    assert res.code == 0 and "DF408" in res.stdout and "tau 1.40 from" in " ".join(res.stdout.split()), res.stdout
     pre = [line for line in res.stdout.splitlines() if " DF143 " in line]
     assert pre and all(re.match(rf"{re.escape(str(fp16))}\S*: DF143 warning: ", line) for line in pre), res.stdout
     assert "pre-check" not in res.stdout

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import tiny_models as tm
-from conftest import no_traceback, run_cli, smoke
+from conftest import ROOT, no_traceback, run_cli, smoke
 from loop_oracles import compare_outputs
 
 FAST = ["--max-new-tokens", "24", "--draft-dtype", "float32"]
@@ -71,7 +71,34 @@ def test_human_report_has_table_histogram_and_verdict(cli, pair) -> None:
     assert res.code == 0
     out = res.stdout
     assert "smoke-run" in out and "prompt-1" in out and "same" in out
-    assert "acceptance lengths" in out and "PASS" in out
+    # One prompt is below the minimum of evidence; --min-acceptance 0 asks no verdict on tau: no DF408,
+    # a PASS on the outputs, the speedup withheld all the same.
+    assert "acceptance lengths" in out and "PASS" in out and " DF408 │" not in out and "speedup withheld" in out
+
+
+def test_a_few_steps_are_too_little_evidence_for_a_verdict_or_a_speedup(cli) -> None:
+    """Issue 29's run: one prompt, -n 48, 4 DFlash steps on the trained tiny pair printed PASS with a
+    speedup of 2.41x. Now: DF408 (a warning, exit 0), no DF403, the speedup withheld in the table,
+    the verdict and the JSON (null, with the reason), and the table's fwd D and the histogram's
+    steps said to differ by the prefill."""
+    tiny = ROOT / "fixtures" / "tiny-pair"
+    pair = (str(tiny / "draft"), str(tiny / "target"))
+    res = smoke(cli, pair, "-p", "What is 12 times 7?", "-n", "48")
+    assert res.code == 0, res.stderr
+    text = " ".join(res.stdout.split())  # as wrapped at any width
+    assert "NO VERDICT tau 4.25 from 4 step(s) over 1 prompt(s) is too little evidence" in text
+    assert "speedup withheld (too little evidence)" in text and "PASS" not in text
+    [row] = [x for x in res.stdout.splitlines() if x.startswith(" prompt-1 ")]
+    assert row.split("│")[6].strip() == "—" and "DF408" in res.stdout and "DF403 error" not in res.stdout
+    assert "over 4 DFlash steps (the table's fwd D, 5, counts these and each prompt's prefill)" in text
+    doc = smoke(cli, pair, "-p", "What is 12 times 7?", "-n", "48", "--json").merged()
+    [f] = doc["findings"]
+    assert f["code"] == "DF408" and f["severity"] == "warning" and "4 DFlash step(s) over 1 prompt(s)" in f["message"]
+    o = doc["overall"]
+    assert o["speedup"] is None and o["speedup_withheld"] == "too little evidence for a verdict on acceptance"
+    assert o["evidence"] == {"enough": False, "steps": 4, "prompts": 1, "min_steps": 32, "min_prompts": 3,
+                             "shortfall": f["message"].split("; no verdict")[0]}
+    assert o["tau_ci95"] is None and o["speedup_ci95"] is None and doc["prompts"][0]["speedup"] is None
 
 
 def test_prompt_options_change_the_input(cli, pair, tmp_path: Path) -> None:

@@ -36,14 +36,16 @@ def df403(doc: dict) -> str:
 def test_low_tau_names_the_prompt_format_when_it_may_be_the_cause(cli, pair) -> None:
     default = df403(smoke(cli, pair, *FAST, "--json").merged())
     assert "target_layer_ids" in default and "prompt format" not in default
-    plain = df403(smoke(cli, pair, *FAST, "--json", "-p", "hello", "--no-chat-template").merged())
+    # three prompts of one's own: the fewest a verdict on tau needs (below them DF408, no DF403)
+    own = ("-p", "hello", "-p", "good morning", "-p", "how are you")
+    plain = df403(smoke(cli, pair, *FAST, "--json", *own, "--no-chat-template").merged())
     assert "target_layer_ids [1, 3, 5]" in plain  # the taps stay the first suspect
     assert "the prompt format may also explain it" in plain and "chat template is off" in plain
-    assert "prompt 'prompt-1'" in plain and "your own (-p/--prompts)" in plain
+    assert "prompts 'prompt-1', 'prompt-2', 'prompt-3'" in plain and "your own (-p/--prompts)" in plain
     thinking = df403(smoke(cli, pair, *FAST, "--json", "--thinking").merged())
     assert "--thinking renders the template with enable_thinking true" in thinking
     assert "your own" not in thinking  # the built-in prompts
-    templated = df403(smoke(cli, pair, *FAST, "--json", "-p", "<|im_start|>user\nhi<|im_end|>").merged())
+    templated = df403(smoke(cli, pair, *FAST, "--json", "-p", "<|im_start|>user\nhi<|im_end|>", *own[2:]).merged())
     assert "already hold chat-template tokens" in templated
     human = smoke(cli, pair, *FAST, "--no-chat-template")
     assert human.code == 1 and "prompt format" in human.stdout
@@ -152,3 +154,27 @@ def test_missing_run_extra_names_the_clone_install(cli, monkeypatch: pytest.Monk
     assert "--index-url https://download.pytorch.org/whl/cpu" in res.stderr
     readme = (ROOT / "README.md").read_text()
     assert 'pip install -e ".[run]"' in readme and "--index-url https://download.pytorch.org/whl/cpu" in readme
+
+
+def test_a_suite_runs_its_prompts_by_name_and_reports_tau_per_suite(cli) -> None:
+    """``--suite code``: the package's code prompts (``code-01``...), with the chat template as
+    for any prompt, tau per suite with its interval in the report and in JSON ``suites``."""
+    pair = (str(TINY / "draft"), str(TINY / "target"))
+    doc = smoke(cli, pair, "--suite", "code", "-n", "16", "--json").merged()
+    names = [p["name"] for p in doc["prompts"]]
+    assert names[0] == "code-01" and len(names) >= 12 and all(n.startswith("code-") for n in names)
+    assert doc["settings"]["suite"] == "code" and doc["settings"]["custom_prompts"] is False
+    assert doc["settings"]["chat_template"] is True and doc["settings"]["published_draft"] is None
+    code = doc["suites"]["code"]
+    assert code["prompts"] == len(names) and code["steps"] == doc["overall"]["steps"] and code["published"] == []
+    assert code["ci95"][0] <= code["tau"] <= code["ci95"][1] and code["ci95"] == doc["overall"]["tau_ci95"]
+    text = " ".join(smoke(cli, pair, "--suite", "code", "-n", "16").stdout.split())
+    assert "tau by suite (95% interval, clustered by prompt)" in text and " code " in text
+
+
+def test_a_suite_with_prompts_or_an_unknown_suite_is_one_usage_line(cli) -> None:
+    pair = (str(TINY / "draft"), str(TINY / "target"))
+    both = smoke(cli, pair, "--suite", "math", "-p", "hi")
+    assert both.code == 2 and both.stderr.count("\n") == 1 and "DF004" in both.stderr and "--suite math" in both.stderr
+    unknown = smoke(cli, pair, "--suite", "poems")
+    assert unknown.code == 2 and "math, code, chat, long, all" in unknown.stderr and unknown.stderr.count("\n") == 1

@@ -1,9 +1,10 @@
-"""Findings a run produces (DF401-DF406 from smoke-run, DF410-DF411 from probe-taps).
+"""Findings a run produces (DF401-DF406 from smoke-run, DF410-DF411 from probe-taps; smoke-run's
+DF408-DF409 on its evidence are ``checks/evidence_findings.py``'s).
 
 Pure functions, no torch, like every check: the lossless verdict (DF401/DF402), non-finite
 values (DF404), a ``--block-size`` above the trained block (DF405), an impossible speedup
 (DF406), acceptance below ``--min-acceptance`` (DF403, with the prompt format as a likely cause
-besides the taps); and probe-taps' DF410 (configured tap layers beaten) and DF411 (no tap set works).
+besides the taps; neither judged below the minimum of evidence, ``overall.evidence``); and probe-taps' DF410 (configured tap layers beaten) and DF411 (no tap set works).
 """
 
 from __future__ import annotations
@@ -114,8 +115,10 @@ def smoke_findings(result: Any, *, target_layer_ids: Sequence[int], mask_token_i
                                             f"{lo.margin:.4g} below the maximum (tolerance {result.tie_tolerance:g}), "
                                             "not a tie; rerun with --json and report it", path=None))
     stats = result.overall() if result.runs else None
-    tau = stats["tau"] if stats else None
-    if stats and not stats["speedup_plausible"]:
+    # Below the minimum of evidence there is no verdict on tau or the speed (DF408 says so).
+    judged = bool(stats) and (stats.get("evidence") or {}).get("enough", True)
+    tau = stats["tau"] if stats and judged else None
+    if stats and judged and not stats["speedup_plausible"]:
         # Judged on the overall figures (medians over every prompt's steps, the most robust);
         # a single prompt's implausible figure is withheld in its row without a finding.
         out.append(finding(

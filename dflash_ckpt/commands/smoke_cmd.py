@@ -26,6 +26,10 @@ def register(app: typer.Typer) -> None:
         target: str = PairTargetOpt,
         prompt: Optional[List[str]] = PromptOpt,
         prompts: Optional[str] = PromptsFileOpt,
+        suite: Optional[str] = typer.Option(
+            None, "--suite", metavar="math|code|chat|long|all",
+            help="Run a prompt suite of this tool (12-20 prompts per task, written for it) instead of -p/--prompts; "
+                 "the report gives tau per suite, beside the published figures of a known draft."),
         max_new_tokens: int = typer.Option(DEFAULT_MAX_NEW_TOKENS, "--max-new-tokens", "-n", help="New tokens per prompt and decoder (the longest prompt, these and one block must fit the target's max_position_embeddings)."),
         min_acceptance: float = typer.Option(
             DEFAULT_MIN_ACCEPTANCE, "--min-acceptance",
@@ -77,7 +81,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Decode with the target alone and with DFlash; check the outputs match and measure acceptance and speed.
 
-        Exit codes: 0 pass; 1 refused by inspect's checks, output differs beyond a tie, tau below
+        Exit codes: 0 pass, or no verdict on too little evidence (DF408, a warning: under 32 DFlash steps
+        or 3 prompts); 1 refused by inspect's checks, output differs beyond a tie, tau below
         --min-acceptance, or overflow; 2 usage error, a pair neither backend supports, or a target too big for the device.
         """
         fmt = "json" if json_out else output_format

@@ -16,6 +16,7 @@ from dflash_ckpt.checks.run_findings import missing_taps, probe_taps_command
 from dflash_ckpt.rules import Severity
 from dflash_ckpt.run.smoke_result import SmokeResult
 from dflash_ckpt.commands.engine_report import num, engine_line, render_comparison
+from dflash_ckpt.commands.evidence_report import acceptance_words, confidence_lines, suite_lines
 
 LOSSLESS_TEXT = {"identical": "[green]same[/]", "tie": "[yellow]tie[/]", "differs": "[bold red]DIFFERS[/]",
                  "skipped": "[bold red]overflow[/]", "sampled": "sampled"}
@@ -24,11 +25,13 @@ LOSSLESS_TEXT = {"identical": "[green]same[/]", "tie": "[yellow]tie[/]", "differ
 COLUMN_LEGEND = {
     "prompt": "the prompt's name",
     "new": "new tokens generated (the same count for T and D when the outputs match)",
-    "fwd T/D": "target forward passes, T / D (T needs one per token; D verifies a whole block per pass)",
+    "fwd T/D": "target forward passes, T / D (T: one per token; D: one prefill per prompt, then one verify of a "
+               "whole block per DFlash step, the steps the histogram counts)",
     "tau/acc": "tau = mean tokens per D step (bonus included); acc = mean drafts accepted per step (tau - 1)",
     "T tok/s": "T's decode speed: 1 / the median one-token step, timed over a short window",
     "D tok/s": "D's decode speed: tau / the median draft+verify step",
-    "speedup": "D tok/s / T tok/s, measured side by side; withheld (—) when above tau (DF406)",
+    "speedup": "D tok/s / T tok/s, measured side by side; withheld (—) when above tau (DF406) or on too little "
+               "evidence (DF408)",
     "output": "D's tokens against T's: same, tie (first difference at a near tie), DIFFERS, or overflow",
 }
 COLUMNS = tuple(COLUMN_LEGEND)
@@ -81,23 +84,29 @@ def render_smoke(console: Console, res: SmokeResult, *, quiet: bool = False, sho
         render_texts(console, res)
     stats = res.overall()
     if stats["steps"]:
-        console.print(_histogram(stats["histogram"], stats["steps"]))
+        console.print(_histogram(stats["histogram"], stats["steps"], stats["target_forwards"]["dflash"]))
+    evidence = res.evidence()
+    for line in confidence_lines(evidence) + suite_lines(evidence):
+        console.print(line, markup=False, highlight=False)
     if (line := engine_line(res)) is not None:
         console.print(line)
     render_comparison(console, res)
     render_findings(console, res.findings)
     console.print(verdict_line(res))
-    if res.exit_code == 0 and res.precheck is not None and res.precheck.serve:
+    no_verdict = any(f.code == "DF408" for f in res.findings)  # too little evidence: no PASS to serve on
+    if res.exit_code == 0 and not no_verdict and res.precheck is not None and res.precheck.serve:
         render_serve(console, res.precheck.serve)  # what to run next, as inspect shows it
 
 
 def _rows(res: SmokeResult) -> list[list[str]]:
     """The table's rows (markup in the prompt and output cells): one per prompt, then overall."""
     block = res.verify_width or res.block_size or 1
-    rows = [[safe(run.prompt.name), *_cells(run.figures(block)), LOSSLESS_TEXT[run.lossless.status]] for run in res.runs]
+    enough = res.evidence().enough  # below the minimum of evidence no speedup is shown (DF408)
+    rows = [[safe(run.prompt.name), *_cells(run.figures(block), enough), LOSSLESS_TEXT[run.lossless.status]]
+            for run in res.runs]
     if len(res.runs) > 1:
         same = sum(1 for r in res.runs if r.lossless.status == "identical")
-        rows.append(["[bold]overall[/]", *_cells(res.overall()), "sampled" if res.sampled else f"{same}/{len(res.runs)} same"])
+        rows.append(["[bold]overall[/]", *_cells(res.overall(), enough), "sampled" if res.sampled else f"{same}/{len(res.runs)} same"])
     return rows
 
 
@@ -130,7 +139,7 @@ def _indent(text: str) -> str:
     return "\n".join("  " + inert(line) for line in (text.splitlines() or [""]))
 
 
-def _cells(fig: dict[str, Any]) -> list[str]:
+def _cells(fig: dict[str, Any], enough: bool = True) -> list[str]:
     fwd = fig["target_forwards"]
     return [
         str(fig["new_tokens"]),
@@ -138,33 +147,36 @@ def _cells(fig: dict[str, Any]) -> list[str]:
         f"{num(fig['tau'])}/{num(fig['accepted_per_step'])}",
         num(fig["target_tok_s"], "{:.1f}"),
         num(fig["dflash_tok_s"], "{:.1f}"),
-        num(fig["speedup"], "{:.2f}x"),
+        num(fig["speedup"] if enough else None, "{:.2f}x"),
     ]
 
 
-def _histogram(hist: dict[str, int], steps: int) -> str:
-    """One line: acceptance length -> steps, as a compact bar per length."""
+def _histogram(hist: dict[str, int], steps: int, fwd: int) -> str:
+    """One line: acceptance length -> steps, as a compact bar per length. The header says how
+    the steps relate to the table's fwd D (one prefill per prompt more)."""
     width = 20
     parts = []
     top = max(hist.values()) or 1
     for length, count in hist.items():
         bar = "█" * max(1 if count else 0, round(width * count / top))
         parts.append(f"{length:>2} {bar:<{width}} {count}")
-    return "acceptance lengths (tokens per step, bonus included) over {} steps:\n  ".format(steps) + "\n  ".join(parts)
+    head = (f"acceptance lengths (tokens per step, bonus included) over {steps} DFlash steps "
+            f"(the table's fwd D, {fwd}, counts these and each prompt's prefill):")
+    return head + "\n  " + "\n  ".join(parts)
 
 
 def verdict_line(res: SmokeResult) -> str:
     stats = res.overall() if res.runs else None
-    tau = num(stats["tau"]) if stats else "—"
-    speed = num(stats["speedup"], "{:.2f}x") if stats else "—"
-    if stats and not stats["speedup_plausible"]:
-        speed = "withheld (DF406)"
+    if stats:
+        word, tau, speed = acceptance_words(res, stats)
+    else:
+        word, tau, speed = None, "tau —", "—"
     same = sum(1 for r in res.runs if r.lossless.status in ("identical", "tie"))
-    status = "[bold green]PASS[/]" if res.exit_code == 0 else "[bold red]FAIL[/]"
+    status = word or ("[bold green]PASS[/]" if res.exit_code == 0 else "[bold red]FAIL[/]")
     against = " (against the dequantized target)" if res.quantization is not None else ""
     outputs = (f"outputs sampled ({res.sampling.rule}; lossless as distributions: tests/test_sampling_lossless.py)"
                if res.sampled else f"outputs match on {same}/{len(res.runs)} prompt(s){against}")
-    return f"{status}  tau {tau} (min {res.options.min_acceptance:g}), {outputs}, speedup {speed}"
+    return f"{status}  {tau}, {outputs}, speedup {speed}"
 
 
 def sampling_line(res: SmokeResult) -> str:

@@ -43,6 +43,23 @@ ROWS: tuple[tuple[str, str, str, str, str, str], ...] = (
      "the run did not happen, the pair is not judged).",
      "Free memory or raise the limit, use a machine or GPU with more memory, or lower --max-new-tokens "
      "and the prompts' length; run a float32 target in bfloat16."),
+    ("DF408", "too-little-evidence", "warning", "Too little evidence for a verdict on acceptance",
+     "tau is a mean over DFlash steps, and the steps of one prompt move together, so its 95% interval "
+     "is clustered by prompt (Student's t with prompts - 1 degrees of freedom). Below 32 DFlash steps or "
+     "3 prompts the interval is too wide to call either way (at 4 steps a tau of 5 could be 1 or 9), so "
+     "smoke-run gives no verdict on tau (DF403 is not judged) and withholds the speedup, which a few "
+     "steps' timing cannot support either. A warning: the exit code stays 0 unless another finding is an "
+     "error (the outputs are still checked token for token).",
+     "Give more tokens (-n), more prompts (-p, --prompts), or a suite (--suite)."),
+    ("DF409", "tau-far-below-published", "warning", "A suite's tau is far below the published figure",
+     "The draft is a published one (by repo id, or by the fingerprint of its config and tensor shapes), "
+     "and for a suite with a comparable published benchmark (math: GSM8K, Math500; code: HumanEval, MBPP; "
+     "chat: MT-Bench; the lowest of them, at the same temperature class) even the upper bound of the "
+     "measured tau's 95% interval is under 0.6 x the published tau. Honest differences (other prompts, "
+     "temperature, hardware) cost 20-25%; a draft run in fp16, the wrong chat template or thinking mode, "
+     "wrong target_layer_ids or block layout cost far more.",
+     "Keep the draft in bfloat16, check the chat template and --thinking, target_layer_ids and the block "
+     "layout (probe-taps measures them)."),
     ("DF410", "taps-not-best", "error", "Another tap set measures better than the configured one",
      "probe-taps measured the draft's acceptance with other target_layer_ids and found a set that beats "
      "the configured ids (or the configured ids cannot be right for fc.weight and the target). A draft "

@@ -122,6 +122,9 @@ class RunOptions:
     #: ``--layout``: run the draft as ``1+N`` or ``anchor-first`` whatever its config declares
     #: (smoke-run's option; probe-taps measures both layouts itself and forces none).
     layout: ClassVar[str | None] = None
+    #: ``--suite``: a prompt suite of the package (``sources/suites.py``) in place of ``-p``/``--prompts``
+    #: (smoke-run's option; probe-taps takes none).
+    suite: ClassVar[str | None] = None
 
     @property
     def chat_template(self) -> bool:
@@ -167,6 +170,7 @@ class SmokeOptions(RunOptions):
     """``dflash-ckpt smoke-run DRAFT --target TARGET``: ``RunOptions`` and smoke-run's own."""
 
     layout: str | None = None  # type: ignore[misc]  # smoke-run's --layout (a field here)
+    suite: str | None = None  # type: ignore[misc]  # smoke-run's --suite (a field here)
     tie_tolerance: float | None = None
     threads: int | None = None
     no_compile: bool = False
@@ -198,6 +202,13 @@ class SmokeOptions(RunOptions):
         from dflash_ckpt.errors import UsageError
 
         validate_engine_options(self)
+        if self.suite is not None:
+            from dflash_ckpt.sources.suites import load_suite
+
+            load_suite(self.suite)  # an unknown name: one DF004 line naming the choices
+            if self.custom_prompts:
+                raise UsageError(f"--suite {self.suite} runs the suite's prompts: give it or -p/--prompts, not both",
+                                 key="--suite")
         if self.tie_tolerance is not None and (not math.isfinite(self.tie_tolerance) or self.tie_tolerance < 0):
             raise UsageError(f"--tie-tolerance {self.tie_tolerance}: must be a number >= 0")
         if self.threads is not None and self.threads < 1:

@@ -50,9 +50,14 @@ def resolve_pair(opts: RunOptions) -> PairFolders:
 
 
 def encode_prompts(opts: RunOptions, target_dir: str | Path) -> tuple[list[Prompt], PromptEncoder, list[list[int]]]:
-    """The prompts (``-p``/``--prompts``, or the defaults), the encoder (the target's tokenizer
+    """The prompts (``--suite``, ``-p``/``--prompts``, or the defaults), the encoder (the target's tokenizer
     unless ``--tokenizer``) and each prompt's token ids; a prompt of no tokens is a usage error."""
-    prompts = gather_prompts(opts.prompt, opts.prompts)
+    if opts.suite:  # the package's prompts by task, named <suite>-NN (sources/suites.py)
+        from dflash_ckpt.sources.suites import suite_prompts
+
+        prompts = [Prompt(name, text) for _suite, name, text in suite_prompts(opts.suite)]
+    else:
+        prompts = gather_prompts(opts.prompt, opts.prompts)
     tok_dir = user_path(opts.tokenizer, "--tokenizer") if opts.tokenizer else Path(target_dir)
     if opts.tokenizer and not tok_dir.is_dir():
         raise InputError(f"--tokenizer {opts.tokenizer}: no such folder", code="DF001")

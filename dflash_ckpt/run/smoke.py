@@ -14,6 +14,9 @@ from the target's beyond a tie (DF401), the mean acceptance length is below ``--
 (DF403), or non-finite values reached the draft (DF404), or the pair is degenerate: a weight matrix
 reads back as zeros or one constant (DF413, sampled before loading), the target's logits tie at
 every position (DF414), every output is one token repeated (DF415); 2 for usage errors and unsupported pairs.
+Below the minimum of evidence (``runtime/confidence.py``: 32 DFlash steps over 3 prompts) tau gets
+no verdict: DF408, a warning, instead of DF403, and the speedup is withheld; a suite far below the
+published figure of a known draft is DF409, a warning (``checks/evidence_findings.py``).
 The thresholds (``--min-acceptance`` 2.0, the tie tolerance) are explained in ``runtime/measure.py``.
 
 ``run_smoke_run`` is the command's work from its options (``run/options.SmokeOptions``): no
@@ -34,6 +37,8 @@ from typing import Any, Callable
 
 from dflash_ckpt.checks.acceptance import refuse_unimplemented
 from dflash_ckpt.checks.degenerate import smoke_degenerate_findings
+from dflash_ckpt.checks.evidence_findings import evidence_findings
+from dflash_ckpt.checks.published import fingerprint, known_draft
 from dflash_ckpt.inspection import inspect_sources
 from dflash_ckpt.checks.layout_findings import smoke_layout_findings
 from dflash_ckpt.checks.precision import precision_findings
@@ -117,6 +122,7 @@ def run_smoke_run(opts: SmokeOptions, *, progress: Any = None, log: Callable[[st
                      backend=backend, target_inv=target_inv)
     plan, prompts, encoder, encoded, stops = pair.plan, pair.prompts, pair.encoder, pair.encoded, pair.stops
     result.backend = plan.backend
+    result.published_draft = known_draft(str(opts.draft)) or known_draft(fingerprint(pre.draft) or "-")
     result.prompt_format = prompt_format_causes(
         prompts, chat_template=encoder.uses_template, thinking=opts.thinking,
         custom=opts.custom_prompts, special_tokens=special_token_texts(encoder.special_tokens))
@@ -147,6 +153,7 @@ def run_smoke_run(opts: SmokeOptions, *, progress: Any = None, log: Callable[[st
         engine.run_into(result, prompts, encoded, encoder)
         result.findings = smoke_findings(result, target_layer_ids=plan.draft_args.target_layer_ids,
                                          mask_token_id=plan.draft_args.mask_token_id)
+        result.findings += evidence_findings(result.evidence(), min_acceptance=opts.min_acceptance)
         return result
     pair.check_memory(prepacked=device.type == "cpu" and opts.compile)
     unfilled = unfilled_weights(draft_dir, plan.draft_inv, target_dir, plan.target_inv)  # DF413
@@ -175,6 +182,7 @@ def run_smoke_run(opts: SmokeOptions, *, progress: Any = None, log: Callable[[st
     result.findings = smoke_findings(result, target_layer_ids=plan.draft_args.target_layer_ids,
                                      mask_token_id=plan.draft_args.mask_token_id) + smoke_degenerate_findings(result)
     result.findings += smoke_layout_findings(layout, resolve_layout(pre.draft.config))
+    result.findings += evidence_findings(result.evidence(), min_acceptance=opts.min_acceptance)  # DF408, DF409
     capability = None
     if device.type == "cuda":
         import torch  # noqa: PLC0415 - the run has loaded it already; inspect never gets here

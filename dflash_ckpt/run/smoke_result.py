@@ -13,6 +13,8 @@ from dflash_ckpt.inspection import InspectResult
 from dflash_ckpt.result import ResultShape
 from dflash_ckpt.rules import Finding, Severity
 from dflash_ckpt.run.options import SmokeOptions
+from dflash_ckpt.run.smoke_evidence import Evidence, gather_evidence
+from dflash_ckpt.runtime.confidence import TOO_LITTLE
 from dflash_ckpt.runtime.measure import TIMING_TOKENS, PromptRun, overall_figures
 from dflash_ckpt.runtime.sampling_settings import SamplingSettings
 
@@ -71,17 +73,46 @@ class SmokeResult(ResultShape):
     @property
     def sampled(self) -> bool:
         return not self.sampling.greedy
+    #: The published draft this one was recognised as (repo id, or the fingerprint of a local
+    #: copy: ``checks/published.py``), whose figures the report sets beside the suites' taus.
+    published_draft: str | None = None
 
     @property
     def exit_code(self) -> int:
         errors = any(f.severity == Severity.ERROR for f in self.findings)
         return 1 if self.refused or errors else 0
 
+    def _figures(self) -> tuple[dict[str, Any], Evidence]:
+        base = overall_figures(self.runs, self.verify_width or self.block_size or 1)
+        return base, gather_evidence(self.runs, base, published_draft=self.published_draft,
+                                     temperature=float(getattr(self.options, "temperature", 0.0) or 0.0))
+
+    def evidence(self) -> Evidence:
+        """tau's interval overall and per suite, the speedup's, the published figures beside them
+        (``run/smoke_evidence.py``)."""
+        return self._figures()[1]
+
     def overall(self) -> dict[str, Any]:
-        return overall_figures(self.runs, self.verify_width or self.block_size or 1)
+        """The figures over every prompt (``runtime/measure.overall_figures``) with tau's interval
+        and the evidence they rest on; the speedup is None when withheld (too little evidence,
+        DF406), ``speedup_withheld`` says why."""
+        base, ev = self._figures()
+        out = {**base, **ev.overall_json()}
+        if ev.speedup.withheld is not None:
+            out["speedup"] = None
+        return out
+
+    def _prompt_json(self, run: PromptRun, enough: bool) -> dict[str, Any]:
+        """A prompt's JSON; its speedup is withheld, as the overall one, below the minimum of evidence."""
+        doc = run.to_json(self.verify_width or self.block_size or 1)
+        doc["speedup_withheld"] = None if enough or doc["speedup"] is None else TOO_LITTLE
+        if not enough:
+            doc["speedup"] = None
+        return doc
 
     def to_json(self) -> dict[str, Any]:
         o = self.options
+        enough = self.evidence().enough if self.runs else False
         return {
             "draft": self.draft_label,
             "target": self.target_label,
@@ -120,10 +151,13 @@ class SmokeResult(ResultShape):
                 # How the outputs were judged lossless: one teacher-forced forward (greedy, DF401),
                 # or, sampled, as distributions by tests/test_sampling_lossless.py.
                 "lossless": "sampled" if self.sampled else "teacher-forced",
+                "suite": getattr(o, "suite", None),
+                "published_draft": self.published_draft,
             },
             "engine_run": self.engine_run,
             "overall": self.overall() if self.runs else None,
-            "prompts": [r.to_json(self.verify_width or self.block_size or 1) for r in self.runs],
+            "prompts": [self._prompt_json(r, enough) for r in self.runs],
+            "suites": self.evidence().suites_json() if self.runs else None,
             "quantization": self.quantization,
         }
 
