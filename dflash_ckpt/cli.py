@@ -127,7 +127,8 @@ def rules(
         chosen = list(RULES.values()) if rule is None else [rule]
         print_json(document("rules", [r.to_json() for r in chosen], 0))
         return
-    from dflash_ckpt.commands.output import make_console, render_rule, render_rules
+    from dflash_ckpt.console import make_console
+    from dflash_ckpt.commands.inspect_report import render_rule, render_rules
 
     if rule is None:
         render_rules(make_console(), RULES.values())

@@ -8,7 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from dflash_ckpt.commands.output import safe
+from dflash_ckpt.console import safe
 
 
 def num(value: float | None, fmt: str = "{:.2f}") -> str:

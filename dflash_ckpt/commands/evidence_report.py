@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dflash_ckpt.commands.output import safe
-from dflash_ckpt.runtime.confidence import MIN_PROMPTS, MIN_STEPS
+from dflash_ckpt.console import safe
 
 
 def _ci(interval: Any, fmt: str = "{:.2f}") -> str:
@@ -19,7 +18,7 @@ def _ci(interval: Any, fmt: str = "{:.2f}") -> str:
 
 def confidence_lines(ev: Any) -> list[str]:
     """tau with its standard error and interval (the speedup's is on the verdict line); nothing
-    below the minimum of evidence (at least ``MIN_STEPS`` steps over ``MIN_PROMPTS`` prompts),
+    below the minimum of evidence (``runtime/confidence.py``: MIN_STEPS steps over MIN_PROMPTS prompts),
     where DF408 and the verdict line say what is missing."""
     t = ev.overall
     if t.steps == 0:
@@ -77,6 +76,3 @@ def acceptance_words(res: Any, stats: dict[str, Any]) -> tuple[str | None, str, 
     else:
         speed = "—"
     return None, words, speed
-
-
-__all__ = ["acceptance_words", "confidence_lines", "suite_lines"]

@@ -17,7 +17,8 @@ def report_inspect(run: Callable[[], InspectRun], *, json_out: bool, quiet: bool
     if json_out:
         print_document(result.envelope(), output_format, annotations)
         return result.exit_code
-    from dflash_ckpt.commands.output import make_console, render_result, render_summary  # rich: people only
+    from dflash_ckpt.console import make_console
+    from dflash_ckpt.commands.inspect_report import render_result, render_summary  # rich: people only
 
     console = make_console()
     results = result.results

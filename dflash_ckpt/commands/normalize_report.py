@@ -11,7 +11,7 @@ from rich.table import Table
 
 from dflash_ckpt.checks.engines.registry import READERS
 from dflash_ckpt.canonical.run import Outcome
-from dflash_ckpt.commands.output import make_console, print_line, safe
+from dflash_ckpt.console import make_console, print_error_lines, print_line, safe
 from dflash_ckpt.errors import error_line
 from dflash_ckpt.canonical.fsops import human_bytes
 from dflash_ckpt.rules import Severity
@@ -22,10 +22,7 @@ def render_normalize(oc: Outcome) -> None:
     req = oc.req
     if oc.error is not None:
         # the error line itself is printed by the CLI; failed checks are listed first
-        err_console = make_console(stderr=True)
-        for f in oc.findings:
-            if f.severity == Severity.ERROR:
-                print_line(err_console, f.line(oc.label))
+        print_error_lines(make_console(stderr=True), oc.findings, oc.label)
         return
     if req.quiet:
         if req.check and oc.plan is not None and oc.plan.changed:

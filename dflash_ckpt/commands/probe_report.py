@@ -8,10 +8,9 @@ from rich.console import Console
 from rich.table import Table
 
 from dflash_ckpt.json_out import print_document
-from dflash_ckpt.commands.output import make_console, print_line, print_stacked, render_findings, run_live, safe, table_width
+from dflash_ckpt.console import make_console, print_error_lines, print_line, print_stacked, render_findings, run_live, safe, table_width
 from dflash_ckpt.run.probe_result import ProbeResult
 from dflash_ckpt.errors import inert
-from dflash_ckpt.rules import Severity
 
 
 def report_probe(run: Callable[..., ProbeResult], *, json_out: bool, quiet: bool, output_format: str = "json",
@@ -48,9 +47,7 @@ def wrote_line(res: ProbeResult) -> str:
 
 
 def render_errors(console: Console, res: ProbeResult) -> None:
-    for f in [*res.refused, *res.findings]:
-        if f.severity == Severity.ERROR:
-            print_line(console, f.line(res.draft_label))
+    print_error_lines(console, [*res.refused, *res.findings], res.draft_label)
 
 
 def _ids(ids: Any) -> str:

@@ -9,9 +9,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from dflash_ckpt.draftspec.quant_layers import summary_line
-from dflash_ckpt.errors import inert
-from dflash_ckpt.commands.output import (print_line, print_stacked, render_findings, render_result, render_serve, safe,
-                                         table_width)
+from dflash_ckpt.console import indented, print_error_lines, print_line, print_stacked, render_findings, safe, table_width
+from dflash_ckpt.commands.inspect_report import render_result, render_serve
 from dflash_ckpt.checks.run_findings import missing_taps, probe_taps_command
 from dflash_ckpt.rules import Severity
 from dflash_ckpt.run.smoke_result import SmokeResult
@@ -128,15 +127,10 @@ def render_texts(console: Console, res: SmokeResult) -> None:
     """``--show-text``: each prompt's DFlash output as text, and the target's where it differs."""
     for run in res.runs:
         console.print(f"[bold]{safe(run.prompt.name)}[/] DFlash output ({len(run.dflash.tokens)} tokens):")
-        console.print(_indent(run.dflash_text), markup=False, highlight=False)
+        console.print(indented(run.dflash_text), markup=False, highlight=False)
         if run.target_text != run.dflash_text and run.lossless.status != "sampled":
             console.print(f"[bold]{safe(run.prompt.name)}[/] target-only output ({len(run.target.tokens)} tokens):")
-            console.print(_indent(run.target_text), markup=False, highlight=False)
-
-
-def _indent(text: str) -> str:
-    """Generated text, indented, each line inert (a tokenizer can decode to terminal escapes)."""
-    return "\n".join("  " + inert(line) for line in (text.splitlines() or [""]))
+            console.print(indented(run.target_text), markup=False, highlight=False)
 
 
 def _cells(fig: dict[str, Any], enough: bool = True) -> list[str]:
@@ -198,10 +192,7 @@ def _dtype_note(ran: str | None, stored: str | None) -> str:
 
 def render_error_lines(console: Console, res: SmokeResult) -> None:
     findings = list(res.precheck.findings) if res.refused and res.precheck else []
-    findings += res.findings
-    for f in findings:
-        if f.severity == Severity.ERROR:
-            print_line(console, f.line(res.draft_label))
+    print_error_lines(console, findings + res.findings, res.draft_label)
 
 
 def _layout_note(res: Any) -> str:
@@ -217,7 +208,7 @@ def report_smoke(run: Callable[..., SmokeResult], *, json_out: bool, quiet: bool
     """Call ``run(progress=, log=)`` as ``output.run_live`` shows it (a bar counting tokens), print
     its report or document, return the exit code."""
     from dflash_ckpt.json_out import print_document
-    from dflash_ckpt.commands.output import make_console, run_live
+    from dflash_ckpt.console import make_console, run_live
 
     console = make_console()
     result = run_live(run, json_out=json_out, quiet=quiet, output_format=output_format, unit="tokens")
