@@ -216,8 +216,9 @@ def test_sampled_comparison_skips_tokens_and_compares_acceptance() -> None:
     assert summary["investigate"] is False
     low = [run("a", [1], [1] * 40), run("b", [1], [1] * 40)]
     high = [run("a", [1], [4] * 40), run("b", [1], [4] * 40)]
-    assert [f.code for f in engine_findings("vLLM", compare_prompts(high, low, [[], []], block=4, tolerance=0.5,
-                                                                    sampled=True), high, low, 0.5)] == ["DF426"]
+    found = engine_findings("vLLM", compare_prompts(high, low, [[], []], block=4, tolerance=0.5, sampled=True),
+                            high, low, 0.5, sampled=True)
+    assert [f.code for f in found] == ["DF426"] and "rerun greedy" in found[0].message
 
 
 def test_max_model_len_too_short_is_a_usage_error() -> None:

@@ -33,6 +33,10 @@ from dflash_ckpt.rules import Finding, finding
 
 LESS_FRACTION = 0.75
 LESS_Z = 2.0
+#: DF426's last clause on a sampled run: a greedy run tells a draft read differently (it falls
+#: greedy too) from the engine's sampled verification (greedy agrees).
+SAMPLED_HINT = ("; the run sampled (the engine's rejection rule): rerun greedy (no --temperature), and if the "
+                "engine agrees there, its sampled verification is what accepts less")
 
 
 @dataclass
@@ -128,7 +132,7 @@ def accepts_less(ref_lengths: Sequence[int], eng_lengths: Sequence[int]) -> tupl
 
 
 def engine_findings(engine: str, comparisons: Sequence[PromptComparison], ref_runs: Sequence[Any],
-                    eng_runs: Sequence[Any], tolerance: float) -> list[Finding]:
+                    eng_runs: Sequence[Any], tolerance: float, sampled: bool = False) -> list[Finding]:
     """DF427 per prompt whose outputs differ beyond a tie; DF426 over all prompts' steps."""
     out: list[Finding] = []
     for c in comparisons:
@@ -148,7 +152,8 @@ def engine_findings(engine: str, comparisons: Sequence[PromptComparison], ref_ru
                                     f"reference runtime's {tr - 1:.2f} (tau {tr:.2f}) on the same ids, below "
                                     f"{LESS_FRACTION:g} of it by {z:.1f} standard errors: {engine} reads this draft "
                                     "differently (tap offset, ignored sink or sliding-window keys, another block "
-                                    "layout); compare inspect's reader row for it", path=None))
+                                    "layout); compare inspect's reader row for it" + (SAMPLED_HINT if sampled else ""),
+                           path=None))
     return out
 
 

@@ -130,4 +130,4 @@ class EngineRun:
                                                                  block)
         result.engine_runs = runs
         result.comparisons = comparisons
-        return engine_findings("vLLM", comparisons, result.runs, runs, tol)
+        return engine_findings("vLLM", comparisons, result.runs, runs, tol, sampled=self.sampled)
