@@ -83,6 +83,14 @@ def test_vllm_without_dflash(tmp_path: Path) -> None:
     assert res.code == 2 and "DF421 error" in error_line(res) and "has no DFlash" in error_line(res)
 
 
+def test_sampling_is_no_longer_refused_with_vllm(tmp_path: Path) -> None:
+    """``--temperature`` with ``--engine vllm|both`` passes validation (it was one DF004 line):
+    the run gets as far as the install's own refusal."""
+    for engine in ("vllm", "both"):
+        res = engine_run(fake_vllm(tmp_path / engine, dflash=False), "--engine", engine, "--temperature", "0.6")
+        assert res.code == 2 and "DF421 error" in error_line(res) and "DF004" not in res.stderr, res.stderr
+
+
 def test_dflash2_on_the_cpu_build(tmp_path: Path) -> None:
     res = engine_run(fake_vllm(tmp_path), "--engine", "vllm", pair=(str(TINY / "draft2"), str(TINY / "target")))
     assert res.code == 2
@@ -161,6 +169,56 @@ def test_pass_through_reaches_vllm_llm(monkeypatch: pytest.MonkeyPatch) -> None:
     assert kw["gpu_memory_utilization"] == 0.8 and kw["dtype"] == "bfloat16" and kw["enforce_eager"]
     assert kw["speculative_config"] == {"method": "dflash", "model": req["draft"], "num_speculative_tokens": 15}
     assert "speculative_config" not in calls[1]
+
+
+def test_sampling_reaches_vllm_sampling_params() -> None:
+    """Sampled, the request carries temperature, top-p, top-k and seed, the child hands them to
+    ``SamplingParams`` (top-k 0 is off in vLLM too) and skips the teacher-forced rows; greedy
+    stays temperature 0 with no sampling in the request."""
+    from dflash_ckpt.runtime.sampling_settings import make_settings
+
+    common = dict(target_dir=TINY / "target", draft_dir=TINY / "draft", dtype="bfloat16", block_size=16,
+                  encoded=[[1, 2, 3]], max_new_tokens=8, stop_ids=[7], max_positions=None)
+    sampled = build_request(EngineOptions("vllm"), **common, sampling=make_settings(0.6, 0.9, 20, 5, "match"))
+    greedy = build_request(EngineOptions("vllm"), **common, sampling=make_settings())
+    assert sampled["sampling"] == {"temperature": 0.6, "top_p": 0.9, "top_k": 20, "seed": 5}
+    assert greedy["sampling"] is None
+    spec = importlib.util.spec_from_file_location("vllm_child_sampling", ROOT / "dflash_ckpt" / "engines" / "vllm_child.py")
+    child = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(child)
+    kw = child.sampling_kwargs(sampled, 8)
+    assert (kw["temperature"], kw["top_p"], kw["top_k"], kw["seed"], kw["max_tokens"]) == (0.6, 0.9, 20, 5, 8)
+    assert child.sampling_kwargs(greedy, 4) == {"temperature": 0.0, "max_tokens": 4, "stop_token_ids": [7],
+                                                "ignore_eos": True, "detokenize": False}
+
+
+def test_sampled_comparison_skips_tokens_and_compares_acceptance() -> None:
+    """Sampled ``--engine both``: no token comparison (so no DF427 however the draws differ),
+    both taus with intervals and a homogeneity test from vLLM's own counters; DF426 still holds."""
+    from types import SimpleNamespace
+
+    from dflash_ckpt.checks.engine_compare import acceptance_summary, compare_prompts, engine_findings
+
+    def run(name: str, tokens: list[int], lengths: list[int]) -> Any:
+        return SimpleNamespace(prompt=SimpleNamespace(name=name),
+                               dflash=SimpleNamespace(tokens=tokens, acceptance_lengths=lengths),
+                               figures=lambda block: {"tau": sum(lengths) / len(lengths), "target_tok_s": None,
+                                                      "dflash_tok_s": None})
+
+    ref = [run("a", [1, 2, 3], [3, 2, 4, 1]), run("b", [4, 5], [2, 2, 3])]
+    eng = [run("a", [9, 9, 9], [3, 3, 1, 2]), run("b", [8], [2, 4, 1])]
+    comps = compare_prompts(ref, eng, [[], []], block=4, tolerance=0.5, sampled=True)
+    assert all(c.difference == "sampled" and c.first_difference is None and not c.tokens_equal for c in comps)
+    assert not any(f.code == "DF427" for f in engine_findings("vLLM", comps, ref, eng, 0.5))
+    summary = acceptance_summary(ref, eng, {"drafts": 7, "accepted_per_pos": [5, 3, 1]}, block=4)
+    assert summary["reference"]["tau"] == round(17 / 7, 4) and summary["engine"]["tau"] == round(16 / 7, 4)
+    assert summary["reference"]["ci95"] is not None and summary["homogeneity"]["p_value"] > 0.01
+    assert summary["investigate"] is False
+    low = [run("a", [1], [1] * 40), run("b", [1], [1] * 40)]
+    high = [run("a", [1], [4] * 40), run("b", [1], [4] * 40)]
+    found = engine_findings("vLLM", compare_prompts(high, low, [[], []], block=4, tolerance=0.5, sampled=True),
+                            high, low, 0.5, sampled=True)
+    assert [f.code for f in found] == ["DF426"] and "rerun greedy" in found[0].message
 
 
 def test_max_model_len_too_short_is_a_usage_error() -> None:

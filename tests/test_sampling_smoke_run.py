@@ -95,7 +95,6 @@ def test_sampling_usage_errors_are_one_line(cli, tmp_path: Path) -> None:
     cases = [
         ((PAIR[1],), ["--temperature", "-1"], "--temperature"),
         ((PAIR[1],), ["--top-p", "0"], "--top-p"),
-        ((PAIR[1],), ["--temperature", "0.6", "--engine", "vllm"], "--engine vllm runs greedy only"),
         ((str(bare),), ["--sampling", "generation-config"], "generation_config.json does not exist"),
     ]
     for (target,), args, msg in cases:

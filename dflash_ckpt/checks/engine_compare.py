@@ -6,6 +6,12 @@ log-probabilities at that position (raw log-probabilities differ from logits by 
 row, so their gap is the logit gap the reference judge uses); acceptance lengths equal or the
 first step where they part; per-position acceptance counts; tau and tok/s of each.
 
+Sampled runs (``sampled=True``): each output is one draw, so tokens are not compared (DF427 and
+the teacher-forced rows are for greedy; ``difference`` is ``sampled``) and only acceptance is:
+DF426 holds as it is, vLLM verifies with its rejection sampler and DFlash's argmax drafts give
+``match`` and ``rejection`` the same law, and ``acceptance_summary`` sets both taus with their
+intervals beside a homogeneity test (a signal to look, in the JSON only).
+
 Findings: DF427 when an output differs beyond a tie; DF426 when the engine accepts materially
 fewer drafts. The threshold (``LESS_FRACTION``, ``LESS_Z``): on the same ids, greedy, two correct
 implementations accept the same drafts except where a near tie flips one (the tiny pair: 26
@@ -27,6 +33,10 @@ from dflash_ckpt.rules import Finding, finding
 
 LESS_FRACTION = 0.75
 LESS_Z = 2.0
+#: DF426's last clause on a sampled run: a greedy run tells a draft read differently (it falls
+#: greedy too) from the engine's sampled verification (greedy agrees).
+SAMPLED_HINT = ("; the run sampled (the engine's rejection rule): rerun greedy (no --temperature), and if the "
+                "engine agrees there, its sampled verification is what accepts less")
 
 
 @dataclass
@@ -78,21 +88,23 @@ def judge_difference(top: Sequence[Sequence[float]], ref_token: int | None, eng_
 
 
 def compare_prompts(ref_runs: Sequence[Any], eng_runs: Sequence[Any], tops: Sequence[Sequence[Any]], *,
-                    block: int, tolerance: float) -> list[PromptComparison]:
+                    block: int, tolerance: float, sampled: bool = False) -> list[PromptComparison]:
     out = []
     for ref, eng, top in zip(ref_runs, eng_runs, tops):
         a, b = ref.dflash.tokens, eng.dflash.tokens
-        j = _first_apart(a, b)
+        j = None if sampled else _first_apart(a, b)
         kind = margin = None
         rt = et = None
-        if j is not None:
+        if sampled:
+            kind = "sampled"
+        elif j is not None:
             rt = a[j] if j < len(a) else None
             et = b[j] if j < len(b) else None
             kind, margin = judge_difference(top[j] if j < len(top) else [], rt, et, tolerance)
         la, lb = ref.dflash.acceptance_lengths, eng.dflash.acceptance_lengths
         fr, fe = ref.figures(block), eng.figures(block)
         out.append(PromptComparison(
-            ref.prompt.name, j is None, j, kind, margin, rt, et, list(la) == list(lb), _first_apart(la, lb),
+            ref.prompt.name, not sampled and j is None, j, kind, margin, rt, et, list(la) == list(lb), _first_apart(la, lb),
             per_position(la, block), per_position(lb, block), fr["tau"], fe["tau"],
             {"target_only": fr["target_tok_s"], "dflash": fr["dflash_tok_s"]},
             {"target_only": fe["target_tok_s"], "dflash": fe["dflash_tok_s"]}))
@@ -120,7 +132,7 @@ def accepts_less(ref_lengths: Sequence[int], eng_lengths: Sequence[int]) -> tupl
 
 
 def engine_findings(engine: str, comparisons: Sequence[PromptComparison], ref_runs: Sequence[Any],
-                    eng_runs: Sequence[Any], tolerance: float) -> list[Finding]:
+                    eng_runs: Sequence[Any], tolerance: float, sampled: bool = False) -> list[Finding]:
     """DF427 per prompt whose outputs differ beyond a tie; DF426 over all prompts' steps."""
     out: list[Finding] = []
     for c in comparisons:
@@ -140,5 +152,36 @@ def engine_findings(engine: str, comparisons: Sequence[PromptComparison], ref_ru
                                     f"reference runtime's {tr - 1:.2f} (tau {tr:.2f}) on the same ids, below "
                                     f"{LESS_FRACTION:g} of it by {z:.1f} standard errors: {engine} reads this draft "
                                     "differently (tap offset, ignored sink or sliding-window keys, another block "
-                                    "layout); compare inspect's reader row for it", path=None))
+                                    "layout); compare inspect's reader row for it" + (SAMPLED_HINT if sampled else ""),
+                           path=None))
+    return out
+
+
+#: A homogeneity p-value under this asks for a look at the two acceptance distributions.
+INVESTIGATE_P = 0.01
+
+
+def acceptance_summary(ref_runs: Sequence[Any], eng_runs: Sequence[Any], eng_metrics: dict[str, Any],
+                       block: int) -> dict[str, Any]:
+    """Both engines' tau with its 95% interval over prompts (``runtime/confidence.tau_estimate``),
+    and Pearson's homogeneity test of the accepted-count distributions, ours from the steps and
+    the engine's from its own counters (``engine_accepted_counts``)."""
+    from dflash_ckpt.runtime.confidence import (accepted_counts, engine_accepted_counts, homogeneity,
+                                                tau_estimate)
+
+    ref_tau = tau_estimate([r.dflash.acceptance_lengths for r in ref_runs])
+    eng_tau = tau_estimate([r.dflash.acceptance_lengths for r in eng_runs])
+    out: dict[str, Any] = {"reference": ref_tau.to_json() if ref_tau.steps else None,
+                           "engine": eng_tau.to_json() if eng_tau.steps else None, "homogeneity": None,
+                           "investigate": False}
+    drafts = max(block - 1, 0)
+    per_pos = list(eng_metrics.get("accepted_per_pos") or [])[:drafts]
+    try:
+        ours = accepted_counts([n for r in ref_runs for n in r.dflash.acceptance_lengths], drafts)
+        theirs = engine_accepted_counts(int(eng_metrics.get("drafts", 0)), per_pos + [0] * (drafts - len(per_pos)))
+        test = homogeneity(ours, theirs)
+    except ValueError:
+        return out
+    out["homogeneity"] = {"statistic": test.statistic, "dof": test.dof, "p_value": test.p_value, "cells": test.cells}
+    out["investigate"] = test.dof > 0 and test.p_value < INVESTIGATE_P
     return out

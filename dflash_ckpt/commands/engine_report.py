@@ -25,7 +25,8 @@ def engine_line(res: Any) -> str | None:
     return (f"vLLM {run.get('version')} ({run.get('distribution')}, {safe(run.get('python') or '')}): engine start "
             f"{starts['dflash']:.1f} s with DFlash, {starts['target_only']:.1f} s target only; its counters: "
             f"{m['drafts']} drafts, {m['accepted']} accepted, tau {num(run['vllm_tau'])}, per position "
-            f"{m['accepted_per_pos']}")
+            f"{m['accepted_per_pos']}" + (f"; sampled, verified by vLLM's {run['rule']} rule, tokens not compared"
+                                           if run.get("sampling") else ""))
 
 
 def render_comparison(console: Console, res: Any) -> None:
@@ -37,7 +38,9 @@ def render_comparison(console: Console, res: Any) -> None:
         table.add_column(col, justify="left" if col in ("prompt", "tokens", "acceptance") else "right",
                          no_wrap=col != "prompt", overflow="fold")
     for c in res.comparisons:
-        if c.tokens_equal:
+        if c.difference == "sampled":
+            tokens = "not compared (sampled)"
+        elif c.tokens_equal:
             tokens = "[green]equal[/]"
         else:
             gap = "" if c.margin is None else f", gap {c.margin:.3g}"

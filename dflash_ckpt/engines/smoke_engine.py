@@ -6,20 +6,26 @@ on after starting (DF422-DF424); ``prepare`` builds the child's request from the
 reference path's ids, stops, block and dtype) and checks vLLM's own memory budget (DF407);
 ``run_into`` fills a ``SmokeResult`` with vLLM's runs (``--engine vllm``); ``compare_into``
 runs vLLM beside the reference's runs and returns DF426/DF427 (``--engine both``).
+
+Sampled runs (temperature > 0): vLLM samples with the run's temperature, top-p, top-k and seed
+and verifies with its own rejection sampler (``vllm_smoke.RULE``); with DFlash's argmax drafts
+``match`` and ``rejection`` have the same law, so its acceptance is compared with ours whichever
+rule the reference ran, and the rule vLLM ran is named (``--engine vllm`` records it as the run's
+rule). Tokens are not compared (no DF427), acceptance is (DF426, ``acceptance_summary``).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
-from dflash_ckpt.checks.engine_compare import compare_prompts, engine_findings
+from dflash_ckpt.checks.engine_compare import acceptance_summary, compare_prompts, engine_findings
 from dflash_ckpt.engines.vllm_facts import VllmFacts, read_facts
 from dflash_ckpt.engines.vllm_run import DEFAULT_TIMEOUT_S, parse_engine_args, refuse_install, refuse_pair
-from dflash_ckpt.engines.vllm_smoke import (EngineOptions, build_request, check_engine_memory, engine_summary,
-                                            run_vllm, to_runs)
+from dflash_ckpt.engines.vllm_smoke import (RULE, EngineOptions, build_request, check_engine_memory,
+                                            engine_summary, run_vllm, to_runs)
 from dflash_ckpt.errors import UsageError
 from dflash_ckpt.rules import Finding
 
@@ -69,8 +75,9 @@ class EngineRun:
                     target_config=target.config, target_where=target.where)
 
     def prepare(self, *, draft_dir: Path, target_dir: Path, plan: Any, encoded: Sequence[list[int]],
-                stops: Sequence[int], max_new_tokens: int, where: str, max_positions: Any) -> None:
-        """The child's request from the run's plan, and vLLM's memory budget (DF407)."""
+                stops: Sequence[int], max_new_tokens: int, where: str, max_positions: Any,
+                sampling: Any = None) -> None:
+        """The child's request from the run's plan and sampling, and vLLM's memory budget (DF407)."""
         from dflash_ckpt.runtime.loading import dtype_name
         from dflash_ckpt.runtime.measure import TIE_TOLERANCE
         from dflash_ckpt.runtime.memory import needed_bytes
@@ -82,16 +89,21 @@ class EngineRun:
         self.request = build_request(self.options, target_dir=target_dir, draft_dir=draft_dir,
                                      dtype=dtype_name(plan.target_dtype), block_size=plan.block_size, encoded=encoded,
                                      max_new_tokens=max_new_tokens, stop_ids=stops,
-                                     max_positions=max_positions if isinstance(max_positions, int) else None)
+                                     max_positions=max_positions if isinstance(max_positions, int) else None,
+                                     sampling=sampling)
+
+    @property
+    def sampled(self) -> bool:
+        return bool(self.request.get("sampling"))
 
     def _run(self, result: Any, prompts: Sequence[Any], encoded: Sequence[list[int]], encoder: Any) -> tuple[list[Any], list[Any]]:
         tol = result.tie_tolerance if result.tie_tolerance is not None else self.tie_tolerance
         raw = run_vllm(self.request, facts=self.facts, eng=self.options, kv_space_gib=self.kv_space_gib,
                        where=result.target_label)
-        runs, extras, tops = to_runs(raw, prompts, encoded, encoder, tie_tolerance=tol)
+        runs, extras, tops = to_runs(raw, prompts, encoded, encoder, tie_tolerance=tol, sampled=self.sampled)
         for run in runs:
             run.input_text = encoder.render(run.prompt)
-        result.engine_run = engine_summary(raw, self.facts, self.options, extras)
+        result.engine_run = engine_summary(raw, self.facts, self.options, extras, self.request.get("sampling"))
         return runs, tops
 
     def run_into(self, result: Any, prompts: Sequence[Any], encoded: Sequence[list[int]], encoder: Any) -> None:
@@ -100,16 +112,22 @@ class EngineRun:
         result.device = "cpu" if self.facts.cpu_build else "cuda"
         result.draft_dtype = result.target_dtype  # vLLM runs the draft in the target's dtype
         result.step_clock = "wall"
+        if self.sampled:  # the rule that ran is vLLM's, whatever --verify said
+            result.sampling = replace(result.sampling, rule=RULE)
         result.runs, _ = self._run(result, prompts, encoded, encoder)
 
     def compare_into(self, result: Any, prompts: Sequence[Any], encoded: Sequence[list[int]], encoder: Any) -> list[Finding]:
         """``--engine both``: vLLM's runs beside the reference's (``result.runs``), compared."""
         runs, tops = self._run(result, prompts, encoded, encoder)
         tol = result.tie_tolerance if result.tie_tolerance is not None else self.tie_tolerance
-        comparisons = compare_prompts(result.runs, runs, tops, block=result.block_size or 1, tolerance=tol)
+        block = result.block_size or 1
+        comparisons = compare_prompts(result.runs, runs, tops, block=block, tolerance=tol, sampled=self.sampled)
         assert result.engine_run is not None
-        result.engine_run["runs"] = [r.to_json(result.block_size or 1) for r in runs]
+        result.engine_run["runs"] = [r.to_json(block) for r in runs]
         result.engine_run["comparison"] = [c.to_json() for c in comparisons]
+        if self.sampled:
+            result.engine_run["acceptance"] = acceptance_summary(result.runs, runs, result.engine_run["vllm_metrics"],
+                                                                 block)
         result.engine_runs = runs
         result.comparisons = comparisons
-        return engine_findings("vLLM", comparisons, result.runs, runs, tol)
+        return engine_findings("vLLM", comparisons, result.runs, runs, tol, sampled=self.sampled)

@@ -9,7 +9,9 @@ vLLM), reads the result JSON and kills the child's whole process group afterward
 
 What it measures, per phase (``dflash``: the target with the draft as vLLM's ``dflash`` method;
 ``target``: the target alone), on the token ids the parent built (the reference path's chat
-template, thinking switch and stop ids), greedy, one prompt at a time:
+template, thinking switch and stop ids), one prompt at a time, greedy or (the request's
+``sampling``) with the run's temperature, top-p, top-k and seed, which vLLM's V1 rejection
+sampler verifies (DFlash's drafts are argmax: the ``rejection`` rule):
 
 - Each prompt goes through ``LLMEngine.add_request`` and is stepped by hand with
   ``output_kind=DELTA`` and vLLM's engine core in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``),
@@ -17,7 +19,7 @@ template, thinking switch and stop ids), greedy, one prompt at a time:
   (the first step is the prefill), and its wall time, taken by us around the call, is the step time.
 - vLLM's own speculative counters (``LLM.get_metrics()``: drafts, draft tokens, accepted tokens,
   accepted per position), read before and after each prompt and differenced.
-- ``target`` also scores each DFlash output teacher forced: one prefill of prompt + DFlash tokens
+- ``target`` also scores each greedy DFlash output teacher forced: one prefill of prompt + DFlash tokens
   with ``prompt_logprobs``, whose raw log-probabilities differ from the logits by one constant per
   row, so a row's argmax, the DFlash token's margin below it and its rank are what the reference
   judge (``runtime/judge.py``) reads from logits.
@@ -87,14 +89,26 @@ def shut_down(llm: Any) -> None:
     gc.collect()
 
 
+def sampling_kwargs(req: dict[str, Any], max_tokens: int) -> dict[str, Any]:
+    """``SamplingParams``' keywords for one decode: greedy (temperature 0), or the request's
+    ``sampling`` (temperature, top-p, top-k with 0 as off, as vLLM spells it, and the seed, so a
+    rerun draws the same tokens)."""
+    kwargs: dict[str, Any] = dict(temperature=0.0, max_tokens=max_tokens, stop_token_ids=req["stop_token_ids"] or None,
+                                  ignore_eos=True, detokenize=False)
+    sampling = req.get("sampling")
+    if sampling:
+        kwargs.update(temperature=float(sampling["temperature"]), top_p=float(sampling["top_p"]),
+                      top_k=int(sampling["top_k"]), seed=int(sampling["seed"]))
+    return kwargs
+
+
 def decode(llm: Any, ids: list[int], req: dict[str, Any], max_tokens: int, rid: str) -> dict[str, Any]:
-    """Greedy decoding of ``ids``, stepped by hand: tokens, new tokens per step, step times."""
+    """Decoding of ``ids`` (``sampling_kwargs``), stepped by hand: tokens, new tokens per step, step times."""
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
     from vllm.sampling_params import RequestOutputKind
 
-    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, stop_token_ids=req["stop_token_ids"] or None,
-                            ignore_eos=True, detokenize=False, output_kind=RequestOutputKind.DELTA)
+    params = SamplingParams(**sampling_kwargs(req, max_tokens), output_kind=RequestOutputKind.DELTA)
     engine = llm.llm_engine
     engine.add_request(rid, TokensPrompt(prompt_token_ids=ids), params)
     tokens: list[int] = []
@@ -147,7 +161,7 @@ def run_phase(req: dict[str, Any], name: str, dflash_tokens: list[list[int]] | N
             run = decode(llm, ids, req, req["max_new_tokens"], f"{name}-{i}")
             if name == "dflash":
                 run["metrics"] = metrics_delta(spec_metrics(llm), before)
-            elif dflash_tokens is not None:
+            elif dflash_tokens is not None and not req.get("sampling"):  # a sampled output: no argmax to judge
                 run["rows"] = teacher_forced(llm, ids, dflash_tokens[i], req["logprobs"], f"tf-{i}")
             phase["prompts"].append(run)
     finally:

@@ -31,6 +31,9 @@ DEFAULT_KV_SPACE_GIB = 1
 #: (vLLM always adds the chosen token with its rank); 5 also places near runners-up.
 LOGPROBS = 5
 GIB = 1 << 30
+#: The verification rule vLLM runs when it samples: its V1 rejection sampler, with DFlash's
+#: argmax drafts taken as one-hot (``runtime/sampling_settings.RULES``).
+RULE = "rejection"
 
 
 @dataclass
@@ -51,9 +54,11 @@ class EngineOptions:
 
 def build_request(eng: EngineOptions, *, target_dir: Path, draft_dir: Path, dtype: str, block_size: int,
                   encoded: Sequence[list[int]], max_new_tokens: int, stop_ids: Sequence[int],
-                  max_positions: int | None, warmup: bool = True) -> dict[str, Any]:
+                  max_positions: int | None, warmup: bool = True, sampling: Any = None) -> dict[str, Any]:
     """The child's request (``vllm_child.py``): both phases, DFlash first (its tokens are then
-    scored teacher forced by the target-only engine)."""
+    scored teacher forced by the target-only engine, greedy only). ``sampling``: the run's
+    ``SamplingSettings``; sampled, vLLM gets its temperature, top-p, top-k and seed (and runs its
+    own rule, ``rejection``, whatever ``--verify`` says: ``RULE``)."""
     need = max(len(ids) for ids in encoded) + max_new_tokens + block_size
     max_len = eng.max_model_len or min(max_positions or need, max(need, 256))
     if max_len < need:
@@ -64,7 +69,15 @@ def build_request(eng: EngineOptions, *, target_dir: Path, draft_dir: Path, dtyp
             "stop_token_ids": list(stop_ids), "max_model_len": max_len,
             "tensor_parallel_size": eng.tensor_parallel_size, "pipeline_parallel_size": eng.pipeline_parallel_size,
             "engine_args": dict(eng.engine_args), "logprobs": LOGPROBS, "phases": ["dflash", "target"],
-            "warmup": warmup}
+            "warmup": warmup, "sampling": sampling_request(sampling)}
+
+
+def sampling_request(sampling: Any) -> dict[str, Any] | None:
+    """The request's ``sampling``: ``None`` when greedy (or no settings), else the four values."""
+    if sampling is None or sampling.greedy:
+        return None
+    return {"temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k,
+            "seed": sampling.seed}
 
 
 def check_engine_memory(facts: VllmFacts, weight_bytes: int, where: str) -> int | None:
@@ -100,11 +113,12 @@ def run_vllm(request: dict[str, Any], *, facts: VllmFacts, eng: EngineOptions, k
 
 
 def to_runs(raw: dict[str, Any], prompts: Sequence[Any], encoded: Sequence[list[int]], encoder: Any, *,
-            tie_tolerance: float) -> tuple[list[Any], list[dict[str, Any]], list[list[list[list[float]]]]]:
+            tie_tolerance: float, sampled: bool = False) -> tuple[list[Any], list[dict[str, Any]], list[list[list[list[float]]]]]:
     """``PromptRun``s from the child's result (DFlash phase, target phase, teacher-forced rows),
     judged by ``runtime/judge.judge_rows``; and per prompt vLLM's own counters, with whether the
     DFlash output equals vLLM's own target-only run; and per prompt the teacher-forced rows' top
-    ``[id, logprob]`` pairs (``checks/engine_compare.py`` judges a difference from the reference with them)."""
+    ``[id, logprob]`` pairs (``checks/engine_compare.py`` judges a difference from the reference with them).
+    ``sampled``: no rows came back; each output is one draw (``Lossless`` ``sampled``)."""
     from dflash_ckpt.runtime.generate import Generation
     from dflash_ckpt.runtime.judge import judge_rows
     from dflash_ckpt.runtime.measure import Lossless, PromptRun
@@ -120,9 +134,14 @@ def to_runs(raw: dict[str, Any], prompts: Sequence[Any], encoded: Sequence[list[
                             decode_s=tgt["decode_s"], step_s=list(tgt["step_s"]))
         rows = tgt.get("rows") or []
         tops.append([r[3] for r in rows])
-        verdict = judge_rows([r[0] for r in rows], dflash.tokens, [r[1] for r in rows], [r[2] for r in rows], tie_tolerance)
-        runs.append(PromptRun(prompt, list(ids), target, dflash, Lossless.of(verdict), target_tokens=verdict.target_tokens,
-                              target_text=encoder.decode(verdict.target_tokens), dflash_text=encoder.decode(dflash.tokens)))
+        if sampled:
+            lossless, target_tokens = Lossless("sampled", 0), []
+        else:
+            verdict = judge_rows([r[0] for r in rows], dflash.tokens, [r[1] for r in rows], [r[2] for r in rows],
+                                 tie_tolerance)
+            lossless, target_tokens = Lossless.of(verdict), verdict.target_tokens
+        runs.append(PromptRun(prompt, list(ids), target, dflash, lossless, target_tokens=target_tokens,
+                              target_text=encoder.decode(target_tokens), dflash_text=encoder.decode(dflash.tokens)))
         m = spec.get("metrics") or {}
         drafts = m.get("drafts", 0)
         extras.append({"name": prompt.name, "vllm_metrics": m,
@@ -140,8 +159,10 @@ def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def engine_summary(raw: dict[str, Any], facts: VllmFacts, eng: EngineOptions, extras: list[dict[str, Any]]) -> dict[str, Any]:
-    """``engine_run`` in the JSON: which vLLM ran, its start times, its own counters."""
+def engine_summary(raw: dict[str, Any], facts: VllmFacts, eng: EngineOptions, extras: list[dict[str, Any]],
+                   sampling: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``engine_run`` in the JSON: which vLLM ran, its start times, its own counters, and how it
+    decoded (``sampling``: ``None`` greedy; ``rule``: the rule it verified with when sampling)."""
     phases = raw["phases"]
     totals: dict[str, Any] = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "accepted_per_pos": []}
     for e in extras:
@@ -153,6 +174,7 @@ def engine_summary(raw: dict[str, Any], facts: VllmFacts, eng: EngineOptions, ex
         totals["accepted_per_pos"] = [a + b for a, b in zip(per, prev)] if per else totals["accepted_per_pos"]
     return {"name": "vllm", **facts.to_json(), "reported_version": raw.get("vllm_version"),
             "start_s": {"dflash": phases["dflash"]["start_s"], "target_only": phases["target"]["start_s"]},
-            "options": eng.to_json(), "vllm_metrics": totals,
+            "options": eng.to_json(), "sampling": sampling, "rule": RULE if sampling else "greedy",
+            "vllm_metrics": totals,
             "vllm_tau": 1 + totals["accepted"] / totals["drafts"] if totals["drafts"] else None,
             "prompts": extras}

@@ -147,7 +147,7 @@ def run_smoke_run(opts: SmokeOptions, *, progress: Any = None, log: Callable[[st
     if engine is not None:
         engine.prepare(draft_dir=draft_dir, target_dir=target_dir, plan=plan, encoded=encoded, stops=stops,
                        max_new_tokens=opts.max_new_tokens, where=target_label,
-                       max_positions=pre.target.config.get("max_position_embeddings"))
+                       max_positions=pre.target.config.get("max_position_embeddings"), sampling=result.sampling)
     if opts.engine == "vllm":
         say(f"running vLLM {engine.facts.version} on target {target_label} and draft {draft_label} in a child process")
         engine.run_into(result, prompts, encoded, encoder)
