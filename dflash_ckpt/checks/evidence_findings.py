@@ -24,13 +24,14 @@ def evidence_findings(evidence: Any, *, min_acceptance: float) -> list[Finding]:
     if short is not None:
         if min_acceptance <= 0 or evidence.overall.steps == 0:
             return []
-        return [finding("DF408", short + "; no verdict on tau (DF403 is not judged) and the speedup is withheld")]
+        return [finding("DF408", short + "; no verdict on tau (DF403 is not judged) and the speedup is withheld",
+                        path=None)]  # about the run, not a file
     out: list[Finding] = []
     for name, suite in evidence.suites.items():
         if suite.far_below:
             row = min(suite.published, key=lambda r: r.tau)
             ci = suite.tau.interval
-            out.append(finding("DF409", far_below_message(name, suite.tau.tau, (ci.low, ci.high), row)))
+            out.append(finding("DF409", far_below_message(name, suite.tau.tau, (ci.low, ci.high), row), path=None))
     return out
 
 
