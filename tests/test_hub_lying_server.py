@@ -52,7 +52,9 @@ def test_weights_longer_than_listed_stop_at_the_listed_size(hub: HubServer, home
     assert "\n" not in got["error"]
     listed = (fixtures_root / "mutants/base/model.safetensors").stat().st_size
     sent = max(r.body_bytes for r in hub.requests if r.server == "cdn")
-    assert sent > listed + (1 << 20)  # the server did send more than the file (until the client hung up) ...
+    # the server did send more than the file, at least one 1 MiB chunk of it (until the client hung up:
+    # on a loaded machine that is after the first chunk, so exactly listed + 1 MiB) ...
+    assert sent >= listed + (1 << 20)
     assert cache_bytes(home) < 1 << 20 and incomplete(home) == []  # ... and none of it stayed
 
 
