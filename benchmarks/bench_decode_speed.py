@@ -10,8 +10,10 @@ One run measures, per shape and thread count, in this order:
 - streaming bandwidth: ``x.sum()`` over 512 MiB of bf16 and of fp32 (the floor of a step that
   reads every weight once is weight bytes / this);
 - ours, in one child process, ``--rounds`` rounds interleaved between the plain path (torch's
-  ``F.linear``, what ``--no-compile`` runs) and the prepacked one (``runtime/prepack.py``, the
-  default on a CPU): the static runner's target decode step, its DFlash step (draft + verify of
+  ``F.linear``, what ``--no-compile`` runs) and the fast one, smoke-run's default on a CPU
+  (``runtime/prepack.py``: oneDNN-prepacked weights where oneDNN has a bf16 path, else the own
+  AVX2 kernel of ``runtime/cpu_kernel.py``; the report names which ran): the static runner's
+  target decode step, its DFlash step (draft + verify of
   a whole block; a random draft, so one token a step) and a 16-token verify, each the median
   over its steps; the two paths' tokens compared;
 - vLLM's CPU build (``/work/vllm-venv`` or ``--vllm-python``) in its own child on the same
@@ -72,7 +74,7 @@ def ours(shape: str, threads: int, rounds: int, tokens: int, profile: bool) -> d
     from dflash_ckpt.draftspec.target_settings import TargetSettings
     from dflash_ckpt.runtime.generate import step_clock
     from dflash_ckpt.runtime.loading import load_draft, load_target
-    from dflash_ckpt.runtime.prepack import prepack, unpack
+    from dflash_ckpt.runtime.prepack import cpu_linear_path, prepack, unpack
     from dflash_ckpt.runtime.static import StaticRunner
     from dflash_ckpt.sources.local import LocalSource
 
@@ -109,6 +111,7 @@ def ours(shape: str, threads: int, rounds: int, tokens: int, profile: bool) -> d
         for path in ("plain", "packed") if r % 2 == 0 else ("packed", "plain"):
             if path == "packed":
                 pack_s.append(_timed(lambda: (prepack(target), prepack(draft))))
+                out["fast_path"] = cpu_linear_path(target, draft)
             with step_clock(clock), torch.inference_mode():
                 d = runner.decode(prompt, max_new_tokens=tokens)
                 s = runner.dflash(prompt, max_new_tokens=tokens // 2 + block)
@@ -172,7 +175,17 @@ def profile_steps(runner: Any, target: Any, prompt: list[int], blk: Any, dargs: 
             runner._run("verify", used)
             runner.packed.tolist()
 
+        from dflash_ckpt.runtime import cpu_kernel
+
+        real = cpu_kernel.linear
+
+        def recorded(x: Any, weight: Any, bias: Any = None) -> Any:
+            """The kernel is not a torch op: name it for the profiler by its weight's rows."""
+            with torch.profiler.record_function(f"dflash::bf16_linear {weight.shape[0]}"):
+                return real(x, weight, bias)
+
         result = {}
+        cpu_kernel.linear = recorded
         for name, step in (("decode", decode_step), ("dflash", dflash_step)):
             step()
             with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
@@ -181,6 +194,7 @@ def profile_steps(runner: Any, target: Any, prompt: list[int], blk: Any, dargs: 
                     step()
                 wall = time.perf_counter() - t0
             result[name] = classify(prof.key_averages(group_by_input_shape=True), target, wall, steps)
+        cpu_kernel.linear = real
     return result
 
 
@@ -194,7 +208,10 @@ def classify(events: Any, target: Any, wall: float, steps: int) -> dict[str, flo
     for ev in events:
         name, ms = ev.key, ev.self_cpu_time_total / 1e3 / steps
         shapes = [list(s) for s in ev.input_shapes]
-        if name in ("mkldnn::_linear_pointwise", "aten::mm", "aten::addmm"):
+        if name.startswith("dflash::bf16_linear "):
+            rows = int(name.rsplit(" ", 1)[1])
+            kind = "linear " + kinds.get(rows, f"other {rows}")
+        elif name in ("mkldnn::_linear_pointwise", "aten::mm", "aten::addmm"):
             # the output width: the packed weight is [n, k]; mm reads x [m, k] @ w.T [k, n]; addmm (bias, x, w.T)
             w = shapes[1] if name != "aten::addmm" else shapes[2]
             rows = (w[0] if name == "mkldnn::_linear_pointwise" else w[-1]) if w else 0
@@ -312,12 +329,15 @@ def smoke_runs(shape: str, rounds: int, tokens: int) -> dict[str, list[tuple[flo
 
 
 def report(r: dict[str, Any], v: dict[str, Any] | None) -> None:
-    bw = min(r["bw_before"]["bf16"], r["bw_after"]["bf16"])
+    # The floor's bandwidth: the faster of the two sums (an AVX2 CPU's bf16 sum is bound by its
+    # widening, not by the memory), the lower of before and after.
+    bw = max(min(r["bw_before"][t], r["bw_after"][t]) for t in ("bf16", "fp32"))
     floor_ms = r["target_bytes"] / (bw * 1e9) * 1e3
     print(f"\nshape {r['shape']}, {r['threads']} thread(s), times by {r['clock']}: target weights {r['target_bytes'] / 1e9:.2f} GB, "
           f"bandwidth bf16 {r['bw_before']['bf16']:.1f} / {r['bw_after']['bf16']:.1f} GB/s, fp32 "
           f"{r['bw_before']['fp32']:.1f} / {r['bw_after']['fp32']:.1f} GB/s (before / after); floor {floor_ms:.1f} ms a step")
-    print(f"  load {r['load_s']:.1f} s, prepack {r['pack_s']:.2f} s; plain and packed tokens equal: {r['same_tokens']}")
+    print(f"  load {r['load_s']:.1f} s, prepack {r['pack_s']:.2f} s; fast path: {r.get('fast_path')} (the 'packed' row); "
+          f"plain and fast tokens equal: {r['same_tokens']}")
     print(f"  {'path':<8} {'decode ms':>10} {'x floor':>8} {'DFlash ms':>10} {'verify16 ms':>12} {'eager decode':>13} "
           f"{'verify16/decode':>16}")
     for path, f in r["paths"].items():

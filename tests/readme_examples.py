@@ -154,8 +154,8 @@ def shape(output: str) -> str:
     A speedup withheld as implausible (DF406, a loaded machine) is a figure too: its ``—`` cell,
     its verdict wording and its findings row are masked like any number, so only the report's
     structure and its untimed words are compared. Progress lines (a piped run prints one every
-    5 s, so their number depends on the machine's load) are left out, and so is the prepacked-weights
-    note (whether the CPU packs bf16 is the machine's)."""
+    5 s, so their number depends on the machine's load) are left out, and so is the CPU path's note
+    (prepacked weights or the AVX2 kernel: which one a CPU takes is the machine's)."""
     lines: list[str] = []
     skipping = False
     for line in output.splitlines(keepends=True):
@@ -173,6 +173,7 @@ def shape(output: str) -> str:
     # A withheld speedup has no interval; a measured one has "(95% ...x-...x)" after it.
     text = text.replace("withheld (DF406)", "0x (95% 0x-0x)").replace("—", "#")
     # Whether weights are prepacked depends on the CPU (oneDNN packs bf16 only with AVX-512 or
-    # AVX-NE-CONVERT; runtime/prepack.py), so the header's note is the machine's, not the command's.
-    text = re.sub(r" +prepacked weights \([^)]*not in any figure\)", "", text)
+    # AVX-NE-CONVERT; runtime/prepack.py; elsewhere the AVX2 kernel, runtime/cpu_kernel.py), so
+    # the header's note is the machine's, not the command's.
+    text = re.sub(r" +(prepacked weights|AVX2 bf16 kernel) \([^)]*not in any figure\)", "", text)
     return re.sub(r" +", " ", re.sub(r"\d+(\.\d+)?x?", "#", text))

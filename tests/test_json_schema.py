@@ -193,5 +193,6 @@ def test_the_schema_ships_in_the_wheel(tmp_path: Path) -> None:
     [wheel] = tmp_path.glob("*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "dflash_ckpt/schema/dflash-ckpt.schema.json" in names and "dflash_ckpt/api.py" in names
+    assert "dflash_ckpt/runtime/kernels/bf16_linear.c" in names  # the AVX2 kernel's source, built at first use
     shipped = json.loads(zipfile.ZipFile(wheel).read("dflash_ckpt/schema/dflash-ckpt.schema.json"))
     assert shipped == load_schema()

@@ -56,8 +56,8 @@ def render_smoke(console: Console, res: SmokeResult, *, quiet: bool = False, sho
         f"target {_dtype_note(res.target_dtype, res.target_dtype_stored)}  block {res.block_size}{_layout_note(res)}  "
         f"chat template {'on' if res.chat_template else 'off'}"
         + (f"  CUDA graphs (captured in {res.capture_s:.2f} s, not in any figure)" if res.cuda_graphs else "")
-        + (f"  prepacked weights ({res.prepacked_weights}, {res.prepack_s:.2f} s, not in any figure)"
-           if res.prepacked_weights else "")
+        + (f"  {'AVX2 bf16 kernel' if res.cpu_linear == 'avx2-kernel' else 'prepacked weights'} ({res.prepacked_weights}, {res.prepack_s:.2f} s,"
+           " not in any figure)" if res.prepacked_weights else "")
     )
     if res.sampled:
         console.print(sampling_line(res))

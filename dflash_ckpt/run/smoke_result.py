@@ -49,6 +49,10 @@ class SmokeResult(ResultShape):
     #: seconds that took (apart from every other figure).
     prepacked_weights: int = 0
     prepack_s: float = 0.0
+    #: How the bf16 linears ran on a CPU: ``onednn-packed`` (``runtime/prepack.py``),
+    #: ``avx2-kernel`` (``runtime/cpu_kernel.py``, where oneDNN has no bf16 path) or ``torch``
+    #: (``--no-compile``, another dtype); None off the CPU or before loading.
+    cpu_linear: str | None = None
     #: What times the steps: ``thread`` (the decoding thread's CPU time) or ``wall``.
     step_clock: str = "wall"
     #: ``--engine vllm|both``: which vLLM ran, its own counters, and (``both``) the comparison.
@@ -144,6 +148,7 @@ class SmokeResult(ResultShape):
                 "capture_s": self.capture_s,
                 "prepacked_weights": self.prepacked_weights,
                 "prepack_s": self.prepack_s,
+                "cpu_linear": self.cpu_linear,
                 "step_clock": self.step_clock,
                 "timing_tokens": min(TIMING_TOKENS, o.max_new_tokens),
                 "engine": o.engine,

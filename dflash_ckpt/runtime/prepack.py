@@ -18,7 +18,10 @@ one and drops the packs: the model is then exactly the loaded one again (trainin
 that reads the weights' values after a packed run, needs that).
 
 Only bf16 weights on a CPU with oneDNN are packed (fp16 needs AVX512-FP16 or AVX-NE-CONVERT,
-and fp32 gains nothing measured here); anything else keeps the plain path.
+and fp32 gains nothing measured here). Where this CPU's oneDNN has no bf16 path (AVX2-only x86),
+``prepack`` instead marks each such weight for the runtime's own AVX2 kernel (``cpu_kernel``,
+``KERNEL``): nothing is reordered or freed, the plain weight is what it reads. Anything else
+keeps the plain path.
 """
 
 from __future__ import annotations
@@ -30,8 +33,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dflash_ckpt.runtime import cpu_kernel
+
 #: Attribute on a weight tensor holding its packed oneDNN copy.
 PACKED = "_dflash_packed"
+#: Attribute on a weight tensor that runs through ``cpu_kernel`` (True when set).
+KERNEL = "_dflash_kernel"
 #: Attribute on a weight tensor whose plain storage was freed: its size in bytes.
 _RELEASED = "_dflash_released_bytes"
 
@@ -46,6 +53,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         raise RuntimeError("these weights are prepacked for inference (runtime.prepack); call "
                            "prepack.unpack(model) before a forward that needs gradients")
     if packed is None or grad or x.dtype != weight.dtype:
+        if not grad and x.dtype == torch.bfloat16 and getattr(weight, KERNEL, False):
+            return cpu_kernel.linear(x, weight, bias)
         return F.linear(x, weight, bias)
     flat = x.reshape(-1, x.shape[-1])
     out = torch.ops.mkldnn._linear_pointwise(flat, packed, bias, "none", [], "")
@@ -98,7 +107,12 @@ def prepack(model: nn.Module, *, release: bool = True, keep: tuple[torch.Tensor,
     done = 0
     for mod, attr in _sites(model):
         w = getattr(mod, attr)
-        if getattr(w, PACKED, None) is not None or not can_pack(w):
+        if getattr(w, PACKED, None) is not None or getattr(w, KERNEL, False):
+            continue
+        if not can_pack(w):
+            if cpu_kernel.usable(w):
+                setattr(w, KERNEL, True)
+                done += 1
             continue
         try:
             packed = torch.ops.mkldnn._reorder_linear_weight(w.detach(), 1)
@@ -136,6 +150,10 @@ def unpack(model: nn.Module) -> int:
     done = 0
     for mod, attr in _sites(model):
         w = getattr(mod, attr)
+        if getattr(w, KERNEL, False):
+            delattr(w, KERNEL)
+            done += 1
+            continue
         packed = getattr(w, PACKED, None)
         if packed is None:
             continue
@@ -157,6 +175,19 @@ def released(weight: torch.Tensor | None) -> bool:
 def is_packed(model: nn.Module) -> bool:
     """Whether any weight of ``model`` runs through a packed copy."""
     return any(getattr(getattr(mod, attr), PACKED, None) is not None for mod, attr in _sites(model))
+
+
+def uses_kernel(model: nn.Module) -> bool:
+    """Whether any weight of ``model`` runs through the own AVX2 kernel (``cpu_kernel``)."""
+    return any(getattr(getattr(mod, attr), KERNEL, False) for mod, attr in _sites(model))
+
+
+def cpu_linear_path(*models: object) -> str:
+    """How the models' bf16 linears run on a CPU: ``onednn-packed``, ``avx2-kernel`` or ``torch``."""
+    mods = [m for m in models if isinstance(m, nn.Module)]
+    if any(is_packed(m) for m in mods):
+        return "onednn-packed"
+    return "avx2-kernel" if any(uses_kernel(m) for m in mods) else "torch"
 
 
 def prepack_pair(target: nn.Module, draft: nn.Module) -> tuple[int, float]:

@@ -1,0 +1,191 @@
+"""The runtime's own AVX2 bf16 kernel (runtime/cpu_kernel.py, kernels/bf16_linear.c; issue 28).
+
+Held here: on a CPU with AVX2 and FMA and a C compiler, the kernel builds, loads and passes its
+check; every output is torch's fp32 product within one bf16 ulp, over shapes that exercise each
+loop's tail (one row and many, rows across the 96-row block, weight rows not a multiple of 4,
+inner sizes not a multiple of 8 or 32), with and without a bias; the thread count changes no
+output bit; a build goes to a temporary name and is renamed (no partial file is ever loaded)
+and is reused; a refused build or ``DFLASH_CKPT_NO_KERNEL`` leaves torch's path with a reason;
+and on a CPU whose oneDNN has no bf16 path, smoke-run runs the kernel by default and torch's
+path with ``--no-compile``, with the same tokens.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from dflash_ckpt.runtime import cpu_kernel  # noqa: E402
+from dflash_ckpt.runtime.prepack import KERNEL, cpu_linear_path, onednn_packs_bf16, prepack, unpack, uses_kernel  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+PAIR = ROOT / "fixtures" / "tiny-pair"
+
+
+def _has_avx2() -> bool:
+    return cpu_kernel._cpu_has("avx2", "fma")
+
+
+needs_kernel = pytest.mark.skipif(not _has_avx2(), reason="the CPU has no AVX2 and FMA")
+
+
+@pytest.fixture
+def fresh(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
+    """A kernel cache of the test's own and a forgotten load, restored after."""
+    monkeypatch.setenv("DFLASH_CKPT_KERNEL_DIR", str(tmp_path / "kernels"))
+    monkeypatch.delenv("DFLASH_CKPT_NO_KERNEL", raising=False)
+    cpu_kernel.kernel.cache_clear()
+    yield tmp_path / "kernels"
+    cpu_kernel.kernel.cache_clear()
+
+
+def ulps_apart(got: torch.Tensor, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> float:
+    """The largest distance of ``got`` from the fp32 product rounded to bf16, in bf16 ulps."""
+    want = x.float() @ w.float().T + (b.float() if b is not None else 0.0)
+    ulp = want.to(torch.bfloat16).float().abs().clamp_min(1e-2).log2().floor().sub(7).exp2()
+    return ((got.float() - want.to(torch.bfloat16).float()).abs() / ulp).max().item()
+
+
+@needs_kernel
+def test_the_kernel_builds_and_passes_its_check_here(fresh: Path) -> None:
+    assert cpu_kernel.kernel() is not None, cpu_kernel.why_not()
+    assert cpu_kernel.why_not() is None
+    built = list(fresh.iterdir())
+    assert len(built) == 1 and built[0].name.startswith("bf16_linear-") and built[0].suffix == ".so"
+
+
+@needs_kernel
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 16, 17, 97, 200])
+@pytest.mark.parametrize("n,k", [(1, 1), (3, 7), (4, 8), (5, 9), (13, 31), (64, 32), (7, 33), (130, 100)])
+def test_every_output_is_the_fp32_product_within_one_bf16_ulp(m: int, n: int, k: int) -> None:
+    gen = torch.Generator().manual_seed(m * 1000 + n * 10 + k)
+    x = torch.randn(m, k, generator=gen).to(torch.bfloat16)
+    w = torch.randn(n, k, generator=gen).to(torch.bfloat16)
+    b = torch.randn(n, generator=gen).to(torch.bfloat16)
+    assert cpu_kernel.kernel() is not None, cpu_kernel.why_not()
+    for bias in (None, b):
+        got = cpu_kernel.linear(x, w, bias)
+        assert got.shape == (m, n) and got.dtype == torch.bfloat16
+        assert ulps_apart(got, x, w, bias) <= 1.0, (m, n, k, bias is not None)
+
+
+@needs_kernel
+def test_a_wrong_kernel_would_be_caught() -> None:
+    """The ulp measure above fails a product that is off by a little more than rounding."""
+    gen = torch.Generator().manual_seed(1)
+    x, w = torch.randn(4, 64, generator=gen).to(torch.bfloat16), torch.randn(8, 64, generator=gen).to(torch.bfloat16)
+    off = (x.float() @ w.float().T * 1.02).to(torch.bfloat16)
+    assert ulps_apart(off, x, w, None) > 1.0
+
+
+@needs_kernel
+def test_threads_change_no_bit_and_three_dims_flatten(monkeypatch: pytest.MonkeyPatch) -> None:
+    gen = torch.Generator().manual_seed(2)
+    w = torch.randn(1000, 256, generator=gen).to(torch.bfloat16)
+    for shape in ((1, 256), (16, 256), (2, 5, 256)):
+        x = torch.randn(*shape, generator=gen).to(torch.bfloat16)
+        outs = []
+        for threads in (1, 2, 3):
+            monkeypatch.setattr(torch, "get_num_threads", lambda t=threads: t)
+            outs.append(cpu_kernel.linear(x, w))
+        assert outs[0].shape == (*shape[:-1], 1000)
+        assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])
+
+
+@needs_kernel
+def test_a_build_is_reused_and_leaves_no_partial_file(fresh: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert cpu_kernel.kernel() is not None
+    (built,) = fresh.iterdir()
+    stamp = built.stat().st_mtime_ns
+    calls: list[list[str]] = []
+    real_run = cpu_kernel._run
+    monkeypatch.setattr(cpu_kernel, "_run", lambda cmd: calls.append(cmd) or real_run(cmd))
+    cpu_kernel.kernel.cache_clear()
+    assert cpu_kernel.kernel() is not None
+    assert [c for c in calls if "-o" in c] == []  # only the compiler's --version was asked
+    assert built.stat().st_mtime_ns == stamp and list(fresh.iterdir()) == [built]
+
+
+def test_a_refused_build_keeps_torch_path_and_says_why(fresh: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CC", "/bin/false")
+    assert cpu_kernel.kernel() is None
+    reason = cpu_kernel.why_not()
+    assert reason and ("could not build" in reason or "no AVX2" in reason)
+    assert not fresh.exists() or [p.name for p in fresh.iterdir()] == []  # the temporary file is gone
+    w = torch.ones(4, 8, dtype=torch.bfloat16)
+    assert not cpu_kernel.usable(w)
+
+
+def test_the_switch_turns_it_off(fresh: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DFLASH_CKPT_NO_KERNEL", "1")
+    assert cpu_kernel.kernel() is None and "DFLASH_CKPT_NO_KERNEL" in (cpu_kernel.why_not() or "")
+
+
+def _load_pair():  # noqa: ANN202 - the prepack tests' loader
+    from tests.test_runtime_prepack import load_pair
+
+    return load_pair()
+
+
+kernel_path = pytest.mark.skipif(not _has_avx2() or onednn_packs_bf16(),
+                                 reason="the kernel path is taken only where oneDNN has no bf16 path and AVX2 is there")
+
+
+@kernel_path
+def test_prepack_marks_the_decoding_weights_and_unpack_clears_them() -> None:
+    target, draft = _load_pair()
+    from tests.test_runtime_prepack import PROMPT, outputs
+
+    plain = outputs(target, draft)
+    n = prepack(target) + prepack(draft)
+    assert n > 0 and uses_kernel(target) and uses_kernel(draft) and cpu_linear_path(target, draft) == "avx2-kernel"
+    assert getattr(target.layers[0].mlp.gate_up, KERNEL) is True
+    assert target.layers[0].mlp.gate_up.untyped_storage().nbytes() > 0  # nothing freed: the kernel reads it
+    calls = []
+    real = cpu_kernel.linear
+    try:
+        cpu_kernel.linear = lambda *a, **kw: calls.append(1) or real(*a, **kw)  # type: ignore[assignment]
+        fast = outputs(target, draft)
+    finally:
+        cpu_kernel.linear = real  # type: ignore[assignment]
+    assert len(calls) > 100  # the forwards really ran through it
+    assert fast["decode"] == plain["decode"] and fast["dflash"] == plain["dflash"]
+    for key in ("logits", "eager", "verify_logits", "features"):
+        diff = (fast[key].float() - plain[key].float()).abs()
+        ulp = plain[key].float().abs().clamp_min(1e-2).log2().floor().sub(7).exp2()
+        assert bool((diff <= ulp).all()), key
+    target(torch.tensor([PROMPT])).logits.float().sum().backward()  # gradients: torch's path, no error
+    assert unpack(target) > 0 and not uses_kernel(target) and cpu_linear_path(target, draft) == "avx2-kernel"
+    unpack(draft)
+    assert cpu_linear_path(target, draft) == "torch"
+
+
+@kernel_path
+def test_smoke_run_runs_the_kernel_unless_no_compile() -> None:
+    pytest.importorskip("tokenizers")
+    from dflash_ckpt.run.options import SmokeOptions
+    from dflash_ckpt.run.smoke import run_smoke_run
+
+    runs = {}
+    for no_compile in (False, True):
+        res = run_smoke_run(SmokeOptions(str(PAIR / "draft"), str(PAIR / "target"), max_new_tokens=24, no_compile=no_compile))
+        runs[no_compile] = res
+        settings = res.to_json()["settings"]
+        assert settings["cpu_linear"] == ("torch" if no_compile else "avx2-kernel")
+        assert (settings["prepacked_weights"] > 0) is (not no_compile)
+    fast, plain = runs[False], runs[True]
+    assert [r.dflash.tokens for r in fast.runs] == [r.dflash.tokens for r in plain.runs]
+    assert [r.target_tokens for r in fast.runs] == [r.target_tokens for r in plain.runs]
+    assert fast.exit_code == plain.exit_code == 0
+
+
+@kernel_path
+def test_the_header_names_the_kernel(cli) -> None:  # noqa: ANN001 - conftest's runner
+    res = cli("smoke-run", str(PAIR / "draft"), "--target", str(PAIR / "target"), "-n", "8")
+    assert "AVX2 bf16 kernel (" in res.stdout, res.stdout
+    res = cli("smoke-run", str(PAIR / "draft"), "--target", str(PAIR / "target"), "-n", "8", "--no-compile")
+    assert "AVX2 bf16 kernel" not in res.stdout and "prepacked" not in res.stdout
