@@ -372,6 +372,7 @@ def main() -> int:
     ap.add_argument("--smoke-run", type=int, default=0, metavar="N",
                     help="also time N whole smoke-runs of each path (3 prompts x 64 tokens, fresh processes)")
     ap.add_argument("--only-smoke-run", action="store_true", help="skip the step measurements")
+    ap.add_argument("--smoke-tokens", type=int, default=64, help="-n of each whole smoke-run (default 64)")
     ap.add_argument("--child", nargs=2, metavar=("SHAPE", "THREADS"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
@@ -394,8 +395,8 @@ def main() -> int:
             v = None if a.no_vllm else vllm(shape, threads, max(2, a.rounds // 2), a.vllm_python)
             report(r, v)
         if a.smoke_run:
-            runs = smoke_runs(shape, a.smoke_run, 64)
-            print(f"\nsmoke-run of the {shape} pair, 3 prompts x 64 tokens, 1 thread, fresh processes, alternating:")
+            runs = smoke_runs(shape, a.smoke_run, a.smoke_tokens)
+            print(f"\nsmoke-run of the {shape} pair, 3 prompts x {a.smoke_tokens} tokens, 1 thread, fresh processes, alternating:")
             for path, xs in runs.items():
                 print(f"  {path:<7} wall {', '.join(f'{w:.1f}' for w, _ in xs)} s; CPU {', '.join(f'{c:.1f}' for _, c in xs)} s")
             med = {p: (statistics.median(w for w, _ in xs), statistics.median(c for _, c in xs)) for p, xs in runs.items()}

@@ -3,11 +3,10 @@
  * (AVX2-only x86, see dflash_ckpt/runtime/cpu_kernel.py for why and how it is built and checked).
  *
  * One row (a decode step) is memory-bound: each weight row is read once, front to back, with four
- * accumulators so the FMA latency never stalls the stream. Several rows (a verify block, a
- * prefill) are compute-bound: four weight rows are widened to fp32 once into a small buffer and
- * multiplied against three input rows at a time (twelve accumulators in registers). Output rows
- * are split between threads by weight rows, so every output is summed in the same order whatever
- * the thread count. Results are rounded to bf16 to nearest even, as torch rounds. */
+ * accumulators so the FMA latency never stalls the stream. Several rows (a verify block, the
+ * draft's block, a prefill) are compute-bound: see many_rows. Output rows are split between
+ * threads by weight rows, and no output's order of summation depends on the split, so the thread
+ * count changes no bit. Results are rounded to bf16 to nearest even, as torch rounds. */
 #include <immintrin.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -16,7 +15,6 @@
 #include <omp.h>
 #endif
 
-#define MBLOCK 96 /* input rows per block of the many-rows path: a multiple of 3 */
 
 static inline __m256 load8(const float *p) { return _mm256_loadu_ps(p); }
 
@@ -72,64 +70,71 @@ static void one_row(const float *x, const uint16_t *w, const float *bias, uint16
     }
 }
 
-/* R (1 to 3, a constant after inlining) input rows against the 4 widened weight rows in buf:
- * 4R accumulators, each summed over k in steps of 8, then across its lanes. (A decode step's
- * one_row sums in another order, as torch's own kernels for one row and many do: a verify row
- * and a decode step agree within bf16 rounding, not bit for bit. Summing here in one_row's
- * order was measured 20-30% slower.) */
-static inline __attribute__((always_inline)) void tile(int R, int nr, const float *x, const float *buf,
-                                                       const float *bias, uint16_t *y, int64_t N, int64_t K,
-                                                       int64_t m, int64_t n, const uint16_t *next) {
-    int64_t K8 = K & ~(int64_t)7;
-    __m256 c[3][4];
-    for (int i = 0; i < R; i++)
-        for (int j = 0; j < 4; j++) c[i][j] = _mm256_setzero_ps();
-    for (int64_t k = 0; k < K8; k += 8) {
-        /* the next 4 weight rows (4K bf16, contiguous) arrive while this tile computes: a line
-         * (32 bf16) for each step of 8 columns covers them exactly */
-        if (next) _mm_prefetch((const char *)(next + 4 * k), _MM_HINT_T0);
-        __m256 w0 = load8(buf + k), w1 = load8(buf + K + k), w2 = load8(buf + 2 * K + k), w3 = load8(buf + 3 * K + k);
-        for (int i = 0; i < R; i++) {
-            __m256 v = load8(x + (m + i) * K + k);
-            c[i][0] = _mm256_fmadd_ps(v, w0, c[i][0]);
-            c[i][1] = _mm256_fmadd_ps(v, w1, c[i][1]);
-            c[i][2] = _mm256_fmadd_ps(v, w2, c[i][2]);
-            c[i][3] = _mm256_fmadd_ps(v, w3, c[i][3]);
+/* Several rows: x is transposed once into xt (for each chunk of 16 rows: [K][16], zero-padded),
+ * and each group of 6 weight rows, widened once into buf, is multiplied into every chunk by
+ * broadcasting one weight at a time against 8 rows of x: acc[j][v] += w[n + j, k] * x[m + 8v .. +8, k].
+ * Every output is one fp32 sum over k in order, whatever the tiling or the thread count. */
+#define NR 6
+
+static inline __attribute__((always_inline)) void chunk(int V, const float *xt, const float *buf, int64_t K,
+                                                        __m256 acc[NR][2], const uint16_t *next) {
+    __m256 c[NR][2];
+    for (int j = 0; j < NR; j++)
+        for (int v = 0; v < V; v++) c[j][v] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < K; k++) {
+        /* the next NR weight rows (6K bf16, contiguous) arrive while this group computes */
+        if (next && (k & 3) == 0 && 8 * k < NR * K) _mm_prefetch((const char *)(next + 8 * k), _MM_HINT_T0);
+        __m256 x0 = load8(xt + 16 * k), x1 = V > 1 ? load8(xt + 16 * k + 8) : x0;
+        for (int j = 0; j < NR; j++) {
+            __m256 b = _mm256_broadcast_ss(buf + j * K + k);
+            c[j][0] = _mm256_fmadd_ps(b, x0, c[j][0]);
+            if (V > 1) c[j][1] = _mm256_fmadd_ps(b, x1, c[j][1]);
         }
     }
-    for (int i = 0; i < R; i++)
-        for (int j = 0; j < nr; j++) {
-            const float *xr = x + (m + i) * K, *b = buf + j * K;
-            float s = hsum(c[i][j]);
-            for (int64_t k = K8; k < K; k++) s += xr[k] * b[k];
-            y[(m + i) * N + n + j] = narrow1(bias ? s + bias[n + j] : s);
-        }
+    for (int j = 0; j < NR; j++)
+        for (int v = 0; v < V; v++) acc[j][v] = c[j][v];
 }
 
-/* rows [m0, m1) of fp32 x against weight rows [n0, n1); buf holds 4 widened weight rows */
-static void many_rows(const float *x, const uint16_t *w, const float *bias, uint16_t *y, int64_t N, int64_t K,
-                      int64_t m0, int64_t m1, int64_t n0, int64_t n1, float *buf) {
-    for (int64_t n = n0; n < n1; n += 4) {
-        int nr = n1 - n < 4 ? (int)(n1 - n) : 4;
-        for (int j = 0; j < 4; j++) {
+static void many_rows(const float *xt, const uint16_t *w, const float *bias, uint16_t *y, int64_t M, int64_t N,
+                      int64_t K, int64_t n0, int64_t n1, float *buf) {
+    __m256 acc[NR][2];
+    float lanes[8];
+    for (int64_t n = n0; n < n1; n += NR) {
+        int nr = n1 - n < NR ? (int)(n1 - n) : NR;
+        for (int j = 0; j < NR; j++) {
             if (j < nr) widen_row(w + (n + j) * K, buf + j * K, K);
             else memset(buf + j * K, 0, (size_t)K * sizeof(float));
         }
-        const uint16_t *next = n + 8 <= n1 ? w + (n + 4) * K : NULL; /* prefetched by the first tile */
-        int64_t m = m0;
-        for (; m + 3 <= m1; m += 3, next = NULL) tile(3, nr, x, buf, bias, y, N, K, m, n, next);
-        if (m1 - m == 2) tile(2, nr, x, buf, bias, y, N, K, m, n, next);
-        else if (m1 - m == 1) tile(1, nr, x, buf, bias, y, N, K, m, n, next);
+        for (int64_t m0 = 0; m0 < M; m0 += 16) {
+            int V = M - m0 > 8 ? 2 : 1;
+            const float *x = xt + m0 * K;
+            const uint16_t *next = m0 == 0 && n + 2 * NR <= n1 ? w + (n + NR) * K : NULL;
+            if (V == 2) chunk(2, x, buf, K, acc, next);
+            else chunk(1, x, buf, K, acc, next);
+            for (int v = 0; v < V; v++)
+                for (int j = 0; j < nr; j++) {
+                    _mm256_storeu_ps(lanes, acc[j][v]);
+                    for (int l = 0; l < 8 && m0 + 8 * v + l < M; l++) {
+                        float s = lanes[l];
+                        y[(m0 + 8 * v + l) * N + n + j] = narrow1(bias ? s + bias[n + j] : s);
+                    }
+                }
+        }
     }
 }
 
 /* 0 on success, 1 when memory could not be had (nothing written then) */
 int dflash_bf16_linear(const uint16_t *x, const uint16_t *w, const uint16_t *bias, uint16_t *y,
                        int64_t M, int64_t N, int64_t K, int threads) {
-    float *xf = (float *)malloc((size_t)(M * K + (bias ? N : 0)) * sizeof(float));
+    int64_t chunks = (M + 15) / 16;
+    float *xf = (float *)malloc((size_t)((M == 1 ? K : chunks * 16 * K) + (bias ? N : 0)) * sizeof(float));
     if (!xf) return 1;
-    for (int64_t m = 0; m < M; m++) widen_row(x + m * K, xf + m * K, K);
-    float *bf = bias ? xf + M * K : NULL;
+    if (M == 1) widen_row(x, xf, K);
+    else
+        for (int64_t m = 0; m < chunks * 16; m++)
+            for (int64_t k = 0; k < K; k++)
+                xf[(m / 16) * 16 * K + 16 * k + m % 16] = m < M ? widen1(x[m * K + k]) : 0.0f;
+    float *bf = bias ? xf + (M == 1 ? K : chunks * 16 * K) : NULL;
     if (bias) widen_row(bias, bf, N);
     if (threads < 1) threads = 1;
     int failed = 0;
@@ -146,11 +151,10 @@ int dflash_bf16_linear(const uint16_t *x, const uint16_t *w, const uint16_t *bia
             if (M == 1) {
                 one_row(xf, w, bf, y, K, n0, n1);
             } else {
-                float *buf = (float *)malloc((size_t)(4 * K) * sizeof(float));
+                float *buf = (float *)malloc((size_t)(NR * K) * sizeof(float));
                 if (!buf) failed = 1;
                 else {
-                    for (int64_t m0 = 0; m0 < M; m0 += MBLOCK)
-                        many_rows(xf, w, bf, y, N, K, m0, m0 + MBLOCK < M ? m0 + MBLOCK : M, n0, n1, buf);
+                    many_rows(xf, w, bf, y, M, N, K, n0, n1, buf);
                     free(buf);
                 }
             }
