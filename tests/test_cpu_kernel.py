@@ -186,6 +186,12 @@ def test_prepack_marks_the_decoding_weights_and_unpack_clears_them() -> None:
         scale = plain[key].float().abs().amax(dim=-1, keepdim=True).clamp_min(1e-2).log2().floor().sub(7).exp2()
         assert bool((diff <= scale).all()), key
     target(torch.tensor([PROMPT])).logits.float().sum().backward()  # gradients: torch's path, no error
+    with torch.inference_mode():  # cast after marking: the marks stay, torch's fp32 path runs
+        want = target(torch.tensor([PROMPT])).logits.float()
+        target.float()
+        got = target(torch.tensor([PROMPT])).logits
+        target.bfloat16()
+    assert got.dtype == torch.float32 and (got - want).abs().max().item() < 0.5
     assert unpack(target) > 0 and not uses_kernel(target) and cpu_linear_path(target, draft) == "avx2-kernel"
     unpack(draft)
     assert cpu_linear_path(target, draft) == "torch"

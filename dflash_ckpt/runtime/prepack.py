@@ -44,16 +44,18 @@ _RELEASED = "_dflash_released_bytes"
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``F.linear(x, weight, bias)``, through ``weight``'s packed copy when it has one and no
-    gradient is wanted; the input is flattened to 2-D (a 3-D view with a storage offset takes a
-    slow path in torch's CPU bf16 linear)."""
+    """``F.linear(x, weight, bias)``, through ``weight``'s packed copy when it has one, or the AVX2
+    kernel when ``prepack`` marked it, and no gradient is wanted; the input is flattened to 2-D (a
+    3-D view with a storage offset takes a slow path in torch's CPU bf16 linear)."""
     packed = getattr(weight, PACKED, None)
     grad = torch.is_grad_enabled() and weight.requires_grad
     if grad and hasattr(weight, _RELEASED):
         raise RuntimeError("these weights are prepacked for inference (runtime.prepack); call "
                            "prepack.unpack(model) before a forward that needs gradients")
     if packed is None or grad or x.dtype != weight.dtype:
-        if not grad and x.dtype == torch.bfloat16 and getattr(weight, KERNEL, False):
+        # dtype and device asked again: a marked model may have been cast or moved since
+        if (not grad and getattr(weight, KERNEL, False) and x.dtype == weight.dtype == torch.bfloat16
+                and x.device.type == weight.device.type == "cpu"):
             return cpu_kernel.linear(x, weight, bias)
         return F.linear(x, weight, bias)
     flat = x.reshape(-1, x.shape[-1])
