@@ -123,7 +123,7 @@ static void many_rows(const float *xt, const uint16_t *w, const float *bias, uin
     }
 }
 
-/* 0 on success, 1 when memory could not be had (nothing written then) */
+/* 0 on success, 1 when memory for a buffer could not be had (y is then not to be used) */
 int dflash_bf16_linear(const uint16_t *x, const uint16_t *w, const uint16_t *bias, uint16_t *y,
                        int64_t M, int64_t N, int64_t K, int threads) {
     int64_t chunks = (M + 15) / 16;
