@@ -168,8 +168,14 @@ def test_weights_that_cannot_be_packed_keep_the_plain_path() -> None:
     assert target.layers[0].mlp.gate_up.untyped_storage().nbytes() > 0
 
 
-@needs_onednn
-def test_smoke_run_packs_on_the_cpu_unless_no_compile() -> None:
+FAST_PATH = "onednn-packed" if can_pack(torch.empty(2, 2, dtype=torch.bfloat16)) else (
+    "avx2-kernel" if cpu_kernel.usable(torch.empty(2, 2, dtype=torch.bfloat16)) else None)
+
+
+@pytest.mark.skipif(FAST_PATH is None, reason="this CPU has neither oneDNN's bf16 path nor the AVX2 kernel")
+def test_smoke_run_takes_the_fast_path_on_the_cpu_unless_no_compile() -> None:
+    """Packed oneDNN weights where oneDNN has bf16, the AVX2 kernel elsewhere (runtime/cpu_kernel.py):
+    smoke-run takes it by default, torch's path with ``--no-compile``, with the same tokens."""
     pytest.importorskip("tokenizers")
     from dflash_ckpt.run.options import SmokeOptions
     from dflash_ckpt.run.smoke import run_smoke_run
@@ -181,8 +187,10 @@ def test_smoke_run_packs_on_the_cpu_unless_no_compile() -> None:
         runs[no_compile] = res
         if no_compile:
             assert settings["prepacked_weights"] == 0 and settings["prepack_s"] == 0.0
+            assert settings["cpu_linear"] == "torch"
         else:
             assert settings["prepacked_weights"] > 0 and settings["prepack_s"] > 0.0
+            assert settings["cpu_linear"] == FAST_PATH
     packed, plain = runs[False], runs[True]
     assert [r.dflash.tokens for r in packed.runs] == [r.dflash.tokens for r in plain.runs]
     assert [r.target_tokens for r in packed.runs] == [r.target_tokens for r in plain.runs]

@@ -58,7 +58,7 @@ from dflash_ckpt.runtime.loading import dtype_name, stored_dtype
 from dflash_ckpt.runtime.loops import make_loop
 from dflash_ckpt.runtime.sampling import Sampler
 from dflash_ckpt.runtime.measure import TIE_TOLERANCE, measure_prompts
-from dflash_ckpt.runtime.prepack import cpu_linear_path, onednn_packs_bf16, prepack_pair
+from dflash_ckpt.runtime.prepack import cpu_linear_path, onednn_packs_bf16, prepack_pair, slow_path_note
 from dflash_ckpt.runtime.sampling_settings import SamplingSettings, from_generation_config, make_settings
 from dflash_ckpt.sources.jsonfile import decode_json_bytes
 from dflash_ckpt.sources.local import LocalSource
@@ -164,6 +164,8 @@ def run_smoke_run(opts: SmokeOptions, *, progress: Any = None, log: Callable[[st
     target_model, draft_model, result.threads = pair.load(opts.threads, say, plan.target.model_type)
     if device.type == "cpu" and opts.compile:
         result.prepacked_weights, result.prepack_s = prepack_pair(target_model, draft_model)
+        if note := slow_path_note(target_model, draft_model):
+            say(note)
     if device.type == "cpu":
         result.cpu_linear = cpu_linear_path(target_model, draft_model)
     sampler = None if result.sampling.greedy else Sampler.of(result.sampling, device)

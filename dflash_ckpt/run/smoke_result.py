@@ -45,8 +45,9 @@ class SmokeResult(ResultShape):
     cuda_graphs: bool = False
     #: Seconds spent capturing CUDA graphs (the "compile time"), apart from every other figure.
     capture_s: float = 0.0
-    #: Weights reordered once into oneDNN's layout (CPU, bf16; ``runtime/prepack.py``), and the
-    #: seconds that took (apart from every other figure).
+    #: Weights prepared once for the CPU's fast path (CPU, bf16; ``runtime/prepack.py``: reordered
+    #: into oneDNN's layout, or marked for the AVX2 kernel), and the seconds that took (apart from
+    #: every other figure).
     prepacked_weights: int = 0
     prepack_s: float = 0.0
     #: How the bf16 linears ran on a CPU: ``onednn-packed`` (``runtime/prepack.py``),

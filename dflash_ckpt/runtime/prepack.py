@@ -192,6 +192,19 @@ def cpu_linear_path(*models: object) -> str:
     return "avx2-kernel" if any(uses_kernel(m) for m in mods) else "torch"
 
 
+def slow_path_note(*models: object) -> str | None:
+    """A loading line when bf16 weights on a CPU kept torch's slow path because the AVX2 kernel
+    was refused (no compiler, a failed build, the switch): why, and what would change it; None
+    when a fast path runs or none was ever wanted."""
+    mods = [m for m in models if isinstance(m, nn.Module)]
+    why = cpu_kernel.why_not()
+    bf16_cpu = any(p.dtype == torch.bfloat16 and p.device.type == "cpu" for m in mods for p in m.parameters())
+    if why is None or not bf16_cpu or cpu_linear_path(*mods) != "torch":
+        return None
+    return (f"bf16 products run on torch's slower path: the AVX2 kernel is not used ({why}); "
+            "docs/runtime-speed.md says what it needs")
+
+
 def prepack_pair(target: nn.Module, draft: nn.Module) -> tuple[int, float]:
     """``prepack`` a target and its draft for a CPU run: ``(weights packed, seconds)``. The
     draft reads the target's embeddings and lm_head, which ``prepack(target)`` packs (keeping
