@@ -35,6 +35,9 @@ from dflash_ckpt import limits
 from dflash_ckpt.errors import InputError, UsageError
 from dflash_ckpt.sources.chat_template import compile_template, cpu_limit, render_here
 
+#: The child's exit status for a MemoryError it could not report through the pipe.
+_OUT_OF_MEMORY = 3
+
 
 def render_all(source: str, contexts: list[dict[str, Any]], wheres: list[str], name: str = "chat template", *,
                path: str | None = None) -> list[str]:
@@ -82,14 +85,45 @@ def render_all(source: str, contexts: list[dict[str, Any]], wheres: list[str], n
                 raise InputError(
                     f"{step}: stopped: no answer after {limits.TEMPLATE_WALL_SECONDS:g} s of wall-clock time "
                     "(the machine is overloaded, or the template never ends) (README, Limits)", code="DF002", path=path)
-            raise InputError(
-                f"{step}: stopped: it passed its limits of "
-                f"{limits.human_bytes(limits.TEMPLATE_MEMORY_BYTES)} of memory or {limits.TEMPLATE_CPU_SECONDS:g} s "
-                "of CPU time (README, Limits)", code="DF002", path=path)
+            status = _wait_briefly(pid)
+            if status is not None:
+                pid = 0  # reaped: nothing left to kill
+            doing = "stopped while compiling" if index == 0 else "stopped"
+            raise InputError(f"{step}: {doing}: {_which_limit(status)} (README, Limits)", code="DF002", path=path)
     finally:
         os.close(read_end)
-        _kill(pid)
+        if pid:
+            _kill(pid)
     return texts
+
+
+def _which_limit(status: int | None) -> str:
+    """What a child that sent no answer ran into, read from its wait status: the kernel's CPU
+    limits end it by SIGXCPU or SIGKILL; a MemoryError raised where no answer could be built
+    ends it with ``_OUT_OF_MEMORY``; anything else names both limits."""
+    memory = f"{limits.human_bytes(limits.TEMPLATE_MEMORY_BYTES)} of memory"
+    cpu = f"{limits.TEMPLATE_CPU_SECONDS:g} s of CPU time"
+    if status is not None and os.WIFSIGNALED(status) and os.WTERMSIG(status) in (signal.SIGXCPU, signal.SIGKILL):
+        return f"it passed its limit of {cpu}"
+    if status is not None and os.WIFEXITED(status) and os.WEXITSTATUS(status) == _OUT_OF_MEMORY:
+        return f"it needed more than {memory}"
+    return f"it passed its limits of {memory} or {cpu}"
+
+
+def _wait_briefly(pid: int, seconds: float = 2.0) -> int | None:
+    """The wait status of a child whose pipe has closed (it is exiting), or ``None`` if it has
+    not ended within ``seconds`` (then ``_kill`` ends it)."""
+    end = time.monotonic() + seconds
+    while True:
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return None
+        if done:
+            return status
+        if time.monotonic() >= end:
+            return None
+        time.sleep(0.01)
 
 
 def _child(read_end: int, write_end: int, source: str, contexts: list[dict[str, Any]], wheres: list[str], name: str,
@@ -117,6 +151,8 @@ def _child(read_end: int, write_end: int, source: str, contexts: list[dict[str, 
             _send(write_end, frame)
             if frame[:1] == b"E":
                 break
+    except MemoryError:  # raised where no answer could be built; the exit status says it
+        status = _OUT_OF_MEMORY
     except BaseException:  # noqa: BLE001 - the parent reports a child that stops early
         status = 1
     finally:
