@@ -59,7 +59,7 @@ def cache_note() -> str | None:
     """Why the kernel in use was not taken from (or kept in) the cache, when it was not: the
     cache was refused (``kernel_cache``'s rule), held a library that failed its digest, or could
     not be written, and the kernel was built for this process alone. None otherwise."""
-    return _cache_note[0] if _cache_note and not why_not() else None
+    return "; ".join(_cache_note) if _cache_note and not why_not() else None
 
 
 @functools.lru_cache(maxsize=1)

@@ -183,6 +183,8 @@ def _read_own_file(dir_fd: int, name: str, where: str, limit: int) -> bytes:
         raise Unsafe(f"{where}: {_not_a_file(dir_fd, name, exc)}") from None
     try:
         st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise Unsafe(f"{where}: is a folder, not a library")
         if not stat.S_ISREG(st.st_mode):
             raise Unsafe(f"{where}: is not a regular file")
         if st.st_uid != os.geteuid() or st.st_mode & 0o022:

@@ -212,6 +212,13 @@ def slow_path_note(*models: object) -> str | None:
             "docs/runtime-speed.md says what it needs")
 
 
+def kernel_failed_note() -> str | None:
+    """A line when a call of the AVX2 kernel failed during the run, so torch's path ran the rest
+    (the figures then mix both paths); None when none did."""
+    why = cpu_kernel.failed()
+    return None if why is None else f"bf16 products ran on torch's slower path after the AVX2 kernel failed ({why})"
+
+
 def prepack_pair(target: nn.Module, draft: nn.Module) -> tuple[int, float]:
     """``prepack`` a target and its draft for a CPU run: ``(weights packed, seconds)``. The
     draft reads the target's embeddings and lm_head, which ``prepack(target)`` packs (keeping
