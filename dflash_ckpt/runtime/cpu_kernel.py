@@ -45,6 +45,8 @@ SOURCE = Path(__file__).with_name("kernels") / "bf16_linear.c"
 _FLAGS = ("-O3", "-mavx2", "-mfma", "-shared", "-fPIC")
 _reason: list[str] = []
 _cache_note: list[str] = []
+#: Set when this process wrote its build into the cache.
+_stored: list[bool] = []
 #: Set when a call of the loaded kernel failed: torch's path runs from then on, and it says why.
 _failed: list[str] = []
 
@@ -56,10 +58,14 @@ def why_not() -> str | None:
 
 
 def cache_note() -> str | None:
-    """Why the kernel in use was not taken from (or kept in) the cache, when it was not: the
-    cache was refused (``kernel_cache``'s rule), held a library that failed its digest, or could
-    not be written, and the kernel was built for this process alone. None otherwise."""
-    return "; ".join(_cache_note) if _cache_note and not why_not() else None
+    """How and why the kernel in use was not taken from the cache, when it was not: built for
+    this process alone (the cache was refused by ``kernel_cache``'s rule, or could not be
+    written), or rebuilt into the cache (it held a library that may not be loaded). None when
+    the cache served it, or a fresh cache took the first build."""
+    if not _cache_note or why_not():
+        return None
+    how = "rebuilt into the cache" if _stored else "built for this run alone"
+    return f"{how} ({'; '.join(_cache_note)})"
 
 
 @functools.lru_cache(maxsize=1)
@@ -69,6 +75,7 @@ def kernel() -> ctypes.CDLL | None:
     reason and torch's path, never an error of the run."""
     _reason.clear()
     _cache_note.clear()
+    _stored.clear()
     _failed.clear()
     try:
         lib = _load()
@@ -166,6 +173,7 @@ def _library() -> ctypes.CDLL:
             try:
                 kernel_cache.store(dir_fd, name, data)
                 near = where_text
+                _stored.append(True)
             except OSError as exc:
                 _cache_note.append(f"the kernel cache cannot be written: {where_text}/{name}: {exc.strerror or exc}")
         return _dlopen(data, near, name)
@@ -193,7 +201,7 @@ def _compile(cc: str, name: str) -> bytes:
             last = (done.stderr.strip().splitlines() or ["no output"])[-1]
             raise _Refused(f"{cc} could not build {SOURCE.name}: {last[:200]}")
         try:
-            dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
             try:
                 return kernel_cache.read_built(dir_fd, name, out)
             finally:

@@ -196,16 +196,16 @@ def cpu_linear_path(*models: object) -> str:
 def slow_path_note(*models: object) -> str | None:
     """A loading line when bf16 weights on a CPU kept torch's slow path because the AVX2 kernel
     was refused (no compiler, a failed build, the switch, a call that failed): why, and what would
-    change it; or, when the kernel runs but was not taken from its cache (a cache that is not
-    private, a cached library that failed its digest, a cache that cannot be written), why it
-    was built for this process alone. None when a fast path runs from the cache or none was ever
+    change it; or, when the kernel runs but was not taken from its cache, why it was built for
+    this process alone (a cache that is not private, or cannot be written) or rebuilt (a cached
+    library that may not be loaded). None when a fast path runs from the cache or none was ever
     wanted."""
     mods = [m for m in models if isinstance(m, nn.Module)]
     why = cpu_kernel.why_not()
     bf16_cpu = any(p.dtype == torch.bfloat16 and p.device.type == "cpu" for m in mods for p in m.parameters())
     path = cpu_linear_path(*mods)
     if path == "avx2-kernel" and (note := cpu_kernel.cache_note()):
-        return f"the AVX2 kernel was built for this run alone ({note}); docs/runtime-speed.md says what the cache needs"
+        return f"the AVX2 kernel was {note}; docs/runtime-speed.md says what the cache needs"
     if why is None or not bf16_cpu or path != "torch":
         return None
     return (f"bf16 products run on torch's slower path: the AVX2 kernel is not used ({why}); "
