@@ -54,7 +54,8 @@ def register(app: typer.Typer) -> None:
         threads: Optional[int] = typer.Option(
             None, "--threads",
             help="CPU threads for torch (default: 1 on CPUs with up to 4 logical cores, where spin-waiting "
-                 "threads slow tiny models down, unless OMP_NUM_THREADS is set; else torch's default)."),
+                 "threads slow tiny models down, unless OMP_NUM_THREADS is set; else torch's default; at most 4 "
+                 "per logical CPU)."),
         no_compile: bool = typer.Option(
             False, "--no-compile",
             help="On CUDA, run eagerly instead of replaying CUDA graphs of the decode, draft and verify steps "
