@@ -15,6 +15,7 @@ from typing import Any, Iterator
 from urllib.parse import quote
 
 from dflash_ckpt._version import __version__
+from dflash_ckpt.neutral import inert_lines
 
 #: ``--output-format`` values; ``--json`` is the ``json`` alias.
 OUTPUT_FORMATS = ("text", "json", "github", "sarif")
@@ -29,8 +30,10 @@ SARIF_LEVEL = {"error": "error", "warning": "warning", "info": "note"}
 
 
 def escape_data(text: str) -> str:
-    """A workflow command's message, escaped as GitHub's runner reads it back (``%``, CR, LF)."""
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    """A workflow command's message, escaped as GitHub's runner reads it back (``%``, CR, LF),
+    its text made inert first (``neutral.inert_lines``: no terminal escape, BEL, OSC-8 link or
+    ``##[`` opener from a config or an engine's log reaches the CI log)."""
+    return inert_lines(text).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 
 def escape_property(text: str) -> str:
@@ -171,7 +174,7 @@ def sarif_document(doc: dict[str, Any], root: str | None = None) -> dict[str, An
         result: dict[str, Any] = {
             "ruleId": f["code"],
             "level": SARIF_LEVEL.get(f["severity"], "error"),
-            "message": {"text": f["message"]},
+            "message": {"text": inert_lines(f["message"])},
         }
         if f["code"] in index:
             result["ruleIndex"] = index[f["code"]]

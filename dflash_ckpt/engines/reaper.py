@@ -61,6 +61,15 @@ def descendants(root: int) -> list[int]:
     return out
 
 
+def start_time(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks after boot), to tell it from a later process given the same id."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return int(fh.read().rpartition(b")")[2].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _reap() -> list[tuple[int, int]]:
     done = []
     while True:

@@ -59,7 +59,13 @@ class EngineFailed(DFlashCkptError):
 
 
 def refuse_install(facts: VllmFacts) -> None:
-    """DF420 when the engine's python has no vLLM, DF421 when that vLLM has no DFlash."""
+    """DF425 when the engine's python could not be asked (it hung, died by a signal, said no
+    facts), DF420 when it has no vLLM, DF421 when that vLLM has no DFlash."""
+    if facts.error:
+        where = f"{PYTHON_ENV}={facts.python}" if os.environ.get(PYTHON_ENV) else facts.python
+        kept = f"; its output is kept in {facts.log}" if facts.log else ""
+        raise EngineFailed(f"--engine vllm: the engine's python {where}, asked for vLLM's facts, {facts.error}{kept}",
+                           code="DF425")
     if not facts.installed:
         where = f"{PYTHON_ENV}={facts.python}" if os.environ.get(PYTHON_ENV) else facts.python
         raise UsageError(f"--engine vllm: {where} cannot import vllm; on a CPU machine {INSTALL_CPU}; "
@@ -137,6 +143,11 @@ def stop_child(proc: subprocess.Popen[bytes]) -> None:
     ``reaper.py``, then ends every descendant, those in other sessions included), a wait of
     ``reaper.GRACE_S`` and more, then SIGKILL to whatever of the group is left."""
     if proc.poll() is None:
+        # a program that is not the launcher (a wrapper that ignores it) may have children in
+        # other sessions: remember every process below it now, while the links are there
+        from dflash_ckpt.engines.reaper import descendants, start_time
+
+        below = [(pid, start_time(pid)) for pid in descendants(proc.pid)]
         try:
             os.killpg(proc.pid, signal.SIGTERM)
         except (ProcessLookupError, PermissionError):
@@ -145,6 +156,12 @@ def stop_child(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(timeout=STOP_WAIT_S)
         except subprocess.TimeoutExpired:
             pass
+        for pid, started in below:
+            if started is not None and start_time(pid) == started:  # the same process, not a reused id
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
     kill_group(proc.pid)
     proc.wait()
 
