@@ -93,13 +93,17 @@ def engine_python() -> str:
 FACTS_TIMEOUT_S = 10.0
 
 
-@lru_cache(maxsize=4)
 def read_facts(python: str | None = None) -> VllmFacts:
-    """The facts of the vLLM that ``python`` (default ``engine_python()``) imports. The probe runs
-    in a session of its own with a deadline of ``FACTS_TIMEOUT_S``, and its whole group is ended
-    however it ends; a probe that hangs, dies by a signal or prints what is not its facts gives
-    ``installed=False`` with ``error`` saying so (and ``log``, its output, kept)."""
-    python = python or engine_python()
+    """The facts of the vLLM that ``python`` (default ``engine_python()``, read now: the cache is
+    per program, not per call without one) imports. The probe runs in a session of its own with a
+    deadline of ``FACTS_TIMEOUT_S``, and its whole group is ended however it ends; a probe that
+    hangs, dies by a signal or prints what is not its facts gives ``installed=False`` with
+    ``error`` saying so (and ``log``, its output, kept)."""
+    return _read_facts(python or engine_python())
+
+
+@lru_cache(maxsize=8)
+def _read_facts(python: str) -> VllmFacts:
     out = tempfile.NamedTemporaryFile(prefix="dflash-ckpt-vllm-facts-", suffix=".log", delete=False)
     log = Path(out.name)
     try:
