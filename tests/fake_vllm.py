@@ -164,21 +164,3 @@ def fake_engine_python(tmp: Path) -> str:
     exe.write_text(f"#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} -S \"$@\"\n")
     exe.chmod(0o755)
     return str(exe)
-
-
-def run_processes(marker: str) -> list[int]:
-    """Ids of live processes (not zombies) whose environment holds ``marker`` (``NAME=value``):
-    the processes of one run, whatever else runs on the machine."""
-    found = []
-    needle = marker.encode() + b"\0"
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            env = (proc / "environ").read_bytes()
-            state = (proc / "stat").read_bytes().rpartition(b")")[2].split()[0]
-        except OSError:
-            continue
-        if (b"\0" + needle in b"\0" + env + b"\0" or env.endswith(marker.encode())) and state != b"Z":
-            found.append(int(proc.name))
-    return found

@@ -32,7 +32,8 @@ from typing import Any
 import pytest
 
 from conftest import ROOT, error_line, error_lines, no_traceback
-from fake_vllm import HOSTILE, fake_engine_python, run_processes
+from fake_vllm import HOSTILE, fake_engine_python
+from own_processes import run_processes
 from dflash_ckpt.engines import vllm_facts
 from dflash_ckpt.engines.vllm_run import EngineFailed, run_child
 
