@@ -11,7 +11,7 @@ as a visible escape, in the style of ``errors.inert`` (``\\x3a`` for the first `
 for the ``[``); ``CommandSafeFile`` applies it to every line a rich console writes to a pipe.
 The ``github`` output format writes its own commands and escapes their text as the runner
 reads it back, so it does not pass through ``no_command``; the text inside them (a finding's
-message, an engine's last log line, a file name) goes through ``inert_lines``, the same
+message, an engine's last log line, a file name) goes through ``output_formats.inert_lines``, the same
 ``errors.inert`` every other line uses, so no escape sequence, BEL, OSC-8 link or ``##[`` opener
 reaches the log; SARIF's messages too. JSON escapes ``[`` as ``\\u005b`` there (``json_safe``),
 which every JSON reader decodes back to the same text.
@@ -44,15 +44,6 @@ def no_command(line: str, *, line_start: bool = True) -> str:
             cut = len(line) - len(body)
             line = line[:cut] + "\\x3a" + body[1:]
     return line
-
-
-def inert_lines(text: str) -> str:
-    """``text`` with every line made inert (``errors.inert``: terminal escapes, BEL, OSC-8 links,
-    bidi overrides and ``##[`` openers written as visible escapes) but its line breaks kept: for
-    a GitHub annotation's message, whose breaks the workflow command escapes itself (``%0A``)."""
-    from dflash_ckpt.errors import inert
-
-    return "\n".join("\r".join(inert(part) for part in line.split("\r")) for line in text.split("\n"))
 
 
 def safe_path_start(path: str) -> str:
@@ -133,4 +124,4 @@ class CommandSafeFile:
         return getattr(self.raw, "errors", None)
 
 
-__all__ = ["OPENER", "CommandSafeFile", "inert_lines", "json_safe", "no_command", "no_opener", "safe_path_start"]
+__all__ = ["OPENER", "CommandSafeFile", "json_safe", "no_command", "no_opener", "safe_path_start"]

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 from urllib.parse import quote
 
 from dflash_ckpt._version import __version__
-from dflash_ckpt.neutral import inert_lines
+from dflash_ckpt.errors import inert
 
 #: ``--output-format`` values; ``--json`` is the ``json`` alias.
 OUTPUT_FORMATS = ("text", "json", "github", "sarif")
@@ -29,9 +29,16 @@ GITHUB_COMMAND = {"error": "error", "warning": "warning", "info": "notice"}
 SARIF_LEVEL = {"error": "error", "warning": "warning", "info": "note"}
 
 
+def inert_lines(text: str) -> str:
+    """``text`` with every line made inert (``errors.inert``, what every other line of ours goes
+    through: terminal escapes, BEL, OSC-8 links, bidi overrides and ``##[`` openers written as
+    visible escapes) but its line breaks kept, for a workflow command to escape itself (``%0A``)."""
+    return "\n".join("\r".join(inert(part) for part in line.split("\r")) for line in text.split("\n"))
+
+
 def escape_data(text: str) -> str:
     """A workflow command's message, escaped as GitHub's runner reads it back (``%``, CR, LF),
-    its text made inert first (``neutral.inert_lines``: no terminal escape, BEL, OSC-8 link or
+    its text made inert first (``inert_lines``: no terminal escape, BEL, OSC-8 link or
     ``##[`` opener from a config or an engine's log reaches the CI log)."""
     return inert_lines(text).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
