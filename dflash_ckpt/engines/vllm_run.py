@@ -16,7 +16,6 @@ Torch-free and vLLM-free at import: smoke-run imports this lazily.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -25,10 +24,10 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 from dflash_ckpt.engines.engine_args import parse_engine_args
-from dflash_ckpt.engines.child_signals import MEANING, died_by
+from dflash_ckpt.engines.child_signals import MEANING, died_by, signals_interrupt
 from dflash_ckpt.engines.vllm_facts import INSTALL_CPU, INSTALL_CUDA, PYTHON_ENV, VllmFacts
 from dflash_ckpt.errors import DFlashCkptError, UsageError
 
@@ -164,27 +163,6 @@ def stop_child(proc: subprocess.Popen[bytes]) -> None:
                     pass
     kill_group(proc.pid)
     proc.wait()
-
-
-@contextlib.contextmanager
-def signals_interrupt() -> Iterator[None]:
-    """While an engine child lives, SIGTERM and SIGHUP end the run as Ctrl-C does (a
-    KeyboardInterrupt: the child is stopped, "interrupted", exit 130), not by killing this
-    process and leaving the child behind. Outside the main thread nothing changes."""
-    def handler(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    previous: dict[int, Any] = {}
-    try:
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            previous[sig] = signal.signal(sig, handler)
-    except ValueError:  # not the main thread
-        pass
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
 
 
 def last_error_line(log: Path) -> str:
