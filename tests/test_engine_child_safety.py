@@ -248,6 +248,26 @@ def test_no_engine_process_outlives_the_tool(tmp_path: Path, sig: int) -> None:
     assert _gone(started) == [] and _gone(run_processes(f"RUN_MARK={token}")) == []
 
 
+def test_a_shell_between_the_tool_and_the_launcher_does_not_hide_its_death(tmp_path: Path) -> None:
+    """An engine python that is a shell script running python without ``exec`` (conda-style
+    wrappers): the launcher's parent is the shell, which outlives a killed tool; the launcher
+    watches the tool itself and still ends the tree."""
+    python = Path(fake_engine_python(tmp_path / "engine"))
+    python.write_text(python.read_text().replace(" exec ", " "))
+    pids, token = tmp_path / "pids", uuid.uuid4().hex
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "FAKE_VLLM_MODE": "hang", "FAKE_VLLM_PIDS": str(pids),
+           "RUN_MARK": token}
+    tool = subprocess.Popen([sys.executable, "-c", _TOOL.format(python=str(python))], env=env)
+    try:
+        _wait_for(pids)
+        started = [int(p) for p in pids.read_text().split()]
+        tool.kill()
+        tool.wait(timeout=60)
+    finally:
+        tool.kill()
+    assert _gone(started) == [] and _gone(run_processes(f"RUN_MARK={token}")) == []
+
+
 _PROBE_TOOL = """
 import sys
 from dflash_ckpt.engines import vllm_facts

@@ -8,7 +8,8 @@ launcher, run by the engine's python between the tool and the child, closes both
 - it is a *child subreaper* (``prctl(PR_SET_CHILD_SUBREAPER)``): every orphan below it, whatever
   session it moved to, is re-parented to it instead of to init, so "my descendants" is a tree it
   can walk in ``/proc`` and end completely;
-- it asks for SIGTERM when the tool dies (``prctl(PR_SET_PDEATHSIG)``), however the tool died.
+- it asks for SIGTERM when the tool dies (``prctl(PR_SET_PDEATHSIG)``), however the tool died,
+  and also watches the tool's process (a shell between the two would hide its death).
 
 It runs PROGRAM, reaps every child, and when PROGRAM ends, or SIGTERM, SIGHUP or SIGINT arrives,
 ends every descendant (SIGTERM, then SIGKILL after ``GRACE_S``), and writes to STATUS how
@@ -113,8 +114,9 @@ def main(argv: list[str]) -> int:
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, _on_signal)
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
-    _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    if os.getppid() != parent:  # the tool died before the request above took effect
+    _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)  # the fast path; a shell between us and the tool
+    born = start_time(parent)                  # hides its death from it, so it is also polled
+    if born is None:  # the tool died before the request above took effect
         return 1
     child = os.posix_spawn(program[0], program, os.environ)
     status: dict[str, int] = {}
@@ -122,7 +124,9 @@ def main(argv: list[str]) -> int:
         for pid, raw in _reap():
             if pid == child:
                 status = {"signal": os.WTERMSIG(raw)} if os.WIFSIGNALED(raw) else {"exit": os.waitstatus_to_exitcode(raw)}
-        if not status:
+        if not status and start_time(parent) != born:  # the tool is gone (a reused id has another start)
+            _stop.append(signal.SIGKILL)
+        if not status and not _stop:
             time.sleep(0.05)
     if _stop and not status:
         status = {"stopped": _stop[0]}
