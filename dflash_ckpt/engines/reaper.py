@@ -118,7 +118,7 @@ def main(argv: list[str]) -> int:
     born = start_time(parent)                  # hides its death from it, so it is also polled
     if born is None:  # the tool died before the request above took effect
         return 1
-    child = os.posix_spawn(program[0], program, os.environ)
+    child = os.posix_spawnp(program[0], program, os.environ)  # a bare name is looked up on PATH, as Popen did
     status: dict[str, int] = {}
     while not _stop and not status:
         for pid, raw in _reap():
