@@ -91,6 +91,8 @@ def check_weights(spec: DraftSpec) -> list[Finding]:
             "like DFlash v1, set architectures to [\"DFlashDraftModel\"]", path=label,
         ))
     expected = expected_tensors(spec, dflash2=v2_config and has_v2, names=shapes)
+    if spec.native is not None:  # a speculators draft's own lm_head [draft_vocab_size, H] (and embed_tokens)
+        expected.update(own)
 
     out += _check_fc(spec, shapes, fc_file or label)
     missing = [n for n in expected if n not in shapes and n != "fc.weight"]
