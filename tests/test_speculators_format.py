@@ -220,3 +220,18 @@ def test_smoke_run_matches_the_zlab_form(cli: Any, drafts: dict[str, Path], one_
     assert a["overall"]["tau"] == b["overall"]["tau"] and a["overall"]["steps"] == b["overall"]["steps"]
     assert [p["output_ids"] for p in a["prompts"]] == [p["output_ids"] for p in b["prompts"]]
     assert "DF173" in {f["code"] for f in a["precheck"]}
+
+
+@pytest.mark.slow
+def test_probe_taps_catches_the_lost_anchor_first_layout(cli: Any, drafts: dict[str, Path], tmp_path: Path,
+                                                         one_thread: None) -> None:
+    """Trap 1 is invisible in the files; the command DF170 gives measures it (DF416), and --write
+    records it in the z-lab form."""
+    out = tmp_path / "measured"
+    res = cli("probe-taps", str(drafts["dflash-anchor-first-converted"]), "--target", TARGET, "-n", "48",
+              "--budget", "4", "--write", str(out), "--json")
+    assert "Traceback" not in res.stderr
+    assert res.code == 1 and "DF416" in {f["code"] for f in res.result()["findings"]}, res.stdout[-2000:]
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["dflash_config"]["sample_from_anchor"] is True and cfg["dflash_config"]["target_layer_ids"] == [1, 3, 5]
+    assert "speculators_config" not in cfg and "sample_from_anchor" not in cfg
