@@ -29,6 +29,7 @@ VARIANTS = {
     "dflash-anchor-first-pre760": ("draft-anchor-first", "anchor-first"),
     "dflash-reduced-vocab": ("draft", "1+N"),
     "dflash2": ("draft2", "1+N"),
+    "dspark": ("draft-anchor-first", "anchor-first"),
 }
 NATIVE_READERS = {"vllm", "speculators"}
 
@@ -81,7 +82,7 @@ def test_inspect_resolves_each_variant(cli: Any, drafts: dict[str, Path], name: 
     found = codes(res)
     assert res["exit_code"] == 0 and res["counts"]["error"] == 0, res["findings"]
     assert res["layout"] == "speculators"
-    assert res["generation"] == ("DFlash2" if name == "dflash2" else "DFlash")
+    assert res["generation"] == {"dflash2": "DFlash2", "dspark": "DSpark"}.get(name, "DFlash")
     assert res["resolved"]["target_layer_ids"] == [1, 3, 5]  # aux [2, 4, 6] - 1
     assert res["resolved"]["block_size"] == 8 and res["resolved"]["mask_token_id"] == 725
     assert res["sources"]["target_layer_ids"] == "aux_hidden_state_layer_ids - 1"
@@ -91,7 +92,7 @@ def test_inspect_resolves_each_variant(cli: Any, drafts: dict[str, Path], name: 
     (info,) = found["DF170"]
     assert f"`dflash-ckpt probe-taps {drafts[name]} --target {TARGET}`" in info["message"]
     for key, verdict in res["readers"].items():
-        if key in NATIVE_READERS and VARIANTS[name][1] == "1+N":
+        if key in NATIVE_READERS and (VARIANTS[name][1] == "1+N" or name == "dspark"):
             assert verdict["loads"], (key, verdict)
         elif key not in NATIVE_READERS:
             assert not verdict["loads"] and "no reader of the speculators-native format" in verdict["reason"]
@@ -159,8 +160,22 @@ def test_vllm_causal_override_is_named(cli: Any, drafts: dict[str, Path]) -> Non
     assert "dflash_config.causal: true" in warn["message"] and "2 full-attention layer(s)" in warn["message"]
     vllm = res["readers"]["vllm"]
     assert vllm["loads"] and "runs all its layers causal" in vllm["reason"] and "DF173" in vllm["reason"]
-    # DFlash2 exports write sliding_window_non_causal true: nothing is overridden
-    assert "DF173" not in codes(inspect(cli, drafts["dflash2"]))
+    # DFlash2 exports write sliding_window_non_causal true: nothing is overridden; DSpark's adapter sets no causality
+    assert "DF173" not in codes(inspect(cli, drafts["dflash2"])) and "DF173" not in codes(inspect(cli, drafts["dspark"]))
+
+
+def test_vllm_reads_an_absent_causality_key_otherwise(cli: Any, drafts: dict[str, Path], tmp_path: Path) -> None:
+    """An export without sliding_window_non_causal: speculators trained its sliding layers causal
+    (its default), vLLM's adapter reads the key as true and runs them bidirectional."""
+    def sliding_no_key(cfg: dict[str, Any]) -> None:
+        del cfg["sliding_window_non_causal"]
+        layer = cfg["transformer_layer_config"]
+        layer.update(layer_types=["sliding_attention", "full_attention"], sliding_window=64, use_sliding_window=True)
+
+    res = inspect(cli, edited(drafts, tmp_path, "dflash", sliding_no_key))
+    (warn,) = codes(res)["DF173"]
+    assert "is absent" in warn["message"] and "1 sliding layer(s)" in warn["message"]
+    assert "sliding layer(s) trained causal bidirectional" in res["readers"]["vllm"]["reason"]
 
 
 def test_verifier_other_than_target(cli: Any, drafts: dict[str, Path], tmp_path: Path) -> None:
@@ -173,7 +188,7 @@ def test_verifier_other_than_target(cli: Any, drafts: dict[str, Path], tmp_path:
     assert "DF174" not in codes(inspect(cli, drafts["dflash"]))
 
 
-@pytest.mark.parametrize("name", ["dflash", "dflash-anchor-first", "dflash-anchor-first-pre760", "dflash2"])
+@pytest.mark.parametrize("name", ["dflash", "dflash-anchor-first", "dflash-anchor-first-pre760", "dflash2", "dspark"])
 def test_normalize_writes_the_zlab_form(cli: Any, drafts: dict[str, Path], tmp_path: Path, name: str) -> None:
     out = tmp_path / "out"
     res = cli("normalize", str(drafts[name]), str(out), "--target", TARGET)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import shlex
 from dflash_ckpt.checks.config import show_value
-from dflash_ckpt.draftspec.layer_kinds import FULL
+from dflash_ckpt.draftspec.layer_kinds import FULL, SLIDING
 from dflash_ckpt.draftspec.layout import ANCHOR_FIRST
 from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec, as_int, fc_taps
 from dflash_ckpt.draftspec.speculators_format import (AUX_KEY, AUX_RULE, SPEC_TOKENS_PATH, aux_ids, non_causal,
@@ -101,25 +101,47 @@ def full_layers(spec: DraftSpec) -> int:
 
 
 def causal_override(spec: DraftSpec) -> int:
-    """The number of full-attention layers vLLM's speculators adapter turns causal (0: none): it
-    maps ``sliding_window_non_causal: false`` to ``dflash_config.causal: true``, which
+    """The number of full-attention layers vLLM's speculators adapter turns causal (0: none): for a
+    DFlash or DFlash2 export (``update_dflash``; DSpark's adapter sets no causality) it maps
+    ``sliding_window_non_causal: false`` to ``dflash_config.causal: true``, which
     ``qwen3_dflash.py`` applies to every layer."""
-    if spec.native is None or spec.native.raw.get("sliding_window_non_causal") is not False:
+    if spec.native is None or spec.native.kind not in ("dflash", "dflash2"):
+        return 0
+    if spec.native.raw.get("sliding_window_non_causal") is not False:
         return 0
     return full_layers(spec)
 
 
+def absent_key_sliding(spec: DraftSpec) -> int:
+    """The sliding layers vLLM runs bidirectional though speculators trained them causal: the key is
+    absent, which speculators reads as its DFlash default (false: causal sliding windows) and vLLM's
+    adapter as true (``config_dict.get("sliding_window_non_causal", True)``)."""
+    if spec.native is None or spec.native.kind != "dflash" or "sliding_window_non_causal" in spec.native.raw:
+        return 0
+    lt = spec.config.get("layer_types")
+    return sum(1 for t in lt if t == SLIDING) if isinstance(lt, list) else 0
+
+
 def _causal_override(spec: DraftSpec) -> list[Finding]:
-    n = causal_override(spec)
-    if not n:
-        return []
-    return [finding(
-        "DF173",
-        f"sliding_window_non_causal is false: vLLM's speculators adapter maps it to dflash_config.causal: true "
-        f"and qwen3_dflash.py then runs every layer causal, the {n} full-attention layer(s) trained "
-        "bidirectional within the block included: vLLM serves it with fewer drafts accepted and no error; "
-        f"`dflash-ckpt normalize {shlex.quote(spec.label)} OUT` writes the z-lab form vLLM runs as trained",
-        path=spec.where, key="sliding_window_non_causal")]
+    n, sliding = causal_override(spec), absent_key_sliding(spec)
+    out: list[Finding] = []
+    if n:
+        out.append(finding(
+            "DF173",
+            f"sliding_window_non_causal is false: vLLM's speculators adapter maps it to dflash_config.causal: true "
+            f"and qwen3_dflash.py then runs every layer causal, the {n} full-attention layer(s) trained "
+            "bidirectional within the block included: vLLM serves it with fewer drafts accepted and no error; "
+            f"`dflash-ckpt normalize {shlex.quote(spec.label)} OUT` writes the z-lab form vLLM runs as trained",
+            path=spec.where, key="sliding_window_non_causal"))
+    if sliding:
+        out.append(finding(
+            "DF173",
+            f"sliding_window_non_causal is absent: speculators trains a DFlash draft's {sliding} sliding layer(s) "
+            "causal when it is (its default, false), but vLLM's speculators adapter reads the absent key as true "
+            "and runs them bidirectional; write \"sliding_window_non_causal\": false, or serve the z-lab form "
+            f"`dflash-ckpt normalize {shlex.quote(spec.label)} OUT` writes",
+            path=spec.where, key="sliding_window_non_causal"))
+    return out
 
 
 def _hub_id(name: str) -> bool:

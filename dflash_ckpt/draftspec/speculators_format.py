@@ -41,6 +41,10 @@ DFLASH2_KEYS = ("conv_kernel_size", "conv_group_size", "selector_rank", "selecto
 SPECULATORS_ONLY = ("speculators_model_type", "speculators_version", "speculators_config", AUX_KEY,
                     "transformer_layer_config", "auto_map", "sliding_window_non_causal", "max_anchors",
                     "sample_from_anchor", "target_hidden_size")
+#: The architecture vLLM's speculators adapter gives each kind (``algos.py``: whatever the file
+#: names, except a DSpark draft naming one of ``DSPARK_KEPT``).
+ARCHITECTURES = {"dflash": ["DFlashDraftModel"], "dflash2": ["DFlash2DraftModel"], "dspark": ["Qwen3DSparkModel"]}
+DSPARK_KEPT = ("Qwen3DSparkModel", "Qwen3OmniDSparkModel")
 #: speculators' own default of ``sliding_window_non_causal`` per type (``core.py``).
 NON_CAUSAL_DEFAULT = {"dflash": False, "dflash2": True, "dspark": False}
 
@@ -119,6 +123,13 @@ def zlab_steps(config: Mapping[str, Any], *, anchor_first: bool | None = None) -
                 continue
             if key not in config or config[key] != value:
                 steps.append(Step("set", (key,), copy.deepcopy(value), f"from transformer_layer_config.{key}"))
+    kind = config.get("speculators_model_type")
+    archs = config.get("architectures")
+    want = ARCHITECTURES.get(str(kind), [])
+    if kind == "dspark" and isinstance(archs, list) and any(a in DSPARK_KEPT for a in archs):
+        want = [a for a in archs if a in DSPARK_KEPT]
+    if want and archs != want:
+        steps.append(Step("set", ("architectures",), want, f"the architecture vLLM's speculators adapter gives a {kind} draft"))
     nested: dict[str, Any] = {}
     reasons: list[str] = []
     for key in ("block_size", "mask_token_id"):
@@ -145,7 +156,7 @@ def zlab_steps(config: Mapping[str, Any], *, anchor_first: bool | None = None) -
     if snc:
         steps.append(Step("set", ("is_causal",), False, "sliding_window_non_causal is true: no layer is causal"))
     for key in SPECULATORS_ONLY:
-        if key in config:
+        if key in config and not (kind == "dspark" and key == "sample_from_anchor"):  # DSpark paths read it there
             steps.append(Step("remove", (key,), None, "a speculators-only key (the z-lab form has none)"))
     return steps
 

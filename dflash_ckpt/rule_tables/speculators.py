@@ -42,7 +42,9 @@ ROWS: tuple[tuple[str, str, str, str, str, str], ...] = (
      "true, and qwen3_dflash.py (_dflash_layer_causal) lets that override every layer, full-attention ones "
      "included. A draft whose full-attention layers were trained bidirectional within the block then runs "
      "causal in vLLM: it loads, serves the same greedy tokens, and accepts fewer drafts (the tiny pair: 11 "
-     "of 154 draft tokens against 12 of 147 in its z-lab form, vLLM 0.32.0 CPU).",
+     "of 154 draft tokens against 12 of 147 in its z-lab form, vLLM 0.32.0 CPU). The converse: a DFlash "
+     "export without the key was trained with causal sliding windows (speculators' default), and the "
+     "adapter reads the absent key as non-causal. DSpark's adapter sets no causality.",
      "Serve the z-lab form `dflash-ckpt normalize DRAFT OUT` writes (vLLM runs its full-attention layers "
      "bidirectional), or compare both with `dflash-ckpt smoke-run DRAFT --target T --engine both`."),
     ("DF174", "verifier-mismatch", "warning", "The verifier the draft names is not the target given",

@@ -38,7 +38,7 @@ from dflash_ckpt.checks.engines.reading import (NESTED_ONLY, NESTED_THEN_TOP, RE
 from dflash_ckpt.checks.engines.record import Engine
 from dflash_ckpt.checks.pitfalls import target_lm_head_quantized
 from dflash_ckpt.checks.siblings import target_context
-from dflash_ckpt.checks.speculators_format import causal_override
+from dflash_ckpt.checks.speculators_format import absent_key_sliding, causal_override
 from dflash_ckpt.draftspec.siblings import DSPARK, LAGUNA, LILICORR, markov_rank
 from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec, as_int, resolve_key
 from dflash_ckpt.rule_tables.vllm import ROWS as RULE_ROWS
@@ -180,6 +180,10 @@ def loading_note(spec: DraftSpec) -> str | None:
     if full:
         notes.append(f"but runs all its layers causal, its {full} full-attention layer(s) trained bidirectional included "
                      "(its adapter maps sliding_window_non_causal false to dflash_config.causal true: DF173)")
+    sliding = absent_key_sliding(spec)
+    if sliding:
+        notes.append(f"but runs its {sliding} sliding layer(s) trained causal bidirectional (its adapter reads an absent "
+                     "sliding_window_non_causal as true: DF173)")
     return "; ".join(notes) or None
 
 
