@@ -250,3 +250,23 @@ def test_probe_taps_catches_the_lost_anchor_first_layout(cli: Any, drafts: dict[
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["dflash_config"]["sample_from_anchor"] is True and cfg["dflash_config"]["target_layer_ids"] == [1, 3, 5]
     assert "speculators_config" not in cfg and "sample_from_anchor" not in cfg
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_engine_both_loads_it_as_it_is_and_names_the_override(drafts: dict[str, Path]) -> None:
+    """vLLM loads the converted draft as it is (its speculators adapter), gives its own target's
+    tokens, and `--engine both` prints vLLM's causal override before the engine runs."""
+    from conftest import run_cli
+    from dflash_ckpt.engines.vllm_facts import vllm_available
+
+    if not vllm_available():
+        pytest.skip("the engine's python has no vLLM with DFlash")
+    res = run_cli("smoke-run", str(drafts["dflash"]), "--target", TARGET, "--engine", "both", "-n", "32", "--json",
+                  timeout=900)
+    assert res.code == 0, (res.stdout[-2000:], res.stderr[-2000:])
+    out = res.result()
+    assert "DF173" in {f["code"] for f in out["precheck"]}
+    run = out["engine_run"]
+    assert run["vllm_metrics"]["drafts"] > 0 and run["vllm_tau"] > 2.0
+    assert all(p["lossless"]["status"] in ("identical", "tie") for p in run["runs"])
