@@ -119,8 +119,8 @@ def zlab_steps(config: Mapping[str, Any], *, anchor_first: bool | None = None) -
     inner = config.get("transformer_layer_config")
     if isinstance(inner, Mapping):
         for key, value in inner.items():
-            if key in WRAPPER_KEYS and key in config:
-                continue
+            if (key in WRAPPER_KEYS and key in config) or key in SPECULATORS_ONLY or key == "dflash_config":
+                continue  # the wrapper's own, or a key the z-lab form sets from the wrapper
             if key not in config or config[key] != value:
                 steps.append(Step("set", (key,), copy.deepcopy(value), f"from transformer_layer_config.{key}"))
     kind = config.get("speculators_model_type")
