@@ -187,6 +187,12 @@ def test_verifier_other_than_target(cli: Any, drafts: dict[str, Path], tmp_path:
     assert "['LlamaForCausalLM']" in warn["message"] or '["LlamaForCausalLM"]' in warn["message"]
     assert "DF174" not in codes(inspect(cli, drafts["dflash"]))
 
+    def wider(cfg: dict[str, Any]) -> None:
+        cfg["target_hidden_size"] = 256
+
+    (warn,) = codes(inspect(cli, edited(drafts, tmp_path, "dspark", wider)))["DF174"]
+    assert "target_hidden_size is 256" in warn["message"] and "hidden_size is 128" in warn["message"]
+
 
 @pytest.mark.parametrize("name", ["dflash", "dflash-anchor-first", "dflash-anchor-first-pre760", "dflash2", "dspark"])
 def test_normalize_writes_the_zlab_form(cli: Any, drafts: dict[str, Path], tmp_path: Path, name: str) -> None:
@@ -224,17 +230,18 @@ def test_every_engine_record_says_what_it_does_with_the_format() -> None:
 
 
 @pytest.mark.slow
-def test_smoke_run_matches_the_zlab_form(cli: Any, drafts: dict[str, Path], one_thread: None) -> None:
-    """The converted draft runs as its z-lab form: same tau, same tokens; its precheck names vLLM's
-    causal override (what `--engine both` prints before the engine runs)."""
+@pytest.mark.parametrize("name", ["dflash", "dflash2", "dspark"])
+def test_smoke_run_matches_the_zlab_form(cli: Any, drafts: dict[str, Path], one_thread: None, name: str) -> None:
+    """Each speculators draft runs as its z-lab form: same tau, same tokens; the converted DFlash
+    draft's precheck names vLLM's causal override (what `--engine both` prints before the engine runs)."""
     args = ("--target", TARGET, "--json", "-n", "24")
-    native = cli("smoke-run", str(drafts["dflash"]), *args)
-    zlab = cli("smoke-run", str(PAIR / "draft"), *args)
+    native = cli("smoke-run", str(drafts[name]), *args)
+    zlab = cli("smoke-run", str(PAIR / VARIANTS[name][0]), *args)
     assert native.code == zlab.code == 0, native.stderr
     a, b = native.result(), zlab.result()
     assert a["overall"]["tau"] == b["overall"]["tau"] and a["overall"]["steps"] == b["overall"]["steps"]
     assert [p["output_ids"] for p in a["prompts"]] == [p["output_ids"] for p in b["prompts"]]
-    assert "DF173" in {f["code"] for f in a["precheck"]}
+    assert ("DF173" in {f["code"] for f in a["precheck"]}) is (name == "dflash")
 
 
 @pytest.mark.slow

@@ -157,6 +157,10 @@ def _verifier(spec: DraftSpec, target: TargetSpec) -> list[Finding]:
     if name and _hub_id(name) and _hub_id(label.split("@")[0]) and name.lower() != label.split("@")[0].lower():
         out.append(finding("DF174", f"speculators_config.verifier.name_or_path is {show_value(name)}, but the target "
                                     f"is {label}", path=spec.where, key="speculators_config.verifier"))
+    th, want = as_int(raw.get("target_hidden_size")), as_int(target.hidden_size)
+    if th is not None and want is not None and th != want:
+        out.append(finding("DF174", f"target_hidden_size is {th} (the verifier's hidden size the fc reads), but the "
+                                    f"target's hidden_size is {want}", path=spec.where, key="target_hidden_size"))
     archs = verifier_architectures(raw)
     if archs and target.architectures and not set(archs) & set(target.architectures):
         out.append(finding("DF174", f"speculators_config.verifier.architectures is {show_value(archs)}, but the "

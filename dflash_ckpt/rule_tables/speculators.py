@@ -49,8 +49,8 @@ ROWS: tuple[tuple[str, str, str, str, str, str], ...] = (
      "bidirectional), or compare both with `dflash-ckpt smoke-run DRAFT --target T --engine both`."),
     ("DF174", "verifier-mismatch", "warning", "The verifier the draft names is not the target given",
      "A speculators draft names the model it was trained against (speculators_config.verifier: "
-     "name_or_path and architectures). A Hub id other than the --target's, or architectures the target "
-     "does not have, mean the draft is paired with another model than it was trained for.",
+     "name_or_path and architectures) and, where set, its hidden size (target_hidden_size). A Hub id other "
+     "than the --target's, architectures the target does not have, or another hidden size mean the draft is paired with another model than it was trained for.",
      "Pair the draft with the verifier it names, or check that the target is that model under another name."),
     ("DF175", "aux-id-zero", "warning", "An aux_hidden_state_layer_ids entry is 0 (the embedding output)",
      "aux id 0 is target_layer_ids -1, a tap on the embedding output, which no published speculators DFlash "
