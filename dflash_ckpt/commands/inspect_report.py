@@ -52,7 +52,7 @@ def render_result(console: Console, res: InspectResult, *, quiet: bool = False, 
         if src == "conflict":
             rk = d.keys[key]
             shown = f"{_fmt(rk.nested)} (nested) vs {_fmt(rk.top)} (top)"
-        keys.add_row(key, safe(shown), f"[{style}]{SOURCE_TEXT[src]}[/]" if style else SOURCE_TEXT[src])
+        keys.add_row(key, safe(shown), f"[{style}]{SOURCE_TEXT.get(src, src)}[/]" if style else safe(SOURCE_TEXT.get(src, src)))
     console.print(keys)
     if res.target is not None:
         t = res.target
