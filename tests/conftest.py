@@ -38,19 +38,30 @@ def cpu_numeric_path() -> str:
     return "avx2-kernel" if cpu_kernel.kernel() is not None else f"torch ({cpu_kernel.why_not()})"
 
 
-def pytest_report_header(config: pytest.Config) -> list[str]:
-    """The CPU path in the run's header, so a log says which path its figures came from."""
-    flags = ""
+@functools.lru_cache(maxsize=1)
+def _cpu_path_line() -> str:
+    model = ""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                flags = line.split(":", 1)[1].strip()
+                model = line.split(":", 1)[1].strip()
                 break
     except OSError:
         pass
-    return [f"dflash-ckpt bf16 CPU path: {cpu_numeric_path()}  (CPU: {flags or 'unknown'}; "
+    return (f"dflash-ckpt bf16 CPU path: {cpu_numeric_path()}  (CPU: {model or 'unknown'}; "
             f"ONEDNN_MAX_CPU_ISA={os.environ.get('ONEDNN_MAX_CPU_ISA', '')!r}, "
-            f"DFLASH_CKPT_NO_KERNEL={os.environ.get('DFLASH_CKPT_NO_KERNEL', '')!r})"]
+            f"DFLASH_CKPT_NO_KERNEL={os.environ.get('DFLASH_CKPT_NO_KERNEL', '')!r})")
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """The CPU path in the run's header, so a log says which path its figures came from."""
+    return [_cpu_path_line()]
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """The same line at the end, where ``-q`` (which drops the header) still shows it."""
+    if config.get_verbosity() < 0 and not hasattr(config, "workerinput"):
+        terminalreporter.write_line(_cpu_path_line())
 
 
 @dataclass
