@@ -18,7 +18,12 @@ import sys
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
+from typing import TYPE_CHECKING
+
 from dflash_ckpt.engines.vllm_tree import WATCHED, Capabilities, Host, Runner, capabilities, runner_for
+
+if TYPE_CHECKING:
+    from dflash_ckpt.rules import Finding
 
 #: The environment variable that names the python of the env vLLM is installed in.
 PYTHON_ENV = "DFLASH_CKPT_VLLM_PYTHON"
@@ -187,6 +192,16 @@ def reader_check_note() -> dict[str, str | None]:
     return {"measured_against": MEASURED_VLLM, "installed": f"{found[0]} {found[1]}" if found else None}
 
 
+def installed_standing() -> str | None:
+    """Where the installed vLLM stands against vLLM's record's versions: ``below``, ``within``,
+    ``above``, or ``None`` (none installed, or no release number)."""
+    from dflash_ckpt.checks.engines.versions import standing
+    from dflash_ckpt.checks.engines.vllm import ENGINE
+
+    found = installed_vllm()
+    return standing(ENGINE.versions, found[1]) if found and ENGINE.versions else None
+
+
 def tree_refusal(facts: VllmFacts) -> tuple[str, str] | None:
     """``(code, reason)`` when the installed tree and machine would start nothing that runs
     DFlash (DF421 no DFlash path, DF428 0.34 on x86 without triton-cpu, DF429 a CUDA build without
@@ -205,3 +220,23 @@ def runs_v1(facts: VllmFacts) -> bool:
     if runner is None:
         return facts.cpu_build
     return runner.runner == "V1"
+
+
+def version_findings(where: str | None = None) -> list[Finding]:
+    """DF430 when the installed vLLM (``installed_vllm``) is outside the versions vLLM's record
+    was read against (``ENGINE.versions``): newer or older, a warning, never a silent row."""
+    from dflash_ckpt.checks.engines.versions import ABOVE, standing
+    from dflash_ckpt.checks.engines.vllm import ENGINE
+    from dflash_ckpt.rules import finding
+
+    found = installed_vllm()
+    versions = ENGINE.versions
+    if found is None or versions is None:
+        return []
+    where_ = standing(versions, found[1])
+    if where_ is None or where_ == "within":
+        return []
+    side = "newer than" if where_ == ABOVE else "older than"
+    return [finding("DF430", f"the installed vLLM ({found[0]} {found[1]}) is {side} the versions vLLM's facts were "
+                             f"read against ({versions.text()}); its reader row and refusals may not hold for it",
+                    path=where)]

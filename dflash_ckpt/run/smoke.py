@@ -48,6 +48,7 @@ from dflash_ckpt.draftspec.layout import resolve_layout
 from dflash_ckpt.draftspec.quant_layers import summarize
 from dflash_ckpt.draftspec.quant_scheme import read_scheme
 from dflash_ckpt.engines.smoke_engine import EngineRun
+from dflash_ckpt.engines.vllm_facts import version_findings as vllm_version_findings
 from dflash_ckpt.errors import UsageError
 from dflash_ckpt.run.options import SmokeOptions
 from dflash_ckpt.run.pair import open_pair, resolve_pair
@@ -154,6 +155,7 @@ def run_smoke_run(opts: SmokeOptions, *, progress: Any = None, log: Callable[[st
         result.findings = smoke_findings(result, target_layer_ids=plan.draft_args.target_layer_ids,
                                          mask_token_id=plan.draft_args.mask_token_id)
         result.findings += evidence_findings(result.evidence(), min_acceptance=opts.min_acceptance)
+        result.findings += vllm_version_findings()  # DF430: vLLM outside its record's versions
         return result
     pair.check_memory(prepacked=device.type == "cpu" and opts.compile and onednn_packs_bf16())
     unfilled = unfilled_weights(draft_dir, plan.draft_inv, target_dir, plan.target_inv)  # DF413
@@ -199,7 +201,7 @@ def run_smoke_run(opts: SmokeOptions, *, progress: Any = None, log: Callable[[st
     if engine is not None:  # --engine both: vLLM on the same ids, after the reference has let go of the CPU
         del target_model, draft_model, loop
         say(f"running vLLM {engine.facts.version} on the same ids in a child process")
-        result.findings += engine.compare_into(result, prompts, encoded, encoder)
+        result.findings += engine.compare_into(result, prompts, encoded, encoder) + vllm_version_findings()
     return result
 
 

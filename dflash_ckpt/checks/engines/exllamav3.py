@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dflash_ckpt.checks.engines.reading import NESTED_THEN_TOP, TOP_THEN_NESTED, Reading, Verdict, one_plus_n_path
 from dflash_ckpt.checks.engines.record import Engine
+from dflash_ckpt.checks.engines.versions import Versions
 from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec
 
 
@@ -21,4 +22,5 @@ def judge(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
     return r.verdict()
 
 
-ENGINE = Engine("exllamav3", "exllamav3", judge, one_plus_n_path("its DFlash loader"))
+ENGINE = Engine("exllamav3", "exllamav3", judge, one_plus_n_path("its DFlash loader"),
+                versions=Versions("1.6.5", "1.6.5", "read in its wheel"))

@@ -13,6 +13,7 @@ from typing import Callable, NamedTuple
 
 from dflash_ckpt.checks.engines.launch import ServeFacts
 from dflash_ckpt.checks.engines.reading import EnginePath, Verdict
+from dflash_ckpt.checks.engines.versions import Versions
 from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec
 
 Judge = Callable[[DraftSpec, TargetSpec | None], Verdict]
@@ -54,3 +55,5 @@ class Engine(NamedTuple):
     runner: str | None = None
     #: The codes of the rules it owns (rows in ``rule_tables/<engine>.py``).
     rules: tuple[str, ...] = ()
+    #: The releases (or commit) its facts were read or measured against (``checks.engines.versions``).
+    versions: Versions | None = None

