@@ -1,5 +1,5 @@
 """Facts that say when they were true (issue 41 item 4): every engine record states the releases
-its facts were read or measured against; inspect shows them (table and JSON ``readers``), and
+its facts were read or measured against; inspect shows them (JSON ``readers``), and
 inspect and smoke-run's vLLM paths warn (DF430) when the installed vLLM is outside that range."""
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def test_release_numbers() -> None:
     assert standing(Versions("git e763f23", None, "read"), "1.0.0") is None
 
 
-def test_inspect_shows_the_versions_in_its_table_and_json(cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_inspect_shows_the_versions_in_its_json(cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv(PYTHON_ENV, fake_vllm_python(tmp_path, "0.33.0"))
     res = cli("inspect", str(TINY / "draft"), "--target", str(TINY / "target"), "--json")
 
@@ -62,8 +62,6 @@ def test_inspect_shows_the_versions_in_its_table_and_json(cli, monkeypatch: pyte
     assert readers["vllm"]["installed_is"] == WITHIN
     assert all(readers[e.key]["facts_versions"]["low"] == e.versions.low for e in ENGINES)
     assert not any(f["code"] == "DF430" for f in res.result()["findings"])
-    text = cli("inspect", str(TINY / "draft"), "--target", str(TINY / "target"))
-    assert "facts of" in text.stdout and "0.32.0-0.34.0" in text.stdout and "1.3.0rc27-1.4.0rc1" in text.stdout
 
 
 @pytest.mark.parametrize(("version", "side"), [("0.35.0", "newer than"), ("0.30.1", "older than")])

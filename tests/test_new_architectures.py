@@ -125,15 +125,17 @@ def exl(cli: Any, tmp: Path, edit: dict[str, Any] | None = None, **kw: Any) -> d
 def test_tap_shift_nested_top_and_default(cli: Any, tmp_path: Path) -> None:
     """``tap_shift`` nested then top, default 1 (architecture/dflash.py:23-26, 69-74), added to every tap."""
     default = exl(cli, tmp_path / "a")
-    assert default["loads"] and "taps target_layer_ids + 1 (its default" in default["reason"]
+    assert default["loads"] and default["reason"] == "loads as is"  # +1 by default: docs/engines.md
     nested = exl(cli, tmp_path / "b", {"dflash_config": {"tap_shift": 0}, "tap_shift": 2})
-    assert nested["loads"] and "target_layer_ids +" not in nested["reason"]  # nested 0 wins over top 2
+    assert nested["loads"] and "taps target_layer_ids + 0 (dflash_config.tap_shift)" in nested["reason"]  # nested wins
     top = exl(cli, tmp_path / "c", {"tap_shift": 2})
     assert top["loads"] and "taps target_layer_ids + 2 (tap_shift" in top["reason"]
     bad = exl(cli, tmp_path / "d", {"tap_shift": "one"})
     assert not bad["loads"] and "tap_shift is not an integer" in bad["reason"]
     beyond = exl(cli, tmp_path / "e", {"dflash_config": {"tap_shift": 3}})
     assert not beyond["loads"] and "[4, 6, 8] leave the target's 8 layers" in beyond["reason"]
+    last = exl(cli, tmp_path / "g", {"dflash_config": {"target_layer_ids": [1, 3, 7]}})
+    assert not last["loads"] and "+ 1 (its default) = [2, 4, 8]" in last["reason"]  # the default shift, last layer
     # only exllamav3 reads it
     res = inspect(cli, draft_copy(tmp_path / "f", {"tap_shift": 2}))
     assert "tap_shift" not in res["readers"]["vllm"]["reason"]

@@ -67,12 +67,10 @@ def render_result(console: Console, res: InspectResult, *, quiet: bool = False, 
         table.add_column("reader", no_wrap=True)
         table.add_column("loads", no_wrap=True)
         table.add_column("why", overflow="fold")
-        table.add_column("facts of", overflow="fold")  # the releases each record was read against
         for reader in READERS:
             v = res.readers[reader.key]
             why = v.reason + ("; normalize fixes it" if reader.key in res.normalize_fixes else "")
-            facts = reader.versions.span if reader.versions else "?"
-            table.add_row(reader.title, "[green]yes[/]" if v.loads else "[red]no[/]", safe(why), safe(facts))
+            table.add_row(reader.title, "[green]yes[/]" if v.loads else "[red]no[/]", safe(why))
         console.print(table)
         if "vllm" in res.readers and (note := vllm_reader_note())["installed"]:
             console.print(f"vLLM row: measured against vLLM {note['measured_against']}; installed here: "

@@ -50,9 +50,8 @@ def judge(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
             if depth is not None and any(t >= depth or t < 0 for t in taps):
                 r.problems.append(f"taps target_layer_ids + {shift} ({where}) = {taps} leave the target's "
                                   f"{depth} layers")
-            elif shift:
-                r.notes.append(f"taps target_layer_ids + {shift} ({where}; tap_shift 0 takes them as the other "
-                               "engines do)")
+            elif where != "its default":  # the default (+1 for DFlash v1) is docs/engines.md's to say
+                r.notes.append(f"taps target_layer_ids + {shift} ({where})")
     return r.verdict()
 
 
