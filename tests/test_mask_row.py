@@ -1,4 +1,4 @@
-"""DF325: a target whose mask-token embedding row is about zero, with no mask embedding shipped
+"""DF431: a target whose mask-token embedding row is about zero, with no mask embedding shipped
 beside the draft (sglang#27924, MiMo; shared/ecosystem-2026-12.md section 3 row 13)."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def test_ratio() -> None:
 
 def test_zero_row_without_a_mask_embedding(tmp_path: Path) -> None:
     (found,) = mask_row_findings(table(5), 5, tmp_path, ["fc.weight"], "tgt")
-    assert found.code == "DF325" and "mask_token_id 5 is about zero" in found.message
+    assert found.code == "DF431" and "mask_token_id 5 is about zero" in found.message
     assert mask_row_findings(table(), 5, tmp_path, ["fc.weight"], "tgt") == []  # a trained row
     assert mask_row_findings(table(5), 5, tmp_path, ["fc.weight", "mask_embedding"], "tgt") == []  # exllamav3's tensor
     (tmp_path / "mask_embedding.pt").write_bytes(b"")
@@ -50,7 +50,7 @@ def test_smoke_run_names_a_zero_mask_row(cli: Any, tmp_path: Path) -> None:
     save_file(weights, str(target / "model.safetensors"), metadata={"format": "pt"})
     res = cli("smoke-run", str(TINY / "draft"), "--target", str(target), "-p", "hello there", "-n", "8", "--json")
     findings = res.result()["findings"]
-    assert [f["code"] for f in findings if f["code"] == "DF325"] == ["DF325"], findings
+    assert [f["code"] for f in findings if f["code"] == "DF431"] == ["DF431"], findings
     clean = cli("smoke-run", str(TINY / "draft"), "--target", str(TINY / "target"), "-p", "hello there", "-n", "8",
                 "--json")
-    assert not any(f["code"] == "DF325" for f in clean.result()["findings"])
+    assert not any(f["code"] == "DF431" for f in clean.result()["findings"])

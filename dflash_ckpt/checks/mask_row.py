@@ -1,4 +1,4 @@
-"""DF325: the target's embedding row for ``mask_token_id`` is about zero and the draft ships no
+"""DF431: the target's embedding row for ``mask_token_id`` is about zero and the draft ships no
 learned mask embedding.
 
 A DFlash draft embeds its mask slots with the target's row for ``mask_token_id``. Some targets
@@ -43,7 +43,7 @@ def row_ratio(weight: Any, row: int) -> float | None:
 
 def mask_row_findings(weight: Any, mask_token_id: int | None, draft_dir: Path, draft_tensors: Iterable[str],
                       where: str) -> list[Finding]:
-    """DF325 when the target's mask row is about zero and the draft has neither
+    """DF431 when the target's mask row is about zero and the draft has neither
     ``mask_embedding.pt`` nor a ``mask_embedding`` tensor."""
     if mask_token_id is None:
         return []
@@ -52,7 +52,7 @@ def mask_row_findings(weight: Any, mask_token_id: int | None, draft_dir: Path, d
         return []
     if (draft_dir / MASK_SIDE_FILE).exists() or MASK_TENSOR in set(draft_tensors):
         return []
-    return [finding("DF325", f"the target's embedding row for mask_token_id {mask_token_id} is about zero "
+    return [finding("DF431", f"the target's embedding row for mask_token_id {mask_token_id} is about zero "
                              f"({ratio:.1e} of the median row's norm) and the draft ships no mask embedding "
                              f"({MASK_SIDE_FILE} or a {MASK_TENSOR} tensor): every engine feeds its mask slots "
                              "a zero vector; fetch the mask embedding its publisher trained with", path=where)]

@@ -85,13 +85,4 @@ ROWS: tuple[tuple[str, str, str, str, str, str], ...] = (
      "engine started from the old snapshot serves the other draft. Only cached files are read (no "
      "request).",
      "Pin the commit checked (ORG/NAME@COMMIT) in inspect and in the engine, or delete the old snapshot."),
-    ("DF325", "mask-row-near-zero", "warning", "The target's mask-token embedding row is about zero and no mask embedding is shipped",
-     "A DFlash draft embeds its mask slots with the target's embedding row for mask_token_id. Some targets "
-     "never trained that row (MiMo: sglang#27924, acceptance length 1.42 against 6.30 with the published "
-     "file), and their drafts publish the mask embedding they were trained with: mask_embedding.pt (vLLM and "
-     "SGLang load it) or a mask_embedding tensor (exllamav3 1.6.5). The row's norm is below 1/1000 of the "
-     "median row's and the draft has neither, so every engine feeds the draft zeros. Judged in smoke-run (the "
-     "values are in no header).",
-     "Fetch the mask_embedding file its publisher released into the draft's folder (review it: .pt files "
-     "are pickles, DF226), or serve with the target the draft was trained against."),
 )

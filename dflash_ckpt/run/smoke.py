@@ -166,7 +166,7 @@ def run_smoke_run(opts: SmokeOptions, *, progress: Any = None, log: Callable[[st
         return result
     target_model, draft_model, result.threads = pair.load(opts.threads, say, plan.target.model_type)
     mask_row = mask_row_findings(target_model.embed_tokens.weight, plan.draft_args.mask_token_id, draft_dir,
-                                 plan.draft_inv.tensors, target_label)  # DF325: values, not headers
+                                 plan.draft_inv.tensors, target_label)  # DF431: values, not headers
     if device.type == "cpu" and opts.compile:
         result.prepacked_weights, result.prepack_s = prepack_pair(target_model, draft_model)
         if note := slow_path_note(target_model, draft_model):
