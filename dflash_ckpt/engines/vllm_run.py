@@ -64,6 +64,7 @@ TREE_FIX = {
     "DF428": f"use --engine reference here, or the CPU build of 0.32 ({INSTALL_CPU}), or build triton-cpu as "
              "vLLM's docker/Dockerfile.cpu does",
     "DF429": f"run it on a CUDA machine, or install the CPU build here ({INSTALL_CPU})",
+    "DF432": "unset VLLM_USE_V2_MODEL_RUNNER (V2 is the only runner)",
 }
 
 

