@@ -99,16 +99,15 @@ def test_recovers_the_trained_taps_with_smoke_runs_tau(recovered: Any) -> None:
     assert best["tau"] == smoke_tau(DRAFT, 0) == best["tau_loop"]
     assert best["measured_by"] == "loop"
     s = doc["search"]
-    # The simulation from one whole-text forward equals the loop exactly where a row's product
-    # does not depend on its block (the AVX2 kernel); on oneDNN's or torch's path it can part at a
-    # near tie, and the report says by how much (the largest gap over the finalists).
+    # The simulation replays the draft on one whole-text forward's features, the loop on a
+    # prefill's and each verify block's: equal on the AVX2 EPYC where it was first measured, 5.30
+    # against 5.38 on an AVX-512 Xeon on every path it can be forced onto (a near tie in the
+    # draft). The report says how far it was off (the largest gap over the finalists), and the
+    # ranking that counts is the loop's.
     finalists = [c for c in doc["ranked"] if c["tau_loop"] is not None and c["tau_probe"] is not None]
     assert finalists and s["simulation_gap"] == max(abs(c["tau_probe"] - c["tau_loop"]) for c in finalists)
     assert s["cpu_linear"] in ("avx2-kernel", "onednn-packed", "torch")
-    if s["cpu_linear"] == "avx2-kernel":
-        assert best["tau_probe"] == best["tau"] and s["simulation_gap"] == 0
-    else:
-        assert abs(best["tau_probe"] - best["tau"]) <= s["simulation_gap"] < 0.5
+    assert abs(best["tau_probe"] - best["tau"]) <= s["simulation_gap"] < 0.5
     assert (s["method"], s["space"], s["evaluated"], s["budget_exhausted"]) == ("exhaustive", 56, 56, False)
     assert s["draft_forwards"] > 0 and s["search_s"] > 0
     ranked = doc["ranked"]

@@ -119,12 +119,14 @@ class ProbeResult(ResultShape):
 
         Why it is not always 0: the simulation replays the draft on features the target computed
         in one forward over the whole text, the loop on features from a prefill and then one verify
-        of a block at a time. Where a row's product does not depend on how many rows share the call
-        (the AVX2 kernel, tested), both are the same bits and the taus equal exactly; oneDNN's
-        packed kernels (and torch's own) pick their blocking by the row count, so features differ
-        in the last bf16 bit and a near tie in the draft can go the other way. The ranking that
+        of a block at a time. A kernel whose result for a row depends on how many rows share the
+        call (oneDNN's packed products pick their blocking by the row count; attention and the
+        element-wise kernels differ by CPU) makes the features differ in the last bf16 bit, and a
+        near tie in the draft can then go the other way: the tiny pair simulates 5.30 and runs
+        5.38 on an AVX-512 Xeon, and the two are equal on an AVX2-only EPYC. The ranking that
         counts is the finalists' loop tau; this gap says how far the simulation that chose them
-        was off on this machine."""
+        was off on this machine.
+        """
         gaps = [abs(c.tau_probe - c.tau_loop) for c in self.ranked if c.tau_probe is not None and c.tau_loop is not None]
         return max(gaps) if gaps else None
 
