@@ -12,9 +12,10 @@ from typing import Any, Callable, Iterable
 
 from dflash_ckpt.checks import run_checks
 from dflash_ckpt.checks.engines.reading import Verdict
-from dflash_ckpt.checks.engines.registry import READER_TITLES
+from dflash_ckpt.checks.engines.registry import BY_KEY, READER_TITLES
 from dflash_ckpt.checks.engines.verdicts import judge_readers
 from dflash_ckpt.engines.vllm_facts import reader_check_note as vllm_reader_note
+from dflash_ckpt.engines.vllm_facts import version_findings as vllm_version_findings
 from dflash_ckpt.errors import DFlashCkptError, InputError
 from dflash_ckpt.rules import Finding, Severity, finding
 from dflash_ckpt.result import error_json
@@ -102,13 +103,26 @@ class InspectResult:
             "target": self.target.to_json() if self.target else None,
             "findings": [f.to_json() for f in self.findings],
             "readers": {k: {**v.to_json(), "fixed_by_normalize": k in self.normalize_fixes,
-                            **({"checked_against": vllm_reader_note()} if k == "vllm" else {})}
+                            **({"checked_against": vllm_reader_note()} if k == "vllm" else {}),
+                            **facts_versions_json(k)}
                         for k, v in self.readers.items()},
             "normalize_command": self.normalize_command if self.normalize_fixes else None,
             "serve": self.serve if not self.failed(strict) else {},
             "counts": {s.value: self.count(s) for s in Severity},
             "bytes_read": self.bytes_read,
         }
+
+
+def facts_versions_json(key: str) -> dict[str, Any]:
+    """``facts_versions`` of a reader (the releases its record was read against) and, for vLLM,
+    ``installed_is`` (``below``/``within``/``above`` that range, ``None`` when not installed)."""
+    from dflash_ckpt.engines.vllm_facts import installed_standing
+
+    versions = BY_KEY[key].versions if key in BY_KEY else None
+    out: dict[str, Any] = {"facts_versions": versions.to_json() if versions else None}
+    if key == "vllm":
+        out["installed_is"] = installed_standing()
+    return out
 
 
 def block_layout_json(spec: DraftSpec) -> dict[str, Any]:
@@ -132,6 +146,7 @@ def inspect_sources(draft_src: Source, target_src: Source | None = None) -> Insp
         result.bytes_read = draft_src.bytes_read
         return result
     result.findings = run_checks(result.draft, result.target) + pin_finding(draft_src) + cached_layout_findings(draft_src, result.draft)
+    result.findings += vllm_version_findings()  # DF430: the installed vLLM outside its record's versions
     result.readers = judge_readers(result.draft, result.target)
     if result.target is not None and target_src is not None and not result.failed():
         from dflash_ckpt.checks.serve import serve_commands

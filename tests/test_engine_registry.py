@@ -115,7 +115,7 @@ def test_each_engine_judges_and_paths_a_published_draft(fixtures_root: Path) -> 
 
 def test_the_vllm_record_owns_its_rules_and_runner() -> None:
     vllm = BY_KEY["vllm"]
-    assert vllm.rules == tuple(row[0] for row in rule_tables.vllm.ROWS) == tuple(f"DF42{i}" for i in range(8))
+    assert vllm.rules == tuple(row[0] for row in rule_tables.vllm.ROWS) == (*(f"DF42{i}" for i in range(10)), "DF430", "DF432")
     assert vllm.runner is not None
     module, _, attribute = vllm.runner.partition(":")
     assert hasattr(importlib.import_module(module), attribute)
@@ -151,7 +151,8 @@ def test_a_new_engine_is_one_file_and_one_registry_line(pair_paths: tuple[str, s
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     result = doc["results"][0] if "results" in doc else doc
-    assert result["readers"]["toy"] == {"loads": True, "reason": "loads as is", "fixed_by_normalize": False}
+    assert result["readers"]["toy"] == {"loads": True, "reason": "loads as is", "fixed_by_normalize": False,
+                                      "facts_versions": None}  # the toy states no versions
     assert list(result["readers"])[-1] == "toy"
     assert result["serve"]["toy"] == ["toy-serve", target, "--draft", draft, "--block", "16"]
     assert list(result["serve"])[-1] == "toy"

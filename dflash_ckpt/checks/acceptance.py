@@ -84,11 +84,24 @@ def applies(key: AcceptanceKey, reader: str, place: str, generation: str) -> boo
     return any(r.reader == reader and place in r.places and r.generation in (None, generation) for r in key.readers)
 
 
+#: A learned mask embedding shipped as a tensor of the draft, and the engines that use it in place
+#: of the target's embedding row for ``mask_token_id`` (exllamav3 1.6.5 ``architecture/dflash.py:97-99``).
+MASK_EMBEDDING_TENSOR = "mask_embedding"
+MASK_EMBEDDING_READERS = ("exllamav3",)
+
+
+def has_mask_embedding(spec: DraftSpec) -> bool:
+    return spec.weights is not None and MASK_EMBEDDING_TENSOR in (spec.weights.tensors or {})
+
+
 def ignored_by(spec: DraftSpec, reader: str) -> list[str]:
-    """The keys (dotted where nested) ``reader`` would load this draft without applying."""
+    """The keys (dotted where nested) ``reader`` would load this draft without applying, and the
+    learned ``mask_embedding`` tensor where it does not use it."""
     if reader not in SERVING:
         return []
     out: list[str] = []
+    if has_mask_embedding(spec) and reader not in MASK_EMBEDDING_READERS:
+        out.append("the mask_embedding tensor")
     for key, place, _ in set_keys(spec):
         name = _path(key.name, place)
         if not applies(key, reader, place, spec.generation) and name not in out:
@@ -101,8 +114,15 @@ def _path(name: str, place: str) -> str:
 
 
 def check_acceptance_keys(spec: DraftSpec) -> list[Finding]:
-    """DF150: a key that changes acceptance is set, and some engines load the draft without it."""
+    """DF150: a key that changes acceptance is set (or a learned ``mask_embedding`` tensor is
+    shipped), and some engines load the draft without it."""
     out: list[Finding] = []
+    if has_mask_embedding(spec):
+        ignoring = [TITLES[r] for r in SERVING if r not in MASK_EMBEDDING_READERS]
+        out.append(finding(
+            "DF150", "tensor 'mask_embedding' is a learned embedding for mask_token_id: it changes what the draft "
+            f"accepts, and {', '.join(ignoring)} load the draft without it (they embed the mask with the target's "
+            "row); applied by exllamav3 (1.6.5); serve it with an engine that applies it", path=spec.where))
     for key, place, value in set_keys(spec):
         ignoring = [r for r in SERVING if not applies(key, r, place, spec.generation)]
         applying = [r for r in SERVING if r not in ignoring]

@@ -6,6 +6,7 @@ import re
 import shlex
 from collections import Counter
 
+from dflash_ckpt.draftspec.architectures import XPRESS_ARCHITECTURES, XPRESS_PREFIX
 from dflash_ckpt.checks.pitfalls import VOCAB_MAPS, side_file_owner
 from dflash_ckpt.checks.pairing import short_list
 from dflash_ckpt.rules import Finding, finding
@@ -109,6 +110,8 @@ def check_weights(spec: DraftSpec) -> list[Finding]:
     # DFlash2 tensors in a v1 config are DF222's finding; in a DFlash2 config they are expected by name.
     v2_extra = has_v2 and not v2_config
     tolerated = set(borrowed) | (set(VOCAB_MAPS) if "draft_vocab_size" in spec.config else set()) | ({n for n in shapes if "_conv." in n or n.startswith("candidate_selector.")} if v2_extra else set())
+    out += _check_mask_embedding(spec, shapes, label)
+    tolerated.add(MASK_EMBEDDING)
     unexpected = [n for n in shapes if n not in expected and n not in tolerated and not _family_owned(spec, n)]
     if unexpected:
         layers = spec.dims.num_hidden_layers
@@ -120,14 +123,32 @@ def check_weights(spec: DraftSpec) -> list[Finding]:
     return out
 
 
+#: exllamav3's learned mask embedding (a tensor in the draft's safetensors).
+MASK_EMBEDDING = "mask_embedding"
+
+
 def _family_owned(spec: DraftSpec, name: str) -> bool:
     """Tensors of a sibling family's parts that are not modelled name by name: a Laguna draft's
     layers (the target's own layer kind), LiLiCorr's candidate-lattice head."""
+    if name.startswith(XPRESS_PREFIX) and set(spec.architectures) & XPRESS_ARCHITECTURES:
+        return True  # XPress's refiner head (vLLM qwen3_xpress.py)
     if spec.family == LAGUNA:
         return name.startswith("layers.")
     if spec.family == LILICORR:
         return name.startswith("lilicorr.") or "_conv." in name
     return False
+
+
+def _check_mask_embedding(spec: DraftSpec, shapes: dict[str, tuple[int, ...]], label: str) -> list[Finding]:
+    """A learned ``mask_embedding`` tensor (exllamav3 1.6.5 ``architecture/dflash.py:97-99`` uses it
+    in place of the target's embedding row for ``mask_token_id``) is expected, one row of
+    ``hidden_size``; any other shape is DF213."""
+    shape = shapes.get(MASK_EMBEDDING)
+    h = spec.dims.hidden_size
+    if shape is None or h is None or tuple(shape) in ((h,), (1, h)):
+        return []
+    return [finding("DF213", f"1 tensor(s) do not match the config: {MASK_EMBEDDING} is {list(shape)}, expected "
+                             f"[{h}] (one embedding row of hidden_size)", path=label)]
 
 
 def _strip_prefix(names: list[str]) -> tuple[dict[str, str], str]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from dflash_ckpt.draftspec.architectures import NEW_DSPARK_ARCHITECTURES
 from dflash_ckpt.draftspec.speculators_format import SPEC_TOKENS_PATH, speculative_tokens
 
 ONE_PLUS_N = "1+N"
@@ -32,7 +33,7 @@ DSPARK_ARCHITECTURES = frozenset(
         "DSparkDraftModel",
         "DSparkV41DraftModel",
     }
-)
+) | NEW_DSPARK_ARCHITECTURES
 
 #: (where, key) of each explicit declaration; a true value means anchor-first.
 DECLARATIONS: tuple[tuple[str, str], ...] = (

@@ -12,6 +12,7 @@ import copy
 import json
 from typing import Any, NamedTuple, Sequence
 
+from dflash_ckpt.draftspec.architectures import DFLASH2_ARCHITECTURES, DFLASH_ARCHITECTURES
 from dflash_ckpt.draftspec.layout import BlockLayout, resolve_layout
 from dflash_ckpt.draftspec.siblings import is_muse_glimmer, sibling_family
 from dflash_ckpt.draftspec.speculators_format import NativeView, is_speculators_native, native_view
@@ -289,9 +290,9 @@ class DraftSpec:
         if self.family is not None:
             return self.family
         archs = self.architectures
-        if "DFlash2DraftModel" in archs:
+        if DFLASH2_ARCHITECTURES & set(archs):
             return "DFlash2"
-        if "DFlashDraftModel" in archs or is_muse_glimmer(self.config):
+        if DFLASH_ARCHITECTURES & set(archs) or is_muse_glimmer(self.config):
             return "DFlash"
         if any(self.extra_keys[k].present for k in DFLASH2_KEYS):
             return "DFlash2"

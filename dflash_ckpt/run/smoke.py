@@ -41,6 +41,7 @@ from dflash_ckpt.checks.evidence_findings import evidence_findings
 from dflash_ckpt.checks.published import fingerprint, known_draft
 from dflash_ckpt.inspection import inspect_sources
 from dflash_ckpt.checks.layout_findings import smoke_layout_findings
+from dflash_ckpt.checks.mask_row import mask_row_findings
 from dflash_ckpt.checks.precision import precision_findings
 from dflash_ckpt.checks.run_findings import prompt_format_causes, smoke_findings, special_token_texts
 from dflash_ckpt.checks.target_config import check_target_config
@@ -48,6 +49,7 @@ from dflash_ckpt.draftspec.layout import resolve_layout
 from dflash_ckpt.draftspec.quant_layers import summarize
 from dflash_ckpt.draftspec.quant_scheme import read_scheme
 from dflash_ckpt.engines.smoke_engine import EngineRun
+from dflash_ckpt.engines.vllm_facts import version_findings as vllm_version_findings
 from dflash_ckpt.errors import UsageError
 from dflash_ckpt.run.options import SmokeOptions
 from dflash_ckpt.run.pair import open_pair, resolve_pair
@@ -154,6 +156,7 @@ def run_smoke_run(opts: SmokeOptions, *, progress: Any = None, log: Callable[[st
         result.findings = smoke_findings(result, target_layer_ids=plan.draft_args.target_layer_ids,
                                          mask_token_id=plan.draft_args.mask_token_id)
         result.findings += evidence_findings(result.evidence(), min_acceptance=opts.min_acceptance)
+        result.findings += vllm_version_findings()  # DF430: vLLM outside its record's versions
         return result
     pair.check_memory(prepacked=device.type == "cpu" and opts.compile and onednn_packs_bf16())
     unfilled = unfilled_weights(draft_dir, plan.draft_inv, target_dir, plan.target_inv)  # DF413
@@ -162,6 +165,8 @@ def run_smoke_run(opts: SmokeOptions, *, progress: Any = None, log: Callable[[st
         result.refused = True
         return result
     target_model, draft_model, result.threads = pair.load(opts.threads, say, plan.target.model_type)
+    mask_row = mask_row_findings(target_model.embed_tokens.weight, plan.draft_args.mask_token_id, draft_dir,
+                                 plan.draft_inv.tensors, target_label)  # DF431: values, not headers
     if device.type == "cpu" and opts.compile:
         result.prepacked_weights, result.prepack_s = prepack_pair(target_model, draft_model)
         if note := slow_path_note(target_model, draft_model):
@@ -188,7 +193,7 @@ def run_smoke_run(opts: SmokeOptions, *, progress: Any = None, log: Callable[[st
         run.input_text = encoder.render(run.prompt)
     result.findings = smoke_findings(result, target_layer_ids=plan.draft_args.target_layer_ids,
                                      mask_token_id=plan.draft_args.mask_token_id) + smoke_degenerate_findings(result)
-    result.findings += smoke_layout_findings(layout, resolve_layout(pre.draft.config))
+    result.findings += smoke_layout_findings(layout, resolve_layout(pre.draft.config)) + mask_row
     result.findings += evidence_findings(result.evidence(), min_acceptance=opts.min_acceptance)  # DF408, DF409
     capability = None
     if device.type == "cuda":
@@ -199,7 +204,7 @@ def run_smoke_run(opts: SmokeOptions, *, progress: Any = None, log: Callable[[st
     if engine is not None:  # --engine both: vLLM on the same ids, after the reference has let go of the CPU
         del target_model, draft_model, loop
         say(f"running vLLM {engine.facts.version} on the same ids in a child process")
-        result.findings += engine.compare_into(result, prompts, encoded, encoder)
+        result.findings += engine.compare_into(result, prompts, encoded, encoder) + vllm_version_findings()
     return result
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dflash_ckpt.checks.engines.reading import NESTED_ONLY, TOP_ONLY, Reading, Verdict, one_plus_n_path
 from dflash_ckpt.checks.engines.record import Engine
+from dflash_ckpt.checks.engines.versions import Versions
 from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec
 
 
@@ -18,4 +19,5 @@ def judge(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
     return r.verdict()
 
 
-ENGINE = Engine("exllamav3-legacy", "exllamav3 (before #276)", judge, one_plus_n_path("its DFlash loader"))
+ENGINE = Engine("exllamav3-legacy", "exllamav3 (before #276)", judge, one_plus_n_path("its DFlash loader"),
+                versions=Versions("git 001c952", None, "read; before PR #276"))

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dflash_ckpt.checks.engines.launch import ServeFacts
 from dflash_ckpt.checks.engines.reading import NESTED_ONLY, TOP_ONLY, Reading, Verdict, one_plus_n_path
 from dflash_ckpt.checks.engines.record import Engine
+from dflash_ckpt.checks.engines.versions import Versions
 from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec, as_int
 
 
@@ -42,4 +43,6 @@ def serve(f: ServeFacts) -> list[str]:
 
 
 ENGINE = Engine("lmdeploy", "lmdeploy 0.18", judge, one_plus_n_path("--speculative-algorithm dflash"),
-                serve=serve, serve_rank=3)
+                serve=serve, serve_rank=3,
+    versions=Versions("0.18.0", "0.18.0", "read in its wheel"),
+)

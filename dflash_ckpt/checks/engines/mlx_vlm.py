@@ -13,6 +13,7 @@ from typing import Any
 from dflash_ckpt.checks.engines.reading import (NESTED_ONLY, NESTED_THEN_TOP, TOP_ONLY, EnginePath, Reading, Verdict,
                                                 dspark_from_anchor, one_plus_n)
 from dflash_ckpt.checks.engines.record import Engine
+from dflash_ckpt.checks.engines.versions import Versions
 from dflash_ckpt.checks.engines.zlab_mlx import MLX_DEFAULT_BLOCK
 from dflash_ckpt.draftspec.siblings import DSPARK
 from dflash_ckpt.draftspec.specs import ABSENT, DraftSpec, TargetSpec, as_int, resolve_key
@@ -62,4 +63,5 @@ def path(spec: DraftSpec) -> EnginePath:
     return one_plus_n(spec, "its DFlash loader")
 
 
-ENGINE = Engine("mlx-vlm", "mlx-vlm 0.7.10", judge, path, dspark_launch=DSPARK_LAUNCH)
+ENGINE = Engine("mlx-vlm", "mlx-vlm 0.7.10", judge, path, dspark_launch=DSPARK_LAUNCH,
+                versions=Versions("0.7.10", "0.7.10", "read in its wheel"))

@@ -13,6 +13,7 @@ from typing import Callable, NamedTuple
 
 from dflash_ckpt.checks.engines.launch import ServeFacts
 from dflash_ckpt.checks.engines.reading import EnginePath, Verdict
+from dflash_ckpt.checks.engines.versions import Versions
 from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec
 
 Judge = Callable[[DraftSpec, TargetSpec | None], Verdict]
@@ -60,3 +61,5 @@ class Engine(NamedTuple):
     speculators_reader: str | None = None
     #: Where its row's speculators fact comes from, or that none was read.
     speculators_fact: str = "unknown/not read: none is known in its source (shared/ecosystem-2026-12.md names none)"
+    #: The releases (or commit) its facts were read or measured against (``checks.engines.versions``).
+    versions: Versions | None = None

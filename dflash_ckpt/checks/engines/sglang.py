@@ -17,9 +17,10 @@ from dflash_ckpt.checks.engines.launch import ServeFacts, revision_flag
 from dflash_ckpt.checks.engines.reading import (MISSERVES, NESTED_THEN_TOP, RUNS, EnginePath, Reading, Verdict,
                                                 dspark_from_anchor, one_plus_n)
 from dflash_ckpt.checks.engines.record import Engine
+from dflash_ckpt.checks.engines.versions import Versions
 from dflash_ckpt.draftspec.layout import ONE_PLUS_N
 from dflash_ckpt.draftspec.siblings import DSPARK, markov_rank
-from dflash_ckpt.draftspec.specs import ABSENT, DraftSpec, TargetSpec, as_int, resolve_key
+from dflash_ckpt.draftspec.specs import ABSENT, DraftSpec, TargetSpec, as_int, decoder_config, resolve_key
 
 DSPARK_LAUNCH = "--speculative-algorithm DSPARK"
 #: SGLang turns the DFlash2 features on per pair of nested keys.
@@ -70,15 +71,33 @@ def dflash2_gate(spec: DraftSpec, target: TargetSpec | None) -> list[str]:
     return out
 
 
+def target_quantized(target: TargetSpec) -> bool:
+    """Whether the target config carries a ``quantization_config`` (top level or its text config)."""
+    return any(isinstance(cfg.get("quantization_config"), dict) for cfg in (target.config, decoder_config(target.config)))
+
+
+def draft_quantization(f: ServeFacts) -> list[str]:
+    """``--speculative-draft-model-quantization unquant`` when the target is quantized and the
+    draft is not: SGLang gives the draft the target's ``--quantization`` otherwise, and a bf16
+    DFlash2 draft served so accepts nothing (sglang PR #35629 thread; server_args:
+    shared/ecosystem-2026-12.md section 3 row 4)."""
+    if target_quantized(f.target_spec) and not isinstance(f.spec.config.get("quantization_config"), dict):
+        return ["--speculative-draft-model-quantization", "unquant"]
+    return []
+
+
 def serve(f: ServeFacts) -> list[str]:
-    """``python -m sglang.launch_server`` with the verify window of the draft's layout."""
+    """``python -m sglang.launch_server`` with the verify window of the draft's layout, and the
+    draft kept unquantized beside a quantized target."""
     window = str(f.spec.block_layout.verify_width(f.block))
     algorithm = ["DSPARK", "--speculative-dspark-block-size", str(f.block)] if f.dspark else ["DFLASH"]
     return ["python", "-m", "sglang.launch_server", "--model-path", f.target, *revision_flag(f.target_revision),
             "--speculative-algorithm", *algorithm, "--speculative-draft-model-path", f.draft,
-            "--speculative-num-draft-tokens", window,
+            "--speculative-num-draft-tokens", window, *draft_quantization(f),
             *(["--speculative-draft-model-revision", f.revision] if f.revision else [])]
 
 
 ENGINE = Engine("sglang", "SGLang", judge, path, dspark_launch=DSPARK_LAUNCH, dflash2_gate=dflash2_gate,
-                serve=serve, serve_rank=2)
+                serve=serve, serve_rank=2,
+    versions=Versions("0.5.23", "0.5.23", "read in source, git 00731f0"),
+)

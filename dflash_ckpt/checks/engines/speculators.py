@@ -8,6 +8,7 @@ from __future__ import annotations
 from dflash_ckpt.checks.engines.reading import (NESTED_ONLY, TOP_THEN_NESTED, EnginePath, Reading, Verdict, compare,
                                                 dspark_from_anchor, flag)
 from dflash_ckpt.checks.engines.record import Engine
+from dflash_ckpt.checks.engines.versions import Versions
 from dflash_ckpt.draftspec.siblings import DSPARK
 from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec, as_int
 
@@ -37,4 +38,5 @@ def path(spec: DraftSpec) -> EnginePath:
 
 ENGINE = Engine("speculators", "speculators", judge, path, dspark_launch=DSPARK_LAUNCH, serves=False,
                 speculators_reader="its own format (speculators 0.9.0 models/dflash/config.py)",
-                speculators_fact="speculators 0.9.0 models/dflash/config.py")
+                speculators_fact="speculators 0.9.0 models/dflash/config.py",
+                versions=Versions("0.9.0", "0.9.0", "read in its wheel; run here"))

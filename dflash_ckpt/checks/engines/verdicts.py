@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dflash_ckpt.checks.acceptance import ignored_by
 from dflash_ckpt.checks.config import DSPARK_ALIASES
+from dflash_ckpt.checks.engines.architectures import architecture_problems
 from dflash_ckpt.checks.engines.reading import RUNS, TOP_THEN_NESTED, Reading, Verdict
 from dflash_ckpt.checks.engines.record import Engine
 from dflash_ckpt.checks.engines.registry import ENGINES
@@ -115,7 +116,9 @@ def judge_readers(spec: DraftSpec, target: TargetSpec | None = None) -> dict[str
         if spec.native is not None:
             verdict = speculators_verdict(engine, spec, target, verdict)
         layout = () if path.status == RUNS else (path.why,)
-        problems = [*stoppers, *family_problems(engine, spec, target), *generation_problems(engine, spec, target)]
+        arch_problems, arch_notes = architecture_problems(engine.key, spec)  # architectures new since 0.32
+        problems = [*stoppers, *family_problems(engine, spec, target), *generation_problems(engine, spec, target),
+                    *arch_problems]
         if problems or layout:
             old = verdict.reason.removeprefix("fails: ") if not verdict.loads else ""
             verdict = Verdict(False, "fails: " + "; ".join(p for p in (*layout, old, *problems) if p))
@@ -127,5 +130,7 @@ def judge_readers(spec: DraftSpec, target: TargetSpec | None = None) -> dict[str
         note = engine.loading_note(spec) if engine.loading_note is not None and verdict.loads else None
         if note:
             verdict = Verdict(True, f"{verdict.reason}; {note}")
+        if verdict.loads and arch_notes:
+            verdict = Verdict(True, "; ".join((verdict.reason, *arch_notes)))
         out[engine.key] = verdict
     return out

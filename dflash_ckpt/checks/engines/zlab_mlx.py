@@ -12,6 +12,7 @@ from dflash_ckpt.checks.config import show_value
 from dflash_ckpt.checks.engines.reading import (NESTED_ONLY, NESTED_THEN_TOP, TOP_ONLY, Reading, Verdict,
                                                 one_plus_n_path)
 from dflash_ckpt.checks.engines.record import Engine
+from dflash_ckpt.checks.engines.versions import Versions
 from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec
 
 #: The block size MLX ports run when they do not find one.
@@ -50,4 +51,5 @@ def judge(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
     return r.verdict()
 
 
-ENGINE = Engine("zlab-mlx", "z-lab MLX", judge, one_plus_n_path("its DFlash loader"))
+ENGINE = Engine("zlab-mlx", "z-lab MLX", judge, one_plus_n_path("its DFlash loader"),
+                versions=Versions("git c2489aa", None, "read: v1 drafts there, DFlash2 at git 0a7587c"))
