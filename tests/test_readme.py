@@ -27,8 +27,10 @@ def test_setup_lines_are_what_ci_runs() -> None:
     for step in steps[2:-1]:  # the pip installs
         assert step.replace("pip install", "python -m pip install -q") in CI, step
     assert steps[-1].startswith("dflash-ckpt inspect fixtures/tiny-pair/draft")
-    test_cmd = tests.strip().split("&&")[-1].strip()
-    assert test_cmd in CI
+    fast, full = (line.split("&&")[-1].strip() for line in tests.strip().splitlines())
+    assert fast == "python -m pytest -q", "the default run is the fast tier: pyproject's addopts deselect slow"
+    assert full in CI and "-m \"slow or not slow\"" in full, "CI runs every tier, as the README's second line"
+    assert "-m 'not slow'" in (ROOT / "pyproject.toml").read_text(), "the default run deselects the slow tier"
 
 
 def test_quick_start_command_passes() -> None:
