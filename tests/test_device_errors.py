@@ -101,3 +101,15 @@ def test_smoke_run_prints_the_line_not_a_traceback(cli: Any, case: str, monkeypa
     line = one_error_line(res, *needles, code=code, path=str(TINY / "target"))
     if case == "out of memory":
         assert "ran out of memory on cpu" in line and "the pre-check estimated" in line and "GiB free" in line
+
+
+@pytest.mark.slow
+def test_probe_taps_prints_the_line_not_a_traceback(cli: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dflash_ckpt.run.pair import OpenPair
+
+    def load(*_args: Any, **_kwargs: Any) -> Any:
+        raise RuntimeError("CUDA error: GPU has fallen off the bus")
+
+    monkeypatch.setattr(OpenPair, "load", load)
+    res = cli("probe-taps", str(TINY / "draft"), "--target", str(TINY / "target"), "-n", "8", "-p", "hi")
+    one_error_line(res, "the GPU failed during the run", "fallen off the bus", code="DF419", path=str(TINY / "target"))

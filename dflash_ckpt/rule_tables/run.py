@@ -102,7 +102,7 @@ ROWS: tuple[tuple[str, str, str, str, str, str], ...] = (
      "send the target into a loop. The run fails (exit 1).",
      "Rerun with other prompts (-p/--prompts); check the weights (DF413, DF414)."),
     ("DF419", "cuda-failed", "error", "The GPU is busy, lost, or does not match torch",
-     "A smoke-run on CUDA stopped for a reason that says nothing about the pair: the device is busy or "
+     "A run on CUDA (smoke-run, probe-taps) stopped for a reason that says nothing about the pair: the device is busy or "
      "unavailable (exclusive-process mode, another job), it was lost or failed (fallen off the bus, an "
      "uncorrectable ECC error, a launch failure), the NVIDIA driver is older than the CUDA torch was "
      "built for, torch has no kernels for this GPU, or another CUDA error ended the run. The line names "

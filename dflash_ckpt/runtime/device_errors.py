@@ -69,17 +69,18 @@ def _is_oom(exc: BaseException) -> bool:
     return (oom is not None and isinstance(exc, oom)) or (isinstance(exc, RuntimeError) and bool(_OOM.search(str(exc))))
 
 
-def device_failure(exc: BaseException, device: torch.device | str, *, where: str | None,
+def device_failure(exc: BaseException, device: torch.device | str | None, *, where: str | None,
                    budget: MemoryBudget | None = None, dtype: torch.dtype | None = None,
                    capability: tuple[int, int] | None = None) -> UsageError | None:
-    """``exc`` read as a CUDA failure of the run on ``device``: one coded ``UsageError`` (exit 2),
-    or None when it is not one. ``budget``: the memory pre-check's figures, named beside an
+    """``exc`` read as a CUDA failure of the run on ``device`` (None: not known, "the GPU"): one
+    coded ``UsageError`` (exit 2), or None when it is not one. ``budget``: the memory pre-check's figures, named beside an
     out-of-memory error; ``dtype`` and ``capability``: the run's dtype and the GPU's compute
     capability, which decide DF318's case (bfloat16 below 8.0)."""
     if not isinstance(exc, RuntimeError):  # torch.cuda.OutOfMemoryError is a RuntimeError too
         return None
     first = _first(exc)
     text = str(exc)
+    device = "the GPU" if device is None else device
     if _is_oom(exc):
         pre = f"{budget.describe()}, so " if budget is not None else ""
         return UsageError(f"ran out of memory on {device} during the run ({first}); {pre}another process took "
@@ -120,9 +121,10 @@ def _capability(capability: tuple[int, int] | None) -> str:
     return f" (compute capability {capability[0]}.{capability[1]})" if capability is not None else ""
 
 
-def _device_capability(device: torch.device) -> tuple[int, int] | None:
-    """The GPU's compute capability, or None (off CUDA, or when asking fails too: a lost device)."""
-    if device.type != "cuda":
+def _device_capability(device: torch.device | None) -> tuple[int, int] | None:
+    """The GPU's compute capability, or None (off CUDA, not known, or when asking fails too: a
+    lost device)."""
+    if device is None or device.type != "cuda":
         return None
     try:
         return tuple(torch.cuda.get_device_capability(device))  # type: ignore[return-value]
@@ -134,7 +136,7 @@ class DeviceFailures:
     """A block in which a CUDA failure (``device_failure``) ends the run as one coded line;
     ``budget`` may be set inside the block, once the memory pre-check has run."""
 
-    def __init__(self, device: torch.device, *, where: str | None, dtype: torch.dtype | None = None) -> None:
+    def __init__(self, device: torch.device | None, *, where: str | None, dtype: torch.dtype | None = None) -> None:
         self.device, self.where, self.dtype = device, where, dtype
         self.budget: MemoryBudget | None = None
 
