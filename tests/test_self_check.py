@@ -97,6 +97,16 @@ def test_an_injected_fault_is_named(tiny: tuple[str, Any, Any], fault: str, monk
 
 
 @pytest.mark.slow
+def test_the_check_fits_a_one_token_run(tiny: tuple[str, Any, Any]) -> None:
+    """``-n 1``: the caches hold one new token; the check compares the prefill's token alone."""
+    _, target, draft = tiny
+    loop = StaticLoop(target, draft, len(PROMPT) + 1 + draft.args.block_layout.verify_width(draft.args.block_size),
+                      block_size=draft.args.block_size)
+    got = sc.self_check(loop, PROMPT, max_new_tokens=1)
+    assert (got.status, got.steps) == ("agree", 0), got
+
+
+@pytest.mark.slow
 def test_a_replay_error_is_caught(tiny: tuple[str, Any, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     _, target, draft = tiny
     loop = runner(target, draft)

@@ -175,7 +175,7 @@ def trace_static(runner: StaticRunner, prompt: Sequence[int], max_new_tokens: in
         gen = run_dflash(_TracedStatic(runner, trace), prompt, max_new_tokens=max_new_tokens, max_steps=CHECK_STEPS)
     trace.tokens, trace.acceptance = gen.tokens, gen.acceptance_lengths
     trace.first = gen.tokens[0] if gen.tokens else -1
-    dec = runner.decode(prompt, max_new_tokens=DECODE_TOKENS)
+    dec = runner.decode(prompt, max_new_tokens=min(DECODE_TOKENS, max_new_tokens))
     trace.decode_tokens, trace.decode_top2, trace.decode_top2_ids = dec.tokens, dec.top2_values, dec.top2_ids
     return trace
 
@@ -192,7 +192,7 @@ def trace_eager(target: Any, draft: Any, prompt: Sequence[int], max_new_tokens: 
         trace.prefill_logits = ex.tap_t.logits[0][-1]
     trace.tokens, trace.acceptance = gen.tokens, gen.acceptance_lengths
     trace.first = gen.tokens[0] if gen.tokens else -1
-    dec = decode(target, prompt, max_new_tokens=DECODE_TOKENS, cache=tcache)
+    dec = decode(target, prompt, max_new_tokens=min(DECODE_TOKENS, max_new_tokens), cache=tcache)
     trace.decode_tokens, trace.decode_top2, trace.decode_top2_ids = dec.tokens, dec.top2_values, dec.top2_ids
     return trace
 
@@ -291,8 +291,8 @@ def check_input(prompts: Sequence[Sequence[int]]) -> list[int]:
 
 def self_check(runner: StaticRunner, prompt: Sequence[int], *, max_new_tokens: int) -> SelfCheck:
     """Run ``prompt`` through ``runner``'s static executor (graphed when it holds graphs) and the
-    eager one, and compare (``compare``). ``max_new_tokens`` bounds the DFlash run (the run's own
-    ``-n`` at most, so the runner's caches hold it). An error on the static side is a
+    eager one, and compare (``compare``). ``max_new_tokens`` bounds the DFlash run and the decode
+    (the run's own ``-n`` at most, so the runner's caches hold them). An error on the static side is a
     ``replay-error``; one on the eager side is not caught (the run could not go on eagerly either)."""
     target, draft = runner.target, runner.draft
     what = "graphed" if runner.graphs else "static"
