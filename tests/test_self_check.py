@@ -187,6 +187,17 @@ def test_sampled_and_generic_runs_take_the_eager_loop_unchecked(tiny: tuple[str,
     assert choice.reason == "sampled runs run eagerly"
 
 
+@pytest.mark.slow
+def test_a_pair_off_the_static_path_says_why() -> None:
+    """A DFlash2 draft (its own candidate selector) runs on the generic path: eager, no check."""
+    target, draft = tm.load_runtime_pair(TINY / "draft2", TINY / "target", draft_dtype="bfloat16",
+                                         target_dtype="bfloat16")
+    loop, choice = checked_loop(target, draft, 256, block_size=draft.args.block_size, graphs=True, sampler=None,
+                                check_prompt=PROMPT, max_new_tokens=N, say=lambda _m: None)
+    assert isinstance(loop, EagerLoop) and choice.check is None
+    assert (choice.executor, choice.reason) == ("eager", "the draft's forward is not v1's: the generic path")
+
+
 # -- the comparison itself, on made-up traces (no model) ------------------------------------------
 
 

@@ -105,7 +105,12 @@ def checked_loop(target: Any, draft: Any, capacity: int, *, block_size: int, gra
 
     loop = make_loop(target, draft, capacity, block_size=block_size, sampler=sampler)
     if not isinstance(loop, StaticLoop):
-        why = "sampled runs run eagerly" if sampler is not None else "the pair runs on the generic path"
+        if sampler is not None:
+            why = "sampled runs run eagerly"
+        elif not supports_static(target):
+            why = "the target is not a native one (transformers backend): the generic path"
+        else:
+            why = "the draft's forward is not v1's: the generic path"
         return loop, LoopChoice("eager", why)
     what = "graphed" if graphs else "static"
     check: SelfCheck
