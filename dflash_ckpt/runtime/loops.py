@@ -23,6 +23,7 @@ import torch
 
 from dflash_ckpt.runtime.eager_dflash import dflash_decode
 from dflash_ckpt.runtime.generate import Generation, decode, teacher_forced_logits
+from dflash_ckpt.runtime.self_check import SelfCheck, self_check
 from dflash_ckpt.runtime.static import StaticRunner, supports_static
 
 
@@ -81,8 +82,8 @@ class LoopChoice:
 
     executor: str
     reason: str
-    #: The self-check's outcome (``self_check.SelfCheck``), None where none ran.
-    check: Any = None
+    #: The self-check's outcome, None where none ran.
+    check: SelfCheck | None = None
     capture_s: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
@@ -101,8 +102,6 @@ def checked_loop(target: Any, draft: Any, capacity: int, *, block_size: int, gra
     on ``check_prompt`` (``self_check.self_check``, at most ``max_new_tokens`` tokens); else the
     eager loop for the whole run, with one line said naming what differed or failed. ``graphs``:
     capture CUDA graphs (CUDA only; a capture error falls back too)."""
-    from dflash_ckpt.runtime.self_check import SelfCheck, self_check
-
     loop = make_loop(target, draft, capacity, block_size=block_size, sampler=sampler)
     if not isinstance(loop, StaticLoop):
         if sampler is not None:
@@ -126,8 +125,9 @@ def checked_loop(target: Any, draft: Any, capacity: int, *, block_size: int, gra
             return loop, LoopChoice("static-graphs" if graphs else "static",
                                     f"the self-check agreed with the eager executor over {check.steps} steps{note}",
                                     check, loop.capture_s)
-    say(f"self-check: the {what} executor disagrees with the eager one ({check.detail}); "
-        "this run uses the eager executor (slower, same tokens)")
+    verb = "disagrees with the eager one" if check.status == "differs" else "failed"
+    say(f"self-check: the {what} executor {verb} ({check.detail}); this run uses the eager executor (slower, "
+        "same tokens)")
     del loop
     gc.collect()
     if target.device.type == "cuda":

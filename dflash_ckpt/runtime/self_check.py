@@ -24,7 +24,6 @@ code with the eager one, which is how the tests drive it (with faults injected b
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
