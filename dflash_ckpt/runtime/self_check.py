@@ -38,8 +38,10 @@ from dflash_ckpt.runtime.static import StaticExecutor, StaticRunner
 #: replay the captured draft graph; step 1 reads the prompt's features eagerly), few enough to
 #: cost well under a second of a real model on a GPU.
 CHECK_STEPS = 3
-#: Prompt tokens the check runs (the first prompt's first ones).
-CHECK_PROMPT = 32
+#: Prompt tokens the check runs at most: the shortest prompt's last ones (a chat prompt ends in
+#: the assistant's header, where a draft's proposals are accepted, and steps that accept many
+#: drafts compare more of the draft and the verify than steps that accept none).
+CHECK_PROMPT = 128
 #: Target-only tokens: the prefill's and one (graphed) decode step's.
 DECODE_TOKENS = 2
 #: Logits of the two executors agree within this many units of their dtype's rounding at their
