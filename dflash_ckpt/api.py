@@ -22,9 +22,9 @@ from __future__ import annotations
 import os
 import sys
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
-from dflash_ckpt.api_types import checked_call, path_text, texts
+from dflash_ckpt.api_types import ProgressBar, checked_call, path_text, texts
 from dflash_ckpt.errors import DFlashCkptError
 
 if TYPE_CHECKING:
@@ -138,7 +138,7 @@ def smoke_run(draft: str | os.PathLike[str], target: str | os.PathLike[str], *, 
               max_model_len: int | None = None, engine_arg: str | Sequence[str] | None = (),
               engine_timeout: float | None = None, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0,
               seed: int = 0, verify: str = "match", sampling: str = "options",
-              progress: Any = None, log: Callable[[str], None] | None = None) -> SmokeResult:
+              progress: ProgressBar | None = None, log: Callable[[str], None] | None = None) -> SmokeResult:
     """Decode with the target alone and with DFlash, check the outputs match and measure
     acceptance and speed, as ``dflash-ckpt smoke-run`` does (needs the ``run`` extra). ``prompt``:
     one text or a list (default: the built-in prompts); ``prompts``: a JSONL file; ``suite``: one of
@@ -167,7 +167,7 @@ def probe_taps(draft: str | os.PathLike[str], target: str | os.PathLike[str], *,
                ignore_eos: bool = False, revision: str | None = None, token: str | None = None,
                layout_for: str | Sequence[str] | None = (),
                log: Callable[[str], None] | None = None, copy_progress: bool = False,
-               progress: Any = None) -> ProbeResult:
+               progress: ProgressBar | None = None) -> ProbeResult:
     """Recover (or check) the draft's target_layer_ids by measuring acceptance with candidate tap
     sets, as ``dflash-ckpt probe-taps`` does (needs the ``run`` extra). ``write``: a new folder for
     a normalized copy with the winner (``copy_progress=True`` shows a copy bar); a refused ``write``

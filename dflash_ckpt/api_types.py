@@ -26,6 +26,18 @@ F = TypeVar("F", bound=Callable[..., Any])
 API_TYPE_CODE = "DF010"
 
 
+@typing.runtime_checkable
+class ProgressBar(typing.Protocol):
+    """What a run's ``progress`` keyword takes: a rich ``Progress``, or any object with the three
+    methods the runs call (checked when the call is made, not when the first token is)."""
+
+    def add_task(self, description: str, *args: Any, **kwargs: Any) -> Any: ...  # noqa: D102
+
+    def advance(self, task_id: Any, advance: float = 1) -> None: ...  # noqa: D102
+
+    def update(self, task_id: Any, *args: Any, **kwargs: Any) -> None: ...  # noqa: D102
+
+
 def _describe(hint: Any) -> str:
     """``hint`` as a person writes it: ``a str or os.PathLike``, ``a list of str``."""
     origin = typing.get_origin(hint)
@@ -43,6 +55,8 @@ def _describe(hint: Any) -> str:
         return "a path"
     if hint is Any:
         return "anything"
+    if hint is ProgressBar:
+        return "a rich Progress (an object with add_task, advance and update)"
     named = {str: "a str", int: "an int", float: "a number", bool: "True or False"}
     if hint in named:
         return named[hint]

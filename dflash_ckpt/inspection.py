@@ -197,7 +197,7 @@ def normalize_fixes(spec: DraftSpec, target: TargetSpec | None, readers: dict[st
                          f"dflash-ckpt normalize {shlex.quote(spec.label)} OUT --target {shlex.quote(target.label)}"))
     for known, command in attempts:
         try:
-            plan = plan_normalize(spec.config, where=spec.where, known=known)
+            plan = plan_normalize(spec.native.raw if spec.native is not None else spec.config, where=spec.where, known=known)
         except DFlashCkptError:
             continue
         after = judge_readers(build_spec(plan.after, label=spec.label, where=spec.where, weights=spec.weights), target)

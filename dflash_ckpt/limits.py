@@ -101,6 +101,11 @@ STALE_DOWNLOAD_SECONDS = 24 * 3600
 #: Any single file downloaded, whatever the listing says (the largest safetensors shards: 10 GiB).
 MAX_DOWNLOAD_BYTES = 256 * GiB
 
+# -- runs (smoke-run) ---------------------------------------------------------------------------
+#: ``--threads`` at most this many per logical CPU (``os.cpu_count()``): more only oversubscribes,
+#: and OpenMP sizes its pool by it (a billion threads asked libgomp for 216 GB and ended the process).
+MAX_THREADS_PER_CPU = 4
+
 # -- normalize ----------------------------------------------------------------------------------
 #: Free space OUT must have beyond the bytes to write (copies, or the config when linking).
 FREE_SPACE_MARGIN = 64 * MiB

@@ -10,8 +10,11 @@ silence the CI run that checks it. ``no_command`` writes the one character that 
 as a visible escape, in the style of ``errors.inert`` (``\\x3a`` for the first ``:``, ``\\x5b``
 for the ``[``); ``CommandSafeFile`` applies it to every line a rich console writes to a pipe.
 The ``github`` output format writes its own commands and escapes their text as the runner
-reads it back, so it does not pass through here; JSON escapes ``[`` as ``\\u005b`` there
-(``json_safe``), which every JSON reader decodes back to the same text.
+reads it back, so it does not pass through ``no_command``; the text inside them (a finding's
+message, an engine's last log line, a file name) goes through ``output_formats.inert_lines``, the same
+``errors.inert`` every other line uses, so no escape sequence, BEL, OSC-8 link or ``##[`` opener
+reaches the log; SARIF's messages too. JSON escapes ``[`` as ``\\u005b`` there (``json_safe``),
+which every JSON reader decodes back to the same text.
 """
 
 from __future__ import annotations

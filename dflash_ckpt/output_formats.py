@@ -15,6 +15,7 @@ from typing import Any, Iterator
 from urllib.parse import quote
 
 from dflash_ckpt._version import __version__
+from dflash_ckpt.errors import inert
 
 #: ``--output-format`` values; ``--json`` is the ``json`` alias.
 OUTPUT_FORMATS = ("text", "json", "github", "sarif")
@@ -28,9 +29,18 @@ GITHUB_COMMAND = {"error": "error", "warning": "warning", "info": "notice"}
 SARIF_LEVEL = {"error": "error", "warning": "warning", "info": "note"}
 
 
+def inert_lines(text: str) -> str:
+    """``text`` with every line made inert (``errors.inert``, what every other line of ours goes
+    through: terminal escapes, BEL, OSC-8 links, bidi overrides and ``##[`` openers written as
+    visible escapes) but its line breaks kept, for a workflow command to escape itself (``%0A``)."""
+    return "\n".join("\r".join(inert(part) for part in line.split("\r")) for line in text.split("\n"))
+
+
 def escape_data(text: str) -> str:
-    """A workflow command's message, escaped as GitHub's runner reads it back (``%``, CR, LF)."""
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    """A workflow command's message, escaped as GitHub's runner reads it back (``%``, CR, LF),
+    its text made inert first (``inert_lines``: no terminal escape, BEL, OSC-8 link or
+    ``##[`` opener from a config or an engine's log reaches the CI log)."""
+    return inert_lines(text).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 
 def escape_property(text: str) -> str:
@@ -171,7 +181,7 @@ def sarif_document(doc: dict[str, Any], root: str | None = None) -> dict[str, An
         result: dict[str, Any] = {
             "ruleId": f["code"],
             "level": SARIF_LEVEL.get(f["severity"], "error"),
-            "message": {"text": f["message"]},
+            "message": {"text": inert_lines(f["message"])},
         }
         if f["code"] in index:
             result["ruleIndex"] = index[f["code"]]

@@ -21,6 +21,38 @@ sys.path.insert(0, str(ROOT / "fixtures"))
 import make_fixtures  # noqa: E402
 
 
+def cpu_numeric_path() -> str:
+    """Which way this machine's bf16 products run (``prepack.cpu_linear_path``'s names), asked as
+    smoke-run asks: oneDNN's packed path where it packs bf16, else the AVX2 kernel where it builds
+    and checks, else torch's own path. Figures that move with it (near ties, tau on the tiny pair)
+    are judged per path; the CI log names the one it ran on."""
+    try:
+        from dflash_ckpt.runtime import cpu_kernel
+        from dflash_ckpt.runtime.prepack import onednn_packs_bf16
+    except ImportError:  # no torch: only the torch-free tests can run
+        return "none (torch is not installed)"
+    import torch
+
+    if torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled and onednn_packs_bf16():
+        return "onednn-packed"
+    return "avx2-kernel" if cpu_kernel.kernel() is not None else f"torch ({cpu_kernel.why_not()})"
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """The CPU path in the run's header, so a log says which path its figures came from."""
+    flags = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                flags = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return [f"dflash-ckpt bf16 CPU path: {cpu_numeric_path()}  (CPU: {flags or 'unknown'}; "
+            f"ONEDNN_MAX_CPU_ISA={os.environ.get('ONEDNN_MAX_CPU_ISA', '')!r}, "
+            f"DFLASH_CKPT_NO_KERNEL={os.environ.get('DFLASH_CKPT_NO_KERNEL', '')!r})"]
+
+
 @dataclass
 class CliResult:
     code: int

@@ -13,6 +13,7 @@ on both paths: tests/test_runtime_prepack.py), or says why it was not used.
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Iterator
 
@@ -56,8 +57,9 @@ def ulps_apart(got: torch.Tensor, x: torch.Tensor, w: torch.Tensor, b: torch.Ten
 def test_the_kernel_builds_and_passes_its_check_here(fresh: Path) -> None:
     assert cpu_kernel.kernel() is not None, cpu_kernel.why_not()
     assert cpu_kernel.why_not() is None
-    built = list(fresh.iterdir())
-    assert len(built) == 1 and built[0].name.startswith("bf16_linear-") and built[0].suffix == ".so"
+    lib, sums = sorted(fresh.iterdir())  # the library and the sha256 of its bytes, nothing else
+    assert lib.name.startswith("bf16_linear-") and lib.suffix == ".so" and sums.name == lib.name + ".sha256"
+    assert sums.read_text().split()[0] == hashlib.sha256(lib.read_bytes()).hexdigest()
 
 
 @needs_kernel
@@ -114,7 +116,7 @@ def test_a_row_gets_the_same_bits_in_any_block_of_two_or_more_rows() -> None:
 @needs_kernel
 def test_a_build_is_reused_and_leaves_no_partial_file(fresh: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert cpu_kernel.kernel() is not None
-    (built,) = fresh.iterdir()
+    built, sums = sorted(fresh.iterdir())
     stamp = built.stat().st_mtime_ns
     calls: list[list[str]] = []
     real_run = cpu_kernel._run
@@ -122,7 +124,8 @@ def test_a_build_is_reused_and_leaves_no_partial_file(fresh: Path, monkeypatch: 
     cpu_kernel.kernel.cache_clear()
     assert cpu_kernel.kernel() is not None
     assert [c for c in calls if "-o" in c] == []  # only the compiler's --version was asked
-    assert built.stat().st_mtime_ns == stamp and list(fresh.iterdir()) == [built]
+    assert built.stat().st_mtime_ns == stamp and sorted(fresh.iterdir()) == [built, sums]
+    assert cpu_kernel.cache_note() is None
 
 
 def test_a_refused_build_keeps_torch_path_and_says_why(fresh: Path, monkeypatch: pytest.MonkeyPatch) -> None:

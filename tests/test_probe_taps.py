@@ -97,9 +97,17 @@ def test_recovers_the_trained_taps_with_smoke_runs_tau(recovered: Any) -> None:
     # The loop smoke-run measures with, on the same prompts and settings: the same tau, exactly;
     # and the probe's simulation from the recorded features agrees with it.
     assert best["tau"] == smoke_tau(DRAFT, 0) == best["tau_loop"]
-    assert best["tau_probe"] == best["tau"]
     assert best["measured_by"] == "loop"
     s = doc["search"]
+    # The simulation replays the draft on one whole-text forward's features, the loop on a
+    # prefill's and each verify block's: equal on the AVX2 EPYC where it was first measured, 5.30
+    # against 5.38 on an AVX-512 Xeon on every path it can be forced onto (a near tie in the
+    # draft). The report says how far it was off (the largest gap over the finalists), and the
+    # ranking that counts is the loop's.
+    finalists = [c for c in doc["ranked"] if c["tau_loop"] is not None and c["tau_probe"] is not None]
+    assert finalists and s["simulation_gap"] == max(abs(c["tau_probe"] - c["tau_loop"]) for c in finalists)
+    assert s["cpu_linear"] in ("avx2-kernel", "onednn-packed", "torch")
+    assert abs(best["tau_probe"] - best["tau"]) <= s["simulation_gap"] < 0.5
     assert (s["method"], s["space"], s["evaluated"], s["budget_exhausted"]) == ("exhaustive", 56, 56, False)
     assert s["draft_forwards"] > 0 and s["search_s"] > 0
     ranked = doc["ranked"]

@@ -101,3 +101,17 @@ def test_example_output_is_what_the_command_prints(ex, fixtures_root: Path) -> N
         assert shape(got) == shape(ex.output)
     else:
         assert got == ex.output
+
+
+def test_shape_masks_what_the_cpu_path_moves() -> None:
+    """A timed example holds on every CPU path (AVX2 kernel, oneDNN-packed, torch's own): the
+    histogram's bar lengths and the header's path note are masked, its words and rows are not."""
+    hist = ("acceptance lengths (tokens per step, bonus included) over 64 DFlash steps:\n"
+            "   1 ███                  3\n   8 ████████████████████ 22\n")
+    other = hist.replace("███                 ", "█████               ").replace(" 3\n", " 5\n")
+    assert shape(hist) == shape(other)
+    assert shape(hist) != shape(hist.replace("   8 ", "   9 ").replace("22", "22 extra"))
+    assert shape(hist) != shape(hist.replace("acceptance lengths", "acceptance widths"))
+    head = "fixtures/tiny-pair/draft on fixtures/tiny-pair/target  block 8  chat template on"
+    assert (shape(head + "  AVX2 bf16 kernel (44, 0.03 s, not in any figure)\n")
+            == shape(head + "  prepacked weights (44, 0.10 s, not in any figure)\n") == shape(head + "\n"))

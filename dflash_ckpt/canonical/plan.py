@@ -31,6 +31,8 @@ from dflash_ckpt.errors import CheckFailed, UsageError
 from dflash_ckpt.limits import MAX_LAYERS
 from dflash_ckpt.sources.jsonfile import json_type
 from dflash_ckpt.draftspec.layer_kinds import LAYER_KINDS, SHORT_NAMES, derive_layer_kinds, explicit_layer_kinds
+from dflash_ckpt.draftspec.layout import resolve_layout
+from dflash_ckpt.draftspec.speculators_format import is_speculators_native, zlab_steps
 from dflash_ckpt.draftspec.specs import ABSENT, DFLASH_KEYS, SCALING_KEYS, as_int, as_int_list, resolve_key, same_json
 
 PREFER_NESTED, PREFER_TOP = "nested", "top-level"
@@ -190,11 +192,14 @@ def plan_normalize(
             code="DF104", path=where,
         )
 
+    before = config
+    b = _Builder(config)
+    if is_speculators_native(config):
+        config = _from_speculators(b, config, where)
     values, origin = _resolve(config, where, prefer, overrides, known)
     _check_overrides(config, where, overrides, known, values)
     layer_types, lt_reason = _layer_types(config, where, overrides)
 
-    b = _Builder(config)
     if not isinstance(b.config.get("dflash_config"), dict):
         new_dc = {k: values[k] for k in NESTED_KEYS}
         b.put(("dflash_config",), new_dc, "the canonical place of the DFlash keys (" + "; ".join(
@@ -225,7 +230,25 @@ def plan_normalize(
     params = config.get("rope_parameters")
     if mirrors and "rope_theta" not in config and isinstance(params, dict) and "rope_theta" in params:
         b.put(("rope_theta",), params["rope_theta"], "mirrors rope_parameters.rope_theta: the MLX loaders read cfg['rope_theta']")
-    return Plan(before=config, after=b.config, edits=b.edits, changes=b.changes)
+    return Plan(before=before, after=b.config, edits=b.edits, changes=b.changes)
+
+
+def _from_speculators(b: _Builder, config: dict[str, Any], where: str) -> dict[str, Any]:
+    """Rewrite a speculators-native config into the z-lab form (``draftspec.speculators_format``)
+    through ``b``, and return that form for the rest of the plan. The block layout goes into
+    ``dflash_config.sample_from_anchor`` when anchor-first; declarations that contradict each
+    other (DF161) are refused rather than one picked."""
+    layout = resolve_layout(config)
+    if layout.conflict or layout.invalid:
+        raise CheckFailed(
+            f"the block layout is unclear ({layout.conflict or layout.invalid}); nothing written: measure it "
+            "with `dflash-ckpt probe-taps DRAFT --target T` and fix the declaration", code="DF161", path=where)
+    for step in zlab_steps(config, anchor_first=layout.anchor_first):
+        if step.op == "set":
+            b.put(step.path, step.value, step.reason)
+        else:
+            b.remove(step.path, step.reason)
+    return copy.deepcopy(b.config)
 
 
 def _mirror_reason(key: str, prefer: str | None, config: dict[str, Any]) -> str:

@@ -16,6 +16,7 @@ from dflash_ckpt.checks.siblings import check_serving_limits, check_sibling_conf
 from dflash_ckpt.checks.pairing import check_pairing
 from dflash_ckpt.checks.pitfalls import check_draft_pitfalls, check_target_pitfalls
 from dflash_ckpt.checks.rope_values import check_rope_values
+from dflash_ckpt.checks.speculators_format import check_speculators_format
 from dflash_ckpt.checks.weights import check_weights
 from dflash_ckpt.rules import Finding
 from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec
@@ -31,7 +32,7 @@ def run_checks(spec: DraftSpec, target: TargetSpec | None = None) -> list[Findin
                 + check_sibling_config(spec) + check_dflash2_config(spec) + check_acceptance_keys(spec))
     if spec.weights is not None:
         findings += check_weights(spec) + check_dflash2_weights(spec)
-    findings += check_draft_pitfalls(spec)
+    findings += check_draft_pitfalls(spec) + check_speculators_format(spec, target)
     if target is not None:
         findings += check_pairing(spec, target) + check_target_pitfalls(spec, target) + check_serving_limits(spec, target)
     return findings

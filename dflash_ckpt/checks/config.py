@@ -41,7 +41,7 @@ def check_config(spec: DraftSpec, target_label: str | None = None) -> list[Findi
                 f"key '{key}' is in neither dflash_config nor the top level; supply it with "
                 f"`dflash-ckpt normalize --{key.replace('_', '-')} ...` (never guessed){measure}", path=w, key=key,
             ))
-    if not spec.keys["num_target_layers"].present:
+    if not spec.keys["num_target_layers"].present and spec.native is None:  # the format has no such key
         out.append(finding(
             "DF102",
             "key 'num_target_layers' is missing; add the target's num_hidden_layers "

@@ -60,8 +60,9 @@ def check_weights(spec: DraftSpec) -> list[Finding]:
     shapes = {name: inv.tensors[orig].shape for name, orig in names.items()}
 
     borrowed = sorted(n for n in shapes if "embed_tokens" in n or "lm_head" in n)
-    own = own_embeddings(spec, shapes) if spec.family == DSPARK or borrowed == ["embed_tokens.weight"] else {}
-    if own and spec.family != DSPARK:
+    # DSpark and speculators drafts may ship their own (a reduced vocabulary's lm_head with d2t/t2d)
+    own = own_embeddings(spec, shapes) if spec.family == DSPARK or spec.native is not None or borrowed == ["embed_tokens.weight"] else {}
+    if own and spec.family != DSPARK and spec.native is None:
         out.append(finding(
             "DF164",
             f"ships its own embed_tokens.weight {list(shapes['embed_tokens.weight'])} (as Nemotron's "
@@ -90,6 +91,8 @@ def check_weights(spec: DraftSpec) -> list[Finding]:
             "like DFlash v1, set architectures to [\"DFlashDraftModel\"]", path=label,
         ))
     expected = expected_tensors(spec, dflash2=v2_config and has_v2, names=shapes)
+    if spec.native is not None:  # a speculators draft's own lm_head [draft_vocab_size, H] (and embed_tokens)
+        expected.update(own)
 
     out += _check_fc(spec, shapes, fc_file or label)
     missing = [n for n in expected if n not in shapes and n != "fc.weight"]

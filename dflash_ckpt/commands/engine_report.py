@@ -22,7 +22,8 @@ def engine_line(res: Any) -> str | None:
         return None
     m = run["vllm_metrics"]
     starts = run["start_s"]
-    return (f"vLLM {run.get('version')} ({run.get('distribution')}, {safe(run.get('python') or '')}): engine start "
+    return (f"vLLM {safe(run.get('version'))} ({safe(run.get('distribution'))}, {safe(run.get('python') or '')}): "
+            f"engine start "
             f"{starts['dflash']:.1f} s with DFlash, {starts['target_only']:.1f} s target only; its counters: "
             f"{m['drafts']} drafts, {m['accepted']} accepted, tau {num(run['vllm_tau'])}, per position "
             f"{m['accepted_per_pos']}" + (f"; sampled, verified by vLLM's {run['rule']} rule, tokens not compared"

@@ -52,7 +52,7 @@ def render_result(console: Console, res: InspectResult, *, quiet: bool = False, 
         if src == "conflict":
             rk = d.keys[key]
             shown = f"{_fmt(rk.nested)} (nested) vs {_fmt(rk.top)} (top)"
-        keys.add_row(key, safe(shown), f"[{style}]{SOURCE_TEXT[src]}[/]" if style else SOURCE_TEXT[src])
+        keys.add_row(key, safe(shown), f"[{style}]{SOURCE_TEXT.get(src, src)}[/]" if style else safe(SOURCE_TEXT.get(src, src)))
     console.print(keys)
     if res.target is not None:
         t = res.target
@@ -75,6 +75,9 @@ def render_result(console: Console, res: InspectResult, *, quiet: bool = False, 
         if "vllm" in res.readers and (note := vllm_reader_note())["installed"]:
             console.print(f"vLLM row: measured against vLLM {note['measured_against']}; installed here: "
                           f"{safe(note['installed'])} (smoke-run --engine vllm runs it)")
+        elif "vllm" in res.readers and note.get("probe_error"):
+            console.print(f"vLLM row: measured against vLLM {note['measured_against']}; not checked here: "
+                          f"{safe(note['probe_error'])}")
         if res.normalize_fixes and res.normalize_command:
             names = ", ".join(r.title for r in READERS if r.key in res.normalize_fixes)
             console.print(f"{safe(names)} would load it after [bold]{safe(res.normalize_command)}[/] (weights untouched)")

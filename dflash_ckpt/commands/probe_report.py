@@ -81,6 +81,13 @@ def render_probe(console: Console, res: ProbeResult) -> None:
             f"the target ran once per prompt ({res.record_s:.1f} s); "
             f"{sum(1 for c in res.ranked if c.tau_loop is not None)} finalist(s) re-measured with smoke-run's loop "
             f"({res.confirm_s:.1f} s)")
+        gap = res.simulation_gap()
+        if gap:
+            console.print(
+                f"the simulation was off by up to {gap:.2f} tau on the finalists: on this CPU's path "
+                f"({res.cpu_linear or res.device}) a product's last bits depend on how many rows share it, so "
+                "the features of one whole-text forward and of the loop's blocks differ at near ties; "
+                "the finalists are ranked by the loop's tau")
     rounds = (res.evidence or {}).get("rounds") or []
     if len(rounds) > 1:
         more = ", ".join(str(r["max_new_tokens"]) for r in rounds[1:])

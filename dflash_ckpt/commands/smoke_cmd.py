@@ -54,7 +54,8 @@ def register(app: typer.Typer) -> None:
         threads: Optional[int] = typer.Option(
             None, "--threads",
             help="CPU threads for torch (default: 1 on CPUs with up to 4 logical cores, where spin-waiting "
-                 "threads slow tiny models down, unless OMP_NUM_THREADS is set; else torch's default)."),
+                 "threads slow tiny models down, unless OMP_NUM_THREADS is set; else torch's default; at most 4 "
+                 "per logical CPU)."),
         no_compile: bool = typer.Option(
             False, "--no-compile",
             help="On CUDA, run eagerly instead of replaying CUDA graphs of the decode, draft and verify steps "
@@ -65,8 +66,8 @@ def register(app: typer.Typer) -> None:
         tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", help="vLLM: GPUs the target is split over (--engine vllm|both)."),
         pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", help="vLLM: pipeline stages (--engine vllm|both)."),
         max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="vLLM: positions per sequence (default: what the prompts, -n and one block need, at least 256).", show_default=False),
-        engine_arg: Optional[List[str]] = typer.Option(None, "--engine-arg", metavar="KEY=VALUE", help="vLLM: a keyword of vllm.LLM, VALUE as JSON where it parses (repeatable), e.g. gpu_memory_utilization=0.85."),
-        engine_timeout: Optional[float] = typer.Option(None, "--engine-timeout", help="vLLM: seconds the whole engine run may take before it is stopped (default 900).", show_default=False),
+        engine_arg: Optional[List[str]] = typer.Option(None, "--engine-arg", metavar="KEY=VALUE", help="vLLM: an allow-listed keyword of vllm.LLM that changes how it runs, not what it runs (repeatable), e.g. gpu_memory_utilization=0.85; docs/engines.md lists them."),
+        engine_timeout: Optional[float] = typer.Option(None, "--engine-timeout", help="vLLM: seconds the whole engine run may take before it is stopped (default 900, at most 86400).", show_default=False),
         temperature: float = typer.Option(0.0, "--temperature", help="Sample at this temperature (0: greedy, the default, with the exact lossless check; Qwen3 is served at 0.6). Sampled runs run eagerly."),
         top_p: float = typer.Option(1.0, "--top-p", help="Sampling: keep the most probable tokens up to this mass (1: off)."),
         top_k: int = typer.Option(0, "--top-k", help="Sampling: keep the k most probable tokens (0: off)."),

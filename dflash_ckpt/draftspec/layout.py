@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from dflash_ckpt.draftspec.speculators_format import SPEC_TOKENS_PATH, speculative_tokens
+
 ONE_PLUS_N = "1+N"
 ANCHOR_FIRST = "anchor-first"
 
@@ -82,6 +84,29 @@ def _name(where: str, key: str) -> str:
     return f"dflash_config.{key}" if where == "dflash_config" else key
 
 
+def _said(name: str, anchor_first: bool, declared: dict[str, Any]) -> str:
+    if name == SPEC_TOKENS_PATH:
+        return f"{name} is {declared[name]} ({ANCHOR_FIRST if anchor_first else ONE_PLUS_N})"
+    return f"{name} is {str(anchor_first).lower()}"
+
+
+def speculative_tokens_layout(config: Mapping[str, Any]) -> tuple[bool, int] | None:
+    """A speculators export's second layout declaration: ``speculative_tokens`` is ``block_size``
+    for an anchor-first draft and ``block_size - 1`` for 1+N (speculators 0.9.0
+    ``models/dflash/core.py``); (anchor-first?, the value), or ``None`` when the config is not a
+    speculators export or the count is neither (a proposal may ask for fewer drafts: no declaration)."""
+    if "speculators_model_type" not in config:
+        return None
+    k, block = speculative_tokens(config), config.get("block_size")
+    if not isinstance(k, int) or isinstance(k, bool) or not isinstance(block, int) or isinstance(block, bool):
+        return None
+    if k == block:
+        return True, k
+    if k == block - 1:
+        return False, k
+    return None
+
+
 def is_dspark_architecture(config: Mapping[str, Any]) -> bool:
     archs = config.get("architectures")
     return isinstance(archs, list) and any(isinstance(a, str) and a in DSPARK_ARCHITECTURES for a in archs)
@@ -106,9 +131,13 @@ def resolve_layout(config: Mapping[str, Any]) -> BlockLayout:
         else:
             shown = repr(value)
             invalid.append(f"{name} is {shown if len(shown) <= 60 else shown[:57] + '...'}, not true or false")
+    tokens = speculative_tokens_layout(config)
+    if tokens is not None:
+        declared[SPEC_TOKENS_PATH] = tokens[1]
+        valid.append((SPEC_TOKENS_PATH, tokens[0]))
     conflict = None
     if len({v for _, v in valid}) > 1:
-        conflict = " but ".join(f"{n} is {str(v).lower()}" for n, v in valid)
+        conflict = " but ".join(_said(n, v, declared) for n, v in valid)
     bad = "; ".join(invalid) or None
     if valid:
         name, value = valid[0]

@@ -42,9 +42,13 @@ def layout_paths(config: Mapping[str, Any], engines: Iterable[str]) -> list[tupl
     declaration already there (``DEFAULT_KEY`` when neither gives one)."""
     from dflash_ckpt.draftspec.layout import DECLARATIONS
 
+    from dflash_ckpt.draftspec.speculators_format import is_speculators_native
+
+    wanted = [LAYOUT_KEYS[e] for e in engines]
+    if is_speculators_native(config):  # the copy is the z-lab form, whose layout key is dflash_config's
+        return list(dict.fromkeys(("dflash_config", k) if w == "dflash_config" else (k,) for w, k in [*wanted, DEFAULT_KEY]))
     nested = config.get("dflash_config")
     nested = nested if isinstance(nested, Mapping) else {}
-    wanted = [LAYOUT_KEYS[e] for e in engines]
     wanted += [(w, k) for w, k in DECLARATIONS if k in (nested if w == "dflash_config" else config)]
     wanted = wanted or [DEFAULT_KEY]
     paths = [("dflash_config", k) if w == "dflash_config" else (k,) for w, k in wanted]

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple, Sequence
 
 from dflash_ckpt.draftspec.layout import BlockLayout, resolve_layout
 from dflash_ckpt.draftspec.siblings import is_muse_glimmer, sibling_family
+from dflash_ckpt.draftspec.speculators_format import NativeView, is_speculators_native, native_view
 from dflash_ckpt.limits import MAX_BLOCK_SIZE, MAX_DIM, MAX_LAYERS, MAX_LIST_LEN, MAX_VOCAB
 from dflash_ckpt.sources.jsonfile import decode_json_bytes, require_object
 from dflash_ckpt.sources.base import Source
@@ -205,6 +206,7 @@ class DraftSpec:
         dims: DraftDims,
         weights: WeightInventory | None = None,
         raw: bytes | None = None,
+        native: NativeView | None = None,
     ) -> None:
         self.label = label
         self.where = where
@@ -214,6 +216,8 @@ class DraftSpec:
         self.dims = dims
         self.weights = weights
         self.raw = raw
+        #: The speculators-native form this spec was read from (``config`` is then its z-lab view).
+        self.native = native
 
     @property
     def dflash_config(self) -> dict[str, Any] | None:
@@ -247,11 +251,14 @@ class DraftSpec:
 
     @property
     def layout(self) -> str:
-        """``nested``, ``top-level`` (older drafts: block_size at the top), ``mixed`` or ``none``.
+        """``nested``, ``top-level`` (older drafts: block_size at the top), ``mixed``, ``none``, or
+        ``speculators`` (the speculators-native form, read through its z-lab view).
 
         Only the three keys engines read from ``dflash_config`` decide it; ``num_target_layers``
         sits at the top level in every published layout.
         """
+        if self.native is not None:
+            return "speculators"
         places = {k: self.keys[k].source for k in ("block_size", "mask_token_id", "target_layer_ids")}
         present = {k: p for k, p in places.items() if p != MISSING}
         if not present:
@@ -298,6 +305,8 @@ class DraftSpec:
         return {k: self.keys[k].value for k in DFLASH_KEYS}
 
     def sources_json(self) -> dict[str, str]:
+        if self.native is not None:  # resolved from the speculators form: say from which key, and how
+            return {k: self.native.provenance.get(k, self.keys[k].source) for k in DFLASH_KEYS}
         return {k: ("conflict" if self.keys[k].conflict else self.keys[k].source) for k in DFLASH_KEYS}
 
 
@@ -308,8 +317,14 @@ def build_spec(
     where: str = "config.json",
     weights: WeightInventory | None = None,
     raw: bytes | None = None,
+    view: bool = True,
 ) -> DraftSpec:
-    """Resolve a parsed config (from disk, or one ``normalize`` is about to write)."""
+    """Resolve a parsed config (from disk, or one ``normalize`` is about to write); a
+    speculators-native config is resolved through its z-lab view (``draftspec.speculators_format``)
+    unless ``view`` is false (what an engine without a reader of that format sees)."""
+    native = native_view(config) if view and is_speculators_native(config) else None
+    if native is not None:
+        config = native.config
     return DraftSpec(
         label=label,
         where=where,
@@ -319,6 +334,7 @@ def build_spec(
         dims=DraftDims.from_config(config),
         weights=weights,
         raw=raw,
+        native=native,
     )
 
 

@@ -23,7 +23,8 @@ from typing import Any, Sequence
 
 from dflash_ckpt.checks.engine_compare import acceptance_summary, compare_prompts, engine_findings
 from dflash_ckpt.engines.vllm_facts import VllmFacts, read_facts
-from dflash_ckpt.engines.vllm_run import DEFAULT_TIMEOUT_S, parse_engine_args, refuse_install, refuse_pair
+from dflash_ckpt.engines.engine_args import flag_values, parse_engine_args
+from dflash_ckpt.engines.vllm_run import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, refuse_install, refuse_pair
 from dflash_ckpt.engines.vllm_smoke import (RULE, EngineOptions, build_request, check_engine_memory,
                                             engine_summary, run_vllm, to_runs)
 from dflash_ckpt.errors import UsageError
@@ -40,9 +41,11 @@ def validate_engine_options(opts: Any) -> None:
         value = getattr(opts, name)
         if value is not None and value < 1:
             raise UsageError(f"--{name.replace('_', '-')} {value}: must be at least 1", key=f"--{name.replace('_', '-')}")
-    if opts.engine_timeout is not None and not (math.isfinite(opts.engine_timeout) and opts.engine_timeout > 0):
-        raise UsageError(f"--engine-timeout {opts.engine_timeout}: must be a number of seconds above 0", key="--engine-timeout")
-    parse_engine_args(opts.engine_arg)
+    if opts.engine_timeout is not None and not (math.isfinite(opts.engine_timeout)
+                                                and 0 < opts.engine_timeout <= MAX_TIMEOUT_S):
+        raise UsageError(f"--engine-timeout {opts.engine_timeout:g}: must be a number of seconds above 0 and at most "
+                         f"{MAX_TIMEOUT_S:g} (24 h); a hung engine is stopped at this deadline", key="--engine-timeout")
+    engine_options(opts)
     if opts.engine == "reference":
         given = [flag for flag, set_ in (("--tensor-parallel-size", opts.tensor_parallel_size != 1),
                                          ("--pipeline-parallel-size", opts.pipeline_parallel_size != 1),
@@ -52,6 +55,19 @@ def validate_engine_options(opts: Any) -> None:
         if given:
             raise UsageError(f"{', '.join(given)}: only with --engine vllm or both (the reference runtime runs on one "
                              "device)", key=given[0])
+
+
+def engine_options(opts: Any) -> EngineOptions:
+    """The options passed to vLLM: the flags, ``--engine-arg``'s allow-listed keywords
+    (``engine_args.parse_engine_args``; a keyword that is a flag's is taken as the flag) and the
+    deadline. Raises the one DF004 line of a refused keyword or value."""
+    args = parse_engine_args(opts.engine_arg)
+    flags = flag_values(args, {"tensor_parallel_size": opts.tensor_parallel_size,
+                               "pipeline_parallel_size": opts.pipeline_parallel_size,
+                               "max_model_len": opts.max_model_len},
+                        {"tensor_parallel_size": 1, "pipeline_parallel_size": 1, "max_model_len": None})
+    return EngineOptions(opts.engine, flags["tensor_parallel_size"], flags["pipeline_parallel_size"],
+                         flags["max_model_len"], args, opts.engine_timeout or DEFAULT_TIMEOUT_S)
 
 
 @dataclass
@@ -66,9 +82,7 @@ class EngineRun:
     def start(cls, opts: Any) -> EngineRun:
         facts = read_facts()
         refuse_install(facts)
-        eng = EngineOptions(opts.engine, opts.tensor_parallel_size, opts.pipeline_parallel_size, opts.max_model_len,
-                            parse_engine_args(opts.engine_arg), opts.engine_timeout or DEFAULT_TIMEOUT_S)
-        return cls(facts, eng)
+        return cls(facts, engine_options(opts))
 
     def refuse_pair(self, draft: Any, target: Any) -> None:
         refuse_pair(self.facts, generation=draft.generation, draft_config=draft.config, draft_where=draft.where,

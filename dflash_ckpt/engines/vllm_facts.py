@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
+from typing import Any
 
 #: The environment variable that names the python of the env vLLM is installed in.
 PYTHON_ENV = "DFLASH_CKPT_VLLM_PYTHON"
@@ -66,7 +70,10 @@ class VllmFacts:
     dflash2: bool = False
     #: Head sizes the CPU attention takes (``None``: not read).
     cpu_head_sizes: tuple[int, ...] | None = None
+    #: Why the facts could not be read (the probe hung, died by a signal, printed no facts).
     error: str | None = field(default=None, compare=False)
+    #: The probe's output, kept when it failed.
+    log: str | None = field(default=None, compare=False)
 
     @property
     def cpu_build(self) -> bool:
@@ -81,19 +88,89 @@ def engine_python() -> str:
     return os.environ.get(PYTHON_ENV) or sys.executable
 
 
-@lru_cache(maxsize=4)
+#: Seconds the facts probe may take (it reads metadata and parses one file: well under a second;
+#: a program that hangs must not block inspect or smoke-run for long).
+FACTS_TIMEOUT_S = 10.0
+
+
 def read_facts(python: str | None = None) -> VllmFacts:
-    """The facts of the vLLM that ``python`` (default ``engine_python()``) imports."""
-    python = python or engine_python()
+    """The facts of the vLLM that ``python`` (default ``engine_python()``, read now: the cache is
+    per program, not per call without one) imports. The probe runs in a session of its own with a
+    deadline of ``FACTS_TIMEOUT_S``, and its whole group is ended however it ends; a probe that
+    hangs, dies by a signal or prints what is not its facts gives ``installed=False`` with
+    ``error`` saying so (and ``log``, its output, kept)."""
+    return _read_facts(python or engine_python())
+
+
+@lru_cache(maxsize=8)
+def _read_facts(python: str) -> VllmFacts:
+    out = tempfile.NamedTemporaryFile(prefix="dflash-ckpt-vllm-facts-", suffix=".log", delete=False)
+    log = Path(out.name)
+    from dflash_ckpt.engines.child_signals import signals_interrupt
+
     try:
-        proc = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=60, cwd="/")
-        data = json.loads(proc.stdout.strip().splitlines()[-1])
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError) as exc:
-        return VllmFacts(python, False, error=f"{type(exc).__name__}: {exc}")
+        with signals_interrupt(), out:
+            proc = subprocess.Popen([python, "-c", _PROBE], stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=subprocess.STDOUT, cwd="/", start_new_session=True)
+            try:
+                proc.wait(timeout=FACTS_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                return _failed(python, log, f"did not answer within {FACTS_TIMEOUT_S:g} s and was stopped")
+            finally:
+                _end_group(proc)
+    except OSError as exc:
+        log.unlink(missing_ok=True)
+        return VllmFacts(python, False, error=f"cannot run: {exc.strerror or exc}")
+    if proc.returncode < 0:
+        from dflash_ckpt.engines.child_signals import died_by
+
+        return _failed(python, log, f"died by {died_by(-proc.returncode)}")
+    try:
+        text = log.read_text(encoding="utf-8", errors="replace")
+        data = json.loads(text.strip().splitlines()[-1])
+    except (OSError, ValueError, IndexError, RecursionError):
+        return _failed(python, log, f"exited with status {proc.returncode} without its facts")
+    try:
+        facts = _facts(python, data)
+    except (ValueError, TypeError) as exc:
+        return _failed(python, log, f"reported facts this tool cannot read ({exc})")
+    log.unlink(missing_ok=True)
+    return facts
+
+
+def _facts(python: str, data: Any) -> VllmFacts:
+    """The probe's JSON as facts; a value of the wrong type is a ``TypeError``/``ValueError``
+    (the caller's one line), never a traceback: the engine's python is not ours to trust."""
+    if not isinstance(data, dict):
+        raise TypeError("not a JSON object")
     sizes = data.get("cpu_head_sizes")
-    return VllmFacts(python, bool(data.get("installed")), data.get("version"), data.get("distribution"),
-                     bool(data.get("dflash")), bool(data.get("dflash2")),
-                     tuple(int(s) for s in sizes) if isinstance(sizes, list) else None)
+    if sizes is not None and not (isinstance(sizes, list) and all(type(s) is int and 0 < s < 1 << 20 for s in sizes)):
+        raise ValueError(f"head sizes {str(sizes)[:60]}, not a list of positive integers")
+    text = [data.get(k) for k in ("version", "distribution")]
+    if any(v is not None and not isinstance(v, str) for v in text):
+        raise TypeError("a version or distribution that is not text")
+    return VllmFacts(python, bool(data.get("installed")), text[0], text[1], bool(data.get("dflash")),
+                     bool(data.get("dflash2")), tuple(sizes) if sizes is not None else None)
+
+
+def _failed(python: str, log: Path, what: str) -> VllmFacts:
+    return VllmFacts(python, False, error=what, log=str(log))
+
+
+def _end_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the probe, every process below it (in any session: ``reaper.descendants``) and its group."""
+    from dflash_ckpt.engines.reaper import descendants
+
+    for pid in descendants(proc.pid) if proc.poll() is None else []:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
 
 
 def vllm_available(python: str | None = None) -> bool:
@@ -137,6 +214,11 @@ def _installed(python: str | None) -> tuple[str, str] | None:
 
 
 def reader_check_note() -> dict[str, str | None]:
-    """What inspect's vLLM row says about the vLLM it was checked against."""
+    """What inspect's vLLM row says about the vLLM it was checked against (``probe_error`` too
+    when ``DFLASH_CKPT_VLLM_PYTHON``'s facts could not be read: it hung, died, said nothing)."""
     found = installed_vllm()
-    return {"measured_against": MEASURED_VLLM, "installed": f"{found[0]} {found[1]}" if found else None}
+    note = {"measured_against": MEASURED_VLLM, "installed": f"{found[0]} {found[1]}" if found else None}
+    python = os.environ.get(PYTHON_ENV)
+    if python and not found and (error := read_facts(python).error):
+        note["probe_error"] = f"{PYTHON_ENV}={python} {error}"
+    return note

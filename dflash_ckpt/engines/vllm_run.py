@@ -3,10 +3,13 @@
 Refusals come first, each one coded line with exit 2, before anything starts (``refuse_install``
 from the install's facts, ``refuse_pair`` from the configs): what vLLM would refuse or die on
 after a 30-second start is cheaper to say up front. Then ``run_child`` writes the request, runs
-``vllm_child.py`` by its path with the engine's python in a session of its own (so the whole
-tree of processes vLLM spawns is one process group), and kills that group however the child
-ends: on success, on failure, on the deadline, on Ctrl-C. The engine's output goes to a log file;
-it is deleted after a good run and kept, with its path in the error line, after a bad one.
+``vllm_child.py`` by its path with the engine's python under ``reaper.py`` in a session of its
+own (the launcher is a subreaper: every process below it, in whatever session, stays below it),
+and ends that tree however the child ends: on success, on failure, on the deadline, on Ctrl-C,
+SIGTERM or SIGHUP; if this process is killed outright the launcher is told by the kernel and
+ends the tree itself. A child that dies by a signal is named by it (``child_signals``). The
+engine's output goes to a log file; it is deleted after a good run and kept, with its path in
+the error line, after a bad one.
 
 Torch-free and vLLM-free at import: smoke-run imports this lazily.
 """
@@ -21,15 +24,25 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
+from dflash_ckpt.engines.engine_args import parse_engine_args
+from dflash_ckpt.engines.child_signals import MEANING, died_by, signals_interrupt
 from dflash_ckpt.engines.vllm_facts import INSTALL_CPU, INSTALL_CUDA, PYTHON_ENV, VllmFacts
 from dflash_ckpt.errors import DFlashCkptError, UsageError
 
 CHILD = Path(__file__).with_name("vllm_child.py")
+#: The launcher the child runs under (a subreaper that ends every descendant; stdlib only).
+REAPER = Path(__file__).with_name("reaper.py")
 #: Seconds a whole vLLM run may take by default (two engine starts of 30-40 s each on a small
 #: CPU, the decoding, the teacher-forced scoring); ``--engine-timeout`` overrides it.
 DEFAULT_TIMEOUT_S = 900.0
+#: The largest ``--engine-timeout``: 24 h. A deadline must be one: 1e308 s waits on a hung engine forever.
+MAX_TIMEOUT_S = 86400.0
+#: Seconds the launcher gets to end its descendants after SIGTERM (its own grace is 3 s, then SIGKILL).
+STOP_WAIT_S = 15.0
+#: Set in the child's environment to this process's id: every process of the run inherits it.
+OWNER_ENV = "DFLASH_CKPT_ENGINE_OWNER"
 #: Log lines that name an error, newest last; the last one is the line a failure carries.
 _ERROR_LINE = re.compile(r"(Error|Exception|error:|ERROR|Traceback|Killed|Unsupported)")
 
@@ -45,7 +58,13 @@ class EngineFailed(DFlashCkptError):
 
 
 def refuse_install(facts: VllmFacts) -> None:
-    """DF420 when the engine's python has no vLLM, DF421 when that vLLM has no DFlash."""
+    """DF425 when the engine's python could not be asked (it hung, died by a signal, said no
+    facts), DF420 when it has no vLLM, DF421 when that vLLM has no DFlash."""
+    if facts.error:
+        where = f"{PYTHON_ENV}={facts.python}" if os.environ.get(PYTHON_ENV) else facts.python
+        kept = f"; its output is kept in {facts.log}" if facts.log else ""
+        raise EngineFailed(f"--engine vllm: the engine's python {where}, asked for vLLM's facts, {facts.error}{kept}",
+                           code="DF425")
     if not facts.installed:
         where = f"{PYTHON_ENV}={facts.python}" if os.environ.get(PYTHON_ENV) else facts.python
         raise UsageError(f"--engine vllm: {where} cannot import vllm; on a CPU machine {INSTALL_CPU}; "
@@ -99,23 +118,6 @@ def refuse_pair(facts: VllmFacts, *, generation: str, draft_config: Mapping[str,
                          code="DF424", key="architectures", path=target_where)
 
 
-def parse_engine_args(items: Sequence[str]) -> dict[str, Any]:
-    """``--engine-arg KEY=VALUE`` (repeatable) as ``LLM(**kwargs)``: VALUE as JSON where it
-    parses (numbers, true/false, objects), else the string; a bad item is a usage error."""
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        key = key.strip().replace("-", "_")
-        if not sep or not key.isidentifier():
-            raise UsageError(f"--engine-arg {item!r}: give KEY=VALUE, KEY a keyword of vllm.LLM "
-                             "(e.g. --engine-arg gpu_memory_utilization=0.85)", code="DF004", key="--engine-arg")
-        try:
-            out[key] = json.loads(value)
-        except ValueError:
-            out[key] = value
-    return out
-
-
 # -- the child ---------------------------------------------------------------------------------------
 
 
@@ -135,6 +137,34 @@ def kill_group(pgid: int) -> None:
             time.sleep(0.1)
 
 
+def stop_child(proc: subprocess.Popen[bytes]) -> None:
+    """End the launcher and everything below it: SIGTERM to the launcher's group (the launcher,
+    ``reaper.py``, then ends every descendant, those in other sessions included), a wait of
+    ``reaper.GRACE_S`` and more, then SIGKILL to whatever of the group is left."""
+    if proc.poll() is None:
+        # a program that is not the launcher (a wrapper that ignores it) may have children in
+        # other sessions: remember every process below it now, while the links are there
+        from dflash_ckpt.engines.reaper import descendants, start_time
+
+        below = [(pid, start_time(pid)) for pid in descendants(proc.pid)]
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.wait(timeout=STOP_WAIT_S)
+        except subprocess.TimeoutExpired:
+            pass
+        for pid, started in below:
+            if started is not None and start_time(pid) == started:  # the same process, not a reused id
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+    kill_group(proc.pid)
+    proc.wait()
+
+
 def last_error_line(log: Path) -> str:
     """The log's last line that names an error (else its last non-empty line), trimmed."""
     try:
@@ -148,53 +178,79 @@ def last_error_line(log: Path) -> str:
 
 def child_env(kv_space_gib: int | None) -> dict[str, str]:
     """The child's environment: ours, vLLM's engine core in the child's own process (one
-    ``step()`` is one scheduler step), and a KV space on the CPU build unless the user set one."""
+    ``step()`` is one scheduler step), a KV space on the CPU build unless the user set one, and
+    ``OWNER_ENV``, this process's id, which every process of the run inherits (so a check for
+    leftovers looks at this run's processes only)."""
     env = dict(os.environ)
     env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     if kv_space_gib is not None:
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_space_gib))
     env.pop("PYTHONPATH", None)  # the child imports vLLM only; our package must not shadow anything there
+    env[OWNER_ENV] = str(os.getpid())
     return env
+
+
+def how_it_ended(status: Mapping[str, Any], returncode: int) -> str | None:
+    """What the launcher's status file (else the launcher's own return code) says about a child
+    that did not exit 0: a signal named with what it usually means, or the exit status; ``None``
+    when it exited 0."""
+    if isinstance(status.get("signal"), int):
+        return f"died by {died_by(status['signal'])}"
+    code = status.get("exit") if isinstance(status.get("exit"), int) else returncode
+    if code < 0:
+        return f"died by {died_by(-code)}"
+    if code > 128 and (code - 128) in MEANING:  # a shell between us and the engine reports a signal so
+        return f"exited with status {code}, as a shell reports {died_by(code - 128)}"
+    return f"exited with status {code}" if code else None
 
 
 def run_child(request: Mapping[str, Any], *, python: str, timeout_s: float, where: str,
               kv_space_gib: int | None = None) -> dict[str, Any]:
     """Run one vLLM request in a child and return its result; raise ``EngineFailed`` (DF425)
-    naming the last error line and the kept log when it fails, dies or passes ``timeout_s``."""
+    naming the last error line (or the signal it died by) and the kept log when it fails, dies
+    or passes ``timeout_s``. The child runs under ``reaper.py`` in a session of its own; nothing
+    below it outlives this call, however the call ends (SIGTERM and SIGHUP included)."""
     work = Path(tempfile.mkdtemp(prefix="dflash-ckpt-vllm-"))
     req_path, res_path, log_path = work / "request.json", work / "result.json", work / "engine.log"
+    status_path = work / "status.json"
     req_path.write_text(json.dumps(request), encoding="utf-8")
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen([python, str(CHILD), str(req_path), str(res_path)], stdin=subprocess.DEVNULL,
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=str(work),
-                                env=child_env(kv_space_gib))
+    argv = [python, str(REAPER), str(status_path), str(os.getpid()), python, str(CHILD), str(req_path), str(res_path)]
+    with signals_interrupt(), open(log_path, "wb") as log:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, cwd=str(work), env=child_env(kv_space_gib))
         timed_out = False
         try:
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
-        finally:  # success, failure, deadline or KeyboardInterrupt: nothing of vLLM outlives this call
-            kill_group(proc.pid)
-            proc.wait()
-    result: dict[str, Any] = {}
-    try:
-        result = json.loads(res_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        pass
-    if timed_out or proc.returncode != 0 or result.get("error") or "phases" not in result:
+        finally:  # success, failure, deadline, Ctrl-C, SIGTERM, SIGHUP: nothing of vLLM outlives this call
+            stop_child(proc)
+    result, status = _read_json(res_path), _read_json(status_path)
+    ended = how_it_ended(status, proc.returncode)
+    if timed_out or ended or result.get("error") or "phases" not in result:
+        said = result.get("error") or last_error_line(log_path)
         if timed_out:
-            what = f"did not finish within {timeout_s:g} s (--engine-timeout) and was stopped"
-        elif proc.returncode != 0 and not result.get("error"):
-            what = f"exited with status {proc.returncode}"
+            what = f"did not finish within {timeout_s:g} s (--engine-timeout) and was stopped: {said}"
+        elif ended and ("died by" in ended or "shell reports" in ended):
+            what = ended  # the signal says more than the log's last line, cut off mid-run
+        elif result.get("error") or not ended:
+            what = f"failed: {said}"
         else:
-            what = "failed"
-        raise EngineFailed(f"vLLM {what}: {result.get('error') or last_error_line(log_path)}; "
-                           f"the engine's log is kept in {log_path}", code="DF425", path=where)
-    for path in (req_path, res_path, log_path):
+            what = f"{ended}: {said}"
+        raise EngineFailed(f"vLLM {what}; the engine's log is kept in {log_path}", code="DF425", path=where)
+    for path in (req_path, res_path, log_path, status_path):
         path.unlink(missing_ok=True)
     work.rmdir()
     return result
 
 
-__all__ = ["DEFAULT_TIMEOUT_S", "EngineFailed", "kill_group", "parse_engine_args", "refuse_install", "refuse_pair",
-           "run_child"]
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+__all__ = ["DEFAULT_TIMEOUT_S", "EngineFailed", "MAX_TIMEOUT_S", "OWNER_ENV", "how_it_ended", "kill_group",
+           "parse_engine_args", "refuse_install", "refuse_pair", "run_child", "signals_interrupt", "stop_child"]

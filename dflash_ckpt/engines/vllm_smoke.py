@@ -49,7 +49,7 @@ class EngineOptions:
 
     def to_json(self) -> dict[str, Any]:
         return {"tensor_parallel_size": self.tensor_parallel_size, "pipeline_parallel_size": self.pipeline_parallel_size,
-                "max_model_len": self.max_model_len, "engine_args": self.engine_args}
+                "max_model_len": self.max_model_len, "engine_args": dict(self.engine_args), "timeout_s": self.timeout_s}
 
 
 def build_request(eng: EngineOptions, *, target_dir: Path, draft_dir: Path, dtype: str, block_size: int,

@@ -9,13 +9,14 @@ is imported by every layer, down to ``sources/``, so what it imports must import
 
 from __future__ import annotations
 
-from dflash_ckpt.rule_tables import config, inputs, layout, mistakes, quantization, run, target, vllm, weights
+from dflash_ckpt.rule_tables import config, inputs, layout, mistakes, quantization, run, speculators, target, vllm, weights
 
 #: Subject -> its rows (code, name, severity, summary, explanation, fix).
 SUBJECTS: dict[str, tuple[tuple[str, str, str, str, str, str], ...]] = {
     "inputs": inputs.ROWS,
     "config": config.ROWS,
     "layout": layout.ROWS,
+    "speculators": speculators.ROWS,
     "quantization": quantization.ROWS,
     "weights": weights.ROWS,
     "target": target.ROWS,

@@ -12,15 +12,16 @@ ROWS: tuple[tuple[str, str, str, str, str, str], ...] = (
      "width B), anchor-first drafts (DeepSpec DFlash/DSpark, speculators' DSpark default, SpecForge "
      "Domino with shift_label) take slots 0..B-1 (B drafts, verify width B+1). The layout comes from "
      "sample_from_anchor (nested or top level), dflash_config.query_zero_predicts_next, "
-     "dflash_config.shift_label, or a DSpark-family architecture. An engine path that runs the other "
+     "dflash_config.shift_label, a speculators export's speculative_tokens, or a DSpark-family architecture. An engine path that runs the other "
      "layout loads the draft and accepts ~1 token per step with no error (sglang#40144, vllm#56792). The "
      "message names, per engine, whether it runs it, refuses it, or misserves it; reader rows and serve "
      "lines follow it.",
      "Serve it with an engine the message says runs it (DSpark paths: vLLM method \"dspark\", SGLang DSPARK "
      "with markov_rank > 0, TensorRT-LLM decoding_type DSpark)."),
     ("DF161", "layout-declarations-conflict", "error", "The block-layout declarations contradict each other",
-     "Two of sample_from_anchor (nested, top level), dflash_config.query_zero_predicts_next and "
-     "dflash_config.shift_label disagree. Each engine reads one of them (or none), so engines would run "
+     "Two of sample_from_anchor (nested, top level), dflash_config.query_zero_predicts_next, "
+     "dflash_config.shift_label and a speculators export's speculators_config.proposal_methods[0]"
+     ".speculative_tokens (block_size: anchor-first, block_size - 1: 1+N) disagree. Each engine reads one of them (or none), so engines would run "
      "the draft in different layouts, and at most one of them is the trained one.",
      "Keep the declaration of the layout it was trained in and drop the other; `dflash-ckpt probe-taps` "
      "measures it when unknown."),

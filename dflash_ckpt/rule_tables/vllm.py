@@ -38,11 +38,15 @@ ROWS: tuple[tuple[str, str, str, str, str, str], ...] = (
      "Nothing was started (exit 2).",
      "Add architectures to the target's config.json (for Qwen3: [\"Qwen3ForCausalLM\"])."),
     ("DF425", "engine-failed", "error", "The engine failed or did not finish in time",
-     "vLLM started in its child process and then raised, died or ran past the deadline. The line carries "
-     "the engine's last error line; its whole log is kept in the file the line names, and every process "
-     "of the engine has been stopped (exit 2: the pair was not judged).",
+     "vLLM started in its child process (or the engine's python was asked for its facts) and then raised, "
+     "died or ran past the deadline. The line carries the engine's last error line, or, when a signal "
+     "ended it, the signal and what it usually means (SIGILL: the engine's CPU kernels use an instruction "
+     "this CPU or VM does not allow; SIGKILL: out of memory or killed; SIGSEGV: a crash in native code); "
+     "its whole log is kept in the file the line names, and every process of the engine, in any session, "
+     "has been stopped (exit 2: the pair was not judged).",
      "Read the log; rerun with a longer --engine-timeout when the machine is slow, or fix what the error "
-     "names (memory: VLLM_CPU_KVCACHE_SPACE, --max-model-len)."),
+     "names (memory: VLLM_CPU_KVCACHE_SPACE, --max-model-len; SIGILL: --engine reference here, or another "
+     "machine)."),
     ("DF426", "engine-accepts-less", "error", "The engine accepts materially fewer drafts than the reference",
      "On the same token ids, greedy, two correct implementations accept the same drafts except where a "
      "near tie in bf16 flips one (the tiny pair: 26 accepted in vLLM and in the reference). The engine's "

@@ -12,6 +12,7 @@ Only the standard library is imported here, so the CLI can read the defaults at 
 from __future__ import annotations
 
 import math
+import os
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -211,9 +212,24 @@ class SmokeOptions(RunOptions):
                                  key="--suite")
         if self.tie_tolerance is not None and (not math.isfinite(self.tie_tolerance) or self.tie_tolerance < 0):
             raise UsageError(f"--tie-tolerance {self.tie_tolerance}: must be a number >= 0")
-        if self.threads is not None and self.threads < 1:
-            raise UsageError(f"--threads {self.threads}: must be at least 1")
+        self.validate_threads()
         self.validate_sampling()
+
+    def validate_threads(self) -> None:
+        """``--threads`` from 1 to ``MAX_THREADS_PER_CPU`` per logical CPU: a larger count only
+        oversubscribes the cores, and a huge one makes OpenMP reserve memory for every thread's
+        stack and end the process (through the API: the caller's) with no line."""
+        from dflash_ckpt.errors import UsageError
+        from dflash_ckpt.limits import MAX_THREADS_PER_CPU
+
+        if self.threads is None:
+            return
+        if self.threads < 1:
+            raise UsageError(f"--threads {self.threads}: must be at least 1", key="--threads")
+        cpus = os.cpu_count() or 1
+        if self.threads > MAX_THREADS_PER_CPU * cpus:
+            raise UsageError(f"--threads {self.threads}: at most {MAX_THREADS_PER_CPU * cpus} "
+                             f"({MAX_THREADS_PER_CPU} per logical CPU; this machine has {cpus})", key="--threads")
 
     def validate_sampling(self) -> None:
         """DF004 lines for bad sampling values, before anything is read. vLLM samples too

@@ -49,7 +49,7 @@ from dflash_ckpt.run.pair import open_pair, resolve_pair
 from dflash_ckpt.run.probe_result import CONFIRM, ProbeResult
 from dflash_ckpt.runtime.backend import select_backend
 from dflash_ckpt.runtime.loading import dtype_name, inventory
-from dflash_ckpt.runtime.prepack import prepack_pair, slow_path_note
+from dflash_ckpt.runtime.prepack import cpu_linear_path, prepack_pair, slow_path_note
 from dflash_ckpt.runtime.device_errors import DeviceFailures
 from dflash_ckpt.runtime.loops import make_loop
 from dflash_ckpt.runtime.plan import cache_capacity
@@ -133,6 +133,7 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None, prog
     target, draft, _ = pair.load(None, say, f"{depth} layers", f"{k} taps, ")
     if plan.device.type == "cpu":  # smoke-run's CPU default: packed weights, or the AVX2 kernel
         prepack_pair(target, draft)
+        result.cpu_linear = cpu_linear_path(target, draft)
         if note := slow_path_note(target, draft):
             say(note)
     capacity = plan.capacity

@@ -57,6 +57,8 @@ class ProbeResult(ResultShape):
     #: simulation), and with the winner after it (smoke-run's loop): ``probe_layout``.
     layout_quick: Any = None
     layout: Any = None
+    #: How this CPU ran the bf16 products (``prepack.cpu_linear_path``), None off the CPU.
+    cpu_linear: str | None = None
 
     @property
     def best(self) -> Candidate | None:
@@ -111,6 +113,23 @@ class ProbeResult(ResultShape):
         ids = ",".join(str(i) for i in best.target_layer_ids)
         return f"dflash-ckpt normalize {self.draft_path or self.draft_label} OUT --target-layer-ids {ids}"
 
+    def simulation_gap(self) -> float | None:
+        """The largest difference between a finalist's simulated tau and the tau smoke-run's loop
+        measured for it (None before any finalist ran).
+
+        Why it is not always 0: the simulation replays the draft on features the target computed
+        in one forward over the whole text, the loop on features from a prefill and then one verify
+        of a block at a time. A kernel whose result for a row depends on how many rows share the
+        call (oneDNN's packed products pick their blocking by the row count; attention and the
+        element-wise kernels differ by CPU) makes the features differ in the last bf16 bit, and a
+        near tie in the draft can then go the other way: the tiny pair simulates 5.30 and runs
+        5.38 on an AVX-512 Xeon, and the two are equal on an AVX2-only EPYC. The ranking that
+        counts is the finalists' loop tau; this gap says how far the simulation that chose them
+        was off on this machine.
+        """
+        gaps = [abs(c.tau_probe - c.tau_loop) for c in self.ranked if c.tau_probe is not None and c.tau_loop is not None]
+        return max(gaps) if gaps else None
+
     def to_json(self) -> dict[str, Any]:
         s, o = self.search, self.options
         conf = self.candidate(self.configured)
@@ -154,6 +173,8 @@ class ProbeResult(ResultShape):
                 "record_s": self.record_s,
                 "search_s": s.seconds,
                 "confirm_s": self.confirm_s,
+                "simulation_gap": self.simulation_gap(),
+                "cpu_linear": self.cpu_linear,
             },
             "prompts": self.prompts,
             "ranked": [c.to_json() for c in self.ranked],

@@ -65,7 +65,7 @@ from dflash_ckpt.runtime.loops import checked_loop
 from dflash_ckpt.runtime.self_check import check_input
 from dflash_ckpt.runtime.sampling import Sampler
 from dflash_ckpt.runtime.measure import TIE_TOLERANCE, measure_prompts
-from dflash_ckpt.runtime.prepack import cpu_linear_path, onednn_packs_bf16, prepack_pair, slow_path_note
+from dflash_ckpt.runtime.prepack import cpu_linear_path, kernel_failed_note, onednn_packs_bf16, prepack_pair, slow_path_note
 from dflash_ckpt.runtime.sampling_settings import SamplingSettings, from_generation_config, make_settings
 from dflash_ckpt.sources.jsonfile import decode_json_bytes
 from dflash_ckpt.sources.local import LocalSource
@@ -218,6 +218,9 @@ def _load_and_measure(opts: SmokeOptions, pair: Any, result: SmokeResult, say: C
     with step_clock(time.thread_time if result.step_clock == "thread" else time.perf_counter):
         result.runs = measure_prompts(loop, prompts, encoded, encoder, max_new_tokens=opts.max_new_tokens, stop_ids=stops,
                                       tie_tolerance=result.tie_tolerance, warmup=opts.warmup, progress=progress)
+    if result.cpu_linear == "avx2-kernel" and (note := kernel_failed_note()):  # torch's path took over mid-run
+        result.cpu_linear = "torch"
+        say(note)
     return target_model, draft_model, loop
 
 

@@ -121,7 +121,7 @@ class SmokeResult(ResultShape):
     def to_json(self) -> dict[str, Any]:
         o = self.options
         enough = self.evidence().enough if self.runs else False
-        return {
+        doc = {
             "draft": self.draft_label,
             "target": self.target_label,
             "refused": self.refused,
@@ -170,6 +170,11 @@ class SmokeResult(ResultShape):
             "suites": self.evidence().suites_json() if self.runs else None,
             "quantization": self.quantization,
         }
+        if o.engine != "reference":  # every option that went to vLLM, whether or not it started
+            from dflash_ckpt.engines.smoke_engine import engine_options
+
+            doc["settings"]["engine_options"] = engine_options(o).to_json()
+        return doc
 
 
 __all__ = ["SmokeResult"]

@@ -185,24 +185,38 @@ def uses_kernel(model: nn.Module) -> bool:
 
 
 def cpu_linear_path(*models: object) -> str:
-    """How the models' bf16 linears run on a CPU: ``onednn-packed``, ``avx2-kernel`` or ``torch``."""
+    """How the models' bf16 linears run on a CPU: ``onednn-packed``, ``avx2-kernel`` or ``torch``
+    (also once a call of the kernel failed and torch's path took over)."""
     mods = [m for m in models if isinstance(m, nn.Module)]
     if any(is_packed(m) for m in mods):
         return "onednn-packed"
-    return "avx2-kernel" if any(uses_kernel(m) for m in mods) else "torch"
+    return "avx2-kernel" if any(uses_kernel(m) for m in mods) and not cpu_kernel.failed() else "torch"
 
 
 def slow_path_note(*models: object) -> str | None:
     """A loading line when bf16 weights on a CPU kept torch's slow path because the AVX2 kernel
-    was refused (no compiler, a failed build, the switch): why, and what would change it; None
-    when a fast path runs or none was ever wanted."""
+    was refused (no compiler, a failed build, the switch, a call that failed): why, and what would
+    change it; or, when the kernel runs but was not taken from its cache, why it was built for
+    this process alone (a cache that is not private, or cannot be written) or rebuilt (a cached
+    library that may not be loaded). None when a fast path runs from the cache or none was ever
+    wanted."""
     mods = [m for m in models if isinstance(m, nn.Module)]
     why = cpu_kernel.why_not()
     bf16_cpu = any(p.dtype == torch.bfloat16 and p.device.type == "cpu" for m in mods for p in m.parameters())
-    if why is None or not bf16_cpu or cpu_linear_path(*mods) != "torch":
+    path = cpu_linear_path(*mods)
+    if path == "avx2-kernel" and (note := cpu_kernel.cache_note()):
+        return f"the AVX2 kernel was {note}; docs/runtime-speed.md says what the cache needs"
+    if why is None or not bf16_cpu or path != "torch":
         return None
     return (f"bf16 products run on torch's slower path: the AVX2 kernel is not used ({why}); "
             "docs/runtime-speed.md says what it needs")
+
+
+def kernel_failed_note() -> str | None:
+    """A line when a call of the AVX2 kernel failed during the run, so torch's path ran the rest
+    (the figures then mix both paths); None when none did."""
+    why = cpu_kernel.failed()
+    return None if why is None else f"bf16 products ran on torch's slower path after the AVX2 kernel failed ({why})"
 
 
 def prepack_pair(target: nn.Module, draft: nn.Module) -> tuple[int, float]:

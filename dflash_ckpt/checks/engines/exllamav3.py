@@ -21,4 +21,6 @@ def judge(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
     return r.verdict()
 
 
-ENGINE = Engine("exllamav3", "exllamav3", judge, one_plus_n_path("its DFlash loader"))
+ENGINE = Engine("exllamav3", "exllamav3", judge, one_plus_n_path("its DFlash loader"),
+                speculators_fact="exllamav3 1.6.5 architecture/dflash.py reads target_layer_ids nested then top level, "
+                                 "never aux_hidden_state_layer_ids or transformer_layer_config")

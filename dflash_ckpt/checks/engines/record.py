@@ -54,3 +54,9 @@ class Engine(NamedTuple):
     runner: str | None = None
     #: The codes of the rules it owns (rows in ``rule_tables/<engine>.py``).
     rules: tuple[str, ...] = ()
+    #: What it does with the speculators-native format (``draftspec.speculators_format``): the
+    #: clause of a row that loads it (read through its z-lab view), or ``None``: it has no reader
+    #: of the format, and its row fails saying so, with ``speculators_fact``.
+    speculators_reader: str | None = None
+    #: Where its row's speculators fact comes from, or that none was read.
+    speculators_fact: str = "unknown/not read: none is known in its source (shared/ecosystem-2026-12.md names none)"

@@ -35,4 +35,6 @@ def path(spec: DraftSpec) -> EnginePath:
                    "its DFlash config (top-level sample_from_anchor, default false)")
 
 
-ENGINE = Engine("speculators", "speculators", judge, path, dspark_launch=DSPARK_LAUNCH, serves=False)
+ENGINE = Engine("speculators", "speculators", judge, path, dspark_launch=DSPARK_LAUNCH, serves=False,
+                speculators_reader="its own format (speculators 0.9.0 models/dflash/config.py)",
+                speculators_fact="speculators 0.9.0 models/dflash/config.py")

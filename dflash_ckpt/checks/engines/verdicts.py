@@ -24,7 +24,7 @@ from dflash_ckpt.checks.engines.registry import ENGINES
 from dflash_ckpt.checks.pitfalls import runs_as_v1
 from dflash_ckpt.draftspec.siblings import (DSPARK, LAGUNA, LILICORR, MUSE_GLIMMER_NAMES, dspark_value, is_muse_glimmer,
                                             markov_rank)
-from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec
+from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec, build_spec
 
 __all__ = ["LOAD_STOPPERS", "Verdict", "judge_readers"]
 
@@ -86,6 +86,21 @@ def generation_problems(engine: Engine, spec: DraftSpec, target: TargetSpec | No
     return engine.dflash2_gate(spec, target)
 
 
+def speculators_verdict(engine: Engine, spec: DraftSpec, target: TargetSpec | None, verdict: Verdict) -> Verdict:
+    """A speculators-native draft's row: an engine with a reader of the format keeps the verdict of
+    the z-lab view (and says through what it reads it); any other fails, saying what is known of it
+    and what its modelled reader finds in the raw file."""
+    if engine.speculators_reader is not None:
+        if not verdict.loads:
+            return verdict
+        return Verdict(True, f"{verdict.reason}; {engine.speculators_reader}")
+    assert spec.native is not None
+    raw = build_spec(spec.native.raw, label=spec.label, where=spec.where, weights=spec.weights, view=False)
+    found = engine.judge(raw, target)
+    detail = f"; as modelled: {found.reason.removeprefix('fails: ')}" if not found.loads else ""
+    return Verdict(False, f"fails: no reader of the speculators-native format ({engine.speculators_fact}){detail}")
+
+
 def judge_readers(spec: DraftSpec, target: TargetSpec | None = None) -> dict[str, Verdict]:
     """Verdict of every reader, keyed by its short name: where it reads the keys (through its DSpark
     path for a DSpark draft it serves that way), then what it cannot run: the draft in the block
@@ -97,6 +112,8 @@ def judge_readers(spec: DraftSpec, target: TargetSpec | None = None) -> dict[str
     for engine in ENGINES:
         path = engine.path(spec)
         verdict = dspark_verdict(engine, spec) if path.dspark and path.status == RUNS else engine.judge(spec, target)
+        if spec.native is not None:
+            verdict = speculators_verdict(engine, spec, target, verdict)
         layout = () if path.status == RUNS else (path.why,)
         problems = [*stoppers, *family_problems(engine, spec, target), *generation_problems(engine, spec, target)]
         if problems or layout:

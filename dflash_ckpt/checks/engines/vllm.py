@@ -38,6 +38,7 @@ from dflash_ckpt.checks.engines.reading import (NESTED_ONLY, NESTED_THEN_TOP, RE
 from dflash_ckpt.checks.engines.record import Engine
 from dflash_ckpt.checks.pitfalls import target_lm_head_quantized
 from dflash_ckpt.checks.siblings import target_context
+from dflash_ckpt.checks.speculators_format import absent_key_sliding, causal_override
 from dflash_ckpt.draftspec.siblings import DSPARK, LAGUNA, LILICORR, markov_rank
 from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec, as_int, resolve_key
 from dflash_ckpt.rule_tables.vllm import ROWS as RULE_ROWS
@@ -169,11 +170,21 @@ def v1_refusals(spec: DraftSpec) -> list[str]:
 
 
 def loading_note(spec: DraftSpec) -> str | None:
-    """A loading verdict's last clause when only the V2 runner runs the draft."""
+    """A loading verdict's last clauses: only the V2 runner runs the draft; its speculators adapter
+    runs every layer of a speculators draft causal (DF173)."""
+    notes: list[str] = []
     refused = v1_refusals(spec)
-    if not refused:
-        return None
-    return f"V2 runner only: the V1 runner (the CPU build, no Triton) refuses {', '.join(refused)}"
+    if refused:
+        notes.append(f"V2 runner only: the V1 runner (the CPU build, no Triton) refuses {', '.join(refused)}")
+    full = causal_override(spec)
+    if full:
+        notes.append(f"but runs all its layers causal, its {full} full-attention layer(s) trained bidirectional included "
+                     "(its adapter maps sliding_window_non_causal false to dflash_config.causal true: DF173)")
+    sliding = absent_key_sliding(spec)
+    if sliding:
+        notes.append(f"but runs its {sliding} sliding layer(s) trained causal bidirectional (its adapter reads an absent "
+                     "sliding_window_non_causal as true: DF173)")
+    return "; ".join(notes) or None
 
 
 def batching(k: int) -> list[str]:
@@ -208,4 +219,7 @@ ENGINE = Engine(
     families=frozenset({LILICORR, LAGUNA}), family_gate=laguna_gate, renames_muse_glimmer=True,
     dflash2_gate=dflash2_gate, loading_note=loading_note, serve=serve, serve_rank=1,
     runner="dflash_ckpt.engines.smoke_engine:EngineRun", rules=tuple(row[0] for row in RULE_ROWS),
+    speculators_reader="read natively through its speculators adapter (transformers_utils/configs/speculators/"
+                       "algos.py: dflash_config from the top-level keys, target_layer_ids = aux_hidden_state_layer_ids - 1)",
+    speculators_fact="vLLM's speculators adapter, algos.py:58-117 (0.32.0-0.34.0)",
 )
