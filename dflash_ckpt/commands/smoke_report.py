@@ -56,6 +56,7 @@ def render_smoke(console: Console, res: SmokeResult, *, quiet: bool = False, sho
         f"target {_dtype_note(res.target_dtype, res.target_dtype_stored)}  block {res.block_size}{_layout_note(res)}  "
         f"chat template {'on' if res.chat_template else 'off'}"
         + (f"  CUDA graphs (captured in {res.capture_s:.2f} s, not in any figure)" if res.cuda_graphs else "")
+        + _fallback_note(res)
         + (f"  {'AVX2 bf16 kernel' if res.cpu_linear == 'avx2-kernel' else 'prepacked weights'} ({res.prepacked_weights}, {res.prepack_s:.2f} s,"
            " not in any figure)" if res.prepacked_weights else "")
     )
@@ -201,6 +202,14 @@ def _layout_note(res: Any) -> str:
     if res.layout and (res.layout != "1+N" or res.layout_source == "--layout"):
         return f" {res.layout}" + (" (--layout)" if res.layout_source == "--layout" else "")
     return ""
+
+
+def _fallback_note(res: SmokeResult) -> str:
+    """The header's note when the static executor failed its self-check and the run went eager."""
+    choice = res.loop_choice
+    if choice is None or choice.check is None or choice.check.passed:
+        return ""
+    return f"  eager executor (static self-check: {choice.check.status})"
 
 
 def report_smoke(run: Callable[..., SmokeResult], *, json_out: bool, quiet: bool, show_text: bool = False,

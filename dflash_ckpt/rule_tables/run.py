@@ -1,4 +1,4 @@
-"""Running the pair: DF401-DF415 (smoke-run's and probe-taps' run findings and refusals).
+"""Running the pair: DF401-DF415 and DF419 (smoke-run's and probe-taps' run findings and refusals).
 
 Rows as ``rules.Rule`` takes them (code, name, severity, summary, explanation, fix), plain
 data so that ``rules`` (which every layer imports) imports nothing of the package for them."""
@@ -110,4 +110,14 @@ ROWS: tuple[tuple[str, str, str, str, str, str], ...] = (
      "values are in no header).",
      "Fetch the mask_embedding file its publisher released into the draft's folder (review it: .pt files "
      "are pickles, DF226), or serve with the target the draft was trained against."),
+    ("DF419", "cuda-failed", "error", "The GPU is busy, lost, or does not match torch",
+     "A run on CUDA (smoke-run, probe-taps) stopped for a reason that says nothing about the pair: the device is busy or "
+     "unavailable (exclusive-process mode, another job), it was lost or failed (fallen off the bus, an "
+     "uncorrectable ECC error, a launch failure), the NVIDIA driver is older than the CUDA torch was "
+     "built for, torch has no kernels for this GPU, or another CUDA error ended the run. The line names "
+     "CUDA's own message (exit 2: the run did not happen, the pair is not judged). Out of device memory "
+     "is DF407, a bfloat16 kernel missing below compute capability 8.0 is DF318.",
+     "Free the GPU or pick another (--device cuda:N; nvidia-smi shows who holds it), update the driver or "
+     "install a torch built for it, or run on the CPU (--device cpu); a CUDA error that repeats: report "
+     "it with the line (--no-compile skips the CUDA graphs)."),
 )

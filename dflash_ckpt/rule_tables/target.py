@@ -76,7 +76,8 @@ ROWS: tuple[tuple[str, str, str, str, str, str], ...] = (
      "DFlash drafts are trained in bfloat16. fp16 activations overflow in fc on Qwen3 hidden-state "
      "outliers and acceptance falls to ~0 (dflash-mlx#60, lmdeploy #4991; fp16 DFlash2 on vLLM: "
      "vllm#55250); GPUs of compute capability below 8.0 (V100 and older) have no bf16, so engines there "
-     "run fp16 (1Cat-vLLM#478).",
+     "run fp16 (1Cat-vLLM#478). A warning on a run that finished; a bfloat16 run that fails on such a "
+     "GPU for want of a bf16 kernel stops with this code as an error line (exit 2: the pair is not judged).",
      "Run in bfloat16 on an SM 8.0+ GPU (or the CPU); --draft-dtype bfloat16."),
     ("DF319", "hub-repo-changed-in-place", "warning", "Another cached commit of the Hub repo is a different draft",
      "The local Hugging Face cache holds another commit of the draft's repo whose depth, taps, layer "

@@ -21,6 +21,7 @@ from dflash_ckpt.sources.prompts import Prompt, PromptEncoder, gather_prompts, s
 from dflash_ckpt.sources.resolve import local_folder
 
 if TYPE_CHECKING:
+    from dflash_ckpt.runtime.device_errors import MemoryBudget
     from dflash_ckpt.draftspec.specs import DraftSpec
     from dflash_ckpt.runtime.plan import RunPlan
     from dflash_ckpt.sources.weights import WeightInventory
@@ -92,21 +93,24 @@ class OpenPair:
     #: The target's end-of-sequence ids (none with ``--ignore-eos``).
     stops: list[int]
 
-    def check_memory(self, *, prepacked: bool) -> None:
+    def check_memory(self, *, prepacked: bool) -> MemoryBudget:
         """Refuse (DF407, exit 2) a pair whose weights, caches and activations would not fit the
-        device (``runtime/memory.py``), before anything is loaded."""
-        from dflash_ckpt.runtime.memory import check_fits, estimate_run, needed_bytes
+        device (``runtime/memory.py``), before anything is loaded; returns the estimate and the
+        free memory it was held against (named again if the run later runs out of memory)."""
+        from dflash_ckpt.runtime.device_errors import MemoryBudget
+        from dflash_ckpt.runtime.memory import check_fits, estimate_run, memory_limits, needed_bytes
 
         plan = self.plan
         longest = max(len(ids) for ids in self.encoded) + self.options.max_new_tokens
-        check_fits(estimate_run(target_config=self.target_config,
-                                target_file_bytes=needed_bytes(plan.target_inv.tensors, plan.target_dtype),
-                                target_dtype=plan.target_dtype, draft_config=self.draft.config,
-                                draft_file_bytes=needed_bytes(plan.draft_inv.tensors, plan.draft_dtype),
-                                draft_dtype=plan.draft_dtype, capacity=plan.capacity, longest=longest,
-                                block=plan.block_size, backend=plan.backend,
-                                taps=len(plan.draft_args.target_layer_ids), prepacked=prepacked),
-                   plan.device, self.folders.target_label, target_dtype=plan.target_dtype)
+        est = estimate_run(target_config=self.target_config,
+                           target_file_bytes=needed_bytes(plan.target_inv.tensors, plan.target_dtype),
+                           target_dtype=plan.target_dtype, draft_config=self.draft.config,
+                           draft_file_bytes=needed_bytes(plan.draft_inv.tensors, plan.draft_dtype),
+                           draft_dtype=plan.draft_dtype, capacity=plan.capacity, longest=longest,
+                           block=plan.block_size, backend=plan.backend,
+                           taps=len(plan.draft_args.target_layer_ids), prepacked=prepacked)
+        check_fits(est, plan.device, self.folders.target_label, target_dtype=plan.target_dtype)
+        return MemoryBudget(est.total, memory_limits(plan.device))
 
     def load(self, threads: int | None, say: Callable[[str], None], what: str, draft_what: str = "") -> tuple[Any, Any, int]:
         """``(target model, draft model, threads in use)``: the loading line said (``what``: the

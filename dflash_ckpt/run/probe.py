@@ -50,6 +50,7 @@ from dflash_ckpt.run.probe_result import CONFIRM, ProbeResult
 from dflash_ckpt.runtime.backend import select_backend
 from dflash_ckpt.runtime.loading import dtype_name, inventory
 from dflash_ckpt.runtime.prepack import cpu_linear_path, prepack_pair, slow_path_note
+from dflash_ckpt.runtime.device_errors import DeviceFailures
 from dflash_ckpt.runtime.loops import make_loop
 from dflash_ckpt.runtime.plan import cache_capacity
 from dflash_ckpt.runtime.measure import Candidate
@@ -66,7 +67,8 @@ def run_probe_taps(opts: ProbeOptions, *, log: Callable[[str], None] | None = No
     the winner is written when the run found one; why it was not lands in ``write_error`` (and the
     exit code). ``copy_progress``: a bar on stderr while weights are copied; ``progress``: a rich
     ``Progress`` for a bar over the candidates; ``log``: where the loading lines go."""
-    res = run_probe(opts, log=log, progress=progress)
+    with DeviceFailures(None, where=str(opts.target)):  # a CUDA failure: one coded line (exit 2)
+        res = run_probe(opts, log=log, progress=progress)
     if opts.write is not None and not res.refused and res.best is not None:
         try:
             res.write = write_copy(res, quiet=not copy_progress)

@@ -2,7 +2,9 @@
 
 Steps: resolve both folders; run ``inspect``'s checks on the pair and refuse it on errors;
 refuse what the reference runtime does not implement (exit 2); plan the run once
-(``runtime/plan.py``); load both models; warm up; for each prompt time target-only decoding over
+(``runtime/plan.py``); load both models; choose the loop, the static one (CUDA graphs on a GPU)
+only after it agreed with the eager executor on a short input (``loops.checked_loop``,
+``runtime/self_check.py``: else the whole run is eager, and the JSON says why); warm up; for each prompt time target-only decoding over
 a short window, decode with DFlash, and check the DFlash output with ONE teacher-forced target
 forward over prompt + output (every position's argmax and top-2 margin: greedy decoding
 reproduces the output exactly when every argmax is its token, so the target never decodes
@@ -18,6 +20,9 @@ Below the minimum of evidence (``runtime/confidence.py``: 32 DFlash steps over 3
 no verdict: DF408, a warning, instead of DF403, and the speedup is withheld; a suite far below the
 published figure of a known draft is DF409, a warning (``checks/evidence_findings.py``).
 The thresholds (``--min-acceptance`` 2.0, the tie tolerance) are explained in ``runtime/measure.py``.
+
+A CUDA failure (out of device memory, a busy or lost device, a driver that does not match torch,
+a GPU without the dtype's kernels) is one coded line, exit 2 (``runtime/device_errors.py``).
 
 ``run_smoke_run`` is the command's work from its options (``run/options.SmokeOptions``): no
 printing, no ``sys.exit``; it raises ``DFlashCkptError`` for one-line errors and returns a
@@ -57,7 +62,9 @@ from dflash_ckpt.run.smoke_result import SmokeResult
 from dflash_ckpt.runtime.backend import select_backend
 from dflash_ckpt.runtime.generate import step_clock
 from dflash_ckpt.runtime.loading import dtype_name, stored_dtype
-from dflash_ckpt.runtime.loops import make_loop
+from dflash_ckpt.runtime.device_errors import DeviceFailures
+from dflash_ckpt.runtime.loops import checked_loop
+from dflash_ckpt.runtime.self_check import check_input
 from dflash_ckpt.runtime.sampling import Sampler
 from dflash_ckpt.runtime.measure import TIE_TOLERANCE, measure_prompts
 from dflash_ckpt.runtime.prepack import cpu_linear_path, kernel_failed_note, onednn_packs_bf16, prepack_pair, slow_path_note
@@ -158,37 +165,15 @@ def run_smoke_run(opts: SmokeOptions, *, progress: Any = None, log: Callable[[st
         result.findings += evidence_findings(result.evidence(), min_acceptance=opts.min_acceptance)
         result.findings += vllm_version_findings()  # DF430: vLLM outside its record's versions
         return result
-    pair.check_memory(prepacked=device.type == "cpu" and opts.compile and onednn_packs_bf16())
-    unfilled = unfilled_weights(draft_dir, plan.draft_inv, target_dir, plan.target_inv)  # DF413
-    if unfilled:  # sampled after the memory check (about the machine), before anything is loaded
-        pre.findings += unfilled
-        result.refused = True
-        return result
-    target_model, draft_model, result.threads = pair.load(opts.threads, say, plan.target.model_type)
-    mask_row = mask_row_findings(target_model.embed_tokens.weight, plan.draft_args.mask_token_id, draft_dir,
-                                 plan.draft_inv.tensors, target_label)  # DF431: values, not headers
-    if device.type == "cpu" and opts.compile:
-        result.prepacked_weights, result.prepack_s = prepack_pair(target_model, draft_model)
-        if note := slow_path_note(target_model, draft_model):
-            say(note)
-    if device.type == "cpu":
-        result.cpu_linear = cpu_linear_path(target_model, draft_model)
-    sampler = None if result.sampling.greedy else Sampler.of(result.sampling, device)
-    loop = make_loop(target_model, draft_model, plan.capacity, block_size=plan.block_size,
-                     graphs=device.type == "cuda" and opts.compile, sampler=sampler)
-    result.static_path = loop.static
-    result.cuda_graphs = loop.static and device.type == "cuda" and opts.compile
-    result.capture_s = loop.capture_s
-
-    # One CPU thread: time each step by the thread's own CPU time, which other processes do not
-    # inflate; otherwise (threads, or a GPU doing the work) by the wall clock at the step's sync.
-    result.step_clock = "thread" if device.type == "cpu" and result.threads == 1 else "wall"
-    with step_clock(time.thread_time if result.step_clock == "thread" else time.perf_counter):
-        result.runs = measure_prompts(loop, prompts, encoded, encoder, max_new_tokens=opts.max_new_tokens, stop_ids=stops,
-                                      tie_tolerance=result.tie_tolerance, warmup=opts.warmup, progress=progress)
-    if result.cpu_linear == "avx2-kernel" and (note := kernel_failed_note()):  # torch's path took over mid-run
-        result.cpu_linear = "torch"
-        say(note)
+    with DeviceFailures(device, where=target_label, dtype=plan.target_dtype) as failures:
+        failures.budget = pair.check_memory(prepacked=device.type == "cpu" and opts.compile and onednn_packs_bf16())
+        unfilled = unfilled_weights(draft_dir, plan.draft_inv, target_dir, plan.target_inv)  # DF413
+        if unfilled:  # sampled after the memory check (about the machine), before anything is loaded
+            pre.findings += unfilled
+            result.refused = True
+            return result
+        target_model, draft_model, loop, mask_row = _load_and_measure(opts, pair, result, say, progress,
+                                                                       draft_dir=draft_dir, target_label=target_label)
     for run in result.runs:
         run.input_text = encoder.render(run.prompt)
     result.findings = smoke_findings(result, target_layer_ids=plan.draft_args.target_layer_ids,
@@ -206,6 +191,44 @@ def run_smoke_run(opts: SmokeOptions, *, progress: Any = None, log: Callable[[st
         say(f"running vLLM {engine.facts.version} on the same ids in a child process")
         result.findings += engine.compare_into(result, prompts, encoded, encoder) + vllm_version_findings()
     return result
+
+
+def _load_and_measure(opts: SmokeOptions, pair: Any, result: SmokeResult, say: Callable[[str], None],
+                      progress: Any, *, draft_dir: Any, target_label: str) -> tuple[Any, Any, Any, list[Any]]:
+    """Load both models, choose the loop (self-checked) and measure every prompt into ``result``;
+    returns the models, the loop (``--engine both`` lets go of them before vLLM starts) and the
+    mask row's findings (DF431: judged on the loaded values, which no header holds)."""
+    plan, prompts, encoder, encoded, stops = pair.plan, pair.prompts, pair.encoder, pair.encoded, pair.stops
+    device = plan.device
+    target_model, draft_model, result.threads = pair.load(opts.threads, say, plan.target.model_type)
+    mask_row = mask_row_findings(target_model.embed_tokens.weight, plan.draft_args.mask_token_id, draft_dir,
+                                 plan.draft_inv.tensors, target_label)
+    if device.type == "cpu" and opts.compile:
+        result.prepacked_weights, result.prepack_s = prepack_pair(target_model, draft_model)
+        if note := slow_path_note(target_model, draft_model):
+            say(note)
+    if device.type == "cpu":
+        result.cpu_linear = cpu_linear_path(target_model, draft_model)
+    sampler = None if result.sampling.greedy else Sampler.of(result.sampling, device)
+    # The static loop only after its self-check against the eager executor (runtime/self_check.py).
+    loop, choice = checked_loop(target_model, draft_model, plan.capacity, block_size=plan.block_size,
+                                graphs=device.type == "cuda" and opts.compile, sampler=sampler,
+                                check_prompt=check_input(encoded), max_new_tokens=opts.max_new_tokens, say=say)
+    result.static_path = loop.static
+    result.cuda_graphs = choice.executor == "static-graphs"
+    result.capture_s = choice.capture_s
+    result.loop_choice = choice
+
+    # One CPU thread: time each step by the thread's own CPU time, which other processes do not
+    # inflate; otherwise (threads, or a GPU doing the work) by the wall clock at the step's sync.
+    result.step_clock = "thread" if device.type == "cpu" and result.threads == 1 else "wall"
+    with step_clock(time.thread_time if result.step_clock == "thread" else time.perf_counter):
+        result.runs = measure_prompts(loop, prompts, encoded, encoder, max_new_tokens=opts.max_new_tokens, stop_ids=stops,
+                                      tie_tolerance=result.tie_tolerance, warmup=opts.warmup, progress=progress)
+    if result.cpu_linear == "avx2-kernel" and (note := kernel_failed_note()):  # torch's path took over mid-run
+        result.cpu_linear = "torch"
+        say(note)
+    return target_model, draft_model, loop, mask_row
 
 
 __all__ = ["SmokeOptions", "SmokeResult", "run_smoke_run"]

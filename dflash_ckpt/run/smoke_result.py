@@ -45,6 +45,9 @@ class SmokeResult(ResultShape):
     cuda_graphs: bool = False
     #: Seconds spent capturing CUDA graphs (the "compile time"), apart from every other figure.
     capture_s: float = 0.0
+    #: Which executor ran and why, with the self-check's outcome (``runtime/loops.LoopChoice``);
+    #: None where the reference runtime did not run (refused, ``--engine vllm``).
+    loop_choice: Any = None
     #: Weights prepared once for the CPU's fast path (CPU, bf16; ``runtime/prepack.py``: reordered
     #: into oneDNN's layout, or marked for the AVX2 kernel), and the seconds that took (apart from
     #: every other figure).
@@ -147,6 +150,7 @@ class SmokeResult(ResultShape):
                 "static_path": self.static_path,
                 "cuda_graphs": self.cuda_graphs,
                 "capture_s": self.capture_s,
+                **(self.loop_choice.to_json() if self.loop_choice is not None else {}),
                 "prepacked_weights": self.prepacked_weights,
                 "prepack_s": self.prepack_s,
                 "cpu_linear": self.cpu_linear,

@@ -7,14 +7,23 @@ caller sizes both with the plan's ``capacity`` and ``block_size`` (``plan.RunPla
 
 Sampled runs (a ``sampling.Sampler``) always take the eager loop: only the eager executor
 samples (``eager_dflash.py`` says why).
+
+``checked_loop`` is how smoke-run chooses: the static loop only after it passed its self-check
+against the eager executor (``self_check.py``); a capture error, a failed replay or a difference
+sends the whole run to the eager loop, and ``LoopChoice`` says which executor ran and why.
 """
 
 from __future__ import annotations
 
+import gc
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
+
+import torch
 
 from dflash_ckpt.runtime.eager_dflash import dflash_decode
 from dflash_ckpt.runtime.generate import Generation, decode, teacher_forced_logits
+from dflash_ckpt.runtime.self_check import SelfCheck, self_check
 from dflash_ckpt.runtime.static import StaticRunner, supports_static
 
 
@@ -64,3 +73,64 @@ def make_loop(target: Any, draft: Any, capacity: int, *, block_size: int, graphs
     if supports_static(target, draft):
         return StaticLoop(target, draft, capacity, block_size=block_size, graphs=graphs)
     return EagerLoop(target, draft, capacity, block_size=block_size)
+
+
+@dataclass
+class LoopChoice:
+    """Which executor a run uses and why: ``static-graphs`` (the static executor replaying CUDA
+    graphs), ``static`` (the same without graphs: the CPU, or ``--no-compile``) or ``eager``."""
+
+    executor: str
+    reason: str
+    #: The self-check's outcome, None where none ran.
+    check: SelfCheck | None = None
+    capture_s: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"executor": self.executor, "executor_reason": self.reason,
+                "self_check": self.check.to_json() if self.check is not None else None}
+
+
+def _first_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}"
+
+
+def checked_loop(target: Any, draft: Any, capacity: int, *, block_size: int, graphs: bool, sampler: Any,
+                 check_prompt: Sequence[int], max_new_tokens: int,
+                 say: Callable[[str], None]) -> tuple[EagerLoop | StaticLoop, LoopChoice]:
+    """The run's loop (``make_loop``'s choice), the static one only when it passes its self-check
+    on ``check_prompt`` (``self_check.self_check``, at most ``max_new_tokens`` tokens); else the
+    eager loop for the whole run, with one line said naming what differed or failed. ``graphs``:
+    capture CUDA graphs (CUDA only; a capture error falls back too)."""
+    loop = make_loop(target, draft, capacity, block_size=block_size, sampler=sampler)
+    if not isinstance(loop, StaticLoop):
+        if sampler is not None:
+            why = "sampled runs run eagerly"
+        elif not supports_static(target):
+            why = "the target is not a native one (transformers backend): the generic path"
+        else:
+            why = "the draft's forward is not v1's: the generic path"
+        return loop, LoopChoice("eager", why)
+    what = "graphed" if graphs else "static"
+    check: SelfCheck
+    try:
+        if graphs:
+            loop.capture()
+    except Exception as exc:  # noqa: BLE001 - whatever failed, the eager loop does not capture
+        check = SelfCheck("capture-error", f"capturing the CUDA graphs failed: {_first_line(exc)}")
+    else:
+        check = self_check(loop, check_prompt, max_new_tokens=max_new_tokens)
+        if check.passed:
+            note = f" ({check.detail})" if check.detail else ""
+            return loop, LoopChoice("static-graphs" if graphs else "static",
+                                    f"the self-check agreed with the eager executor over {check.steps} steps{note}",
+                                    check, loop.capture_s)
+    verb = "disagrees with the eager one" if check.status == "differs" else "failed"
+    say(f"self-check: the {what} executor {verb} ({check.detail}); this run uses the eager executor (slower, "
+        "same tokens)")
+    del loop
+    gc.collect()
+    if target.device.type == "cuda":
+        torch.cuda.empty_cache()
+    return EagerLoop(target, draft, capacity, block_size=block_size), LoopChoice(
+        "eager", f"self-check {check.status}: {check.detail}", check)

@@ -100,6 +100,7 @@ class StaticRunner:
             self.fok = torch.ones(1, **long)  # the last draft call's fused context was finite
             self.ctx = torch.zeros(1, w, width, dtype=target.dtype, device=dev)  # the next draft context
             self.packed = torch.zeros(2 * w + 2, **long)  # drafts, argmax, accepted, ok flags
+            self.vtop = torch.zeros(w, dtype=torch.float32, device=dev)  # each verify row's top logit (self-check)
             self.tok = torch.zeros(1, 1, **long)  # target-only: the last token and its position
             self.pos = torch.zeros(1, **long)
             self.dpack = torch.zeros(6, dtype=torch.float64, device=dev)  # token, finite, top-2 values, ids
@@ -153,6 +154,7 @@ class StaticRunner:
         rows = self.var <= self.limit  # rows the budget uses; the rest is padding
         ok = ((torch.isfinite(out.features[0].sum(-1)) & torch.isfinite(top)) | ~rows).all()
         self.packed.copy_(torch.cat([drafts, post, accepted[None], ok.long()[None], self.fok]))
+        self.vtop.copy_(top)  # read only by the self-check (runtime/self_check.py): no host sync here
         self.ctx.copy_(out.features)
         self.ids[0, :1].copy_(post.gather(0, accepted[None]))  # the bonus token: the next anchor
         self.t_pos.add_(accepted + 1)
