@@ -92,9 +92,8 @@ def render_smoke(console: Console, res: SmokeResult, *, quiet: bool = False, sho
     render_comparison(console, res)
     render_findings(console, res.findings)
     console.print(verdict_line(res))
-    no_verdict = any(f.code == "DF408" for f in res.findings)  # too little evidence: no PASS to serve on
-    if res.exit_code == 0 and not no_verdict and res.precheck is not None and res.precheck.serve:
-        render_serve(console, res.precheck.serve)  # what to run next, as inspect shows it
+    if res.serve:  # what to run next, as inspect shows it (and --json 'serve' holds)
+        render_serve(console, res.serve)
 
 
 def _rows(res: SmokeResult) -> list[list[str]]:

@@ -87,6 +87,15 @@ class SmokeResult(ResultShape):
         errors = any(f.severity == Severity.ERROR for f in self.findings)
         return 1 if self.refused or errors else 0
 
+    @property
+    def serve(self) -> dict[str, list[str]]:
+        """engine -> argv that serves the pair (inspect's ``serve``), for a run that passed with a
+        verdict; empty otherwise (a refused or failed run, or DF408's no verdict, has no pass to serve on)."""
+        no_verdict = any(f.code == "DF408" for f in self.findings)
+        if self.exit_code != 0 or no_verdict or self.precheck is None:
+            return {}
+        return dict(self.precheck.serve)
+
     def _figures(self) -> tuple[dict[str, Any], Evidence]:
         base = overall_figures(self.runs, self.verify_width or self.block_size or 1)
         return base, gather_evidence(self.runs, base, published_draft=self.published_draft,
@@ -165,6 +174,7 @@ class SmokeResult(ResultShape):
             "prompts": [self._prompt_json(r, enough) for r in self.runs],
             "suites": self.evidence().suites_json() if self.runs else None,
             "quantization": self.quantization,
+            "serve": self.serve,
         }
 
 
