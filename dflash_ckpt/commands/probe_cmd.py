@@ -14,8 +14,18 @@ import typer
 from dflash_ckpt.commands.options import (Annotations, AnnotationsOpt, RunOutputFormat, RunOutputFormatOpt, BackendOpt, BlockSizeOpt,
                                           DeviceOpt, DraftArg, DraftDtypeOpt, IgnoreEosOpt, NoChatTemplateOpt,
                                           PairTargetOpt, PromptOpt, PromptsFileOpt, QuietOpt, RevisionOpt,
-                                          TargetDtypeOpt, ThinkingOpt, TokenizerOpt, TokenOpt, starting_run)
+                                          TargetDtypeOpt, ThinkingOpt, TokenizerOpt, TokenOpt, group_options, starting_run)
 from dflash_ckpt.run.options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_ACCEPTANCE, DEFAULT_TOP, ProbeOptions, fill
+
+
+#: probe-taps' help panels (``options.RUN_PANELS``; it decodes greedily: no sampling panel).
+PANELS: dict[str, tuple[str, ...]] = {
+    "What to run": ("target", "prompt", "prompts", "budget", "max_new_tokens", "min_acceptance", "write", "force",
+                    "layout_for", "block_size", "thinking", "no_chat_template", "tokenizer", "ignore_eos",
+                    "revision", "token"),
+    "Engine": ("draft_dtype", "target_dtype", "device", "backend"),
+    "Output": ("top", "json_out", "output_format", "annotations", "quiet"),
+}
 
 
 def register(app: typer.Typer) -> None:
@@ -76,3 +86,5 @@ def register(app: typer.Typer) -> None:
         raise typer.Exit(report_probe(lambda **live: run_probe_taps(options, **live),
                                       json_out=json_out, quiet=quiet, output_format=fmt,
                                       annotations=annotations))
+
+    group_options(probe_taps, PANELS)
