@@ -57,7 +57,7 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version and exit."),
+    version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True, help="Show the version and exit."),
 ) -> None:
     """Check, normalize and smoke-run DFlash speculative-decoding draft checkpoints."""
 
@@ -109,7 +109,7 @@ def inspect(
 
 
 def rules(
-    code: Optional[str] = typer.Argument(None, help="A rule code such as DF211; all rules when omitted."),
+    code: Optional[str] = typer.Argument(None, help="A rule code such as DF211, or a prefix such as DF3 (the rules it starts, as --select takes it); all rules when omitted."),
     json_out: bool = PlainJsonOpt,
 ) -> None:
     """List the checks with their codes, or explain one with its fix.
@@ -121,17 +121,20 @@ def rules(
 
     want_json("rules", json_out)
     rule = None if code is None else RULES.get(code.upper())
-    if code is not None and rule is None:
-        raise typer.BadParameter(f"unknown rule {code!r}; `dflash-ckpt rules` lists them", param_hint="CODE")
+    # a prefix (DF3, df31) lists the rules it starts, as --select reads it
+    chosen = list(RULES.values()) if code is None else [rule] if rule is not None else [
+        r for c, r in RULES.items() if code.strip() and c.startswith(code.strip().upper())]
+    if not chosen:
+        raise typer.BadParameter(f"unknown rule {code!r}: no rule code is or starts with it; `dflash-ckpt rules` lists them",
+                                 param_hint="CODE")
     if json_out:  # one result per rule
-        chosen = list(RULES.values()) if rule is None else [rule]
         print_json(document("rules", [r.to_json() for r in chosen], 0))
         return
     from dflash_ckpt.console import make_console
     from dflash_ckpt.commands.inspect_report import render_rule, render_rules
 
     if rule is None:
-        render_rules(make_console(), RULES.values())
+        render_rules(make_console(), chosen)
     else:
         render_rule(make_console(), rule)
 

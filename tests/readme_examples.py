@@ -155,7 +155,8 @@ def shape(output: str) -> str:
     its verdict wording and its findings row are masked like any number, so only the report's
     structure and its untimed words are compared. Progress lines (a piped run prints one every
     5 s, so their number depends on the machine's load) are left out, and so is the CPU path's note
-    (prepacked weights or the AVX2 kernel: which one a CPU takes is the machine's)."""
+    (prepacked weights or the AVX2 kernel: which one a CPU takes is the machine's) and the
+    histogram's bars."""
     lines: list[str] = []
     skipping = False
     for line in output.splitlines(keepends=True):
@@ -176,4 +177,7 @@ def shape(output: str) -> str:
     # AVX-NE-CONVERT; runtime/prepack.py; elsewhere the AVX2 kernel, runtime/cpu_kernel.py), so
     # the header's note is the machine's, not the command's.
     text = re.sub(r" +(prepacked weights|AVX2 bf16 kernel) \([^)]*not in any figure\)", "", text)
+    # The histogram's bars are the counts drawn: as machine-dependent as the counts (a bf16 path
+    # accepts a step more or less), so they go as the numbers do.
+    text = re.sub(r"█+", "", text)
     return re.sub(r" +", " ", re.sub(r"\d+(\.\d+)?x?", "#", text))

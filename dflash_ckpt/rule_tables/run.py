@@ -1,4 +1,4 @@
-"""Running the pair: DF401-DF415 (smoke-run's and probe-taps' run findings and refusals).
+"""Running the pair: DF401-DF415, DF419 (smoke-run's and probe-taps' run findings and refusals).
 
 Rows as ``rules.Rule`` takes them (code, name, severity, summary, explanation, fix), plain
 data so that ``rules`` (which every layer imports) imports nothing of the package for them."""
@@ -101,4 +101,11 @@ ROWS: tuple[tuple[str, str, str, str, str, str], ...] = (
      "output match measure nothing about it. It happens with degenerate weights, or with prompts that "
      "send the target into a loop. The run fails (exit 1).",
      "Rerun with other prompts (-p/--prompts); check the weights (DF413, DF414)."),
+    ("DF419", "suite-prompts-skipped", "warning", "Suite prompts longer than the target's context were left out",
+     "A --suite runs the package's prompts (long: up to ~1,200 tokens). A target whose "
+     "max_position_embeddings cannot hold a prompt, -n new tokens and one verify block cannot run it, "
+     "so smoke-run leaves those prompts out and runs the rest, naming them: the suite's tau is then "
+     "over fewer prompts than the published figures' (a prompt of your own that does not fit is refused "
+     "instead, DF004).",
+     "Nothing, for a small target; for the whole suite use a target with a longer context, or a smaller -n."),
 )
