@@ -17,7 +17,7 @@ import typer
 from dflash_ckpt._version import __version__
 from dflash_ckpt.commands.options import Annotations, AnnotationsOpt, JsonOpt, PlainJsonOpt, QuietOpt, RevisionOpt, TokenOpt, silence_progress, want_json
 from dflash_ckpt.errors import PROGRAM, DFlashCkptError, UsageError, error_line
-from dflash_ckpt.terminal import reflow_help
+from dflash_ckpt.terminal import reflow_help, set_quiet
 
 OutputFormat = Literal["text", "json", "github", "sarif"]  # output_formats.OUTPUT_FORMATS, without importing it at start-up
 
@@ -101,7 +101,7 @@ def inspect(
         args += read_arg_file(from_file)
     if not args:
         raise typer.BadParameter("give at least one DRAFT (or --from-file)", param_hint="DRAFT")
-    silence_progress(fmt != "text" or quiet)
+    silence_progress(fmt != "text" or quiet, quiet=quiet)
     raise typer.Exit(report_inspect(
         lambda: run_inspect(InspectOptions(args, target, revision=revision, token=token, strict=strict, select=select or [],
                                            ignore=ignore or [], require_engines=require_engines or [])),
@@ -219,6 +219,7 @@ def run(argv: list[str] | None = None) -> int:
     no_args_help = getattr(exc_mod, "NoArgsIsHelpError", ())
     args = sys.argv[1:] if argv is None else list(argv)
     want_json("", False)  # an earlier command in this process owes nothing now
+    set_quiet(False)  # nor is it quiet because an earlier one was
     try:
         result = _app_for(args)(args=args, prog_name=PROGRAM, standalone_mode=False)
     except no_args_help as exc:  # bare `dflash-ckpt`: the help, once

@@ -200,3 +200,20 @@ def test_suite_all_leaves_out_what_does_not_fit_the_target_and_says_so(cli) -> N
     own = cli("smoke-run", str(TINY / "draft"), "--target", str(TINY / "target"), "-p", "word " * 1100, "-n", "4",
               "--device", "cpu")
     assert own.code == 2 and "max_position_embeddings 1024" in own.stderr
+
+
+@pytest.mark.slow
+def test_quiet_silences_the_hubs_retry_lines(hub, home) -> None:
+    """-q is errors only: a Hub that fails twice and then answers leaves stderr empty with -q, and
+    says each retry without it."""
+    from conftest import run_cli
+    from hub_server import hub_env
+
+    for flags, says in ((("-q",), False), ((), True)):
+        hub.reset()
+        hub.fail(r"^/api/models/tiny/draft", status=503, times=2)
+        res = run_cli("inspect", "tiny/draft", *flags, env=hub_env(hub, home), timeout=120)
+        assert res.code == 0, res.stderr
+        assert ("retry 1/3" in res.stderr and "retry 2/3" in res.stderr) is says, res.stderr
+        if not says:
+            assert res.stderr == "" and res.stdout == ""

@@ -33,13 +33,17 @@ AnnotationsOpt = typer.Option(
 TokenOpt = typer.Option(None, "--token", help="Hugging Face token for gated or private repos (default: HF_TOKEN or the saved login).", show_default=False)
 
 
-def silence_progress(silent: bool) -> None:
-    """With ``-q`` or ``--json``, turn off huggingface_hub's download bars (they write to stderr).
+def silence_progress(silent: bool, *, quiet: bool = False) -> None:
+    """With ``-q`` or ``--json``, turn off huggingface_hub's download bars (they write to stderr);
+    with ``-q`` also the Hub's retry lines (``terminal.set_quiet``: errors only).
 
     The environment variable takes effect when huggingface_hub is imported later (the usual case:
     only the command bodies import it); if it is loaded already, its switch is turned directly. An
     explicit ``HF_HUB_DISABLE_PROGRESS_BARS`` of the user's wins either way.
     """
+    from dflash_ckpt.terminal import set_quiet
+
+    set_quiet(quiet)
     if not silent or "HF_HUB_DISABLE_PROGRESS_BARS" in os.environ:
         return
     os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
@@ -131,7 +135,7 @@ def starting_run(command: str, draft: str, target: str, *, json_out: bool, quiet
     what loads while torch is imported (``terminal.loading_note``)."""
     want_json(command, json_out, output_format)
     require_run_extra(command)
-    silence_progress(json_out or quiet)
+    silence_progress(json_out or quiet, quiet=quiet)
     from dflash_ckpt.runtime.address_space import check_import_floor, torch_import_guard
     from dflash_ckpt.terminal import loading_note
 
