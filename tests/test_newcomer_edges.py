@@ -217,3 +217,14 @@ def test_quiet_silences_the_hubs_retry_lines(hub, home) -> None:
         assert ("retry 1/3" in res.stderr and "retry 2/3" in res.stderr) is says, res.stderr
         if not says:
             assert res.stderr == "" and res.stdout == ""
+
+
+def test_make_fixtures_says_sparse_files_take_no_disk(fixtures_root) -> None:
+    import re
+
+    import make_fixtures
+
+    line = make_fixtures.size_line(fixtures_root)
+    m = re.fullmatch(r"fixtures in \S+: ([\d.]+) MiB on disk; the weight files are sparse \(real headers, data that "
+                     r"is holes, read as zeros and taking no disk\), ([\d.]+) GiB apparent size", line)
+    assert m and float(m.group(1)) < 100 and float(m.group(2)) > 10, line
