@@ -38,6 +38,7 @@ COMMANDS: dict[str, tuple[str | None, bool]] = {
     "normalize": ("normalize_cmd", False),
     "smoke-run": ("smoke_cmd", False),
     "probe-taps": ("probe_cmd", False),
+    "env": ("env_cmd", False),
 }
 #: Every command, and shell completion (``--install-completion``, ``--show-completion``).
 app = typer.Typer(add_completion=True, **_SETTINGS)

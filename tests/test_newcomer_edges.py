@@ -228,3 +228,41 @@ def test_make_fixtures_says_sparse_files_take_no_disk(fixtures_root) -> None:
     m = re.fullmatch(r"fixtures in \S+: ([\d.]+) MiB on disk; the weight files are sparse \(real headers, data that "
                      r"is holes, read as zeros and taking no disk\), ([\d.]+) GiB apparent size", line)
     assert m and float(m.group(1)) < 100 and float(m.group(2)) > 10, line
+
+
+@pytest.mark.slow
+def test_env_prints_what_a_bug_report_needs(cli) -> None:
+    from dflash_ckpt import __version__
+
+    res = cli("env")
+    assert res.code == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert [line.split(":", 1)[0] for line in lines] == ["dflash-ckpt", "python", "libraries", "cpu", "torch", "vllm",
+                                                       "other engines"], res.stdout
+    assert lines[0].startswith(f"dflash-ckpt: {__version__}, commit ") and "unknown" not in lines[0]  # a git checkout
+    assert "torch 2." in lines[2] and "bf16 linear path: " in lines[3]
+    assert lines[4].startswith("torch: 2.") and "GPU: " in lines[4]
+
+
+def test_env_names_the_cpu_path_the_run_takes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dflash_ckpt.environment import cpu_facts
+
+    cpu = cpu_facts()
+    if not cpu["avx2"]:
+        pytest.skip("no AVX2 here")
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # the tests' way to force the AVX2 kernel's path
+    assert cpu_facts()["bf16_linear_path"] == "avx2-kernel"
+    monkeypatch.setenv("DFLASH_CKPT_NO_KERNEL", "1")
+    assert cpu_facts()["bf16_linear_path"] == "torch"
+
+
+@pytest.mark.slow
+def test_env_imports_no_torch_until_asked() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys; from dflash_ckpt.environment import collect; f = collect(torch=False, engines=False); "
+            "assert 'torch' not in sys.modules and f['torch'] is None; print(f['tool']['version'])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                         env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr
