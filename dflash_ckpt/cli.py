@@ -15,9 +15,10 @@ from typing import Any, List, Literal, Optional
 import typer
 
 from dflash_ckpt._version import __version__
-from dflash_ckpt.commands.options import Annotations, AnnotationsOpt, JsonOpt, PlainJsonOpt, QuietOpt, RevisionOpt, TokenOpt, silence_progress, want_json
+from dflash_ckpt.commands.options import (Annotations, AnnotationsOpt, JsonOpt, PlainJsonOpt, QuietOpt, ReportOpt, RevisionOpt,
+                                          TokenOpt, check_report, silence_progress, want_json)
 from dflash_ckpt.errors import PROGRAM, DFlashCkptError, UsageError, error_line
-from dflash_ckpt.terminal import reflow_help, set_quiet
+from dflash_ckpt.terminal import reflow_help, set_argv, set_quiet
 
 OutputFormat = Literal["text", "json", "github", "sarif"]  # output_formats.OUTPUT_FORMATS, without importing it at start-up
 
@@ -83,6 +84,7 @@ def inspect(
              "lmdeploy, speculators, tensorrt-llm, zlab-mlx, mlx-vlm, exllamav3-legacy, exllamav3, or all "
              "(comma list, repeatable).",
         show_default=False),
+    report: Optional[str] = ReportOpt,
 ) -> None:
     """Resolve and check a draft from config.json and safetensors headers (no tensor data, no torch).
 
@@ -103,10 +105,11 @@ def inspect(
     if not args:
         raise typer.BadParameter("give at least one DRAFT (or --from-file)", param_hint="DRAFT")
     silence_progress(fmt != "text" or quiet, quiet=quiet)
+    check_report(report)
     raise typer.Exit(report_inspect(
         lambda: run_inspect(InspectOptions(args, target, revision=revision, token=token, strict=strict, select=select or [],
                                            ignore=ignore or [], require_engines=require_engines or [])),
-        json_out=fmt != "text", quiet=quiet, strict=strict, output_format=fmt, annotations=annotations))
+        json_out=fmt != "text", quiet=quiet, strict=strict, output_format=fmt, annotations=annotations, report=report))
 
 
 def rules(
@@ -221,6 +224,7 @@ def run(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     want_json("", False)  # an earlier command in this process owes nothing now
     set_quiet(False)  # nor is it quiet because an earlier one was
+    set_argv(args)  # what --report names as the command that made it
     try:
         result = _app_for(args)(args=args, prog_name=PROGRAM, standalone_mode=False)
     except no_args_help as exc:  # bare `dflash-ckpt`: the help, once

@@ -20,6 +20,19 @@ if TYPE_CHECKING:
 _QUIET = [False]
 
 
+#: The command line of the command running (``cli.run``), which a report names.
+_ARGV: list[str] = []
+
+
+def set_argv(argv: list[str]) -> None:
+    _ARGV[:] = list(argv)
+
+
+def command_argv() -> list[str]:
+    """The arguments after ``dflash-ckpt`` of the command running (empty from the Python API)."""
+    return list(_ARGV)
+
+
 def set_quiet(on: bool) -> None:
     """``-q`` for this command (each command sets it, so an earlier one's does not carry over)."""
     _QUIET[0] = on

@@ -30,6 +30,11 @@ AnnotationsOpt = typer.Option(
     "warnings", "--annotations",
     help="With --output-format github: the findings that become annotations: warnings (errors and warnings), "
          "all (info notices too, e.g. DF220) or errors.")
+ReportOpt = typer.Option(
+    None, "--report", metavar="FILE.md",
+    help="Also write a validation report in Markdown to FILE.md (a pull request, a model card, GitHub's step "
+         "summary), with the acceptance-by-position chart beside it as FILE-acceptance.png (the report extra: "
+         "matplotlib).", show_default=False)
 TokenOpt = typer.Option(None, "--token", help="Hugging Face token for gated or private repos (default: HF_TOKEN or the saved login).", show_default=False)
 
 
@@ -125,6 +130,28 @@ def group_options(command: Callable[..., Any], panels: dict[str, tuple[str, ...]
     params.sort(key=lambda p: order.index(p.default.rich_help_panel) + 1
                 if isinstance(p.default, typer.models.OptionInfo) else 0)  # stable: arguments first
     command.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+
+
+def write_report_for(path: str | None, result: object, *, quiet: bool, json_out: bool) -> None:
+    """``--report``: write it (``report/``), and say where unless ``-q`` or a document on stdout."""
+    if path is None:
+        return
+    from dflash_ckpt.report import write_report
+    from dflash_ckpt.terminal import command_argv
+
+    from dflash_ckpt.errors import inert
+
+    written = write_report(path, result, argv=command_argv() or None)
+    if not (quiet or json_out):
+        typer.echo(inert("report: " + " and ".join(str(p) for p in written)))
+
+
+def check_report(path: str | None) -> None:
+    """``--report FILE``: refuse a path it cannot be written to before anything runs (DF001)."""
+    if path is not None:
+        from dflash_ckpt.report.build import check_report_path
+
+        check_report_path(path)
 
 
 @contextmanager

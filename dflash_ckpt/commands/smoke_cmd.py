@@ -13,7 +13,8 @@ import typer
 from dflash_ckpt.commands.options import (Annotations, AnnotationsOpt, RunOutputFormat, RunOutputFormatOpt, BackendOpt, BlockSizeOpt,
                                           DeviceOpt, DraftArg, DraftDtypeOpt, EngineOpt, IgnoreEosOpt, LayoutOpt, NoChatTemplateOpt,
                                           PairTargetOpt, PromptOpt, PromptsFileOpt, QuietOpt, RevisionOpt,
-                                          TargetDtypeOpt, ThinkingOpt, TokenizerOpt, TokenOpt, group_options, starting_run)
+                                          TargetDtypeOpt, ThinkingOpt, TokenizerOpt, TokenOpt, ReportOpt, check_report,
+                                          group_options, starting_run)
 from dflash_ckpt.run.options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_ACCEPTANCE, SmokeOptions, fill
 
 
@@ -24,7 +25,7 @@ PANELS: dict[str, tuple[str, ...]] = {
     "Sampling": ("temperature", "top_p", "top_k", "seed", "verify", "sampling"),
     "Engine": ("draft_dtype", "target_dtype", "device", "backend", "threads", "no_compile", "engine",
                "tensor_parallel_size", "pipeline_parallel_size", "max_model_len", "engine_arg", "engine_timeout"),
-    "Output": ("show_text", "json_out", "output_format", "annotations", "quiet"),
+    "Output": ("show_text", "json_out", "output_format", "annotations", "quiet", "report"),
 }
 
 
@@ -89,6 +90,7 @@ def register(app: typer.Typer) -> None:
         output_format: RunOutputFormat = RunOutputFormatOpt,
         annotations: Annotations = AnnotationsOpt,
         quiet: bool = QuietOpt,
+        report: Optional[str] = ReportOpt,
     ) -> None:
         """Decode with the target alone and with DFlash; check the outputs match and measure acceptance and speed.
 
@@ -98,6 +100,7 @@ def register(app: typer.Typer) -> None:
         """
         fmt = "json" if json_out else output_format
         json_out = fmt != "text"
+        check_report(report)
         with starting_run("smoke-run", draft, target, json_out=json_out, quiet=quiet, output_format=fmt):
             from dflash_ckpt.commands.smoke_report import report_smoke
             from dflash_ckpt.run.smoke import run_smoke_run
@@ -108,7 +111,7 @@ def register(app: typer.Typer) -> None:
         with out_of_memory(target):  # one DF407 line (exit 2), never a traceback or a failed verdict
             code = report_smoke(lambda **live: run_smoke_run(options, **live),
                                 json_out=json_out, quiet=quiet, show_text=show_text,
-                                output_format=fmt, annotations=annotations)
+                                output_format=fmt, annotations=annotations, report=report)
         raise typer.Exit(code)
 
     group_options(smoke_run, PANELS)

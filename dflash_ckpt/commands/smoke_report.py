@@ -210,7 +210,7 @@ def _layout_note(res: Any) -> str:
 
 
 def report_smoke(run: Callable[..., SmokeResult], *, json_out: bool, quiet: bool, show_text: bool = False,
-                 output_format: str = "json", annotations: str = "warnings") -> int:
+                 output_format: str = "json", annotations: str = "warnings", report: str | None = None) -> int:
     """Call ``run(progress=, log=)`` as ``output.run_live`` shows it (a bar counting tokens), print
     its report or document, return the exit code."""
     from dflash_ckpt.json_out import print_document
@@ -222,4 +222,7 @@ def report_smoke(run: Callable[..., SmokeResult], *, json_out: bool, quiet: bool
         print_document(result.envelope(), output_format, annotations)
     else:
         render_smoke(console, result, quiet=quiet, show_text=show_text)
+    from dflash_ckpt.commands.options import write_report_for
+
+    write_report_for(report, result, quiet=quiet, json_out=json_out)
     return result.exit_code
