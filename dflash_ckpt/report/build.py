@@ -267,7 +267,7 @@ def _smoke_settings(result: Any, s: dict[str, Any]) -> str:
         ["-n (new tokens per prompt)", str(s["max_new_tokens"])],
         ["block", md.text(f"{s['block_size']} ({s['layout']}; trained {s['trained_block_size']})")],
         ["backend / engine", md.text(f"{s['backend']} / {s['engine']}")],
-        ["chat template", "on" if s["chat_template"] else "off" + (" (thinking)" if s["thinking"] else "")],
+        ["chat template", ("on" if s["chat_template"] else "off") + (" (thinking)" if s["thinking"] else "")],
         ["min acceptance", f"{s['min_acceptance']:g}"],
         ["tie tolerance", md.text(f"{s['tie_tolerance']:g}" if s["tie_tolerance"] is not None else "—")],
     ]
