@@ -44,6 +44,10 @@ class InspectResult:
         self.normalize_command: str | None = None
         #: engine -> argv that serves the pair (``checks.serve``), for a pair that passes.
         self.serve: dict[str, list[str]] = {}
+        #: The commits a Hub draft and a Hub target resolved to (None for a local folder): the
+        #: report names them (``report/``).
+        self.commit: str | None = None
+        self.target_commit: str | None = None
         if fatal is not None:
             self.set_fatal(fatal)
 
@@ -142,6 +146,8 @@ def block_layout_json(spec: DraftSpec) -> dict[str, Any]:
 def inspect_sources(draft_src: Source, target_src: Source | None = None) -> InspectResult:
     """Check one draft (and its pairing with a target); input errors end up in ``fatal``."""
     result = InspectResult(label=draft_src.label)
+    result.commit = _hub_commit(draft_src)
+    result.target_commit = _hub_commit(target_src) if target_src is not None else None
     try:
         result.draft = read_draft_spec(draft_src)
         if target_src is not None:
@@ -167,6 +173,11 @@ def inspect_sources(draft_src: Source, target_src: Source | None = None) -> Insp
     result.findings += normalize_finding(result)
     result.bytes_read = draft_src.bytes_read + (target_src.bytes_read if target_src else 0)
     return result
+
+
+def _hub_commit(source: Source) -> str | None:
+    commit = getattr(source, "commit", None) if source.kind == "hub" else None
+    return commit if isinstance(commit, str) else None
 
 
 def cached_layout_findings(source: Source, spec: DraftSpec) -> list[Finding]:

@@ -133,3 +133,16 @@ def test_the_docs_example_report_is_what_the_command_writes(cli, tmp_path: Path,
     assert res.code == 0, res.stderr
     text = fresh.read_text().replace(str(fresh), str(REPORT.relative_to(ROOT)))
     assert masked(text) == masked(REPORT.read_text())
+
+
+@pytest.mark.slow
+def test_a_hub_draft_is_named_with_the_commit_it_resolved_to(hub, home, tmp_path: Path) -> None:
+    import re
+
+    from conftest import run_cli
+    from hub_server import hub_env
+
+    out = tmp_path / "hub.md"
+    res = run_cli("inspect", "tiny/draft", "--report", str(out), env=hub_env(hub, home), timeout=120)
+    assert res.code == 0, res.stderr
+    assert re.search(r"\| draft \| `tiny/draft` \| Hub repo at commit `[0-9a-f]{40}` \|", out.read_text()), out.read_text()

@@ -83,17 +83,20 @@ def _acceptance_lengths(result: Any) -> tuple[list[int], int]:
     return [], 0
 
 
-def _checked(draft: str, target: str | None, argv: Sequence[str] | None) -> str:
+def _checked(draft: str, target: str | None, argv: Sequence[str] | None, pre: Any = None) -> str:
+    """Draft and target (a local folder, or a Hub repo at the commit it resolved to), the tool's
+    version and commit, the command line. ``pre``: the inspect result that names the commits."""
     from dflash_ckpt.environment import git_commit
     from dflash_ckpt._version import __version__
 
-    def where(name: str) -> str:
-        return "local folder" if Path(name).exists() else "Hub repo (pin a commit: org/name@commit)" if "@" not in name \
-            else "Hub repo at the revision given"
+    def where(name: str, commit: str | None) -> str:
+        if commit:
+            return f"Hub repo at commit {md.code(commit)}"
+        return "local folder" if Path(name).exists() else "Hub repo"
 
-    rows = [["draft", md.code(draft), where(draft)]]
+    rows = [["draft", md.code(draft), where(draft, getattr(pre, "commit", None))]]
     if target:
-        rows.append(["target", md.code(target), where(target)])
+        rows.append(["target", md.code(target), where(target, getattr(pre, "target_commit", None))])
     rows.append(["dflash-ckpt", md.code(__version__), f"commit {md.code(git_commit() or 'unknown (not a git checkout)')}"])
     out = ["## What was checked", "", md.table(["", "name", "what"], rows)]
     if argv:
@@ -200,7 +203,7 @@ def _inspect(result: Any, *, argv: Sequence[str] | None, **_: Any) -> str:
         out += [f"# dflash-ckpt inspect: {md.text(res.label)}", "",
                 f"**{ok}**: {counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info"
                 + (" (warnings count as errors: --strict)" if result.strict else ""), "",
-                _checked(res.label, target, argv), "", _where(result)]
+                _checked(res.label, target, argv, res), "", _where(result)]
         if res.draft is not None:
             resolved = [[md.code(k), md.code(v), md.text(doc["sources"].get(k, "—"))] for k, v in doc["resolved"].items()]
             out += ["", "## Resolved DFlash keys", "", md.table(["key", "value", "from"], resolved)]
@@ -224,7 +227,7 @@ def _smoke(result: Any, *, argv: Sequence[str] | None, rates: list[float], chart
     s, o = doc["settings"], doc["overall"]
     head = [f"# dflash-ckpt smoke-run: {md.text(result.draft_label)} on {md.text(result.target_label)}", ""]
     head.append(f"**{_smoke_verdict(result)}**")
-    out = ["\n".join(head), _checked(result.draft_label, result.target_label, argv), _where(result)]
+    out = ["\n".join(head), _checked(result.draft_label, result.target_label, argv, result.precheck), _where(result)]
     if result.refused:
         out.append(_findings(doc["precheck"], "Refused by inspect's checks"))
         return "\n\n".join(out)
