@@ -15,9 +15,10 @@ from typing import Any, List, Literal, Optional
 import typer
 
 from dflash_ckpt._version import __version__
-from dflash_ckpt.commands.options import Annotations, AnnotationsOpt, JsonOpt, PlainJsonOpt, QuietOpt, RevisionOpt, TokenOpt, silence_progress, want_json
+from dflash_ckpt.commands.options import (Annotations, AnnotationsOpt, JsonOpt, PlainJsonOpt, QuietOpt, ReportOpt, RevisionOpt,
+                                          TokenOpt, check_report, silence_progress, want_json)
 from dflash_ckpt.errors import PROGRAM, DFlashCkptError, UsageError, error_line
-from dflash_ckpt.terminal import reflow_help
+from dflash_ckpt.terminal import reflow_help, set_argv, set_quiet
 
 OutputFormat = Literal["text", "json", "github", "sarif"]  # output_formats.OUTPUT_FORMATS, without importing it at start-up
 
@@ -38,6 +39,7 @@ COMMANDS: dict[str, tuple[str | None, bool]] = {
     "normalize": ("normalize_cmd", False),
     "smoke-run": ("smoke_cmd", False),
     "probe-taps": ("probe_cmd", False),
+    "env": ("env_cmd", False),
 }
 #: Every command, and shell completion (``--install-completion``, ``--show-completion``).
 app = typer.Typer(add_completion=True, **_SETTINGS)
@@ -57,7 +59,7 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version and exit."),
+    version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True, help="Show the version and exit."),
 ) -> None:
     """Check, normalize and smoke-run DFlash speculative-decoding draft checkpoints."""
 
@@ -82,6 +84,7 @@ def inspect(
              "lmdeploy, speculators, tensorrt-llm, zlab-mlx, mlx-vlm, exllamav3-legacy, exllamav3, or all "
              "(comma list, repeatable).",
         show_default=False),
+    report: Optional[str] = ReportOpt,
 ) -> None:
     """Resolve and check a draft from config.json and safetensors headers (no tensor data, no torch).
 
@@ -101,15 +104,16 @@ def inspect(
         args += read_arg_file(from_file)
     if not args:
         raise typer.BadParameter("give at least one DRAFT (or --from-file)", param_hint="DRAFT")
-    silence_progress(fmt != "text" or quiet)
+    silence_progress(fmt != "text" or quiet, quiet=quiet)
+    check_report(report)
     raise typer.Exit(report_inspect(
         lambda: run_inspect(InspectOptions(args, target, revision=revision, token=token, strict=strict, select=select or [],
                                            ignore=ignore or [], require_engines=require_engines or [])),
-        json_out=fmt != "text", quiet=quiet, strict=strict, output_format=fmt, annotations=annotations))
+        json_out=fmt != "text", quiet=quiet, strict=strict, output_format=fmt, annotations=annotations, report=report))
 
 
 def rules(
-    code: Optional[str] = typer.Argument(None, help="A rule code such as DF211; all rules when omitted."),
+    code: Optional[str] = typer.Argument(None, help="A rule code such as DF211, or a prefix such as DF3 (the rules it starts, as --select takes it); all rules when omitted."),
     json_out: bool = PlainJsonOpt,
 ) -> None:
     """List the checks with their codes, or explain one with its fix.
@@ -121,17 +125,20 @@ def rules(
 
     want_json("rules", json_out)
     rule = None if code is None else RULES.get(code.upper())
-    if code is not None and rule is None:
-        raise typer.BadParameter(f"unknown rule {code!r}; `dflash-ckpt rules` lists them", param_hint="CODE")
+    # a prefix (DF3, df31) lists the rules it starts, as --select reads it
+    chosen = list(RULES.values()) if code is None else [rule] if rule is not None else [
+        r for c, r in RULES.items() if code.strip() and c.startswith(code.strip().upper())]
+    if not chosen:
+        raise typer.BadParameter(f"unknown rule {code!r}: no rule code is or starts with it; `dflash-ckpt rules` lists them",
+                                 param_hint="CODE")
     if json_out:  # one result per rule
-        chosen = list(RULES.values()) if rule is None else [rule]
         print_json(document("rules", [r.to_json() for r in chosen], 0))
         return
     from dflash_ckpt.console import make_console
     from dflash_ckpt.commands.inspect_report import render_rule, render_rules
 
     if rule is None:
-        render_rules(make_console(), RULES.values())
+        render_rules(make_console(), chosen)
     else:
         render_rule(make_console(), rule)
 
@@ -216,6 +223,8 @@ def run(argv: list[str] | None = None) -> int:
     no_args_help = getattr(exc_mod, "NoArgsIsHelpError", ())
     args = sys.argv[1:] if argv is None else list(argv)
     want_json("", False)  # an earlier command in this process owes nothing now
+    set_quiet(False)  # nor is it quiet because an earlier one was
+    set_argv(args)  # what --report names as the command that made it
     try:
         result = _app_for(args)(args=args, prog_name=PROGRAM, standalone_mode=False)
     except no_args_help as exc:  # bare `dflash-ckpt`: the help, once

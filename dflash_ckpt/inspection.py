@@ -45,6 +45,10 @@ class InspectResult:
         self.normalize_command: str | None = None
         #: engine -> argv that serves the pair (``checks.serve``), for a pair that passes.
         self.serve: dict[str, list[str]] = {}
+        #: The commits a Hub draft and a Hub target resolved to (None for a local folder): the
+        #: report names them (``report/``).
+        self.commit: str | None = None
+        self.target_commit: str | None = None
         if fatal is not None:
             self.set_fatal(fatal)
 
@@ -75,6 +79,25 @@ class InspectResult:
                 f"{verdict.reason.removeprefix('fails: ')}{fix}",
                 path=self.draft.where,
             ))
+
+    def __repr__(self) -> str:
+        state = "unreadable" if self.fatal is not None else "ok" if not self.failed() else "failed"
+        return f"InspectResult({self.label!r}, {state}, findings={[f.code for f in self.findings]})"
+
+    def unserved(self) -> dict[str, str]:
+        """engine -> why it has no serve line, for each serving engine whose reader fails the draft
+        (the serve lines leave it out), with the normalize line where that fixes it."""
+        from dflash_ckpt.checks.engines.registry import SERVE_ENGINES
+
+        out = {}
+        for key in SERVE_ENGINES:
+            verdict = self.readers.get(key)
+            if verdict is None or verdict.loads:
+                continue
+            fix = (f"; serve the copy `{self.normalize_command}` writes" if key in self.normalize_fixes
+                   and self.normalize_command else "")
+            out[key] = f"no line: {READER_TITLES[key]} {verdict.reason.removeprefix('fails: ')}{fix}"
+        return out
 
     def count(self, severity: Severity) -> int:
         return sum(1 for f in self.findings if f.severity == severity)
@@ -137,6 +160,8 @@ def block_layout_json(spec: DraftSpec) -> dict[str, Any]:
 def inspect_sources(draft_src: Source, target_src: Source | None = None) -> InspectResult:
     """Check one draft (and its pairing with a target); input errors end up in ``fatal``."""
     result = InspectResult(label=draft_src.label)
+    result.commit = _hub_commit(draft_src)
+    result.target_commit = _hub_commit(target_src) if target_src is not None else None
     try:
         result.draft = read_draft_spec(draft_src)
         if target_src is not None:
@@ -160,8 +185,14 @@ def inspect_sources(draft_src: Source, target_src: Source | None = None) -> Insp
             target_name=tref.repo_id if tref is not None else target_src.label,
             target_revision=tref.revision if tref is not None else None)
     result.normalize_fixes, result.normalize_command = normalize_fixes(result.draft, result.target, result.readers)
+    result.findings += normalize_finding(result)
     result.bytes_read = draft_src.bytes_read + (target_src.bytes_read if target_src else 0)
     return result
+
+
+def _hub_commit(source: Source) -> str | None:
+    commit = getattr(source, "commit", None) if source.kind == "hub" else None
+    return commit if isinstance(commit, str) else None
 
 
 def cached_layout_findings(source: Source, spec: DraftSpec) -> list[Finding]:
@@ -190,6 +221,18 @@ def pin_finding(source: Source) -> list[Finding]:
         f"layout between revisions (z-lab/dflash#152), pin it as {ref.repo_id}@{commit}",
         path=source.label,
     )]
+
+
+def normalize_finding(res: InspectResult) -> list[Finding]:
+    """DF148: the readers that cannot load the draft as published and would load what
+    ``normalize_command`` writes, each with why; a warning, so ``-q`` and ``--strict`` see what the
+    readers table alone showed (and why that engine has no serve line)."""
+    if not res.normalize_fixes or not res.normalize_command or res.draft is None:
+        return []
+    why = "; ".join(f"{READER_TITLES[key]} cannot load it as published ({res.readers[key].reason.removeprefix('fails: ')})"
+                    for key in res.readers if key in res.normalize_fixes)
+    return [finding("DF148", f"{why}; `{res.normalize_command}` writes a config it loads (weights untouched)",
+                    path=res.draft.where)]
 
 
 def normalize_fixes(spec: DraftSpec, target: TargetSpec | None, readers: dict[str, Verdict]) -> tuple[set[str], str | None]:

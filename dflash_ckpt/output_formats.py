@@ -97,7 +97,42 @@ def github_annotations(doc: dict[str, Any], annotations: str = "warnings") -> st
         props.append(f"title={escape_property(f['code'])}")
         message = f["message"] if not f.get("key") or f["key"] in f["message"] else f"{f['key']}: {f['message']}"
         lines.append(f"::{GITHUB_COMMAND.get(f['severity'], 'error')} {','.join(props)}::{escape_data(message)}")
+    notice = verdict_notice(doc)
+    if notice is not None:  # a pass is said too: a run that printed nothing reads as one that did not run
+        lines.append(f"::notice title={escape_property('dflash-ckpt ' + doc['command'])}::{escape_data(notice)}")
     return "".join(line + "\n" for line in lines)
+
+
+def verdict_notice(doc: dict[str, Any]) -> str | None:
+    """The verdict of a passing smoke-run or probe-taps in one line (the github format's one
+    notice: a passing run printed nothing at all), None otherwise (inspect's pass stays silent,
+    as a linter's does)."""
+    if not doc.get("ok") or not doc.get("results"):
+        return None
+    r, command = doc["results"][0], doc.get("command")
+    if command == "smoke-run":
+        o = r.get("overall") or {}
+        if o.get("tau") is None:
+            return None
+        codes = {f.get("code") for f in r.get("findings", [])}
+        word = "NO VERDICT (DF408: too little evidence)" if "DF408" in codes else "PASS"
+        ci = o.get("tau_ci95")
+        tau = f"tau {o['tau']:.2f}" + (f" (95% {ci[0]:.2f}-{ci[1]:.2f})" if ci else "")
+        prompts = r.get("prompts", [])
+        same = sum(1 for p in prompts if (p.get("lossless") or {}).get("status") in ("identical", "tie"))
+        outputs = ("outputs sampled" if (r.get("settings") or {}).get("lossless") == "sampled"
+                   else f"outputs match on {same}/{len(prompts)} prompt(s)")
+        sci = o.get("speedup_ci95")
+        speed = "speedup withheld" if o.get("speedup") is None else f"speedup {o['speedup']:.2f}x" + (
+            f" (95% {sci[0]:.2f}x-{sci[1]:.2f}x)" if sci else "")
+        return f"{word}: {r.get('draft')} on {r.get('target')}: {tau}, {outputs}, {speed}"
+    if command == "probe-taps":
+        best = r.get("best") or {}
+        if best.get("tau") is None:
+            return None
+        return (f"OK: {r.get('draft')} on {r.get('target')}: best target_layer_ids {best.get('target_layer_ids')}, "
+                f"tau {best['tau']:.2f}")
+    return None
 
 
 #: The largest JSON file searched for a key's line (a config is a few KB).

@@ -78,6 +78,21 @@ class ResultShape:
     def results_json(self) -> list[dict[str, Any]]:
         return [self.to_json()]
 
+    def headline(self) -> str:
+        """The run's figures in a few words for ``print(result)`` (a command with figures says them)."""
+        return ""
+
+    def __str__(self) -> str:
+        """What ``print(result)`` shows: the command, ok or not with the exit code, the run's
+        figures, then each finding as the CLI's ``PATH: CODE severity: message`` line (a result's
+        own ``repr`` is its fields, which hold objects no one reads)."""
+        findings = list(self.findings)  # type: ignore[attr-defined]
+        head = f"{self.command}: {'ok' if self.ok else 'not ok'} (exit {self.exit_code})"
+        extra = self.headline()
+        lines = [head + (f", {extra}" if extra else "") + f", {len(findings)} finding(s)"]
+        lines += [f"  {f.line()}" for f in findings]
+        return "\n".join(lines)
+
     def envelope(self) -> dict[str, Any]:
         """The whole ``--json`` document, as the CLI prints it."""
         return document(self.command, self.results_json(), self.exit_code, self.run_error())

@@ -21,6 +21,10 @@ class Severity(str, Enum):
     WARNING = "warning"
     INFO = "info"
 
+    def __str__(self) -> str:
+        """``error``, as every report writes it (not ``Severity.ERROR``)."""
+        return self.value
+
     @property
     def rank(self) -> int:
         return {"error": 2, "warning": 1, "info": 0}[self.value]

@@ -14,6 +14,35 @@ if TYPE_CHECKING:
     from typer import Typer
 
 
+#: Whether the command runs with ``-q`` (errors only): the notes a command writes on stderr as it
+#: goes (the Hub's retry lines) are left out. Set by each command (``commands.options``); a list,
+#: so the flag is one object however it is imported.
+_QUIET = [False]
+
+
+#: The command line of the command running (``cli.run``), which a report names.
+_ARGV: list[str] = []
+
+
+def set_argv(argv: list[str]) -> None:
+    _ARGV[:] = list(argv)
+
+
+def command_argv() -> list[str]:
+    """The arguments after ``dflash-ckpt`` of the command running (empty from the Python API)."""
+    return list(_ARGV)
+
+
+def set_quiet(on: bool) -> None:
+    """``-q`` for this command (each command sets it, so an earlier one's does not carry over)."""
+    _QUIET[0] = on
+
+
+def quiet() -> bool:
+    """Whether ``-q`` asked for errors only."""
+    return _QUIET[0]
+
+
 @contextmanager
 def loading_note(command: str, draft: str, target: str, silent: bool) -> Iterator[None]:
     """While torch and the runtime load (seconds of silence otherwise), one line on a terminal's

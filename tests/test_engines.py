@@ -16,6 +16,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 
 import tiny_models as tm
 from conftest import no_traceback, run_cli, smoke
@@ -309,7 +310,16 @@ def test_human_report_ends_with_serve_lines(fixtures_root: Path) -> None:
     lines = res.stdout.rstrip().splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("serve it with"))
     tail = lines[start + 1:]
-    assert [line.split(":")[0].strip() for line in tail] == ["vllm", "sglang", "tensorrt-llm"]  # lmdeploy 0.18 fails
+    assert [line.split(":")[0].strip() for line in tail] == ["vllm", "sglang", "tensorrt-llm", "then run", "lmdeploy"]
+    assert tail[4].startswith("  lmdeploy: no line: lmdeploy 0.18 reads block_size only from dflash_config")  # said, not dropped
     assert tail[0].startswith("  vllm: vllm serve ") and "num_speculative_tokens\": 15" in tail[0]
-    assert shlex.split(tail[2].split(": ", 1)[1]) == inspect(
-        fixtures_root / "drafts/Qwen3-4B-DFlash-b16", "--target", str(fixtures_root / "targets/Qwen3-4B"))["serve"]["tensorrt-llm"]
+    # TensorRT-LLM: the YAML it reads (flow style, one line), then the command: two readable parts of the
+    # argv in JSON, which writes the file and runs the command
+    yaml = pytest.importorskip("yaml")
+    written = tail[2].removeprefix("  tensorrt-llm: write dflash-options.yaml: ")
+    command = tail[3].removeprefix("    then run: ")
+    argv = inspect(fixtures_root / "drafts/Qwen3-4B-DFlash-b16", "--target", str(fixtures_root / "targets/Qwen3-4B"))["serve"]["tensorrt-llm"]
+    script = shlex.split(argv[2])
+    assert yaml.safe_load(written) == yaml.safe_load("\n".join(script[2:script.index(">")])) == {"speculative_config": {
+        "decoding_type": "DFlash", "max_draft_len": 15, "speculative_model": str(fixtures_root / "drafts/Qwen3-4B-DFlash-b16")}}
+    assert shlex.split(command) == script[script.index("exec") + 1:] and command.startswith("trtllm-serve serve ")

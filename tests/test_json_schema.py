@@ -110,10 +110,14 @@ def test_smoke_run_documents(cli, tmp_path: Path) -> None:
     low = envelope(cli, "smoke-run", str(TINY / "draft"), "--target", str(TINY / "target"), *RUN[2:],
                    "-n", "128", "--min-acceptance", "99", code=1)  # the three built-in prompts: 64 steps
     assert [f["code"] for f in low["results"][0]["findings"]] == ["DF403"] and low["error"] is None
+    assert low["results"][0]["serve"] == {} and short["results"][0]["serve"] == {}  # no PASS, nothing to serve
     assert low["results"][0]["overall"]["evidence"]["enough"] and low["results"][0]["overall"]["tau_ci95"]
     suite = envelope(cli, "smoke-run", str(TINY / "draft"), "--target", str(TINY / "target"), *RUN[4:], "-n", "8",
                      "--suite", "chat", "--min-acceptance", "0", code=0)
     assert suite["results"][0]["suites"]["chat"]["prompts"] >= 12
+    # A PASS with a verdict serves the pair: the same argv inspect's 'serve' gives (the text's serve lines say so).
+    inspected = envelope(cli, "inspect", str(TINY / "draft"), "--target", str(TINY / "target"), code=0)
+    assert suite["results"][0]["serve"] == inspected["results"][0]["serve"] and "vllm" in suite["results"][0]["serve"]
     missing = envelope(cli, "smoke-run", str(tmp_path / "nowhere"), "--target", str(TINY / "target"), code=2)
     assert missing["results"] == [] and missing["error"]["code"] == "DF001"
     usage = envelope(cli, "smoke-run", str(TINY / "draft"), "--target", str(TINY / "target"), "--backend", "tensorrt", code=2)

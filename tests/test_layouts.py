@@ -49,7 +49,8 @@ def test_each_declaration_is_named_and_gates_readers_and_serve_lines(fixtures_ro
         for argv in doc["serve"].values():
             assert '"method": "dflash"' not in " ".join(argv) and "decoding_type: DFlash" not in " ".join(argv)
     else:
-        assert [f for f in doc["findings"] if f["severity"] != "info"] == []
+        # lmdeploy's line is left out: it reads block_size only nested (DF148 says so, with normalize)
+        assert [f["code"] for f in doc["findings"] if f["severity"] != "info"] == ["DF148"]
         assert set(doc["serve"]) == {"vllm", "sglang", "tensorrt-llm"}
 
 

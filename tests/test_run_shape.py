@@ -19,7 +19,7 @@ from dflash_ckpt.errors import DFlashCkptError
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "fixtures" / "tiny-pair"
 #: Options that choose how a result is shown, not what is run.
-RENDERING = {"json", "output_format", "annotations", "quiet", "show_text", "from_file", "version", "help", "install_completion", "show_completion"}
+RENDERING = {"json", "output_format", "annotations", "quiet", "show_text", "report", "from_file", "version", "help", "install_completion", "show_completion"}
 
 
 def option_classes() -> dict[str, type]:

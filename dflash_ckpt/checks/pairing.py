@@ -55,18 +55,20 @@ def check_pairing(spec: DraftSpec, target: TargetSpec) -> list[Finding]:
             "the target's lm_head, so they must match", path=w,
         ))
     mask = spec.mask_token_id
-    if mask is not None and vocab and mask >= vocab:
+    draft_vocab = spec.dims.vocab_size
+    said = draft_vocab is not None and mask is not None and mask >= draft_vocab  # DF122 says it, once is enough
+    if mask is not None and vocab and mask >= vocab and not said:
         out.append(finding(
             "DF304",
             f"mask_token_id {mask} is not below the target's vocab_size {vocab}; it must be a "
-            "row of the target's embedding table", path=w,
+            "row of the target's embedding table", path=w, key="mask_token_id",
         ))
     pad = bounded_int(target.pad_token_id, MAX_VOCAB)
     if mask is not None and pad is not None and mask == pad:
         out.append(finding(
             "DF305",
             f"mask_token_id {mask} is the target's pad_token_id; use the family's dedicated "
-            "mask token", path=w,
+            "mask token", path=w, key="mask_token_id",
         ))
     ids = spec.target_layer_ids or []
     if depth:

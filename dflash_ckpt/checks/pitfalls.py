@@ -3,9 +3,9 @@
 Each rule here catches something an engine accepts silently (shared/DESIGN.md section 10, "pain
 points"): a DFlash2 draft labelled as v1 (DF152), a reduced draft vocabulary (DF153, DF225), a
 quantized draft (DF154), pickled side files (DF226), a mask id that is a special token of the
-target (DF310), a quantized target ``lm_head`` under a DFlash2 draft (DF312) and a target family
-no engine serves (DF313). Nothing here opens a file: the inventory lists names, the configs are
-already parsed.
+target (DF310) or an ordinary token of its tokenizer (DF320), a quantized target ``lm_head`` under a DFlash2 draft (DF312) and a target family
+no engine serves (DF313). Nothing here opens a file: the inventory lists names, the configs (and
+the target's tokenizer_config.json) are already parsed.
 """
 
 from __future__ import annotations
@@ -28,6 +28,23 @@ ENGINE_TARGET_TYPES = frozenset({
     "qwen3_5_moe_text", "gpt_oss", "deepseek_v3", "kimi_k2", "kimi_k25", "gemma4", "gemma4_text",
     "mimo_v2", "glm4_moe", "minimax_m2",
 })
+
+#: The dedicated mask id of each target family's published drafts (fixtures/published: z-lab's
+#: Qwen3 drafts, Qwen3.5/3.6 and gpt-oss), by the target decoder's ``model_type``.
+FAMILY_MASK_IDS: dict[str, str] = {
+    "qwen3": "151669", "qwen3_moe": "151669",
+    "qwen3_5": "248070 (Qwen3.6) or 248077 (Qwen3.5)", "qwen3_5_text": "248070 (Qwen3.6) or 248077 (Qwen3.5)",
+    "qwen3_5_moe": "248070 (Qwen3.6) or 248077 (Qwen3.5)", "qwen3_5_moe_text": "248070 (Qwen3.6) or 248077 (Qwen3.5)",
+    "gpt_oss": "200000",
+}
+
+
+def family_mask_advice(target: TargetSpec) -> str:
+    """``use the family's dedicated mask id`` with that id where the family is known."""
+    known = FAMILY_MASK_IDS.get(target.model_type or "")
+    return (f"use the family's dedicated mask id ({known} for {target.model_type})" if known
+            else "use the family's dedicated mask id (the one its published drafts use)")
+
 
 #: Keys of ``quantization_config`` that list the modules left unquantized, by quantizer.
 _EXCLUDE_KEYS = ("modules_to_not_convert", "ignore", "exclude_modules", "ignored_layers", "skip_modules")
@@ -168,6 +185,16 @@ def special_ids(target: TargetSpec) -> dict[str, tuple[int, str]]:
     return out
 
 
+def _ordinary_token(mask: int, target: TargetSpec) -> str | None:
+    """Why ``mask`` is an ordinary token of the target's tokenizer: below its first special or
+    added token (``tokenizer_config.json``) and not one of them; None when it is not, or the
+    target ships no tokenizer config that lists them."""
+    added = target.tokenizer_added_ids
+    if not added or mask < 0 or mask in added or mask >= added[0]:
+        return None
+    return f"tokenizer_config.json numbers its first added token {added[0]}"
+
+
 def token_ids(raw: Any, depth: int = 0) -> list[int]:
     """The token ids a special-id value names, as loaders read it: an integer, an integral float
     (``725.0``: Python and JavaScript readers use it as 725), or lists of them, nested too
@@ -183,7 +210,7 @@ def token_ids(raw: Any, depth: int = 0) -> list[int]:
 
 
 def check_target_pitfalls(spec: DraftSpec, target: TargetSpec) -> list[Finding]:
-    """DF310, DF312, DF313."""
+    """DF310, DF320, DF312, DF313."""
     w = spec.where
     out: list[Finding] = []
     mask = spec.mask_token_id
@@ -194,8 +221,16 @@ def check_target_pitfalls(spec: DraftSpec, target: TargetSpec) -> list[Finding]:
             out.append(finding(
                 "DF310",
                 f"mask_token_id {mask} is the target's {hit[1]}; masked positions would be filled "
-                "with that token's embedding, not the mask the draft was trained on: use the family's "
-                "dedicated mask id", path=w,
+                f"with that token's embedding, not the mask the draft was trained on: {family_mask_advice(target)}",
+                path=w, key="mask_token_id",
+            ))
+        elif hit is None and (ordinary := _ordinary_token(mask, target)) is not None:
+            out.append(finding(
+                "DF320",
+                f"mask_token_id {mask} is an ordinary token of the target's tokenizer ({ordinary}), not one "
+                "of its special or added tokens; masked positions would take that word's embedding, not "
+                f"a mask: {family_mask_advice(target)}",
+                path=w, key="mask_token_id",
             ))
     if spec.generation == "DFlash2" and target_lm_head_quantized(target):
         out.append(finding(

@@ -10,12 +10,16 @@ from dflash_ckpt.run.inspect import InspectRun
 
 
 def report_inspect(run: Callable[[], InspectRun], *, json_out: bool, quiet: bool, strict: bool,
-                   output_format: str = "json", annotations: str = "warnings") -> int:
-    """Run, print the report or the document (``output_format``: json, github or sarif), return the
-    exit code (an error that stops the run is the CLI's: its line, and with ``--json`` the envelope)."""
+                   output_format: str = "json", annotations: str = "warnings", report: str | None = None) -> int:
+    """Run, print the report or the document (``output_format``: json, github or sarif), write the
+    ``--report`` file, return the exit code (an error that stops the run is the CLI's: its line, and
+    with ``--json`` the envelope)."""
+    from dflash_ckpt.commands.options import write_report_for
+
     result = run()
     if json_out:
         print_document(result.envelope(), output_format, annotations)
+        write_report_for(report, result, quiet=quiet, json_out=True)
         return result.exit_code
     from dflash_ckpt.console import make_console
     from dflash_ckpt.commands.inspect_report import render_result, render_summary  # rich: people only
@@ -30,4 +34,5 @@ def report_inspect(run: Callable[[], InspectRun], *, json_out: bool, quiet: bool
             render_result(console, res, quiet=quiet, strict=strict)
     else:
         render_summary(console, results, quiet=quiet, strict=strict)
+    write_report_for(report, result, quiet=quiet, json_out=False)
     return result.exit_code

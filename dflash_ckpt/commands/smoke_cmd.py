@@ -13,8 +13,20 @@ import typer
 from dflash_ckpt.commands.options import (Annotations, AnnotationsOpt, RunOutputFormat, RunOutputFormatOpt, BackendOpt, BlockSizeOpt,
                                           DeviceOpt, DraftArg, DraftDtypeOpt, EngineOpt, IgnoreEosOpt, LayoutOpt, NoChatTemplateOpt,
                                           PairTargetOpt, PromptOpt, PromptsFileOpt, QuietOpt, RevisionOpt,
-                                          TargetDtypeOpt, ThinkingOpt, TokenizerOpt, TokenOpt, starting_run)
+                                          TargetDtypeOpt, ThinkingOpt, TokenizerOpt, TokenOpt, ReportOpt, check_report,
+                                          group_options, starting_run)
 from dflash_ckpt.run.options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_ACCEPTANCE, SmokeOptions, fill
+
+
+#: smoke-run's help panels (``options.RUN_PANELS``): what to run, how it samples, what runs it, what it prints.
+PANELS: dict[str, tuple[str, ...]] = {
+    "What to run": ("target", "prompt", "prompts", "suite", "max_new_tokens", "min_acceptance", "block_size", "layout",
+                    "thinking", "no_chat_template", "tokenizer", "ignore_eos", "tie_tolerance", "revision", "token"),
+    "Sampling": ("temperature", "top_p", "top_k", "seed", "verify", "sampling"),
+    "Engine": ("draft_dtype", "target_dtype", "device", "backend", "threads", "no_compile", "engine",
+               "tensor_parallel_size", "pipeline_parallel_size", "max_model_len", "engine_arg", "engine_timeout"),
+    "Output": ("show_text", "json_out", "output_format", "annotations", "quiet", "report"),
+}
 
 
 def register(app: typer.Typer) -> None:
@@ -27,8 +39,8 @@ def register(app: typer.Typer) -> None:
         prompt: Optional[List[str]] = PromptOpt,
         prompts: Optional[str] = PromptsFileOpt,
         suite: Optional[str] = typer.Option(
-            None, "--suite", metavar="math|code|chat|long|all",
-            help="Run a prompt suite of this tool (12-20 prompts per task, written for it) instead of -p/--prompts; "
+            None, "--suite", metavar="SUITE",
+            help="math, code, chat, long or all: run a prompt suite of this tool (12-20 prompts per task, written for it) instead of -p/--prompts; "
                  "the report gives tau per suite, beside the published figures of a known draft."),
         max_new_tokens: int = typer.Option(DEFAULT_MAX_NEW_TOKENS, "--max-new-tokens", "-n", help="New tokens per prompt and decoder (the longest prompt, these and one block must fit the target's max_position_embeddings)."),
         min_acceptance: float = typer.Option(
@@ -73,12 +85,13 @@ def register(app: typer.Typer) -> None:
         top_k: int = typer.Option(0, "--top-k", help="Sampling: keep the k most probable tokens (0: off)."),
         seed: int = typer.Option(0, "--seed", help="Sampling: the seed of the run's one random generator (the same seed, device and options give the same tokens)."),
         verify: Literal["match", "rejection"] = typer.Option("match", "--verify", help="Sampling: how drafts are accepted: match (draft == the target's sample: the z-lab reference and the paper's tables) or rejection (speculative sampling as vLLM and SGLang run it)."),
-        sampling: Literal["options", "generation-config"] = typer.Option("options", "--sampling", help="options (--temperature, --top-p, --top-k) or generation-config (the target's generation_config.json, as vLLM serves it)."),
+        sampling: Literal["options", "generation-config"] = typer.Option("options", "--sampling", metavar="SOURCE", help="options (--temperature, --top-p, --top-k) or generation-config (the target's generation_config.json, as vLLM serves it)."),
         show_text: bool = typer.Option(False, "--show-text", help="Print each prompt's generated text under the table (the JSON always has it)."),
         json_out: bool = typer.Option(False, "--json", help="Print one JSON document with every figure, ids, texts and acceptance lengths."),
         output_format: RunOutputFormat = RunOutputFormatOpt,
         annotations: Annotations = AnnotationsOpt,
         quiet: bool = QuietOpt,
+        report: Optional[str] = ReportOpt,
     ) -> None:
         """Decode with the target alone and with DFlash; check the outputs match and measure acceptance and speed.
 
@@ -88,6 +101,7 @@ def register(app: typer.Typer) -> None:
         """
         fmt = "json" if json_out else output_format
         json_out = fmt != "text"
+        check_report(report)
         with starting_run("smoke-run", draft, target, json_out=json_out, quiet=quiet, output_format=fmt):
             from dflash_ckpt.commands.smoke_report import report_smoke
             from dflash_ckpt.run.smoke import run_smoke_run
@@ -98,5 +112,7 @@ def register(app: typer.Typer) -> None:
         with out_of_memory(target):  # one DF407 line (exit 2), never a traceback or a failed verdict
             code = report_smoke(lambda **live: run_smoke_run(options, **live),
                                 json_out=json_out, quiet=quiet, show_text=show_text,
-                                output_format=fmt, annotations=annotations)
+                                output_format=fmt, annotations=annotations, report=report)
         raise typer.Exit(code)
+
+    group_options(smoke_run, PANELS)

@@ -93,9 +93,8 @@ def render_smoke(console: Console, res: SmokeResult, *, quiet: bool = False, sho
     render_comparison(console, res)
     render_findings(console, res.findings)
     console.print(verdict_line(res))
-    no_verdict = any(f.code == "DF408" for f in res.findings)  # too little evidence: no PASS to serve on
-    if res.exit_code == 0 and not no_verdict and res.precheck is not None and res.precheck.serve:
-        render_serve(console, res.precheck.serve)  # what to run next, as inspect shows it
+    if res.serve:  # what to run next, as inspect shows it (and --json 'serve' holds)
+        render_serve(console, res.serve, res.precheck.unserved() if res.precheck is not None else None)
 
 
 def _rows(res: SmokeResult) -> list[list[str]]:
@@ -105,9 +104,17 @@ def _rows(res: SmokeResult) -> list[list[str]]:
     rows = [[safe(run.prompt.name), *_cells(run.figures(block), enough), LOSSLESS_TEXT[run.lossless.status]]
             for run in res.runs]
     if len(res.runs) > 1:
-        same = sum(1 for r in res.runs if r.lossless.status == "identical")
-        rows.append(["[bold]overall[/]", *_cells(res.overall(), enough), "sampled" if res.sampled else f"{same}/{len(res.runs)} same"])
+        rows.append(["[bold]overall[/]", *_cells(res.overall(), enough), "sampled" if res.sampled else _matched(res, "match" if any(
+            r.lossless.status == "tie" for r in res.runs) else "same")])
     return rows
+
+
+def _matched(res: SmokeResult, word: str) -> str:
+    """``3/3 same``: the prompts whose outputs match, a tie counted as a match and named
+    (``16/16 match (1 tie)``): one count for the table's overall row and the verdict line alike."""
+    ties = sum(1 for r in res.runs if r.lossless.status == "tie")
+    same = sum(1 for r in res.runs if r.lossless.status == "identical") + ties
+    return f"{same}/{len(res.runs)} {word}" + (f" ({ties} tie{'s' if ties > 1 else ''})" if ties else "")
 
 
 def render_stacked(console: Console, backend: str | None, rows: list[list[str]]) -> None:
@@ -166,11 +173,10 @@ def verdict_line(res: SmokeResult) -> str:
         word, tau, speed = acceptance_words(res, stats)
     else:
         word, tau, speed = None, "tau —", "—"
-    same = sum(1 for r in res.runs if r.lossless.status in ("identical", "tie"))
     status = word or ("[bold green]PASS[/]" if res.exit_code == 0 else "[bold red]FAIL[/]")
     against = " (against the dequantized target)" if res.quantization is not None else ""
     outputs = (f"outputs sampled ({res.sampling.rule}; lossless as distributions: tests/test_sampling_lossless.py)"
-               if res.sampled else f"outputs match on {same}/{len(res.runs)} prompt(s){against}")
+               if res.sampled else f"outputs match on {_matched(res, 'prompt(s)')}{against}")
     return f"{status}  {tau}, {outputs}, speedup {speed}"
 
 
@@ -213,7 +219,7 @@ def _fallback_note(res: SmokeResult) -> str:
 
 
 def report_smoke(run: Callable[..., SmokeResult], *, json_out: bool, quiet: bool, show_text: bool = False,
-                 output_format: str = "json", annotations: str = "warnings") -> int:
+                 output_format: str = "json", annotations: str = "warnings", report: str | None = None) -> int:
     """Call ``run(progress=, log=)`` as ``output.run_live`` shows it (a bar counting tokens), print
     its report or document, return the exit code."""
     from dflash_ckpt.json_out import print_document
@@ -225,4 +231,7 @@ def report_smoke(run: Callable[..., SmokeResult], *, json_out: bool, quiet: bool
         print_document(result.envelope(), output_format, annotations)
     else:
         render_smoke(console, result, quiet=quiet, show_text=show_text)
+    from dflash_ckpt.commands.options import write_report_for
+
+    write_report_for(report, result, quiet=quiet, json_out=json_out)
     return result.exit_code

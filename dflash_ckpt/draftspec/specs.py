@@ -19,7 +19,7 @@ from dflash_ckpt.draftspec.speculators_format import NativeView, is_speculators_
 from dflash_ckpt.limits import MAX_BLOCK_SIZE, MAX_DIM, MAX_LAYERS, MAX_LIST_LEN, MAX_VOCAB
 from dflash_ckpt.sources.jsonfile import decode_json_bytes, require_object
 from dflash_ckpt.sources.base import Source
-from dflash_ckpt.sources.tokenizer_config import max_added_token_id
+from dflash_ckpt.sources.tokenizer_config import added_token_ids
 from dflash_ckpt.sources.weights import WeightInventory, load_inventory
 
 #: The keys every DFlash draft needs, in report order.
@@ -378,6 +378,8 @@ class TargetSpec(NamedTuple):
     generation_config: dict[str, Any] = {}  # noqa: RUF012 - NamedTuple default, never mutated
     #: The largest token id ``tokenizer_config.json``'s ``added_tokens_decoder`` names, when it has one.
     tokenizer_max_id: int | None = None
+    #: Every id ``added_tokens_decoder`` names (the special and added tokens), sorted, when it has any.
+    tokenizer_added_ids: tuple[int, ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -433,7 +435,8 @@ def read_target_spec(source: Source) -> TargetSpec:
     if source.exists("generation_config.json"):
         gen, _ = read_config(source, "generation_config.json")
         spec = spec._replace(generation_config=gen)
-    return spec._replace(tokenizer_max_id=max_added_token_id(source))  # best effort (DF316)
+    added = added_token_ids(source)  # best effort (DF316, DF320)
+    return spec._replace(tokenizer_max_id=max(added) if added else None, tokenizer_added_ids=added)
 
 
 def fc_taps(inventory: WeightInventory, hidden: int | None) -> int | None:

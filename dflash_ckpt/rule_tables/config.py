@@ -126,6 +126,14 @@ ROWS: tuple[tuple[str, str, str, str, str, str], ...] = (
      "boolean, an object, NaN, 0, a negative number or 1e400 (read as infinity) fails their load or gives "
      "NaN rotary tables; rope_parameters and rope_scaling must be objects (or null).",
      "Copy rope_theta (and rope_parameters) from the target's config.json."),
+    ("DF148", "reader-needs-normalize", "warning", "A reader cannot load the draft as published; normalize fixes it",
+     "Engines read the DFlash keys from different places (docs/DESIGN.md section 3): a draft whose "
+     "block_size is only at the top level, as z-lab's early uploads are, loads in vLLM and SGLang and "
+     "fails lmdeploy 0.18, which reads it only from dflash_config. The readers table says so, but a "
+     "`no` row alone is silent in CI (`inspect -q`, `--strict`), and that engine's serve line is left "
+     "out. The message names each reader and the normalize line that writes a config it loads.",
+     "Run the `dflash-ckpt normalize DRAFT OUT` line of the message (weights are hard-linked, not "
+     "changed) and publish or serve OUT; `--require-engines` makes a reader you need an error (DF144)."),
     ("DF150", "acceptance-key-ignored", "warning", "A key that changes acceptance is set, and some engines ignore it",
      "attention_sink_bias, use_swa/swa_window_size, attention_value_scale, partial_rotary_factor, "
      "output_multiplier, final_logit_softcapping and is_causal/causal change what the draft computes "

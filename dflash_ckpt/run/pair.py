@@ -10,7 +10,7 @@ device cannot hold (DF407) and ``OpenPair.load`` sets the threads and loads both
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -92,6 +92,8 @@ class OpenPair:
     plan: RunPlan
     #: The target's end-of-sequence ids (none with ``--ignore-eos``).
     stops: list[int]
+    #: ``--suite`` prompts left out: longer than the target's positions allow (``fit_suite``, DF433).
+    skipped: list[str] = field(default_factory=list)
 
     def check_memory(self, *, prepacked: bool) -> MemoryBudget:
         """Refuse (DF407, exit 2) a pair whose weights, caches and activations would not fit the
@@ -137,11 +139,36 @@ def open_pair(opts: RunOptions, folders: PairFolders, *, draft: DraftSpec, targe
     from dflash_ckpt.runtime.plan import plan_run
 
     prompts, encoder, encoded = encode_prompts(opts, folders.target_dir)
+    skipped: list[str] = []
+    if getattr(opts, "suite", None) is not None:  # the package's prompts, not the user's: fit them
+        prompts, encoded, skipped = fit_suite(opts, draft, target_config, prompts, encoded)
     plan = plan_run(opts, draft=draft, draft_dir=folders.draft_dir, target_dir=folders.target_dir,
                     target_label=folders.target_label, target_config=target_config, target_where=target_where,
                     backend=backend, prompts=prompts, encoded=encoded, target_inv=target_inv)
     stops = [] if opts.ignore_eos else stop_token_ids(folders.target_dir, target_config, encoder.eos_token_id)
-    return OpenPair(opts, folders, draft, target_config, target_where, prompts, encoder, encoded, plan, stops)
+    return OpenPair(opts, folders, draft, target_config, target_where, prompts, encoder, encoded, plan, stops, skipped)
+
+
+def fit_suite(opts: RunOptions, draft: DraftSpec, target_config: dict[str, Any], prompts: list[Prompt],
+              encoded: list[list[int]]) -> tuple[list[Prompt], list[list[int]], list[str]]:
+    """A suite's prompts that fit the target's ``max_position_embeddings`` with ``-n`` new tokens
+    and one verify block, and the names of those left out (a user's own prompts are never dropped:
+    one that does not fit is refused, DF004). When none fits, all are kept, so the refusal names
+    the longest and the ``-n`` that would fit."""
+    from dflash_ckpt.draftspec.specs import as_int, decoder_config
+    from dflash_ckpt.runtime.plan import with_layout
+    from dflash_ckpt.draftspec.draft_settings import DraftSettings
+
+    limit = as_int(decoder_config(target_config).get("max_position_embeddings"))
+    if not limit:
+        return prompts, encoded, []
+    args = with_layout(DraftSettings.from_spec(draft), opts.layout)
+    width = args.block_layout.verify_width(opts.block_size if opts.block_size is not None else args.block_size)
+    fits = [len(ids) + opts.max_new_tokens + width <= limit for ids in encoded]
+    if all(fits) or not any(fits):
+        return prompts, encoded, []
+    kept = [(p, ids) for p, ids, ok in zip(prompts, encoded, fits) if ok]
+    return [p for p, _ in kept], [ids for _, ids in kept], [p.name for p, ok in zip(prompts, fits) if not ok]
 
 
 __all__ = ["OpenPair", "PairFolders", "TARGET_FILES", "WEIGHT_FILES", "encode_prompts", "open_pair", "resolve_pair"]

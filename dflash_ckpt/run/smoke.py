@@ -57,6 +57,7 @@ from dflash_ckpt.engines.smoke_engine import EngineRun
 from dflash_ckpt.engines.vllm_facts import version_findings as vllm_version_findings
 from dflash_ckpt.errors import UsageError
 from dflash_ckpt.run.options import SmokeOptions
+from dflash_ckpt.rules import Finding, finding
 from dflash_ckpt.run.pair import open_pair, resolve_pair
 from dflash_ckpt.run.smoke_result import SmokeResult
 from dflash_ckpt.runtime.backend import select_backend
@@ -130,6 +131,7 @@ def run_smoke_run(opts: SmokeOptions, *, progress: Any = None, log: Callable[[st
     pair = open_pair(opts, folders, draft=pre.draft, target_config=pre.target.config, target_where=pre.target.where,
                      backend=backend, target_inv=target_inv)
     plan, prompts, encoder, encoded, stops = pair.plan, pair.prompts, pair.encoder, pair.encoded, pair.stops
+    skipped = skipped_suite_findings(pair.skipped, opts, pre.target.where)  # DF433, said whatever the run finds
     result.backend = plan.backend
     result.published_draft = known_draft(str(opts.draft)) or known_draft(fingerprint(pre.draft) or "-")
     result.prompt_format = prompt_format_causes(
@@ -162,7 +164,7 @@ def run_smoke_run(opts: SmokeOptions, *, progress: Any = None, log: Callable[[st
         engine.run_into(result, prompts, encoded, encoder)
         result.findings = smoke_findings(result, target_layer_ids=plan.draft_args.target_layer_ids,
                                          mask_token_id=plan.draft_args.mask_token_id)
-        result.findings += evidence_findings(result.evidence(), min_acceptance=opts.min_acceptance)
+        result.findings += evidence_findings(result.evidence(), min_acceptance=opts.min_acceptance) + skipped
         result.findings += vllm_version_findings()  # DF430: vLLM outside its record's versions
         return result
     with DeviceFailures(device, where=target_label, dtype=plan.target_dtype) as failures:
@@ -180,6 +182,7 @@ def run_smoke_run(opts: SmokeOptions, *, progress: Any = None, log: Callable[[st
                                      mask_token_id=plan.draft_args.mask_token_id) + smoke_degenerate_findings(result)
     result.findings += smoke_layout_findings(layout, resolve_layout(pre.draft.config)) + mask_row
     result.findings += evidence_findings(result.evidence(), min_acceptance=opts.min_acceptance)  # DF408, DF409
+    result.findings += skipped
     capability = None
     if device.type == "cuda":
         import torch  # noqa: PLC0415 - the run has loaded it already; inspect never gets here
@@ -231,4 +234,16 @@ def _load_and_measure(opts: SmokeOptions, pair: Any, result: SmokeResult, say: C
     return target_model, draft_model, loop, mask_row
 
 
-__all__ = ["SmokeOptions", "SmokeResult", "run_smoke_run"]
+def skipped_suite_findings(skipped: list[str], opts: SmokeOptions, target_where: str) -> list[Finding]:
+    """DF433: the ``--suite`` prompts left out because they do not fit the target's positions."""
+    if not skipped:
+        return []
+    return [finding(
+        "DF433",
+        f"--suite {opts.suite}: {len(skipped)} prompt(s) left out ({', '.join(skipped)}): with -n "
+        f"{opts.max_new_tokens} and one verify block they need more positions than the target's "
+        "max_position_embeddings; the suite's figures are over the other prompts",
+        path=target_where, key="max_position_embeddings")]
+
+
+__all__ = ["SmokeOptions", "SmokeResult", "run_smoke_run", "skipped_suite_findings"]

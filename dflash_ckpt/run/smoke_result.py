@@ -90,6 +90,29 @@ class SmokeResult(ResultShape):
         errors = any(f.severity == Severity.ERROR for f in self.findings)
         return 1 if self.refused or errors else 0
 
+    @property
+    def serve(self) -> dict[str, list[str]]:
+        """engine -> argv that serves the pair (inspect's ``serve``), for a run that passed with a
+        verdict; empty otherwise (a refused or failed run, or DF408's no verdict, has no pass to serve on)."""
+        no_verdict = any(f.code == "DF408" for f in self.findings)
+        if self.exit_code != 0 or no_verdict or self.precheck is None:
+            return {}
+        return dict(self.precheck.serve)
+
+    def headline(self) -> str:
+        """tau with its interval, the outputs matched, and ``no verdict`` where the evidence is too
+        little for one (DF408: a tau from a few steps or prompts says nothing)."""
+        if not self.runs:
+            return "nothing ran"
+        o = self.overall()
+        ci = o.get("tau_ci95")
+        tau = f"tau {o['tau']:.2f}" + (f" (95% {ci[0]:.2f}-{ci[1]:.2f})" if ci else "") if o.get("tau") is not None else "tau -"
+        same = sum(1 for r in self.runs if r.lossless.status in ("identical", "tie"))
+        verdict = "no verdict (DF408: too little evidence)" if any(f.code == "DF408" for f in self.findings) else (
+            "pass" if self.exit_code == 0 else "fail")
+        outputs = "outputs sampled" if self.sampled else f"outputs match on {same}/{len(self.runs)}"
+        return f"{verdict}, {tau}, {outputs}"
+
     def _figures(self) -> tuple[dict[str, Any], Evidence]:
         base = overall_figures(self.runs, self.verify_width or self.block_size or 1)
         return base, gather_evidence(self.runs, base, published_draft=self.published_draft,
@@ -169,6 +192,7 @@ class SmokeResult(ResultShape):
             "prompts": [self._prompt_json(r, enough) for r in self.runs],
             "suites": self.evidence().suites_json() if self.runs else None,
             "quantization": self.quantization,
+            "serve": self.serve,
         }
         if o.engine != "reference":  # every option that went to vLLM, whether or not it started
             from dflash_ckpt.engines.smoke_engine import engine_options

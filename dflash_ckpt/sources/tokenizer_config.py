@@ -14,6 +14,15 @@ NAME = "tokenizer_config.json"
 
 
 def max_added_token_id(source: Source) -> int | None:
+    ids = added_token_ids(source)
+    return max(ids) if ids else None
+
+
+def added_token_ids(source: Source) -> tuple[int, ...] | None:
+    """The ids of the tokenizer's special and added tokens (``added_tokens_decoder``), sorted; None
+    without a readable tokenizer config that lists them. Every id below the first is an ordinary
+    token of the tokenizer's base vocabulary (BPE vocabularies are numbered first, added tokens
+    after them), which a mask id must not be (DF320)."""
     if not source.exists(NAME):
         return None
     try:
@@ -22,5 +31,5 @@ def max_added_token_id(source: Source) -> int | None:
     except DFlashCkptError:
         return None
     added = config.get("added_tokens_decoder")
-    ids = [int(k) for k in added if isinstance(k, str) and k.isascii() and k.isdigit()] if isinstance(added, dict) else []
-    return max(ids) if ids else None
+    ids = [int(k) for k in added if isinstance(k, str) and k.isascii() and k.isdigit() and len(k) < 12] if isinstance(added, dict) else []
+    return tuple(sorted(ids)) or None

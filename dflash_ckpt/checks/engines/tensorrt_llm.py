@@ -106,5 +106,24 @@ def serve(f: ServeFacts) -> list[str]:
     return ["sh", "-c", script]
 
 
+def readable(argv: list[str]) -> tuple[str, str] | None:
+    """``serve``'s argv as a person reads it: the YAML it writes to ``dflash-options.yaml``, on one
+    line in YAML's flow style (the same document), and the command run after (the argv itself is
+    one ``sh -c`` line, hard to read, that writes the file where it runs); None for an argv
+    ``serve`` did not make."""
+    if len(argv) != 3 or argv[:2] != ["sh", "-c"]:
+        return None
+    try:
+        words = shlex.split(argv[2])
+    except ValueError:
+        return None
+    if words[:2] != ["printf", r"%s\n"] or ">" not in words or "exec" not in words:
+        return None
+    head, *entries = words[2:words.index(">")]
+    if not head.endswith(":") or not all(e.startswith("  ") and ": " in e for e in entries):
+        return None
+    return f"{{{head} {{{', '.join(e.strip() for e in entries)}}}}}", shlex.join(words[words.index("exec") + 1:])
+
+
 ENGINE = Engine("tensorrt-llm", "TensorRT-LLM", judge, path, dspark_launch=DSPARK_LAUNCH, serve=serve, serve_rank=4,
                 versions=Versions("1.3.0rc27", "1.4.0rc1", "read in source at git 009d8fa and its docs"))

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from dflash_ckpt.errors import inert
+from dflash_ckpt.terminal import quiet
 from dflash_ckpt.sources.hub.budget import Budget, command_budget
 from dflash_ckpt.sources.hub.download import within
 from dflash_ckpt.sources.hub.errors import DeadlineExceeded, HubContext, HubError, describe, http_status, is_retryable
@@ -59,11 +60,12 @@ def with_retries(fn: Callable[[Budget], T], settings: Any, ctx: HubContext, what
             wait = min(pause, settings.max_backoff) if asked is None else asked
             if wait >= budget.left():
                 raise describe(DeadlineExceeded(budget.allowed()), ctx, what) from None
-            print(  # names from the listing and the server's words, made inert like every error line
-                inert(f"dflash-ckpt: {ctx.ref.label}: {what} failed ({_short(exc)}); "
-                      f"retry {attempt}/{settings.retries} in {wait:g}s"),
-                file=sys.stderr,
-            )
+            if not quiet():  # -q: errors only; the last failure is the error line
+                print(  # names from the listing and the server's words, made inert like every error line
+                    inert(f"dflash-ckpt: {ctx.ref.label}: {what} failed ({_short(exc)}); "
+                          f"retry {attempt}/{settings.retries} in {wait:g}s"),
+                    file=sys.stderr,
+                )
             time.sleep(wait)
             pause *= 2
     raise AssertionError("unreachable")
