@@ -94,10 +94,15 @@ class OpenPair:
 
     def check_memory(self, *, prepacked: bool) -> None:
         """Refuse (DF407, exit 2) a pair whose weights, caches and activations would not fit the
-        device (``runtime/memory.py``), before anything is loaded."""
+        device (``runtime/memory.py``), before anything is loaded; a quantized target's
+        dequantization is counted from its headers."""
+        from dflash_ckpt.draftspec.quant_layers import dequant_peak_bytes
+        from dflash_ckpt.draftspec.quant_scheme import read_scheme
         from dflash_ckpt.runtime.memory import check_fits, estimate_run, needed_bytes
 
         plan = self.plan
+        scheme = read_scheme(self.target_config, self.target_where)
+        dequant = dequant_peak_bytes(scheme, plan.target_inv.tensors) if scheme is not None else 0
         longest = max(len(ids) for ids in self.encoded) + self.options.max_new_tokens
         check_fits(estimate_run(target_config=self.target_config,
                                 target_file_bytes=needed_bytes(plan.target_inv.tensors, plan.target_dtype),
@@ -105,7 +110,8 @@ class OpenPair:
                                 draft_file_bytes=needed_bytes(plan.draft_inv.tensors, plan.draft_dtype),
                                 draft_dtype=plan.draft_dtype, capacity=plan.capacity, longest=longest,
                                 block=plan.block_size, backend=plan.backend,
-                                taps=len(plan.draft_args.target_layer_ids), prepacked=prepacked),
+                                taps=len(plan.draft_args.target_layer_ids), prepacked=prepacked,
+                                dequant_bytes=dequant),
                    plan.device, self.folders.target_label, target_dtype=plan.target_dtype)
 
     def load(self, threads: int | None, say: Callable[[str], None], what: str, draft_what: str = "") -> tuple[Any, Any, int]:
