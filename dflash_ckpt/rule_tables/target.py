@@ -1,5 +1,5 @@
-"""Pairing the draft with its target: DF301-DF319 (dimensions, mask and special ids, the target's
-family, quantized lm_head, context, the Hub revision).
+"""Pairing the draft with its target: DF301-DF320 (dimensions, mask and special ids, the target's
+family, quantized lm_head, context, the Hub revision, Hub code named by the target's config).
 
 Rows as ``rules.Rule`` takes them (code, name, severity, summary, explanation, fix), plain
 data so that ``rules`` (which every layer imports) imports nothing of the package for them."""
@@ -85,4 +85,11 @@ ROWS: tuple[tuple[str, str, str, str, str, str], ...] = (
      "engine started from the old snapshot serves the other draft. Only cached files are read (no "
      "request).",
      "Pin the commit checked (ORG/NAME@COMMIT) in inspect and in the engine, or delete the old snapshot."),
+    ("DF320", "target-names-hub-code", "error", "The target's config names kernel code to fetch from the Hub",
+     "transformers turns an attention or experts implementation spelled org/name (kernels-community/flash-attn) "
+     "into a download and import of that Hub repo's kernel, and use_kernels or kernel_config into Hub kernels "
+     "for the whole model. This tool never runs code from a checkpoint, and running the target without them "
+     "would run something the config does not say, so smoke-run and probe-taps refuse the target on either "
+     "backend before anything is built.",
+     "Remove the key from the target's config.json (the run pins its own attention: sdpa, or eager)."),
 )
