@@ -162,20 +162,17 @@ def stored_dims(scheme: QuantScheme, base: str, tensors: Mapping[str, Any]) -> t
     exact input width in a header (``weight_shape`` holds it as data), so its ``in`` is the packed
     width's upper bound, ``columns * 32 / bits``."""
     per = 32 // scheme.bits
-    parts = scheme.components(base)
-    key = {"fp8": "weight", "awq": "qweight", "gptq": "qweight"}.get(scheme.method,
-                                                                       "packed" if scheme.format == "pack-quantized" else "weight")
-    info = tensors.get(parts[key])
+    packed = scheme.method in ("awq", "gptq")
+    key = "qweight" if packed else "packed" if scheme.format == "pack-quantized" else "weight"
+    info = tensors.get(scheme.components(base)[key])
     if info is None or len(info.shape) != 2:
         return None
     rows, cols = (int(v) for v in info.shape)
-    if scheme.method == "awq":
+    if scheme.method == "awq":  # [in, out / per]
         return cols * per, rows
-    if scheme.method == "gptq":
+    if scheme.method == "gptq":  # [in / per, out]
         return cols, rows * per
-    if key == "packed":
-        return rows, cols * per
-    return rows, cols
+    return (rows, cols * per) if key == "packed" else (rows, cols)
 
 
 def check_headers(scheme: QuantScheme, tensors: Mapping[str, Any]) -> None:

@@ -125,7 +125,10 @@ def from_generation_config(config: dict[str, Any], *, seed: int = 0, rule: str =
               for key, default in (("temperature", 1.0), ("top_p", 1.0), ("top_k", 50))}
     try:
         return make_settings(values["temperature"], values["top_p"], values["top_k"], seed, rule, "generation_config.json")
-    except UsageError as err:
-        key = (err.key or "").removeprefix("--").replace("-", "_")
-        raise UsageError(f"key '{key}' is {values.get(key)!r}: " + err.text.split(", got ")[0].replace(
-            f"--{key.replace('_', '-')} ", "", 1), key=key, path=where) from None
+    except UsageError as err:  # make_settings names the option; here the value is the file's key
+        option = err.key or ""
+        key = option.removeprefix("--").replace("-", "_")
+        if key not in values:
+            raise
+        bound = err.text.removeprefix(f"{option} ").split(", got ")[0]
+        raise UsageError(f"key '{key}' is {values[key]!r}: {bound}", key=key, path=where) from None
