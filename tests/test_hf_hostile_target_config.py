@@ -39,6 +39,12 @@ HOSTILE_CODE = {
     "configuration_files": ["config.evil.json"],
     "_name_or_path": "evil-org/evil-model",
 }
+#: Of those, the values that ask for kernel code from the Hub: refused on either backend (DF321,
+#: issue 39; they ran stripped, exit 0 and no word, in round 4). The rest are stripped and the
+#: target runs.
+HUB_CODE = ("_attn_implementation", "attn_implementation", "_attn_implementation_internal", "experts_implementation",
+            "use_kernels", "kernel_config")
+STRIPPED = {**{k: v for k, v in HOSTILE_CODE.items() if k not in HUB_CODE}, "_attn_implementation": "flash_attention_2"}
 
 
 def target_with(folder: Path, patch: dict[str, Any], *, extra_files: bool = False) -> Path:
@@ -96,7 +102,7 @@ def test_hostile_code_keys_never_fetch_or_import(cli: Any, tmp_path: Path, monke
         real_init(self, model)
 
     monkeypatch.setattr(hf_target.HFTarget, "__init__", spy)
-    target = target_with(tmp_path / "t", HOSTILE_CODE, extra_files=True)
+    target = target_with(tmp_path / "t", STRIPPED, extra_files=True)
     res = smoke(cli, (str(PAIR / "draft"), str(target)), "--backend", "transformers", "-n", "4", "--device", "cpu")
     assert res.code == 0, res.stdout + res.stderr
     assert calls == []
@@ -104,6 +110,32 @@ def test_hostile_code_keys_never_fetch_or_import(cli: Any, tmp_path: Path, monke
     assert model.config._attn_implementation == "sdpa"  # pinned by the backend, not the config's
     assert model.config.hidden_size == BASE["hidden_size"]  # config.evil.json was never read
     assert getattr(model.config, "auto_map", None) is None
+
+
+@pytest.mark.parametrize("backend", ["transformers", "native"])
+@pytest.mark.parametrize("key", [*HUB_CODE, "text_config._attn_implementation"])
+def test_a_config_naming_hub_kernel_code_is_one_line_before_any_load(cli: Any, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch,
+                                                                      key: str, backend: str) -> None:
+    import dflash_ckpt.runtime.loading as loading
+    import dflash_ckpt.runtime.plan as run_plan
+
+    def never(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a target was loaded")
+
+    monkeypatch.setattr(loading, "load_target", never)
+    monkeypatch.setattr(run_plan, "plan_target", never)
+    if key.startswith("text_config."):
+        patch = {"text_config": {**BASE, "_attn_implementation": "kernels-community/flash-attn"},
+                 "model_type": BASE["model_type"]}
+    else:
+        patch = {key: "kernels-community/flash-attn" if "implementation" in key else HOSTILE_CODE[key]}
+    target = target_with(tmp_path / "t", patch)
+    res = smoke(cli, (str(PAIR / "draft"), str(target)), "--backend", backend, "--device", "cpu")
+    assert res.code == 2, res.stdout + res.stderr
+    (line,) = res.stderr.strip().splitlines()
+    assert f"{target / 'config.json'}: DF321 error: key '{key}' is " in line, line
+    assert "fetch from the Hub" in line and "Remove the key" in line
 
 
 #: ~20 broken target configs: each is one DF142 line, exit 2, under both backends.

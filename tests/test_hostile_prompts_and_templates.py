@@ -17,6 +17,7 @@ import pytest
 from conftest import ROOT, error_line, no_traceback, smoke
 
 from dflash_ckpt import limits
+from dflash_ckpt.errors import InputError
 
 PAIR = ROOT / "fixtures" / "tiny-pair"
 
@@ -104,7 +105,10 @@ def test_a_named_template_with_a_name_that_is_not_a_string_names_nothing(tmp_pat
     enc = PromptEncoder(folder)
     assert enc.render(Prompt("p", "hi")) == "DEFAULT hi"
     folder2 = tokenizer_folder(tmp_path / "tok2", [{"name": name, "template": "X"}])
-    assert PromptEncoder(folder2).template is None  # no default: the prompt goes in as it is
+    with pytest.raises(InputError) as err:  # no default: refused (issue 39), never run without a template
+        PromptEncoder(folder2)
+    assert err.value.code == "DF002" and "no template named 'default'" in err.value.text
+    assert "1 not a string, ignored" in err.value.text and "--no-chat-template" in err.value.text
 
 
 def test_all_prompts_render_in_one_child_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -98,9 +98,10 @@ def test_every_rule_below_df400_has_a_fixture() -> None:
     # a quantized target smoke-run / probe-taps refuses (test_quant_targets.py: DF180-DF182),
     # smoke-run's fp16 / pre-SM80 run and a cached older commit of a Hub repo (test_layouts.py: DF318, DF319),
     # the speculators-native format's own fixtures (fixtures/make_speculators.py, test_speculators_format.py: DF170-DF175),
-    # the tiny pair's top-level draft and mask ids (test_newcomer_edges.py: DF148, DF320)
+    # the tiny pair's top-level draft and mask ids (test_newcomer_edges.py: DF148, DF320),
+    # a target config naming Hub kernel code smoke-run refuses (test_hf_hostile_target_config.py: DF321)
     from_options = {"DF004", "DF005", "DF010", "DF020", "DF144", "DF151", "DF314", "DF180", "DF181", "DF182", "DF318", "DF319",
-                    "DF170", "DF171", "DF172", "DF173", "DF174", "DF175", "DF148", "DF320"}
+                    "DF170", "DF171", "DF172", "DF173", "DF174", "DF175", "DF148", "DF320", "DF321"}
     inspect_rules = {c for c in RULES if c < "DF400"} - from_options
     assert inspect_rules - covered == set()
 

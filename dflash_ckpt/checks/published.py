@@ -7,8 +7,10 @@ chat template or thinking mode, a wrong tap list, the wrong block layout. The ta
 row names its draft, target, benchmark, tau (bonus included), speedup where reported, engine,
 hardware, temperature, verification rule, block size and thinking mode.
 
-A draft is known by its repo id, or, for a local copy, by a fingerprint of what makes it that
-draft's shape: the resolved DFlash keys and every tensor's name and shape (not the dtype: a
+A run's draft is known by a fingerprint of its safetensors headers and config (``published_draft``),
+never by the name it was given: a local folder called ``z-lab/Qwen3-4B-DFlash-b16/`` holding
+another draft must not be held to that draft's figures (``known_draft`` still maps a repo id, for
+callers that name the table's rows). The fingerprint covers what makes it that draft's shape: the resolved DFlash keys and every tensor's name and shape (not the dtype: a
 local fp16 copy of a published draft must still be recognised, since fp16 is one of the causes
 the comparison is there to reveal). The fingerprint names an architecture and its DFlash keys,
 not the trained values; a retrain with the same shapes matches, and a repo re-uploaded with
@@ -118,6 +120,15 @@ def known_draft(repo_or_fingerprint: str) -> str | None:
         return next((repo for repo, d in known.items() if d["fingerprint"] == repo_or_fingerprint), None)
     wanted = repo_or_fingerprint.split("@", 1)[0].strip("/").lower()
     return next((repo for repo in known if repo.lower() == wanted), None)
+
+
+def published_draft(spec: Any) -> str | None:
+    """The published draft a run's ``DraftSpec`` is, by the fingerprint of its weights' headers
+    and DFlash keys alone (``None``: unknown, or its headers were not all read). Neither a Hub id
+    nor a folder name is evidence of the weights: a folder is named by whoever made it, and a Hub
+    repo may be re-uploaded with other weights (z-lab/dflash#152)."""
+    found = fingerprint(spec)
+    return known_draft(found) if found is not None else None
 
 
 def published_for(repo_or_fingerprint: str) -> list[PublishedRow]:

@@ -29,6 +29,7 @@ import re
 from typing import Any, Mapping
 
 from dflash_ckpt import limits
+from dflash_ckpt.checks.hub_code import check_hub_code
 from dflash_ckpt.draftspec.quant_layers import check_headers
 from dflash_ckpt.draftspec.quant_scheme import read_scheme
 from dflash_ckpt.errors import InputError
@@ -100,6 +101,7 @@ def check_target_config(config: Mapping[str, Any], where: str,
     for name, value in _values(config, inner, "pad_token_id"):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not -vocab <= value < vocab):
             raise _bad(where, name, value, f"a token id below vocab_size ({vocab}), or null")
+    check_hub_code(config, where)  # DF321: a Hub kernel transformers would fetch and load
     scheme = read_scheme(config, where)  # DF180: a format the runtime does not dequantize
     if scheme is not None and tensors:
         check_headers(scheme, tensors)  # DF181: the config names a quantization the tensors lack

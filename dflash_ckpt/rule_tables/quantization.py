@@ -15,9 +15,10 @@ ROWS: tuple[tuple[str, str, str, str, str, str], ...] = (
      "Run the target's unquantized release, or a release in one of the supported formats."),
     ("DF181", "quant-config-contradicts", "error", "The quantization_config contradicts the quantized tensors",
      "The bits, group size or block size the config gives imply the shapes of each layer's packed weight, "
-     "scales and zero points; a header that disagrees (or a layer whose stored weight_shape differs from "
-     "the model config, or non-finite scales) means the config is not the one the quantizer wrote, and "
-     "dequantizing would compute garbage.",
+     "scales and zero points; a header that disagrees (or a block larger than the weight it scales, a "
+     "weight_shape that differs from the model config or is not integers, a g_idx or weight_g_idx naming "
+     "groups that do not exist, non-finite scales) means the config is not the one the quantizer wrote, "
+     "and dequantizing would compute garbage or allocate far beyond the layer's size.",
      "Restore the config the quantizer wrote, or re-quantize the target."),
     ("DF182", "quant-tensor-missing", "error", "A quantized layer lacks one of its tensors",
      "A quantized layer is several tensors (packed weight, scales, zero points; FP8: weight and "

@@ -52,7 +52,8 @@ ROWS: tuple[tuple[str, str, str, str, str, str], ...] = (
      "error (the outputs are still checked token for token).",
      "Give more tokens (-n), more prompts (-p, --prompts), or a suite (--suite)."),
     ("DF409", "tau-far-below-published", "warning", "A suite's tau is far below the published figure",
-     "The draft is a published one (by repo id, or by the fingerprint of its config and tensor shapes), "
+     "The draft is a published one (by the fingerprint of its config and tensor shapes; never by its repo "
+     "id or folder name alone), "
      "and for a suite with a comparable published benchmark (math: GSM8K, Math500; code: HumanEval, MBPP; "
      "chat: MT-Bench; the lowest of them, at the same temperature class) even the upper bound of the "
      "measured tau's 95% interval is under 0.6 x the published tau. Honest differences (other prompts, "

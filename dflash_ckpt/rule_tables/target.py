@@ -1,5 +1,5 @@
-"""Pairing the draft with its target: DF301-DF320 (dimensions, mask and special ids, the target's
-family, quantized lm_head, context, the Hub revision).
+"""Pairing the draft with its target: DF301-DF321 (dimensions, mask and special ids, the target's
+family, quantized lm_head, context, the Hub revision, Hub code named by the target's config).
 
 Rows as ``rules.Rule`` takes them (code, name, severity, summary, explanation, fix), plain
 data so that ``rules`` (which every layer imports) imports nothing of the package for them."""
@@ -96,4 +96,11 @@ ROWS: tuple[tuple[str, str, str, str, str, str], ...] = (
      "tokens (read as JSON, no tokenizer library).",
      "Use the family's dedicated mask id (151669 for Qwen3, 248070/248077 for Qwen3.6/3.5, 200000 for "
      "gpt-oss): `dflash-ckpt normalize DRAFT OUT --mask-token-id N`."),
+    ("DF321", "target-names-hub-code", "error", "The target's config names kernel code to fetch from the Hub",
+     "transformers turns an attention or experts implementation spelled org/name (kernels-community/flash-attn) "
+     "into a download and import of that Hub repo's kernel, and use_kernels or kernel_config into Hub kernels "
+     "for the whole model. This tool never runs code from a checkpoint, and running the target without them "
+     "would run something the config does not say, so smoke-run and probe-taps refuse the target on either "
+     "backend before anything is built.",
+     "Remove the key from the target's config.json (the run pins its own attention: sdpa, or eager)."),
 )

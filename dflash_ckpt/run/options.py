@@ -258,6 +258,13 @@ class ProbeOptions(RunOptions):
         from dflash_ckpt.draftspec.layout_keys import check_engines
 
         check_engines(tuple(self.layout_for))
+        if self.write is None:  # options that only change what --write does would be ignored without a word
+            if self.layout_for:
+                raise UsageError(f"--layout-for {' '.join(self.layout_for)}: names the engines whose layout key "
+                                 "--write records; give --write OUT too, or drop --layout-for", key="--layout-for")
+            if self.force:
+                raise UsageError("--force: replaces --write's OUT folder (and writes a winner within noise); give "
+                                 "--write OUT too, or drop --force", key="--force")
         if self.budget is not None and self.budget < 1:
             raise UsageError(f"--budget {self.budget}: must be at least 1 candidate")
         if self.top < 1:

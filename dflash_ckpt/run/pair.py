@@ -98,11 +98,16 @@ class OpenPair:
     def check_memory(self, *, prepacked: bool) -> MemoryBudget:
         """Refuse (DF407, exit 2) a pair whose weights, caches and activations would not fit the
         device (``runtime/memory.py``), before anything is loaded; returns the estimate and the
-        free memory it was held against (named again if the run later runs out of memory)."""
+        free memory it was held against (named again if the run later runs out of memory); a
+        quantized target's dequantization is counted from its headers."""
+        from dflash_ckpt.draftspec.quant_layers import dequant_peak_bytes
+        from dflash_ckpt.draftspec.quant_scheme import read_scheme
         from dflash_ckpt.runtime.device_errors import MemoryBudget
         from dflash_ckpt.runtime.memory import check_fits, estimate_run, memory_limits, needed_bytes
 
         plan = self.plan
+        scheme = read_scheme(self.target_config, self.target_where)
+        dequant = dequant_peak_bytes(scheme, plan.target_inv.tensors) if scheme is not None else 0
         longest = max(len(ids) for ids in self.encoded) + self.options.max_new_tokens
         est = estimate_run(target_config=self.target_config,
                            target_file_bytes=needed_bytes(plan.target_inv.tensors, plan.target_dtype),
@@ -110,7 +115,8 @@ class OpenPair:
                            draft_file_bytes=needed_bytes(plan.draft_inv.tensors, plan.draft_dtype),
                            draft_dtype=plan.draft_dtype, capacity=plan.capacity, longest=longest,
                            block=plan.block_size, backend=plan.backend,
-                           taps=len(plan.draft_args.target_layer_ids), prepacked=prepacked)
+                           taps=len(plan.draft_args.target_layer_ids), prepacked=prepacked,
+                           dequant_bytes=dequant)
         check_fits(est, plan.device, self.folders.target_label, target_dtype=plan.target_dtype)
         return MemoryBudget(est.total, memory_limits(plan.device))
 

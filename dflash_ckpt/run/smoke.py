@@ -43,7 +43,7 @@ from typing import Any, Callable
 from dflash_ckpt.checks.acceptance import refuse_unimplemented
 from dflash_ckpt.checks.degenerate import smoke_degenerate_findings
 from dflash_ckpt.checks.evidence_findings import evidence_findings
-from dflash_ckpt.checks.published import fingerprint, known_draft
+from dflash_ckpt.checks.published import published_draft
 from dflash_ckpt.inspection import inspect_sources
 from dflash_ckpt.checks.layout_findings import smoke_layout_findings
 from dflash_ckpt.checks.mask_row import mask_row_findings
@@ -96,7 +96,7 @@ def sampling_settings(opts: SmokeOptions, target_dir: Any, target_label: str) ->
     config = decode_json_bytes(source.read_json_bytes(name), source.where(name))
     if not isinstance(config, dict):
         raise UsageError(f"--sampling generation-config: {source.where(name)} is not a JSON object", key="--sampling")
-    return from_generation_config(config, seed=opts.seed, rule=opts.verify)
+    return from_generation_config(config, seed=opts.seed, rule=opts.verify, where=source.where(name))
 
 
 def run_smoke_run(opts: SmokeOptions, *, progress: Any = None, log: Callable[[str], None] | None = None) -> SmokeResult:
@@ -133,7 +133,7 @@ def run_smoke_run(opts: SmokeOptions, *, progress: Any = None, log: Callable[[st
     plan, prompts, encoder, encoded, stops = pair.plan, pair.prompts, pair.encoder, pair.encoded, pair.stops
     skipped = skipped_suite_findings(pair.skipped, opts, pre.target.where)  # DF433, said whatever the run finds
     result.backend = plan.backend
-    result.published_draft = known_draft(str(opts.draft)) or known_draft(fingerprint(pre.draft) or "-")
+    result.published_draft = published_draft(pre.draft)  # by the weights' fingerprint, never by a name
     result.prompt_format = prompt_format_causes(
         prompts, chat_template=encoder.uses_template, thinking=opts.thinking,
         custom=opts.custom_prompts, special_tokens=special_token_texts(encoder.special_tokens))

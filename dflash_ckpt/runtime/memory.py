@@ -11,6 +11,9 @@ one line (DF407, exit 2) naming the bytes needed and available, instead of dying
 - activations of the largest forward (the teacher-forced pass over prompt + output: hidden
   states, q/k/v, the MLP, attention scores over the whole cache as CPU SDPA materialises them)
   and logits over the vocabulary (in the run dtype plus the float32 copy the judge makes);
+- a quantized target's dequantization temporaries: layers are dequantized one at a time, the
+  largest one's peak counted from the headers (``quant_layers.dequant_peak_bytes``), which the
+  header checks bound by the layer's own size before anything is expanded;
 - the transformers backend's overhead (its cache objects and temporaries; measured 0.10x the
   weights on the Qwen3-4B shape, counted as 0.15x) and, against an address-space limit, the
   safetensors files it keeps mapped.
@@ -152,12 +155,13 @@ class RunEstimate:
 def estimate_run(*, target_config: Mapping[str, Any], target_file_bytes: int, target_dtype: torch.dtype,
                  draft_config: Mapping[str, Any], draft_file_bytes: int, draft_dtype: torch.dtype,
                  capacity: int, longest: int, block: int, backend: str, taps: int,
-                 prepacked: bool = False) -> RunEstimate:
+                 prepacked: bool = False, dequant_bytes: int = 0) -> RunEstimate:
     """The peak of a smoke-run: ``capacity`` cache positions, ``longest`` tokens in the largest
     single forward (prompt + output, the teacher-forced pass), ``block`` positions verified.
     ``prepacked``: the weights are reordered for oneDNN (``runtime/prepack.py``), which holds one
     more copy of the lm_head (the tied embedding table keeps its plain copy; an untied head's
-    plain copy is freed only after its packed one is made)."""
+    plain copy is freed only after its packed one is made). ``dequant_bytes``: a quantized
+    target's largest layer's dequantization temporaries (``quant_layers.dequant_peak_bytes``)."""
     t_elt = torch.empty((), dtype=target_dtype).element_size()
     d_elt = torch.empty((), dtype=draft_dtype).element_size()
     ts, ds = Shapes.of(target_config), Shapes.of(draft_config)
@@ -169,6 +173,8 @@ def estimate_run(*, target_config: Mapping[str, Any], target_file_bytes: int, ta
         d_weights = max(d_weights, (ds.params(embeddings=False) + ds.hidden * taps * ds.hidden) * d_elt)
     est = RunEstimate()
     est.parts["weights"] = t_weights + d_weights
+    if dequant_bytes:
+        est.parts["dequantization"] = dequant_bytes
     kv = 0
     if ts is not None:
         kv += ts.kv_bytes(capacity, t_elt)

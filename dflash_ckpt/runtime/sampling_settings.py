@@ -82,14 +82,53 @@ def make_settings(temperature: float = 0.0, top_p: float = 1.0, top_k: int | Non
     return SamplingSettings(float(temperature), float(top_p), k, seed, rule, source)
 
 
-def from_generation_config(config: dict[str, Any], *, seed: int = 0, rule: str = DEFAULT_RULE) -> SamplingSettings:
+#: ``generation_config.json`` keys ``--sampling generation-config`` reads, and the JSON types each
+#: may have. transformers reads them as Python values: ``true`` as a temperature is 1.0 and the
+#: string ``"false"`` as ``do_sample`` is truthy, so either would run as something the file does
+#: not say; a value of another type is refused, naming the file and the key.
+GENERATION_KEYS: dict[str, tuple[str, str]] = {
+    "do_sample": ("bool", "true or false"),
+    "temperature": ("number", "a number (0: greedy)"),
+    "top_p": ("number", "a number in (0, 1]"),
+    "top_k": ("int", "an integer (0 or -1: off)"),
+}
+
+
+def _typed(value: Any, kind: str) -> bool:
+    if kind == "bool":
+        return isinstance(value, bool)
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) if kind == "int" else isinstance(value, (int, float))
+
+
+def from_generation_config(config: dict[str, Any], *, seed: int = 0, rule: str = DEFAULT_RULE,
+                           where: str = "generation_config.json") -> SamplingSettings:
     """``--sampling generation-config``: the target's ``generation_config.json`` defaults.
 
     Hugging Face's own defaults fill what the file leaves out (temperature 1.0, top_p 1.0,
     top_k 50), and ``do_sample`` false (or absent, its default) means greedy whatever the other
     keys say, as ``generate()`` does. Qwen3's file (do_sample true, 0.6 / 0.95 / 20) becomes
-    exactly what vLLM serves it with, since vLLM reads the same file."""
-    if not config.get("do_sample", False):
+    exactly what vLLM serves it with, since vLLM reads the same file. A key of the wrong type
+    (``GENERATION_KEYS``; ``null`` counts as absent) or a value out of range is one DF004 line at
+    ``where`` naming the key."""
+    for key, (kind, want) in GENERATION_KEYS.items():
+        value = config.get(key)
+        if value is not None and not _typed(value, kind):
+            shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+            raise UsageError(f"key '{key}' must be {want}, found {shown} ({type(value).__name__}); fix the file, or "
+                             "give --temperature (and --top-p, --top-k) instead of --sampling generation-config",
+                             key=key, path=where)
+    if not config.get("do_sample"):
         return make_settings(0.0, 1.0, 0, seed, rule, "generation_config.json")
-    return make_settings(config.get("temperature", 1.0), config.get("top_p", 1.0), config.get("top_k", 50),
-                         seed, rule, "generation_config.json")
+    values = {key: config.get(key) if config.get(key) is not None else default
+              for key, default in (("temperature", 1.0), ("top_p", 1.0), ("top_k", 50))}
+    try:
+        return make_settings(values["temperature"], values["top_p"], values["top_k"], seed, rule, "generation_config.json")
+    except UsageError as err:  # make_settings names the option; here the value is the file's key
+        option = err.key or ""
+        key = option.removeprefix("--").replace("-", "_")
+        if key not in values:
+            raise
+        bound = err.text.removeprefix(f"{option} ").split(", got ")[0]
+        raise UsageError(f"key '{key}' is {values[key]!r}: {bound}", key=key, path=where) from None

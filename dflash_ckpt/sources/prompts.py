@@ -217,6 +217,24 @@ def _token_text(value: Any) -> str | None:
     return None
 
 
+def _default_template(named: list[Any], where: Path) -> str:
+    """The ``default`` one of a list of named chat templates (``[{"name": ..., "template": ...}]``),
+    as transformers picks it. A list without one is refused (DF002) rather than run without any
+    template: transformers refuses it too, and the run would measure prompts the model is never
+    served. An entry whose name is not a string names nothing, and the line says what was ignored."""
+    default = [t.get("template") for t in named if isinstance(t, dict) and t.get("name") == "default"]
+    if default and isinstance(default[0], str):
+        return default[0]
+    names = [t.get("name") if isinstance(t, dict) else t for t in named]
+    shown = ", ".join(repr(n) for n in names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    bad = [n for n in names if not isinstance(n, str)]
+    ignored = f" ({len(bad)} not a string, ignored)" if bad else ""
+    what = "a 'default' whose template is not a string" if default else "no template named 'default'"
+    raise InputError(f"key 'chat_template' is a list of named templates with {what} (names: {shown or 'none'}"
+                     f"{ignored}); name the chat template 'default', or run with --no-chat-template", code="DF002",
+                     key="chat_template", path=where)
+
+
 class PromptEncoder:
     """Tokenizer plus chat template of a model folder."""
 
@@ -253,8 +271,7 @@ class PromptEncoder:
         self.template_file = self.folder / "tokenizer_config.json"  # where the template was found
         tpl = config.get("chat_template")
         if isinstance(tpl, list):  # named templates: [{"name": "default", "template": ...}, ...]
-            named = {t.get("name"): t.get("template") for t in tpl if isinstance(t, dict) and isinstance(t.get("name"), str)}
-            tpl = named.get("default")  # a name that is not a string (a list, a number) names nothing
+            tpl = _default_template(tpl, self.template_file)
         if isinstance(tpl, str):
             return tpl
         jinja_file = self.folder / "chat_template.jinja"
@@ -263,6 +280,8 @@ class PromptEncoder:
             return read_capped_text(jinja_file, limits.MAX_TEMPLATE_BYTES, what="chat template", code="DF002")
         self.template_file = self.folder / "chat_template.json"
         tpl = _read_json(self.template_file, limits.MAX_TEMPLATE_BYTES).get("chat_template")
+        if isinstance(tpl, list):
+            tpl = _default_template(tpl, self.template_file)
         return tpl if isinstance(tpl, str) else None
 
     @property

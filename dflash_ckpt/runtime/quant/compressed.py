@@ -18,24 +18,32 @@ import torch
 from dflash_ckpt.draftspec.quant_scheme import QuantScheme
 from dflash_ckpt.errors import InputError
 from dflash_ckpt.runtime.quant.fp8 import scale_blocks
-from dflash_ckpt.runtime.quant.packing import group_index, unpack_int32
+from dflash_ckpt.runtime.quant.packing import checked_groups, group_index, unpack_int32
 
 
 def _columns(scheme: QuantScheme, t: torch.Tensor, in_features: int, g_idx: torch.Tensor | None) -> torch.Tensor:
-    """A per-(row, group) tensor ``[out, groups]`` spread over the ``in_features`` columns."""
+    """A per-(row, group) tensor ``[out, groups]`` spread over the ``in_features`` columns
+    (``weight_g_idx``, activation order, checked against the groups first)."""
     if scheme.strategy in ("tensor",) or t.numel() == 1:
         return t.reshape(1, 1).expand(1, in_features)
     if scheme.strategy == "channel":
         return t.reshape(-1, 1).expand(-1, in_features)
-    g = g_idx.to(torch.long) if g_idx is not None else group_index(in_features, scheme.group_size)
-    return t[:, g]
+    g = group_index(in_features, scheme.group_size) if g_idx is None else g_idx
+    return t[:, checked_groups(g, in_features, t.shape[1], scheme.where, "weight_g_idx")]
+
+
+def _stored_shape(shape: torch.Tensor) -> list[int | float]:
+    """``weight_shape``'s values as Python numbers (the header check admits integer dtypes only;
+    a float that slipped through stays a float, so it never equals a dimension)."""
+    values = shape.reshape(-1).tolist()
+    return [int(v) if isinstance(v, int) or (isinstance(v, float) and v.is_integer()) else v for v in values]
 
 
 def dequantize(scheme: QuantScheme, parts: dict[str, torch.Tensor], shape: tuple[int, int]) -> torch.Tensor:
     out_features, in_features = shape
     offset = 1 << (scheme.bits - 1)
     if scheme.format == "pack-quantized":
-        stored = [int(v) for v in parts["shape"].reshape(-1).tolist()]
+        stored = _stored_shape(parts["shape"])
         if stored != [out_features, in_features]:
             raise InputError(f"tensor 'weight_shape' of a quantized layer holds {stored} but the model "
                              f"config implies {[out_features, in_features]}; the files are not this model's",

@@ -15,13 +15,16 @@ from dflash_ckpt.draftspec.quant_scheme import QuantScheme
 
 def scale_blocks(weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int] | None) -> torch.Tensor:
     """``weight`` (float32 ``[out, in]``) times its scale grid: one value per ``block`` (partial
-    blocks at the edges), or a single value."""
+    blocks at the edges), or a single value. The grid is gathered by each row's and column's
+    block, so nothing larger than the weight is allocated whatever the block size (repeating
+    each scale ``block`` times would make ``[out, 2**24]`` of a ``[1, 2**24]`` block)."""
     scale = scale.to(torch.float32)
     if block is None or scale.numel() == 1:
         return weight * scale.reshape(())
     rows, cols = weight.shape
-    full = scale.repeat_interleave(block[0], dim=0)[:rows].repeat_interleave(block[1], dim=1)[:, :cols]
-    return weight * full
+    row_block = torch.div(torch.arange(rows), block[0], rounding_mode="floor")
+    col_block = torch.div(torch.arange(cols), block[1], rounding_mode="floor")
+    return weight * scale[row_block][:, col_block]
 
 
 def dequantize(scheme: QuantScheme, parts: dict[str, torch.Tensor], shape: tuple[int, int]) -> torch.Tensor:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from dflash_ckpt.draftspec.quant_scheme import QuantScheme
-from dflash_ckpt.runtime.quant.packing import group_index, unpack_int32
+from dflash_ckpt.runtime.quant.packing import checked_groups, group_index, unpack_int32
 
 
 def dequantize(scheme: QuantScheme, parts: dict[str, torch.Tensor], shape: tuple[int, int]) -> torch.Tensor:
@@ -25,11 +25,6 @@ def dequantize(scheme: QuantScheme, parts: dict[str, torch.Tensor], shape: tuple
         z = z + 1
     s = parts["scales"].to(torch.float32)
     g_idx = parts.get("g_idx")
-    g = g_idx.to(torch.long) if g_idx is not None else group_index(q.shape[0], scheme.group_size)
-    if g.numel() != q.shape[0] or g.numel() and (int(g.min()) < 0 or int(g.max()) >= s.shape[0]):
-        from dflash_ckpt.errors import InputError
-
-        raise InputError(f"a g_idx tensor names groups outside 0..{s.shape[0] - 1} (or has "
-                         f"{g.numel()} rows for {q.shape[0]} inputs); the quantized files are corrupt", code="DF181",
-                         path=scheme.where)
+    g = group_index(q.shape[0], scheme.group_size) if g_idx is None else g_idx
+    g = checked_groups(g, q.shape[0], s.shape[0], scheme.where)
     return ((q - z[g]) * s[g]).t().contiguous()

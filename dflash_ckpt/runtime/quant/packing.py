@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from dflash_ckpt.errors import InputError
+
 
 def unpack_int32(packed: torch.Tensor, bits: int, dim: int) -> torch.Tensor:
     """Unsigned values of ``packed`` (int32) spread along ``dim``: value ``j`` of each word sits at
@@ -24,3 +26,17 @@ def group_index(in_features: int, group_size: int | None) -> torch.Tensor:
     if not group_size:
         return torch.zeros(in_features, dtype=torch.long)
     return torch.arange(in_features, dtype=torch.long) // group_size
+
+
+def checked_groups(g_idx: torch.Tensor, in_features: int, groups: int, where: str, name: str = "g_idx") -> torch.Tensor:
+    """``g_idx`` (one group per input column, activation order) as indices, after checking that
+    it has ``in_features`` entries, each a group in ``0..groups-1``. An index past the end would be
+    an IndexError from inside the gather, and a negative one would silently pick a group counted
+    from the end, so either is one DF181 line (the quantized files are corrupt)."""
+    g = g_idx.reshape(-1).to(torch.long)
+    if g.numel() != in_features or g.numel() and (int(g.min()) < 0 or int(g.max()) >= groups):
+        low, high = (int(g.min()), int(g.max())) if g.numel() else (0, -1)
+        raise InputError(f"a {name} tensor names groups {low}..{high} but the layer has groups 0..{groups - 1} "
+                         f"(and {g.numel()} entries for {in_features} input columns); the quantized files are corrupt, "
+                         "re-download or re-quantize them", code="DF181", path=where)
+    return g
