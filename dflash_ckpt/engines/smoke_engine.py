@@ -30,13 +30,22 @@ from dflash_ckpt.engines.vllm_smoke import (RULE, EngineOptions, build_request, 
 from dflash_ckpt.errors import UsageError
 from dflash_ckpt.rules import Finding
 
-ENGINES = ("reference", "vllm", "both")
+ENGINES = ("reference", "vllm", "both", "vllm-serve")
 
 
 def validate_engine_options(opts: Any) -> None:
     """Usage errors in ``--engine`` and the options it passes through (exit 2, DF004)."""
     if opts.engine not in ENGINES:
-        raise UsageError(f"--engine {opts.engine}: choose reference, vllm or both", key="--engine")
+        raise UsageError(f"--engine {opts.engine}: choose reference, vllm, both or vllm-serve", key="--engine")
+    concurrency = getattr(opts, "concurrency", None)
+    if concurrency is not None:
+        from dflash_ckpt.engines.serve_load import MAX_CONCURRENCY
+
+        if opts.engine != "vllm-serve":
+            raise UsageError("--concurrency: only with --engine vllm-serve (the load phase of the served run)",
+                             key="--concurrency")
+        if not 1 <= concurrency <= MAX_CONCURRENCY:
+            raise UsageError(f"--concurrency {concurrency}: must be 1 to {MAX_CONCURRENCY}", key="--concurrency")
     for name in ("tensor_parallel_size", "pipeline_parallel_size", "max_model_len"):
         value = getattr(opts, name)
         if value is not None and value < 1:
