@@ -212,3 +212,24 @@ def test_concurrency_refusals(cli: Any, args: list[str], needle: str) -> None:
     tiny = ROOT / "fixtures" / "tiny-pair"
     res = cli("smoke-run", str(tiny / "draft"), "--target", str(tiny / "target"), *args)
     assert res.code == 2 and needle in res.stderr and "Traceback" not in res.stderr
+
+
+def test_tensor_parallel_binds_one_core_list_per_rank() -> None:
+    from dflash_ckpt.engines.tensor_parallel import cpu_bind
+    from dflash_ckpt.errors import UsageError
+
+    assert cpu_bind(1, [0, 1]) is None
+    assert cpu_bind(2, [0, 1]) == "0|1"
+    assert cpu_bind(2, [0, 1, 2, 3, 4]) == "0,1,2|3,4"
+    with pytest.raises(UsageError, match="may use 1 core"):
+        cpu_bind(2, [0])
+
+
+def test_tensor_parallel_needs_heads_that_divide() -> None:
+    from dflash_ckpt.engines.tensor_parallel import refuse_heads
+    from dflash_ckpt.errors import UsageError
+
+    tiny = {"num_attention_heads": 4, "num_key_value_heads": 2}
+    refuse_heads(2, [("t", tiny), ("d", {"text_config": tiny})])
+    with pytest.raises(UsageError, match="'num_key_value_heads' is 2, which 4 ranks"):
+        refuse_heads(4, [("t", tiny)])

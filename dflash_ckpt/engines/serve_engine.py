@@ -86,11 +86,16 @@ class ServeRun(EngineRun):
         req = self.request
         stops, n = req["stop_token_ids"], req["max_new_tokens"]
         where = result.target_label
+        from dflash_ckpt.engines.tensor_parallel import cpu_env
+
+        size = self.options.tensor_parallel_size
         env = {"VLLM_CPU_KVCACHE_SPACE": str(self.kv_space_gib)} if self.kv_space_gib else {}
+        env.update(cpu_env(size, self.facts.cpu_build))
+        extra = ["--tensor-parallel-size", str(size)] if size > 1 else []
         tol = result.tie_tolerance if result.tie_tolerance is not None else self.tie_tolerance
         block = result.block_size or 1
         with served(serve, python=self.facts.python, where=where, env=env,
-                    ready_timeout_s=self.options.timeout_s, cwd=os.getcwd()) as server:
+                    ready_timeout_s=self.options.timeout_s, cwd=os.getcwd(), extra_args=extra) as server:
             t0 = time.perf_counter()
             one = run_prompts(server, encoded, max_tokens=n, stop_token_ids=stops, where=where,
                               top_logprobs=TOP_LOGPROBS)
@@ -98,7 +103,7 @@ class ServeRun(EngineRun):
             ran, start_draft, spent = list(server.argv), server.start_s, time.perf_counter() - t0
         plain_argv = without_draft(serve)
         with served(plain_argv, python=self.facts.python, where=where, env=env,
-                    ready_timeout_s=self.options.timeout_s, cwd=os.getcwd()) as plain:
+                    ready_timeout_s=self.options.timeout_s, cwd=os.getcwd(), extra_args=extra) as plain:
             one_plain = run_prompts(plain, encoded, max_tokens=n, stop_token_ids=stops, where=where)
             load_plain = load(plain, encoded, concurrency=self.concurrency, max_tokens=n, stop_token_ids=stops)
             start_plain = plain.start_s

@@ -94,8 +94,11 @@ class EngineRun:
         return cls(facts, engine_options(opts))
 
     def refuse_pair(self, draft: Any, target: Any) -> None:
+        from dflash_ckpt.engines.tensor_parallel import refuse_heads
+
         refuse_pair(self.facts, generation=draft.generation, draft_config=draft.config, draft_where=draft.where,
                     target_config=target.config, target_where=target.where)
+        refuse_heads(self.options.tensor_parallel_size, [(target.where, target.config), (draft.where, draft.config)])
 
     def prepare(self, *, draft_dir: Path, target_dir: Path, plan: Any, encoded: Sequence[list[int]],
                 stops: Sequence[int], max_new_tokens: int, where: str, max_positions: Any,

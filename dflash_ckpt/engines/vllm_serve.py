@@ -284,16 +284,17 @@ class served:
 
     def __init__(self, printed: Sequence[str], *, python: str, where: str, kv_space_gib: int | None = None,
                  ready_timeout_s: float = READY_TIMEOUT_S, env: Mapping[str, str] | None = None,
-                 name: str = SERVED_NAME, cwd: str | None = None) -> None:
+                 name: str = SERVED_NAME, cwd: str | None = None, extra_args: Sequence[str] = ()) -> None:
         self.printed, self.python, self.where = list(printed), python, where
         self.kv_space_gib, self.ready_timeout_s, self.extra_env, self.name = kv_space_gib, ready_timeout_s, env, name
+        self.extra_args = list(extra_args)  # a run's own flags beyond the line (--tensor-parallel-size)
         self.cwd = cwd  # the printed line names paths as the user gave them: run it where they are
         self.server: Server | None = None
         self._interrupt: Any = None
 
     def __enter__(self) -> Server:
         port = free_port()
-        argv = local_argv(self.printed, port, self.name)
+        argv = [*local_argv(self.printed, port, self.name), *self.extra_args]
         work = Path(tempfile.mkdtemp(prefix="dflash-ckpt-serve-"))
         log_path, status_path = work / "server.log", work / "status.json"
         env = child_env(self.kv_space_gib)
