@@ -115,3 +115,18 @@ def test_a_server_that_cannot_start_is_one_line_with_its_log(tmp_path: Path) -> 
     log = Path(kept.group(1))
     assert log.is_file() and log.stat().st_size > 0
     assert run_processes(f"{MARK}={TOKEN}") == []
+
+
+def test_tensor_parallel_2_gives_the_tokens_of_tensor_parallel_1(run: dict[str, Any]) -> None:
+    """The one multi-worker run a CPU machine can give: two ranks, each bound to its own cores
+    (``VLLM_CPU_OMP_THREADS_BIND``, one list per rank); its tokens are TP 1's (ties aside)."""
+    res = served_run("smoke-run", "fixtures/tiny-pair/draft", "--target", "fixtures/tiny-pair/target",
+                     "--engine", "vllm-serve", "-n", "48", "--concurrency", "2", "--tensor-parallel-size", "2", "--json")
+    assert res.code == 0, (res.stdout[-2000:], res.stderr[-2000:])
+    tp2 = json.loads(res.stdout)["results"][0]["engine_run"]
+    assert tp2["served"]["local_additions"][-2:] == ["--tensor-parallel-size", "2"]
+    one = run["result"]["engine_run"]
+    for a, b, c in zip(one["runs"], tp2["runs"], tp2["comparison"]):
+        assert a["output_ids"] == b["output_ids"] or c["difference"] == "tie", (a["name"], c)
+    assert tp2["served"]["load"]["outputs_equal"] == tp2["served"]["load"]["outputs"]
+    assert run_processes(f"{MARK}={TOKEN}") == []
