@@ -205,6 +205,10 @@ def test_the_load_phase_intervals() -> None:
 @pytest.mark.parametrize("args, needle", [
     (["--engine", "vllm", "--concurrency", "4"], "--concurrency: only with --engine vllm-serve"),
     (["--engine", "vllm-serve", "--concurrency", "0"], "--concurrency 0: must be 1 to 256"),
+    (["--engine", "vllm-serve", "--temperature", "0.6"], "--temperature: not with --engine vllm-serve"),
+    (["--engine", "vllm-serve", "--engine-arg", "gpu_memory_utilization=0.8"],
+     "--engine-arg: not with --engine vllm-serve"),
+    (["--engine", "vllm-serve", "--max-model-len", "512"], "--max-model-len: not with --engine vllm-serve"),
 ])
 def test_concurrency_refusals(cli: Any, args: list[str], needle: str) -> None:
     from conftest import ROOT

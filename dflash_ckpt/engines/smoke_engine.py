@@ -55,6 +55,17 @@ def validate_engine_options(opts: Any) -> None:
         raise UsageError(f"--engine-timeout {opts.engine_timeout:g}: must be a number of seconds above 0 and at most "
                          f"{MAX_TIMEOUT_S:g} (24 h); a hung engine is stopped at this deadline", key="--engine-timeout")
     engine_options(opts)
+    if opts.engine == "vllm-serve":
+        given = [flag for flag, set_ in (("--pipeline-parallel-size", opts.pipeline_parallel_size != 1),
+                                         ("--max-model-len", opts.max_model_len is not None),
+                                         ("--engine-arg", bool(opts.engine_arg)),
+                                         ("--temperature", getattr(opts, "temperature", 0.0) != 0.0),
+                                         ("--sampling generation-config",
+                                          getattr(opts, "sampling", "options") != "options")) if set_]
+        if given:
+            raise UsageError(f"{', '.join(given)}: not with --engine vllm-serve, which runs the printed serve line "
+                             "as it is, greedy (only host, port, name and --tensor-parallel-size are added); use "
+                             "--engine vllm or both for these", key=given[0].split()[0])
     if opts.engine == "reference":
         given = [flag for flag, set_ in (("--tensor-parallel-size", opts.tensor_parallel_size != 1),
                                          ("--pipeline-parallel-size", opts.pipeline_parallel_size != 1),

@@ -308,6 +308,9 @@ class served:
         try:
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True, cwd=self.cwd or str(work), env=env)
+        except BaseException:
+            self._stop()
+            raise
         finally:
             log.close()
         self.server = Server(argv, f"http://{HOST}:{port}", log_path, proc, work, status_path=status_path)
