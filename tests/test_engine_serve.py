@@ -11,6 +11,7 @@ import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
@@ -237,3 +238,88 @@ def test_tensor_parallel_needs_heads_that_divide() -> None:
     refuse_heads(2, [("t", tiny), ("d", {"text_config": tiny})])
     with pytest.raises(UsageError, match="'num_key_value_heads' is 2, which 4 ranks"):
         refuse_heads(4, [("t", tiny)])
+
+
+# -- the server's processes, with a stand-in server (tests/fake_serve.py) ---------------------------
+
+_TOOL = """
+import sys, time
+from pathlib import Path
+import dflash_ckpt.engines.vllm_serve as vs
+vs.LAUNCH = Path({fake!r})
+try:
+    with vs.served({printed!r}, python=sys.executable, where="tgt", ready_timeout_s={ready!r}) as server:
+        print("ready", server.base, flush=True)
+        time.sleep(300)
+except KeyboardInterrupt:
+    print("interrupted", file=sys.stderr)
+    sys.exit(130)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = open(f"/proc/{pid}/stat", "rb").read().rpartition(b")")[2].split()[0]
+    except OSError:
+        return False
+    return state != b"Z"
+
+
+def _tool(tmp_path: Path, mode: str, ready: float) -> tuple[Any, Path, str]:
+    import os
+    import subprocess
+    import sys
+    import uuid
+
+    from conftest import ROOT
+
+    pids, token = tmp_path / "pids", uuid.uuid4().hex
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "FAKE_SERVE_PIDS": str(pids), "FAKE_SERVE_MODE": mode,
+           "SERVE_MARK": token}
+    code = _TOOL.format(fake=str(ROOT / "tests" / "fake_serve.py"), printed=PRINTED, ready=ready)
+    tool = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    return tool, pids, token
+
+
+def _wait_for(path: Path, timeout: float = 60.0) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text().strip():
+            return [int(p) for p in path.read_text().split()]
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never written")
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP", "SIGINT"])
+def test_no_server_process_outlives_a_signal(tmp_path: Path, sig: str) -> None:
+    import signal
+
+    from own_processes import run_processes
+
+    tool, pids, token = _tool(tmp_path, "ready", 60.0)
+    try:
+        started = _wait_for(pids)
+        assert tool.stdout is not None and tool.stdout.readline().startswith("ready http://127.0.0.1:")
+        assert all(map(_alive, started))
+        tool.send_signal(getattr(signal, sig))
+        _, err = tool.communicate(timeout=60)
+    finally:
+        tool.kill()
+    assert tool.returncode == 130 and err.strip().splitlines()[-1] == "interrupted", (tool.returncode, err)
+    assert [p for p in started if _alive(p)] == [] and run_processes(f"SERVE_MARK={token}") == []
+
+
+def test_a_server_not_ready_by_the_deadline_is_one_line_with_its_log(tmp_path: Path) -> None:
+    from own_processes import run_processes
+
+    tool, pids, token = _tool(tmp_path, "never", 2.0)
+    try:
+        _, err = tool.communicate(timeout=120)
+    finally:
+        tool.kill()
+    started = _wait_for(pids, 1.0)
+    assert tool.returncode == 1 and "DF425" in err and "was not ready within 2 s" in err, err
+    log = Path(err.split("kept in ")[1].split()[0])
+    assert "fake server listening" in log.read_text()
+    assert [p for p in started if _alive(p)] == [] and run_processes(f"SERVE_MARK={token}") == []
