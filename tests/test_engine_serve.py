@@ -275,7 +275,7 @@ def _tool(tmp_path: Path, mode: str, ready: float) -> tuple[Any, Path, str]:
 
     pids, token = tmp_path / "pids", uuid.uuid4().hex
     env = {**os.environ, "PYTHONPATH": str(ROOT), "FAKE_SERVE_PIDS": str(pids), "FAKE_SERVE_MODE": mode,
-           "SERVE_MARK": token}
+           "SERVE_MARK": token, "TMPDIR": str(tmp_path)}  # a kept log stays in tmp_path
     code = _TOOL.format(fake=str(ROOT / "tests" / "fake_serve.py"), printed=PRINTED, ready=ready)
     tool = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
