@@ -99,11 +99,14 @@ def test_no_server_outlives_the_run(run: dict[str, Any]) -> None:
     assert run_processes(f"{MARK}={TOKEN}") == []
 
 
-def test_a_server_that_cannot_start_is_one_line_with_its_log(tmp_path: Path) -> None:
+def test_a_server_that_cannot_start_is_one_line_with_its_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
     from dflash_ckpt.engines.vllm_facts import read_facts
     from dflash_ckpt.engines.vllm_run import EngineFailed
     from dflash_ckpt.engines.vllm_serve import served
 
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the kept log stays in tmp_path
     bad = ["vllm", "serve", str(tmp_path / "no-such-target"), "--max-num-seqs", "4"]
     with pytest.raises(EngineFailed) as info:
         with served(bad, python=read_facts().python, where="t", env={MARK: TOKEN}, ready_timeout_s=300):
