@@ -323,3 +323,15 @@ def test_a_server_not_ready_by_the_deadline_is_one_line_with_its_log(tmp_path: P
     log = Path(err.split("kept in ")[1].split()[0])
     assert "fake server listening" in log.read_text()
     assert [p for p in started if _alive(p)] == [] and run_processes(f"SERVE_MARK={token}") == []
+
+
+def test_the_report_line_names_the_additions_and_the_load_figures() -> None:
+    from dflash_ckpt.commands.engine_report import served_line
+
+    est = {"mean": 2.0, "ci95": [1.5, 2.5], "n": 5}
+    line = served_line({"local_additions": ["--host", "127.0.0.1", "--port", "1", "--served-model-name", "n"],
+                        "load": {"concurrency": 4, "with_draft": {"tau": est, "tok_s": est},
+                                 "without_draft": {"tok_s": {"mean": None, "ci95": None, "n": 0}},
+                                 "speedup": est, "outputs_equal": 19, "outputs": 20}})
+    assert "+ --host 127.0.0.1 --port 1 --served-model-name n" in line and "concurrency 4: tau 2.00 [1.50, 2.50]" in line
+    assert "— without" in line and "outputs equal 19/20" in line
