@@ -27,7 +27,23 @@ def engine_line(res: Any) -> str | None:
             f"{starts['dflash']:.1f} s with DFlash, {starts['target_only']:.1f} s target only; its counters: "
             f"{m['drafts']} drafts, {m['accepted']} accepted, tau {num(run['vllm_tau'])}, per position "
             f"{m['accepted_per_pos']}" + (f"; sampled, verified by vLLM's {run['rule']} rule, tokens not compared"
-                                           if run.get("sampling") else ""))
+                                           if run.get("sampling") else "")
+            + (served_line(run["served"]) if run.get("served") else ""))
+
+
+def _est(est: dict[str, Any], spec: str = "{:.2f}") -> str:
+    ci = est.get("ci95")
+    return num(est.get("mean"), spec) + (f" [{spec.format(ci[0])}, {spec.format(ci[1])}]" if ci else "")
+
+
+def served_line(served: dict[str, Any]) -> str:
+    """``--engine vllm-serve``: what was added to the printed line, and the load phase's figures."""
+    load = served["load"]
+    return (f"; served: the printed serve line + {safe(' '.join(served['local_additions']))}; at concurrency "
+            f"{load['concurrency']}: tau {_est(load['with_draft']['tau'])}, output tok/s "
+            f"{_est(load['with_draft']['tok_s'], '{:.1f}')} with the draft, "
+            f"{_est(load['without_draft']['tok_s'], '{:.1f}')} without, speedup {_est(load['speedup'])}, "
+            f"outputs equal {load['outputs_equal']}/{load['outputs']}")
 
 
 def render_comparison(console: Console, res: Any) -> None:

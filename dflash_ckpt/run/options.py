@@ -182,6 +182,8 @@ class SmokeOptions(RunOptions):
     max_model_len: int | None = None
     engine_arg: list[str] = field(default_factory=list)
     engine_timeout: float | None = None
+    #: ``--engine vllm-serve``: requests at once in the load phase (``None``: ``serve_load.DEFAULT_CONCURRENCY``).
+    concurrency: int | None = None
     #: Sampling (``runtime/sampling_settings.py``): temperature 0 is greedy, the default, with its
     #: exact lossless check; ``verify`` names the rule (``match`` or ``rejection``); ``sampling``
     #: ``generation-config`` takes temperature, top-p and top-k from the target's file instead.

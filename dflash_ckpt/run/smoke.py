@@ -103,7 +103,7 @@ def run_smoke_run(opts: SmokeOptions, *, progress: Any = None, log: Callable[[st
     """Everything ``smoke-run`` does short of printing. ``progress``: a rich ``Progress`` (or
     None); ``log``: where the loading line goes."""
     opts.validate()
-    engine = EngineRun.start(opts) if opts.engine != "reference" else None  # DF420/DF421 before anything is read
+    engine = engine_runner(opts.engine).start(opts) if opts.engine != "reference" else None  # DF420/DF421 before anything is read
     say = log or (lambda _msg: None)
     folders = resolve_pair(opts)
     draft_dir, draft_label, target_dir, target_label = (folders.draft_dir, folders.draft_label, folders.target_dir,
@@ -191,7 +191,9 @@ def run_smoke_run(opts: SmokeOptions, *, progress: Any = None, log: Callable[[st
     result.findings += precision_findings(draft_label, str(device), capability, result.draft_dtype, result.target_dtype)
     if engine is not None:  # --engine both: vLLM on the same ids, after the reference has let go of the CPU
         del target_model, draft_model, loop
-        say(f"running vLLM {engine.facts.version} on the same ids in a child process")
+        say(f"running vLLM {engine.facts.version} on the same ids in a child process" if opts.engine == "both" else
+            f"serving the printed vllm serve line with vLLM {engine.facts.version}: the same ids, then "
+            f"{engine.concurrency} requests at once with and without the draft")
         result.findings += engine.compare_into(result, prompts, encoded, encoder) + vllm_version_findings()
     return result
 
@@ -244,6 +246,15 @@ def skipped_suite_findings(skipped: list[str], opts: SmokeOptions, target_where:
         f"{opts.max_new_tokens} and one verify block they need more positions than the target's "
         "max_position_embeddings; the suite's figures are over the other prompts",
         path=target_where, key="max_position_embeddings")]
+
+
+def engine_runner(name: str) -> type[EngineRun]:
+    """The engine's runner: ``vllm`` and ``both`` the offline one, ``vllm-serve`` the served one."""
+    if name == "vllm-serve":
+        from dflash_ckpt.engines.serve_engine import ServeRun
+
+        return ServeRun
+    return EngineRun
 
 
 __all__ = ["SmokeOptions", "SmokeResult", "run_smoke_run", "skipped_suite_findings"]
