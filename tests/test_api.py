@@ -137,6 +137,7 @@ def test_smoke_run_is_the_cli_document(cli, capsys: pytest.CaptureFixture[str]) 
     assert (err.value.code, err.value.exit_code) == ("DF004", 2)
 
 
+@pytest.mark.slow
 def test_probe_taps_is_the_cli_document(cli, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("torch")
     pytest.importorskip("tokenizers")

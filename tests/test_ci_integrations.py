@@ -80,6 +80,7 @@ def _try_repo(repo: Path, home: Path) -> subprocess.CompletedProcess[str]:
                           cwd=repo, env=env, capture_output=True, text=True, timeout=900)
 
 
+@pytest.mark.slow
 def test_pre_commit_try_repo(tmp_path: Path) -> None:
     pytest.importorskip("pre_commit")
     if shutil.which("git") is None:
@@ -128,6 +129,7 @@ def test_pre_commit_try_repo(tmp_path: Path) -> None:
     assert "drafts/no-depth/config.json: DF102 warning:" in out, out
 
 
+@pytest.mark.slow
 def test_action_runs_inspect_with_github_annotations(tmp_path: Path) -> None:
     action = yaml.safe_load((ROOT / "action.yml").read_text())
     assert action["runs"]["using"] == "composite"

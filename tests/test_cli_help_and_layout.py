@@ -59,6 +59,7 @@ def test_require_engines_help_lists_every_reader() -> None:
         assert key.replace(" ", "") in text, key
 
 
+@pytest.mark.slow
 def test_smoke_run_speaks_the_github_format() -> None:
     pytest.importorskip("torch")
     res = run_cli("smoke-run", str(TINY / "draft-shifted-taps"), "--target", str(T), "-n", "16", "-p", "hi", "-p", "hello",
@@ -81,6 +82,7 @@ def test_inspect_in_a_narrow_terminal_cuts_nothing(width: str) -> None:
     assert "num_speculative_tokens=7" in flat.replace(" ", "")
 
 
+@pytest.mark.slow
 def test_smoke_run_in_a_narrow_terminal_stacks_the_table() -> None:
     """At 60 columns the table cannot show its figures whole: each prompt becomes a line of
     column-value pairs, every figure printed in full, the prompt's name kept."""
@@ -96,6 +98,7 @@ def test_smoke_run_in_a_narrow_terminal_stacks_the_table() -> None:
     assert "overall: new" in text and "┃" not in res.stdout.split("smoke-run, native backend")[1].split("T = target")[0]
 
 
+@pytest.mark.slow
 def test_smoke_run_pass_shows_the_serve_lines_inspect_shows() -> None:
     pytest.importorskip("torch")
     smoke = run_cli("smoke-run", str(D), "--target", str(T), "--device", "cpu")  # -n 128: 64 steps, a verdict
@@ -137,11 +140,13 @@ def test_smoke_run_piped_prints_progress_lines(cli, monkeypatch: pytest.MonkeyPa
     assert "elapsed" not in quiet.stderr
 
 
+@pytest.mark.slow
 def test_a_missing_draft_is_one_annotation_in_smoke_run_too(tmp_path) -> None:
     res = run_cli("smoke-run", str(tmp_path / "nowhere"), "--target", str(T), "--output-format", "github")
     assert res.code == 2 and res.stdout.count("::error") == 1 and res.stdout.startswith(f"::error file={tmp_path}"), res.stdout
 
 
+@pytest.mark.slow
 def test_probe_taps_in_a_narrow_terminal_cuts_no_figure() -> None:
     pytest.importorskip("torch")
     res = run_cli("probe-taps", str(TINY / "draft-shifted-taps"), "--target", str(T), "-n", "16", "--device", "cpu",

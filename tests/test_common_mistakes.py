@@ -109,6 +109,7 @@ def test_df211_names_probe_taps(fixtures_root: Path) -> None:
     assert "dflash-ckpt probe-taps" in line and "--write OUT" in line, line
 
 
+@pytest.mark.slow
 def test_df403_names_probe_taps() -> None:
     pytest.importorskip("torch")
     shifted = TINY / "draft-shifted-taps"
@@ -119,6 +120,7 @@ def test_df403_names_probe_taps() -> None:
     assert res.code == 1 and f"dflash-ckpt probe-taps {shifted} --target {T}" in line, line
 
 
+@pytest.mark.slow
 def test_probe_taps_write_exits_on_the_copy_it_wrote(tmp_path: Path) -> None:
     """Configured ids that lose (DF410) and a copy with the winner written: exit 0, and -q shows
     what was written and its verdict."""

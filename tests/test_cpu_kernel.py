@@ -53,6 +53,7 @@ def ulps_apart(got: torch.Tensor, x: torch.Tensor, w: torch.Tensor, b: torch.Ten
     return ((got.float() - want.to(torch.bfloat16).float()).abs() / ulp).max().item()
 
 
+@pytest.mark.slow
 @needs_kernel
 def test_the_kernel_builds_and_passes_its_check_here(fresh: Path) -> None:
     assert cpu_kernel.kernel() is not None, cpu_kernel.why_not()
@@ -113,6 +114,7 @@ def test_a_row_gets_the_same_bits_in_any_block_of_two_or_more_rows() -> None:
         assert torch.equal(part, whole[start:start + size]), (start, size)
 
 
+@pytest.mark.slow
 @needs_kernel
 def test_a_build_is_reused_and_leaves_no_partial_file(fresh: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert cpu_kernel.kernel() is not None

@@ -70,6 +70,7 @@ def test_smoke_run_refuses_unfilled_weights(cli, one_thread, hostile, backend, d
     assert quiet.code == 1 and ": DF413 error: " in quiet.stdout and "PASS" not in quiet.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_smoke_run_fails_a_target_whose_logits_all_tie(cli, one_thread, hostile, backend) -> None:
     """Weights that pass DF413 (a zero final norm is a vector) but make every logit 0: both sides
@@ -108,6 +109,7 @@ def test_probe_taps_refuses_unfilled_weights(cli, one_thread, hostile, backend) 
     assert res.code == 1 and ": DF413 error: " in res.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_probe_taps_ranks_nothing_on_tied_logits(cli, one_thread, hostile, backend) -> None:
     res = cli("probe-taps", str(GOOD_DRAFT), "--target", str(hostile["flat-target"]), "-n", "8",

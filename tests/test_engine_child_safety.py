@@ -194,6 +194,7 @@ def _gone(pids: list[int], seconds: float = 20) -> list[int]:
     return [p for p in pids if _alive(p)]
 
 
+@pytest.mark.slow
 def test_the_deadline_ends_every_descendant_in_any_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A hung engine with a child in its group, one in a session of its own and an orphan in a
     session of its own: at the deadline, one DF425 line, and none of them is left."""
@@ -397,6 +398,7 @@ def _clean(text: str, *, own_commands: int = 0) -> None:
     assert "\x1b" not in text and "\x07" not in text and "##[error]" not in text and "##vso[" not in text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["text", "json", "github"])
 def test_a_hostile_engine_log_line_is_inert_in_every_format(cli: Any, engine: str, monkeypatch: pytest.MonkeyPatch,
                                                             fmt: str) -> None:

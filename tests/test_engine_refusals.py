@@ -69,6 +69,7 @@ def test_facts_are_read_from_the_files_without_importing(tmp_path: Path) -> None
     assert facts.cpu_head_sizes == (64, 96)
 
 
+@pytest.mark.slow
 def test_not_installed_names_both_install_lines(tmp_path: Path) -> None:
     res = engine_run(fake_python(tmp_path), "--engine", "vllm")
     assert res.code == 2
@@ -88,6 +89,7 @@ def test_vllm_without_dflash(tmp_path: Path) -> None:
     assert res.code == 2 and "DF421 error" in error_line(res) and "has no DFlash" in error_line(res)
 
 
+@pytest.mark.slow
 def test_sampling_is_no_longer_refused_with_vllm(tmp_path: Path) -> None:
     """``--temperature`` with ``--engine vllm|both`` passes validation (it was one DF004 line):
     the run gets as far as the install's own refusal."""
@@ -96,6 +98,7 @@ def test_sampling_is_no_longer_refused_with_vllm(tmp_path: Path) -> None:
         assert res.code == 2 and "DF421 error" in error_line(res) and "DF004" not in res.stderr, res.stderr
 
 
+@pytest.mark.slow
 def test_dflash2_on_the_cpu_build(tmp_path: Path) -> None:
     res = engine_run(fake_vllm(tmp_path), "--engine", "vllm", pair=(str(TINY / "draft2"), str(TINY / "target")))
     assert res.code == 2
@@ -115,6 +118,7 @@ def test_mixed_sliding_and_full_layers_on_the_cpu_build(tmp_path: Path) -> None:
     assert "DF422 error" in line and "'layer_types' mixes sliding and full attention layers" in line
 
 
+@pytest.mark.slow
 def test_head_dim_the_cpu_attention_lacks(tmp_path: Path) -> None:
     res = engine_run(fake_vllm(tmp_path, head_sizes=(64, 128)), "--engine", "vllm")
     assert res.code == 2
@@ -122,6 +126,7 @@ def test_head_dim_the_cpu_attention_lacks(tmp_path: Path) -> None:
     assert "DF423 error" in line and "'head_dim': 32" in line and "64, 128" in line
 
 
+@pytest.mark.slow
 def test_target_without_architectures(tmp_path: Path) -> None:
     target = tmp_path / "target"
     shutil.copytree(TINY / "target", target)
@@ -140,6 +145,7 @@ def test_target_without_architectures(tmp_path: Path) -> None:
     (("--tensor-parallel-size", "2"), "--tensor-parallel-size: only with --engine vllm or both"),
     (("--engine", "vllm", "--engine-timeout", "0"), "--engine-timeout 0: must be a number of seconds above 0"),
 ])
+@pytest.mark.slow
 def test_usage_errors(tmp_path: Path, args: tuple[str, ...], needle: str) -> None:
     res = engine_run(fake_vllm(tmp_path), *args)
     assert res.code == 2 and "DF004 error" in error_line(res) and needle in error_line(res), res.stderr
@@ -242,6 +248,7 @@ def _alive(pid: int) -> bool:
     return Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]
 
 
+@pytest.mark.slow
 def test_a_hanging_engine_is_stopped_at_its_deadline_with_all_its_processes(tmp_path: Path) -> None:
     """A child (and a grandchild it spawned, as vLLM spawns workers) that never finishes: one
     DF425 line with the deadline and the kept log's last error line, and no process left."""

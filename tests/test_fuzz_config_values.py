@@ -6,6 +6,8 @@ verdicts and the JSON document."""
 
 from __future__ import annotations
 
+import pytest
+
 import copy
 import json
 import math
@@ -100,6 +102,7 @@ def _per_draft(cfg: dict[str, Any], target_cfg: dict[str, Any] | None) -> None:
         pass
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.sampled_from(DRAFT_KEYS), st.one_of(values, big_lists)), min_size=1, max_size=6),
        st.lists(st.tuples(st.sampled_from(TARGET_KEYS), values), max_size=4), st.booleans())

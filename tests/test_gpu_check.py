@@ -3,6 +3,8 @@ only where a device is lent; their output is recorded in benchmarks/README.md)."
 
 from __future__ import annotations
 
+import pytest
+
 import os
 import subprocess
 import sys
@@ -10,6 +12,7 @@ import sys
 from conftest import ROOT
 
 
+@pytest.mark.slow
 def test_gpu_check_without_a_gpu_says_so_and_exits_0() -> None:
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py")], capture_output=True, text=True,
                           env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)}, timeout=120)

@@ -72,6 +72,7 @@ def test_clean_config_removes_every_code_key_at_every_level() -> None:
     assert "quantization_config" not in other
 
 
+@pytest.mark.slow
 def test_hostile_code_keys_never_fetch_or_import(cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import transformers.integrations.hub_kernels as hub_kernels
 
@@ -191,6 +192,7 @@ def _peak(*args: str) -> tuple[int, int, str]:
     return int(code), int(peak), line.strip()
 
 
+@pytest.mark.slow
 def test_an_oversized_config_is_refused_at_the_memory_of_a_refusal(tmp_path: Path) -> None:
     """``intermediate_size`` a thousand times the weights' (6.5 GB before, issue 18) costs what a
     one-line refusal costs: the peak stays within 100 MiB of refusing a bad ``--device`` (same backend)."""

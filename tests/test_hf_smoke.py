@@ -39,6 +39,7 @@ def smoke(cli, draft: Path | str, target: Path | str, *args: str) -> Any:
     return res
 
 
+@pytest.mark.slow
 def test_transformers_backend_matches_native_on_the_tiny_pair(cli) -> None:
     """Same tokens and the same acceptance length at every step, fp32, on the trained pair."""
     docs = {}
@@ -55,6 +56,7 @@ def test_transformers_backend_matches_native_on_the_tiny_pair(cli) -> None:
     assert nat["overall"]["tau"] == hf["overall"]["tau"] > 3  # a trained draft: long, varied acceptances
 
 
+@pytest.mark.slow
 def test_auto_picks_native_where_it_can_and_transformers_otherwise(cli, hf_root: Path) -> None:
     res = smoke(cli, TINY / "draft", TINY / "target", *FP32, "-n", "4", "--json")
     assert res.merged()["settings"]["backend"] == "native"
@@ -64,6 +66,7 @@ def test_auto_picks_native_where_it_can_and_transformers_otherwise(cli, hf_root:
     assert "3/3 same" in res.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["qwen3_5", "gpt_oss", "kimi_k25"])
 def test_smoke_run_on_published_families_is_lossless(cli, hf_root: Path, family: str) -> None:
     """A random draft on a Qwen3.5 wrapper (Gated DeltaNet, text_config), gpt-oss (sliding window 6

@@ -67,6 +67,7 @@ def ids(seed: int, n: int) -> torch.Tensor:
     return torch.randint(5, 300, (1, n), generator=torch.Generator().manual_seed(seed))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", FAMILIES)
 def test_loaded_weights_are_the_checkpoints(targets, family: str) -> None:
     folder, target, model = targets[family]
@@ -84,6 +85,7 @@ def test_loaded_weights_are_the_checkpoints(targets, family: str) -> None:
     assert target.lm_head.weight.shape == (hf_tiny.VOCAB, 64)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("keep", [0, 3, BLOCK])
 @pytest.mark.parametrize("family", FAMILIES)
 def test_rollback_then_next_token_equals_a_clean_prefill(targets, family: str, keep: int) -> None:
@@ -149,6 +151,7 @@ def draft(tmp_path_factory: pytest.TempPathFactory) -> Any:
                       device=torch.device("cpu"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", FAMILIES)
 def test_dflash_output_is_the_targets_greedy_output_whatever_is_proposed(targets, draft, family: str) -> None:
     _, target, _ = targets[family]

@@ -77,6 +77,7 @@ def normal_peak(tmp_path_factory: pytest.TempPathFactory) -> int:
     return peak
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(HOSTILE_TEMPLATES))
 def test_hostile_template_is_one_line_within_memory(tmp_path: Path, normal_peak: int, name: str) -> None:
     lines, peak = render_in_child(tokenizer_folder(tmp_path / "tok", HOSTILE_TEMPLATES[name]))
@@ -137,6 +138,7 @@ def test_a_hostile_prompt_in_a_batch_names_that_prompt(tmp_path: Path) -> None:
     assert info.value.code == "DF002"
 
 
+@pytest.mark.slow
 def test_invalid_utf8_in_a_command_line_prompt_is_one_line(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "dflash_ckpt", "smoke-run", str(PAIR / "draft"), "--target",
                            str(PAIR / "target"), "-p", os.fsdecode(b"\xff\xfe"), "--device", "cpu"],

@@ -38,6 +38,7 @@ def _same_through_hf_hub_download(cache: Path, repo_id: str, snapshot: Path, nam
             assert Path(got).read_bytes() == (snapshot / name).read_bytes()
 
 
+@pytest.mark.slow
 def test_a_downloaded_snapshot_is_one_huggingface_hub_reads(hub: HubServer, home: Path) -> None:
     repo_id = "tiny/draft"
     commit = hub.commit_of(repo_id)
@@ -71,6 +72,7 @@ def test_a_revision_other_than_main_is_recorded_as_huggingface_hub_records_it(hu
     _same_through_hf_hub_download(home / "hub", repo_id, snapshot, {"config.json"}, [commit, "broken"])
 
 
+@pytest.mark.slow
 def test_what_inspect_caches_is_one_huggingface_hub_reads(hub: HubServer, home: Path) -> None:
     """inspect fetches only the config and the shard index (headers are range reads, not files)."""
     repo_id = "z-lab/Qwen3-8B-DFlash-b16-sharded"

@@ -66,6 +66,7 @@ def weights_and_config(siblings: list[dict[str, Any]], **change: Any) -> list[di
 # -- 1. ids that build paths --------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("field", ["lfs_oid", "blob_id"])
 def test_a_hostile_oid_from_the_hub_writes_nothing_outside(hub: HubServer, home: Path, tmp_path: Path, victim: Path,
                                                           field: str) -> None:
@@ -108,6 +109,7 @@ def seed_cache(home: Path, hub: HubServer, repo: str, kind: str, bad: dict[str, 
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["hf", "own"])
 @pytest.mark.parametrize("which", ["lfs:model.safetensors", "blob:config.json"])
 def test_a_hostile_cached_listing_writes_nothing_outside(hub: HubServer, home: Path, tmp_path: Path, victim: Path,
@@ -125,6 +127,7 @@ def test_a_hostile_cached_listing_writes_nothing_outside(hub: HubServer, home: P
     one_line(res, str(listing))
 
 
+@pytest.mark.slow
 def test_a_cached_listing_naming_a_path_outside_is_refused(hub: HubServer, home: Path, tmp_path: Path) -> None:
     repo = "tiny/draft"
     listing = seed_cache(home, hub, repo, "hf", {})
@@ -136,6 +139,7 @@ def test_a_cached_listing_naming_a_path_outside_is_refused(hub: HubServer, home:
     assert not list(tmp_path.rglob("escape.json"))
 
 
+@pytest.mark.slow
 def test_a_snapshot_folder_linked_outside_the_cache_is_refused(hub: HubServer, home: Path, tmp_path: Path) -> None:
     repo = "tiny/draft"
     commit = hub.commit_of(repo)
@@ -151,6 +155,7 @@ def test_a_snapshot_folder_linked_outside_the_cache_is_refused(hub: HubServer, h
     assert (outside / "config.json").read_bytes() == VICTIM_BYTES
 
 
+@pytest.mark.slow
 def test_a_blobs_folder_linked_outside_the_cache_is_refused(hub: HubServer, home: Path, tmp_path: Path) -> None:
     outside = tmp_path / "users-folder"
     outside.mkdir()
@@ -162,6 +167,7 @@ def test_a_blobs_folder_linked_outside_the_cache_is_refused(hub: HubServer, home
     assert list(outside.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_hostile_ref_is_not_followed(hub: HubServer, home: Path) -> None:
     refs = home / "hub/models--tiny--draft/refs"
     refs.mkdir(parents=True)
@@ -175,6 +181,7 @@ def test_a_hostile_ref_is_not_followed(hub: HubServer, home: Path) -> None:
 # -- 6. names no file system holds --------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_5000_character_file_name_is_refused(hub: HubServer, home: Path, tmp_path: Path) -> None:
     repo = "tiny/draft"
     long = "a" * 5000 + ".json"
@@ -191,6 +198,7 @@ def test_a_5000_character_file_name_is_refused(hub: HubServer, home: Path, tmp_p
 # -- 2. Retry-After of any bytes ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value", ["\u00b2", "garbage", "-5", "1.5", "0x10", "9" * 5000, "Fri, 31 Dec 9999 23:59:59 GMT",
                                    "Thu, 01 Jan 1970 00:00:00 GMT", "Mon, 99 Foo 2026 99:99:99 GMT", "\u00ff" * 300])
 def test_retry_after_of_any_bytes_is_no_traceback(hub: HubServer, home: Path, value: str) -> None:
@@ -220,6 +228,7 @@ def test_retry_after_parsing() -> None:
 # -- 3. one deadline for the whole command ------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_dripped_99_mb_header_ends_within_the_command_deadline(hub: HubServer, home: Path, tmp_path: Path,
                                                                  fixtures_root: Path) -> None:
     """The header length says 99,000,000 bytes and the server drips them, cutting the connection
@@ -241,6 +250,7 @@ def test_a_dripped_99_mb_header_ends_within_the_command_deadline(hub: HubServer,
     assert len([r for r in hub.requests if r.server == "cdn"]) < 10
 
 
+@pytest.mark.slow
 def test_a_refused_connection_is_not_retried(home: Path) -> None:
     env = {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(home), "HF_HUB_CACHE": str(home / "hub"),
            "HF_TOKEN": "", "DFLASH_CKPT_HUB_RETRIES": "3", "DFLASH_CKPT_HUB_BACKOFF": "5",
@@ -256,6 +266,7 @@ def test_a_refused_connection_is_not_retried(home: Path) -> None:
 # -- 4. counts capped before parsing ------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_60_mib_listing_of_empty_objects_is_refused_unparsed(hub: HubServer, home: Path) -> None:
     hub.raw_info["tiny/draft"] = b"[" + b"{}," * (20 * 1024 * 1024) + b"{}]"
     try:
@@ -275,6 +286,7 @@ def test_a_60_mib_listing_of_empty_objects_is_refused_unparsed(hub: HubServer, h
         del hub.raw_info["tiny/draft"]
 
 
+@pytest.mark.slow
 def test_600k_siblings_are_refused_and_nothing_large_is_cached(hub: HubServer, home: Path) -> None:
     repo = "tiny/draft"
     hub.tamper[repo] = lambda sib: sib + [{"rfilename": f"f{i}.json", "size": 1, "blobId": "2" * 40} for i in range(600_000)]
@@ -286,6 +298,7 @@ def test_600k_siblings_are_refused_and_nothing_large_is_cached(hub: HubServer, h
         del hub.tamper[repo]
 
 
+@pytest.mark.slow
 def test_a_huge_cached_listing_is_refused(hub: HubServer, home: Path, tmp_path: Path) -> None:
     listing = seed_cache(home, hub, "tiny/draft", "own", {})
     doc = json.loads(listing.read_text())
@@ -316,6 +329,7 @@ def download(hub: HubServer, home: Path, repo: str = "tiny/draft", umask: str = 
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("umask", "mode"), [("022", 0o644), ("027", 0o640), ("002", 0o664)])
 def test_blobs_are_world_readable_less_the_umask(hub: HubServer, home: Path, umask: str, mode: int) -> None:
     got = download(hub, home, umask=umask)
@@ -324,6 +338,7 @@ def test_blobs_are_world_readable_less_the_umask(hub: HubServer, home: Path, uma
     assert {oct(b.stat().st_mode & 0o777) for b in blobs} == {oct(mode)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["model.safetensors", "config.json"])
 def test_other_bytes_of_the_listed_size_are_refused(hub: HubServer, home: Path, name: str) -> None:
     pattern = r"^/blobs/" if name.endswith(".safetensors") else r"/resolve/[^/]+/config.json$"
@@ -340,6 +355,7 @@ def test_other_bytes_of_the_listed_size_are_refused(hub: HubServer, home: Path, 
     assert not (home / "hub/models--tiny--draft/snapshots" / hub.commit_of("tiny/draft") / name).exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["model.safetensors", "config.json"])
 def test_a_cut_download_is_resumed_with_a_range_request(hub: HubServer, home: Path, name: str) -> None:
     lfs = name.endswith(".safetensors")
@@ -356,6 +372,7 @@ def test_a_cut_download_is_resumed_with_a_range_request(hub: HubServer, home: Pa
     assert incomplete(home) == []
 
 
+@pytest.mark.slow
 def test_downloaded_blobs_match_what_hf_cache_verify_expects(hub: HubServer, home: Path) -> None:
     import hashlib
 
@@ -379,6 +396,7 @@ def test_downloaded_blobs_match_what_hf_cache_verify_expects(hub: HubServer, hom
         assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_stale_incomplete_files_of_dead_processes_are_swept(hub: HubServer, home: Path) -> None:
     blobs = home / "hub/models--tiny--draft/blobs"
     blobs.mkdir(parents=True)
@@ -395,6 +413,7 @@ def test_stale_incomplete_files_of_dead_processes_are_swept(hub: HubServer, home
     assert live.exists() and theirs.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_during_a_download_leaves_no_incomplete_file(hub: HubServer, home: Path, tmp_path: Path, sig: int) -> None:
     hub.corrupt(r"^/blobs/", "drip", interval=0.05, times=10, server="cdn")

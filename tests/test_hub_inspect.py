@@ -58,6 +58,7 @@ def header_bytes(path: Path) -> int:
     ("z-lab/Qwen3-4B-DFlash-b16", "drafts/Qwen3-4B-DFlash-b16"),
     ("z-lab/Qwen3-8B-DFlash-b16-sharded", "drafts/Qwen3-8B-DFlash-b16-sharded"),
 ])
+@pytest.mark.slow
 def test_published_draft_same_as_local(hub: HubServer, home: Path, fixtures_root: Path, repo: str, folder: str) -> None:
     local = fixtures_root / folder
     res = cli(hub, home, "inspect", repo, "--json")
@@ -76,6 +77,7 @@ def test_published_draft_same_as_local(hub: HubServer, home: Path, fixtures_root
     assert body * 10_000 < sum(p.stat().st_size for p in shards)
 
 
+@pytest.mark.slow
 def test_sixteen_shards_cost_headers_not_gigabytes(hub: HubServer, home: Path, fixtures_root: Path) -> None:
     local = fixtures_root / "drafts/Qwen3.6-27B-DFlash-sharded"
     res = cli(hub, home, "inspect", "z-lab/Qwen3.6-27B-DFlash-sharded", "--json")
@@ -89,6 +91,7 @@ def test_sixteen_shards_cost_headers_not_gigabytes(hub: HubServer, home: Path, f
     assert sum(p.stat().st_size for p in shards) > 3 * 2**30
 
 
+@pytest.mark.slow
 def test_mutants_same_findings_as_local(hub: HubServer, home: Path, fixtures_root: Path) -> None:
     """Truncated files, broken indexes, bad headers: every verdict matches the local run."""
     names = ["DF203-header-not-json", "DF205-index-missing-shard", "DF206-index-missing-tensor", "DF212-missing-k-norm", "DF201-no-safetensors"]
@@ -100,6 +103,7 @@ def test_mutants_same_findings_as_local(hub: HubServer, home: Path, fixtures_roo
         assert name.split("-")[0] in {f["code"] for f in got["findings"]}
 
 
+@pytest.mark.slow
 def test_draft_and_target_both_from_the_hub(hub: HubServer, home: Path, fixtures_root: Path) -> None:
     draft, local = "z-lab/Qwen3-4B-DFlash-b16", fixtures_root / "drafts/Qwen3-4B-DFlash-b16"
     good = cli(hub, home, "inspect", draft, "--target", "Qwen/Qwen3-4B", "--json")
@@ -117,6 +121,7 @@ def test_draft_and_target_both_from_the_hub(hub: HubServer, home: Path, fixtures
     assert target_paths and all(p.endswith(("config.json", "/Qwen/Qwen3-8B")) for p in target_paths)
 
 
+@pytest.mark.slow
 def test_revision_at_and_flag(hub: HubServer, home: Path) -> None:
     main = cli(hub, home, "inspect", "tiny/draft", "--json")
     assert main.code == 0
@@ -135,6 +140,7 @@ def test_revision_at_and_flag(hub: HubServer, home: Path) -> None:
 # -- the cache before the network -------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_second_run_reads_the_cache(hub: HubServer, home: Path) -> None:
     first = cli(hub, home, "inspect", "z-lab/Qwen3-8B-DFlash-b16-sharded", "--json")
     hub.reset()
@@ -149,6 +155,7 @@ def test_second_run_reads_the_cache(hub: HubServer, home: Path) -> None:
     assert [r for r in hub.requests if r.path != "/api/agent-harnesses"] == []  # a commit never moves
 
 
+@pytest.mark.slow
 def test_offline_after_an_online_run(hub: HubServer, home: Path) -> None:
     """HF_HOME alone places the cache (HF_HUB_CACHE unset); offline, not one request is made."""
     args = ("inspect", "z-lab/Qwen3-4B-DFlash-b16", "--target", "Qwen/Qwen3-4B", "--json")
@@ -161,6 +168,7 @@ def test_offline_after_an_online_run(hub: HubServer, home: Path) -> None:
     assert hub.requests == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("keep", ["ours", "hf-tree", "snapshot-only"])
 def test_offline_with_a_downloaded_snapshot(hub: HubServer, home: Path, fixtures_root: Path, keep: str) -> None:
     """A cache filled by a download (ours, or another tool's) serves an offline inspect."""
@@ -187,6 +195,7 @@ def test_offline_and_not_cached(hub: HubServer, home: Path) -> None:
     assert hub.requests == []
 
 
+@pytest.mark.slow
 def test_offline_with_config_but_no_headers(hub: HubServer, home: Path) -> None:
     """Offline, a weights header that was never fetched is an input error, not a broken checkpoint."""
     cli(hub, home, "inspect", "tiny/draft", "--json")
@@ -209,6 +218,7 @@ def test_gated_without_token(hub: HubServer, home: Path) -> None:
     assert hub.endpoint + "/gated-org/draft" in line
 
 
+@pytest.mark.slow
 def test_gated_with_token_and_precedence(hub: HubServer, home: Path) -> None:
     assert cli(hub, home, "inspect", "gated-org/draft", "--token", "hf_reader").code == 0
     assert auth_seen(hub) == {"Bearer hf_reader"}
@@ -232,6 +242,7 @@ def test_gated_with_a_token_without_access(hub: HubServer, home: Path) -> None:
     one_line_error(cli(hub, home, "inspect", "gated-org/draft", "--token", "hf_outsider"), "gated", "--token has no access", "request access")
 
 
+@pytest.mark.slow
 def test_private_repo(hub: HubServer, home: Path) -> None:
     one_line_error(cli(hub, home, "inspect", "private-org/draft"), "not found", "private", "--token")
     one_line_error(cli(hub, home, "inspect", "private-org/draft", "--token", "hf_outsider"), "not found", "cannot read it")
@@ -241,6 +252,7 @@ def test_private_repo(hub: HubServer, home: Path) -> None:
 # -- what the Hub can answer instead --------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_missing_repo_and_revision(hub: HubServer, home: Path) -> None:
     one_line_error(cli(hub, home, "inspect", "nobody/nothing"), "nobody/nothing", "repo not found on " + hub.endpoint)
     one_line_error(cli(hub, home, "inspect", "tiny/draft@nope"), "revision 'nope' not found in tiny/draft")
@@ -264,6 +276,7 @@ def test_server_errors_are_retried_a_bounded_number_of_times(hub: HubServer, hom
     assert sum(r.path == "/api/models/tiny/draft" for r in hub.requests) == 3
 
 
+@pytest.mark.slow
 def test_timeouts(hub: HubServer, home: Path) -> None:
     hub.delay(r"^/api/models/tiny/draft", 2.5, times=2)
     res = cli(hub, home, "inspect", "tiny/draft", HF_HUB_ETAG_TIMEOUT="1", DFLASH_CKPT_HUB_RETRIES="1")
@@ -273,6 +286,7 @@ def test_timeouts(hub: HubServer, home: Path) -> None:
     assert cli(hub, home, "inspect", "tiny/draft", HF_HUB_DOWNLOAD_TIMEOUT="1").code == 0  # slow once, then fine
 
 
+@pytest.mark.slow
 def test_answers_that_are_not_what_they_should_be(hub: HubServer, home: Path) -> None:
     hub.corrupt(r"^/api/models/tiny/draft", "html")
     one_line_error(cli(hub, home / "1", "inspect", "tiny/draft"), "not JSON", "HF_ENDPOINT")
@@ -292,6 +306,7 @@ def test_unreachable_endpoint(hub: HubServer, home: Path) -> None:
     one_line_error(res, "cannot reach http://127.0.0.1:9", "HF_HUB_OFFLINE=1")
 
 
+@pytest.mark.slow
 def test_unreachable_endpoint_falls_back_to_the_cache(hub: HubServer, home: Path) -> None:
     cli(hub, home, "inspect", "tiny/draft")
     res = cli(hub, home, "inspect", "tiny/draft", "--json", HF_ENDPOINT="http://127.0.0.1:9", DFLASH_CKPT_HUB_RETRIES="0")
@@ -302,6 +317,7 @@ def test_unreachable_endpoint_falls_back_to_the_cache(hub: HubServer, home: Path
 # -- many repos at once -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_many_repos_concurrently_in_order_worst_exit(hub: HubServer, home: Path, tmp_path: Path) -> None:
     repos = ["z-lab/Qwen3-4B-DFlash-b16", "tiny/draft@broken", "nobody/nothing", "z-lab/Qwen3-8B-DFlash-b16-sharded", "mutant-org/DF212-missing-k-norm"]
     for repo in repos:

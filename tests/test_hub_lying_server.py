@@ -38,6 +38,7 @@ def incomplete(home: Path) -> list[Path]:
 CONFIG = r"/resolve/[^/]+/config.json$"
 
 
+@pytest.mark.slow
 def test_config_with_a_lying_content_length(hub: HubServer, home: Path) -> None:
     hub.corrupt(CONFIG, "oversize", extra=10**12, times=10)
     line = one_line_error(cli(hub, home, "inspect", "tiny/draft"), "tiny/draft", "config.json", "where the repo lists")
@@ -58,11 +59,13 @@ def test_weights_longer_than_listed_stop_at_the_listed_size(hub: HubServer, home
     assert cache_bytes(home) < 1 << 20 and incomplete(home) == []  # ... and none of it stayed
 
 
+@pytest.mark.slow
 def test_gzip_bomb_on_a_range_request(hub: HubServer, home: Path) -> None:
     hub.corrupt(r"^/blobs/", "gzip", server="cdn", extra=256 << 20, times=10)
     one_line_error(cli(hub, home, "inspect", "tiny/draft"), "compressed answer (Content-Encoding: gzip)")
 
 
+@pytest.mark.slow
 def test_gzip_bomb_on_a_download(hub: HubServer, home: Path) -> None:
     hub.corrupt(CONFIG, "gzip", extra=256 << 20, times=10)
     got = fetch(hub, home, "tiny/draft", allow=["config.json"])
@@ -70,6 +73,7 @@ def test_gzip_bomb_on_a_download(hub: HubServer, home: Path) -> None:
     assert cache_bytes(home) < 64 * 1024
 
 
+@pytest.mark.slow
 def test_a_dripping_body_hits_the_deadline(hub: HubServer, home: Path) -> None:
     hub.corrupt(CONFIG, "drip", interval=0.3, times=10)
     start = time.monotonic()
@@ -79,6 +83,7 @@ def test_a_dripping_body_hits_the_deadline(hub: HubServer, home: Path) -> None:
     assert incomplete(home) == []
 
 
+@pytest.mark.slow
 def test_a_dripping_response_head_hits_the_deadline(hub: HubServer, home: Path) -> None:
     """No per-read timeout trips on a byte every 0.3 s; only the overall deadline does."""
     hub.corrupt(r"^/api/models/tiny/draft$", "drip-head", interval=0.3, times=10)
@@ -86,6 +91,7 @@ def test_a_dripping_response_head_hits_the_deadline(hub: HubServer, home: Path) 
     one_line_error(res, "did not finish answering repo info within 1 s")
 
 
+@pytest.mark.slow
 def test_retry_after_is_honoured(hub: HubServer, home: Path) -> None:
     hub.fail(r"^/api/models/tiny/draft$", status=429, times=1, retry_after="1")
     res = cli(hub, home, "inspect", "tiny/draft")
@@ -111,6 +117,7 @@ def test_retry_after_beyond_the_bound_fails_at_once(hub: HubServer, home: Path, 
     assert sum(r.path == "/api/models/tiny/draft" for r in hub.requests) == 1
 
 
+@pytest.mark.slow
 def test_retry_after_bound_is_configurable(hub: HubServer, home: Path) -> None:
     hub.fail(r"^/api/models/tiny/draft$", status=429, times=1, retry_after="2")
     one_line_error(cli(hub, home, "inspect", "tiny/draft", DFLASH_CKPT_HUB_MAX_RETRY_AFTER="1"), "longer than the 1 s")
@@ -169,6 +176,7 @@ def test_a_cache_that_cannot_take_the_file_is_one_line(hub: HubServer, home: Pat
     assert incomplete(home) == []
 
 
+@pytest.mark.slow
 def test_a_listing_naming_a_file_outside_the_repo_is_refused(hub: HubServer, home: Path) -> None:
     hub.corrupt(r"^/api/models/tiny/draft$", "bad-name", times=10)
     one_line_error(cli(hub, home, "inspect", "tiny/draft"), "listing the file name '../../../escape", "no repo can hold")

@@ -7,6 +7,8 @@ lowered in the child, so the fixture repo's small files get bars that the flags 
 
 from __future__ import annotations
 
+import pytest
+
 import fcntl
 import os
 import pty
@@ -54,6 +56,7 @@ def _normalize(hub: HubServer, home: Path, out: Path, *flags: str) -> tuple[int,
     return proc.returncode, err.decode("utf-8", "replace")
 
 
+@pytest.mark.slow
 def test_quiet_and_json_turn_the_bars_off(hub: HubServer, tmp_path: Path) -> None:
     code, loud = _normalize(hub, tmp_path / "hf1", tmp_path / "o1")
     assert code == 0, loud

@@ -3,6 +3,8 @@ and one JSON envelope whatever the number of drafts."""
 
 from __future__ import annotations
 
+import pytest
+
 import os
 import subprocess
 import sys
@@ -17,6 +19,7 @@ def _codes(stdout: str) -> list[str]:
     return [ERROR_LINE.match(line)["code"] for line in stdout.splitlines() if ERROR_LINE.match(line)]
 
 
+@pytest.mark.slow
 def test_select_and_ignore_take_codes_and_prefixes(fixtures_root: Path) -> None:
     bad = [str(fixtures_root / "mutants/DF211-fc-four-taps"), str(fixtures_root / "mutants/DF114-layer-ids-plus-one")]
     target = ["--target", str(fixtures_root / "mutants/targets/small")]
@@ -38,6 +41,7 @@ def test_ignore_cannot_hide_an_unreadable_draft(fixtures_root: Path) -> None:
     assert res.code == 2 and ": DF002 error: " in res.stderr
 
 
+@pytest.mark.slow
 def test_require_engines_is_a_gate_with_the_fix() -> None:
     draft = str(TINY / "draft-top-level")
     assert run_cli("inspect", draft, "--require-engines", "sglang,vllm").code == 0
@@ -56,6 +60,7 @@ def test_require_engines_is_a_gate_with_the_fix() -> None:
     assert run_cli("inspect", str(TINY / "draft"), "--require-engines", "all").code == 0
 
 
+@pytest.mark.slow
 def test_normalize_hint_when_it_would_fix_the_engine(fixtures_root: Path) -> None:
     draft = str(TINY / "draft-top-level")
     res = run_cli("inspect", draft)
@@ -78,6 +83,7 @@ def test_normalize_hint_when_it_would_fix_the_engine(fixtures_root: Path) -> Non
     assert "would load it after" not in clean.stdout and clean.code == 0
 
 
+@pytest.mark.slow
 def test_one_envelope_for_one_draft_a_list_or_stdin(tmp_path: Path) -> None:
     draft = str(TINY / "draft")
     single = run_cli("inspect", draft, "--json").json()

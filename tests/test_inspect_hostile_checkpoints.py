@@ -253,6 +253,7 @@ def _peak_rss(*args: str) -> int:
     return int(out.stdout.strip()) * 1024
 
 
+@pytest.mark.slow
 def test_peak_memory_of_a_big_header_stays_a_small_multiple(tmp_path: Path, fixtures_root: Path) -> None:
     """The bound the README states (figures: benchmarks/bench_hostile_memory.py), on a 24 MiB header
     holding as many tensors as a draft may (issue 10: 900k tensors in 90 MB cost 1.4 GB)."""
@@ -315,6 +316,7 @@ def test_special_files_in_a_draft_are_named_for_what_they_are(tmp_path: Path, fi
     assert any(line.startswith(f"{d / name}: DF") and line.endswith(ends) for line in lines), lines
 
 
+@pytest.mark.slow
 def test_from_file_reads_a_regular_file_only_and_capped(tmp_path: Path, fixtures_root: Path) -> None:
     """``inspect --from-file``: a FIFO there is one line at once (a plain open would wait for a
     writer forever), an oversized list is refused unread, and standard input is read no further

@@ -24,6 +24,7 @@ def _names() -> list[str]:
     return names
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", _names())
 def test_mutant_triggers_its_code(fixtures_root: Path, name: str) -> None:
     entry = _manifest(fixtures_root)[name]
@@ -71,6 +72,7 @@ def test_base2_mutant_is_clean(fixtures_root: Path) -> None:
     assert {f["code"] for f in doc["findings"]} == {"DF220"}
 
 
+@pytest.mark.slow
 def test_dflash2_shape_findings_name_the_tensor(fixtures_root: Path) -> None:
     root = fixtures_root / "mutants"
     cases = {

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import subprocess
 import sys
 from pathlib import Path
@@ -42,6 +44,7 @@ def test_reads_headers_not_weights(fixtures_root: Path) -> None:
     assert doc["bytes_read"] == headers + small_files
 
 
+@pytest.mark.slow
 def test_quiet_prints_only_errors(fixtures_root: Path) -> None:
     clean = run_cli("inspect", "-q", str(fixtures_root / "drafts/Qwen3-4B-DFlash-b16"))
     assert clean.code == 0 and clean.stdout == ""
@@ -52,6 +55,7 @@ def test_quiet_prints_only_errors(fixtures_root: Path) -> None:
     assert len(lines) == 1 and lines[0].startswith(f"{where}: DF212 error: ") and "layers.1.self_attn.k_norm.weight" in lines[0]
 
 
+@pytest.mark.slow
 def test_strict_turns_warnings_into_failures(fixtures_root: Path) -> None:
     warn = fixtures_root / "mutants/DF216-model-prefix"
     assert run_cli("inspect", str(warn)).code == 0
@@ -61,6 +65,7 @@ def test_strict_turns_warnings_into_failures(fixtures_root: Path) -> None:
     assert run_cli("inspect", "--strict", str(info_only), "--ignore", "DF148").code == 0  # the base's top-level block_size
 
 
+@pytest.mark.slow
 def test_several_drafts_one_table_worst_exit(fixtures_root: Path) -> None:
     args = [str(fixtures_root / "drafts/Qwen3-4B-DFlash-b16"), str(fixtures_root / "mutants/DF213-wrong-kv-shape"),
             str(fixtures_root / "drafts/Qwen3.8-27B-DFlash2")]
@@ -76,6 +81,7 @@ def test_several_drafts_one_table_worst_exit(fixtures_root: Path) -> None:
     assert [r["generation"] for r in doc["results"]] == ["DFlash", "DFlash", "DFlash2"]
 
 
+@pytest.mark.slow
 def test_from_file(fixtures_root: Path, tmp_path: Path) -> None:
     listing = tmp_path / "drafts.txt"
     listing.write_text(f"# published\n{fixtures_root / 'drafts/Qwen3-8B-DFlash-b16'}\n\n{fixtures_root / 'drafts/gpt-oss-20b-DFlash'}  # biases\n")
@@ -84,6 +90,7 @@ def test_from_file(fixtures_root: Path, tmp_path: Path) -> None:
     assert run_cli("inspect", "--from-file", str(tmp_path / "missing.txt")).code == 2
 
 
+@pytest.mark.slow
 def test_rules_lists_and_explains() -> None:
     res = run_cli("rules")
     assert res.code == 0

@@ -38,6 +38,7 @@ def envelope(cli: Any, *args: str, code: int) -> dict[str, Any]:
     return doc
 
 
+@pytest.mark.slow
 def test_the_schema_is_a_valid_2020_12_schema() -> None:
     whole = load_schema()
     jsonschema.Draft202012Validator.check_schema(whole)
@@ -96,6 +97,7 @@ def test_rules_documents(cli) -> None:
     assert unknown["results"] == [] and unknown["error"]["code"] == "DF004"
 
 
+@pytest.mark.slow
 def test_smoke_run_documents(cli, tmp_path: Path) -> None:
     pytest.importorskip("torch")
     pytest.importorskip("tokenizers")
@@ -124,6 +126,7 @@ def test_smoke_run_documents(cli, tmp_path: Path) -> None:
     assert usage["error"]["code"] == "DF004" and "tensorrt" in usage["error"]["message"]
 
 
+@pytest.mark.slow
 def test_probe_taps_documents(cli, tmp_path: Path) -> None:
     pytest.importorskip("torch")
     pytest.importorskip("tokenizers")
@@ -181,6 +184,7 @@ def test_readme_json_examples_hold(fixtures_root: Path) -> None:
         assert json.dumps(doc, indent=2) in ex.output, ex.command
 
 
+@pytest.mark.slow
 def test_the_schema_ships_in_the_wheel(tmp_path: Path) -> None:
     """setuptools puts the schema in the wheel (package-data), and jsonschema is in the test extra."""
     import subprocess

@@ -182,6 +182,7 @@ def test_a_symlinked_library_is_not_loaded_and_is_replaced(cache: Path, tmp_path
     assert_no_litter(cache)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("digest", [None, "0" * 64, "not a digest", ""])
 def test_a_library_without_its_digest_is_never_loaded(cache: Path, tmp_path: Path, digest: str | None) -> None:
     data, marker = plant(tmp_path)
@@ -207,6 +208,7 @@ def test_an_unreadable_digest_is_never_trusted(cache: Path, tmp_path: Path) -> N
     assert "a cached kernel is not loaded" in (cpu_kernel.cache_note() or "")
 
 
+@pytest.mark.slow
 def test_a_truncated_cached_library_is_rebuilt_not_mapped(cache: Path) -> None:
     """A half-written library would be a SIGBUS when mapped: its bytes no longer hash to the
     digest, so it is rebuilt. In a child process, so a regression is a failed test, not a crash."""

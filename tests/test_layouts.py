@@ -146,6 +146,7 @@ def test_fc_width_contradicting_taps_fails_every_reader(fixtures_root: Path) -> 
     assert all(v["loads"] for k, v in clean["readers"].items() if k != "lmdeploy")
 
 
+@pytest.mark.slow
 def test_report_names_the_block_layout(fixtures_root: Path) -> None:
     res = run_cli("inspect", str(_variant(fixtures_root, "domino-shift-label")), env={"COLUMNS": "200"})
     assert "block anchor-first (dflash_config.shift_label)" in res.stdout
@@ -183,6 +184,7 @@ def test_fp16_and_pre_ampere_runs_are_named() -> None:
     assert "compute capability 7.0" in v100.message
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("draft, head", [("drafts/layouts/deepspec-dspark", "DSpark's Markov head ('markov_rank' 64)"),
                                          ("mutants/DF167-lilicorr", "LiLiCorr's candidate-lattice head")])
 def test_smoke_run_refuses_a_head_it_cannot_run(fixtures_root: Path, draft: str, head: str) -> None:

@@ -384,6 +384,7 @@ def _run_unprivileged(prefix: list[str], *args: str) -> CliResult:
     return CliResult(proc.returncode, proc.stdout, proc.stderr)
 
 
+@pytest.mark.slow
 def test_read_only_out_parent(world_dir: Path) -> None:
     prefix = _as_nobody()
     if prefix is None:

@@ -20,6 +20,7 @@ def copy_draft(src: Path, dst: Path) -> Path:
     return dst
 
 
+@pytest.mark.slow
 def test_in_place_rewrites_with_backup(cli, fixtures_root: Path, tmp_path: Path) -> None:
     draft = copy_draft(fixtures_root / "mutants" / "DF134-softcap-top-level", tmp_path / "d")
     old = (draft / "config.json").read_bytes()
@@ -43,6 +44,7 @@ def test_in_place_rewrites_with_backup(cli, fixtures_root: Path, tmp_path: Path)
     assert (draft / "config.json.orig").read_bytes() == old
 
 
+@pytest.mark.slow
 def test_in_place_no_backup_and_existing_backup(cli, fixtures_root: Path, tmp_path: Path) -> None:
     draft = copy_draft(fixtures_root / "mutants" / "base", tmp_path / "d")
     (draft / "config.json.orig").write_text("an older backup\n")

@@ -173,6 +173,7 @@ def check_lossless(original: dict[str, Any], new: dict[str, Any], mirrors: bool,
         assert same(nested_after[key], want), key
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(drafts())
 def test_plan_and_text_properties(d: dict[str, Any]) -> None:
@@ -206,6 +207,7 @@ def test_plan_and_text_properties(d: dict[str, Any]) -> None:
     assert not again.changed and again_raw == new_raw
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(drafts())
 def test_cli_properties(cli: Any, d: dict[str, Any]) -> None:

@@ -30,6 +30,7 @@ def _stripped(tmp_path: Path) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_a_narrow_lead_at_24_tokens_is_measured_again_not_claimed(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     pytest.importorskip("tokenizers")

@@ -170,6 +170,7 @@ def test_simulated_tau_is_what_the_dflash_loop_measures(deep: dict[str, Any]) ->
     assert draft.args.target_layer_ids == PLANTED, "reading_taps restores the draft's ids"
 
 
+@pytest.mark.slow
 def test_search_finds_the_planted_taps_far_below_the_exhaustive_count(deep: dict[str, Any]) -> None:
     space = math.comb(DEPTH, len(PLANTED))
     calls = {"n": 0}

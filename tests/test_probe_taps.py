@@ -79,6 +79,7 @@ def smoke_tau(draft: Path, verdict: int) -> float:
     return res.merged()["overall"]["tau"]
 
 
+@pytest.mark.slow
 def test_stripped_draft_is_refused_by_smoke_run(stripped: Path) -> None:
     """What probe-taps is for: without ids nothing runs it."""
     res = cli_once("smoke-run", str(stripped), "--target", str(TARGET), "--json")
@@ -86,6 +87,7 @@ def test_stripped_draft_is_refused_by_smoke_run(stripped: Path) -> None:
     assert "DF101" in [f["code"] for f in res.merged()["precheck"]]
 
 
+@pytest.mark.slow
 def test_recovers_the_trained_taps_with_smoke_runs_tau(recovered: Any) -> None:
     res, _, _ = recovered
     assert res.code == 0, res.stderr
@@ -138,6 +140,7 @@ def test_write_puts_the_winner_into_a_normalized_copy_and_leaves_the_draft_alone
     assert (out / "model.safetensors").read_bytes() == (DRAFT / "model.safetensors").read_bytes()
 
 
+@pytest.mark.slow
 def test_without_write_nothing_is_written_and_the_command_is_printed(stripped: Path) -> None:
     before = snapshot(stripped)
     parent = sorted(os.listdir(stripped.parent))
@@ -154,6 +157,7 @@ def shifted(tmp_path_factory: pytest.TempPathFactory) -> tuple[CliResult, Path]:
     return cli_once("probe-taps", str(SHIFTED), "--target", str(TARGET), "--json", "--write", str(out)), out
 
 
+@pytest.mark.slow
 def test_shifted_taps_report_that_the_trained_taps_beat_the_configured_ones(shifted: Any) -> None:
     res, _ = shifted
     assert res.code == 0, res.stderr  # --write wrote the fix: the exit code is the copy's verdict
@@ -175,6 +179,7 @@ def test_bad_options_are_one_line_usage_errors(stripped: Path, cli_here: Any) ->
         assert res.code == 2 and text in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
 
 
+@pytest.mark.slow
 def test_transformers_backend_ranks_the_tap_sets_as_native_does(cli_here: Any) -> None:
     """probe-taps --backend: the transformers target taps every layer through the model's own
     layers, so in fp32 the ranking, every tau and the findings equal the native backend's."""
@@ -236,6 +241,7 @@ def test_write_keeps_configured_ids_that_lose_only_within_noise(tmp_path: Path) 
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_probe_replays_the_dflash_loop_exactly_in_fp32() -> None:
     """The simulation is the loop: in fp32 (no bf16 rounding between one full forward and the
     loop's incremental verifications) every candidate's acceptance lengths are the loop's."""

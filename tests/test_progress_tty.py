@@ -49,6 +49,7 @@ def run_on_tty(*args: str) -> tuple[int, str, str]:
     return code, out, b"".join(chunks).decode(errors="replace")
 
 
+@pytest.mark.slow
 def test_smoke_run_says_what_loads_before_torch_then_erases_it() -> None:
     code, out, term = run_on_tty("smoke-run", str(DRAFT), "--target", str(TARGET), "-n", "8", "-p", "2+2=")
     assert code == 0 and "DF408" in out, term  # 8 tokens of one prompt: too little evidence for a verdict
@@ -58,6 +59,7 @@ def test_smoke_run_says_what_loads_before_torch_then_erases_it() -> None:
     assert "loading target" in term and "smoke-run" in out
 
 
+@pytest.mark.slow
 def test_probe_taps_shows_a_bar_over_the_candidates() -> None:
     code, out, term = run_on_tty("probe-taps", str(DRAFT), "--target", str(TARGET), "-n", "8", "--budget", "3")
     assert code == 0, term
@@ -66,6 +68,7 @@ def test_probe_taps_shows_a_bar_over_the_candidates() -> None:
     assert "measuring tap sets (3 of 8 layers)" not in out, "the bar is on stderr"
 
 
+@pytest.mark.slow
 def test_quiet_and_json_stay_silent_on_a_terminal() -> None:
     code, out, term = run_on_tty("smoke-run", str(DRAFT), "--target", str(TARGET), "-n", "8", "-p", "2+2=", "--json")
     assert code == 0 and term == "", term  # one prompt: DF408, a warning

@@ -27,6 +27,7 @@ def test_the_pre_check_counts_the_dequantized_size(variant: str) -> None:
     assert needed_bytes(_tensors(ROOT / "fixtures/tiny-quant" / variant), torch.bfloat16) == plain
 
 
+@pytest.mark.slow
 def test_a_06b_quantized_target_loads_within_the_bound(tmp_path: Path) -> None:
     from bench_quant_memory import measure
     from quant_random import write

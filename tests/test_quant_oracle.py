@@ -82,6 +82,7 @@ def _ours(folder: Path, ids: list[int]) -> torch.Tensor:
         return model(torch.tensor([ids])).logits[0].float()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("variant", "python", "flags", "tol"), CASES, ids=[c[0] for c in CASES])
 def test_dequantized_logits_match_the_oracle(variant: str, python: str, flags: list[str], tol: float,
                                              tmp_path: Path) -> None:
@@ -93,6 +94,7 @@ def test_dequantized_logits_match_the_oracle(variant: str, python: str, flags: l
     assert torch.equal(ours.argmax(-1), theirs.argmax(-1))
 
 
+@pytest.mark.slow
 def test_fp8_dynamic_weights_match_and_the_activation_gap_is_the_format_s(tmp_path: Path) -> None:
     """compressed-tensors' FP8_DYNAMIC also quantizes activations per token; with that removed
     from the config its decompressed weights give our logits exactly, and with it kept (the

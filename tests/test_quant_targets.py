@@ -198,6 +198,7 @@ def test_inspect_pairs_a_quantized_target_by_its_config(cli: Any) -> None:
 # -- fp16 targets beside a bf16 draft (item 6) ------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["native", "transformers"])
 def test_fp16_target_tensors_enter_the_bf16_draft_cast(cli: Any, monkeypatch: pytest.MonkeyPatch, backend: str) -> None:
     """The two boundaries where target tensors enter the draft, the block embeddings and the

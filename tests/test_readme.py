@@ -94,7 +94,8 @@ def test_readme_examples_prints_and_does_not_rewrite(tmp_path: Path, fixtures_ro
     assert "write_text" in main and '"--write" in sys.argv' in main
 
 
-@pytest.mark.parametrize("ex", EXAMPLES, ids=[f"{ex.file.name}: {' '.join(ex.argv)[:60]}" for ex in EXAMPLES])
+@pytest.mark.parametrize("ex", [pytest.param(ex, marks=[pytest.mark.slow] if ex.timed else []) for ex in EXAMPLES],
+                         ids=[f"{ex.file.name}: {' '.join(ex.argv)[:60]}" for ex in EXAMPLES])
 def test_example_output_is_what_the_command_prints(ex, fixtures_root: Path) -> None:
     """Each ``$ dflash-ckpt ...`` block is the command's real output (`python tests/readme_examples.py`
     rewrites them); smoke-run's speeds differ run to run, so its figures are masked."""

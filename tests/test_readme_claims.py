@@ -111,6 +111,7 @@ def test_missing_taps_name_probe_taps(fixtures_root: Path, tmp_path: Path) -> No
     assert [f["key"] for f in block] == ["block_size"] and "probe-taps" not in block[0]["message"], "probe-taps measures taps only"
 
 
+@pytest.mark.slow
 def test_smoke_run_refusal_names_probe_taps_and_prechecks_are_finding_lines(tmp_path: Path, fixtures_root: Path) -> None:
     pytest.importorskip("torch")
     pytest.importorskip("tokenizers")

@@ -53,6 +53,7 @@ print(next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith(
 """
 
 
+@pytest.mark.slow
 def test_a_huge_template_is_compiled_in_the_limited_child_not_here(tmp_path: Path) -> None:
     """512 KiB of ``{{x}}``: jinja2 needs about 1 GiB to compile it; this process stays small."""
     folder = _tokenizer_folder(tmp_path, "{{x}}" * 104857)
@@ -82,6 +83,7 @@ def _children() -> str:
     return Path(f"/proc/{pid}/task/{pid}/children").read_text().strip()
 
 
+@pytest.mark.slow
 def test_sigxcpu_ignored_and_one_c_call_still_end_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     """A shell that ignores SIGXCPU passes that to the child; the child restores it, and its hard
     CPU limit kills it whatever it ignores."""
@@ -202,6 +204,7 @@ def test_an_address_space_limit_too_small_for_torch_is_one_df407_line(command: s
     assert "DF407" in lines[0] and f"{mib} MiB" in lines[0] and "raise the limit" in lines[0]
 
 
+@pytest.mark.slow
 def test_a_limit_above_the_floor_runs_the_good_pair_past_its_template() -> None:
     """800 MiB: the child's limit is clamped, so the good template renders; the run passes (or,
     on a machine whose libraries map more, is refused by the floor), never a DF002."""
@@ -240,6 +243,7 @@ NO_USER = "~nosuchuser-i32b/x"
     ["probe-taps", NO_USER, "--target", str(TARGET)],
 ], ids=["inspect", "inspect-sarif", "inspect-json", "normalize-draft", "normalize-out", "smoke-draft",
         "smoke-target", "smoke-tokenizer", "probe-taps"])
+@pytest.mark.slow
 def test_a_tilde_user_that_does_not_exist_is_one_df001_line(args: list[str], tmp_path: Path) -> None:
     args = [str(tmp_path / "out") if a == "OUT_DIR" else a for a in args]
     res = run_cli(*args, cwd=tmp_path)

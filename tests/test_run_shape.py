@@ -105,6 +105,7 @@ def test_run_smoke_run_returns_what_json_prints(cli, capsys: pytest.CaptureFixtu
     assert err.value.exit_code == 2 and "--backend 'tensorrt'" in err.value.message
 
 
+@pytest.mark.slow
 def test_a_run_reads_each_header_and_config_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """The plan reuses what the checks read: the draft's safetensors headers once per smoke-run
     (as one inventory reads them), the target's config.json once per probe-taps."""

@@ -365,6 +365,7 @@ def test_dflash_decoding_with_a_dflash2_draft_is_lossless(tmp_path: Path) -> Non
     assert sum(spec.acceptance_lengths) == len(spec.tokens) - 1
 
 
+@pytest.mark.slow
 def test_smoke_run_accepts_a_dflash2_draft(tmp_path: Path) -> None:
     target = tm.make_target(tmp_path / "t")
     draft = tm.make_draft2(tmp_path / "d2")

@@ -185,6 +185,7 @@ def test_a_draft_tapping_minus_one_decodes_losslessly(fp32) -> None:
     assert eager.acceptance_lengths == static.acceptance_lengths
 
 
+@pytest.mark.slow
 def test_smoke_run_accepts_a_draft_tapping_the_embedding_output(cli, tmp_path: Path, pair: tuple[Path, Path]) -> None:
     """DeepSpec drafts tap -1: inspect's range check (DF114) lets it through and the run is lossless
     on both layouts; the JSON says which layout ran."""

@@ -59,6 +59,7 @@ def outputs(target: Any, draft: Any) -> dict[str, Any]:
             "verify_logits": out.logits, "features": out.features}
 
 
+@pytest.mark.slow
 @needs_onednn
 def test_packed_path_is_bit_identical_to_the_plain_one() -> None:
     target, draft = load_pair()
@@ -172,6 +173,7 @@ FAST_PATH = "onednn-packed" if can_pack(torch.empty(2, 2, dtype=torch.bfloat16))
     "avx2-kernel" if cpu_kernel.usable(torch.empty(2, 2, dtype=torch.bfloat16)) else None)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(FAST_PATH is None, reason="this CPU has neither oneDNN's bf16 path nor the AVX2 kernel")
 def test_smoke_run_takes_the_fast_path_on_the_cpu_unless_no_compile() -> None:
     """Packed oneDNN weights where oneDNN has bf16, the AVX2 kernel elsewhere (runtime/cpu_kernel.py):

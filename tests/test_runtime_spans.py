@@ -66,6 +66,7 @@ def test_steps_attend_over_the_used_span_not_the_capacity(fp32, capacity: int) -
     assert set(rec.keys) == {min(128, capacity)}
 
 
+@pytest.mark.slow
 def test_runs_crossing_span_buckets_give_the_generic_tokens(fp32) -> None:
     """Decoding from 13 to 153 positions crosses the 64 and 128 buckets of a 300-position cache."""
     target, draft = fp32

@@ -37,6 +37,7 @@ def oracle(full: list[int], corrupt: float, seed: int):
     return propose
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("block", [2, 5, 8, 16])
 def test_static_padded_loop_gives_the_generic_tokens_and_acceptance(fp32, block: int) -> None:
     """Fixed-width verification (last block padded), block-wide padded draft contexts and
@@ -169,6 +170,7 @@ def test_projections_are_fused_without_a_second_copy(fp32) -> None:
     torch.testing.assert_close(plain.detach(), fused, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_loading_does_not_import_dynamo(pair: tuple[Path, Path]) -> None:
     """torch._dynamo costs about a second and 70 MB; building modules on the meta device used
     to import it (nn.Embedding's random init)."""

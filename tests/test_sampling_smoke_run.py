@@ -35,6 +35,7 @@ def outputs(d: dict[str, Any]) -> list[list[int]]:
     return [p["output_ids"] for p in d["prompts"]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rule", ["match", "rejection"])
 def test_a_sampled_run_names_its_rule_and_settings_and_a_seed_reproduces_it(cli, rule: str) -> None:
     first = doc(smoke(cli, PAIR, *SAMPLED, "--verify", rule, "--top-p", "0.95", "--top-k", "20", "--json"))
@@ -80,6 +81,7 @@ def _target_copy(tmp_path: Path, generation_config: dict[str, Any] | None) -> Pa
     return target
 
 
+@pytest.mark.slow
 def test_sampling_from_the_targets_generation_config(cli, tmp_path: Path) -> None:
     target = _target_copy(tmp_path, {"do_sample": True, "temperature": 0.7, "top_p": 0.8, "top_k": 5})
     d = doc(smoke(cli, (PAIR[0], str(target)), *FAST, "--sampling", "generation-config", "--seed", "3", "--json"))
@@ -122,6 +124,7 @@ def fp16_draft(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _fp16_copy(TINY / "draft", tmp_path_factory.mktemp("fp16") / "draft")
 
 
+@pytest.mark.slow
 def test_stored_dtypes_are_stated_and_draft_dtype_stored_runs_them(cli, fp16_draft: Path) -> None:
     pair = (str(fp16_draft), PAIR[1])
     default = doc(smoke(cli, pair, *FAST, "--json"))["settings"]
@@ -149,6 +152,7 @@ def test_an_fp16_target_runs_stored_against_a_bf16_draft(cli, tmp_path: Path) ->
     assert all(p["lossless"]["status"] in ("identical", "tie") for p in d["prompts"]) and d["overall"]["tau"] > 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["native", "transformers"])
 def test_top_k_1_samples_the_greedy_output_under_both_rules(cli, backend: str) -> None:
     """At top-k 1 the processed distribution is one-hot at the argmax, so both rules, wired

@@ -59,6 +59,7 @@ def test_a_script_needing_transformers_is_skipped_naming_the_hf_extra(tmp_path: 
     assert proc.stdout.startswith("SKIPPED") and "'hf' extra" in proc.stdout and "transformers" in proc.stdout, proc.stdout
 
 
+@pytest.mark.slow
 def test_bench_backends_without_transformers_is_skipped_not_failed() -> None:
     """The case of issue 25: the transformers backend's module imports transformers at the top."""
     pytest.importorskip("torch")

@@ -133,6 +133,7 @@ def _limited(mode: str, extra: int, pair: tuple[Path, Path]) -> subprocess.Compl
                                             "PYTHONPATH": str(ROOT)}, cwd=ROOT)
 
 
+@pytest.mark.slow
 def test_an_address_space_limit_refuses_before_loading(sparse_pair) -> None:
     """RLIMIT_AS with 600 MiB of room (what ``prlimit --as`` sets): the 0.6B pair needs ~1.5
     GiB; before, this passed the check and died in loading with exit 1."""
@@ -141,6 +142,7 @@ def test_an_address_space_limit_refuses_before_loading(sparse_pair) -> None:
     assert "--target-dtype" not in err  # the target already runs in bf16
 
 
+@pytest.mark.slow
 def test_running_out_of_memory_during_the_run_is_one_line_exit_2(sparse_pair) -> None:
     """The pre-check is blinded; the load itself runs out of address space."""
     err = one_error_line(_limited("run-oom", 600 << 20, sparse_pair), code="DF407")

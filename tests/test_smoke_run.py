@@ -272,6 +272,7 @@ def test_compare_outputs() -> None:
     assert (short.status, short.position, short.margin) == ("differs", 2, None)
 
 
+@pytest.mark.slow
 def test_subprocess_run_and_cli_import_without_torch(pair) -> None:
     code = "import sys, dflash_ckpt.cli; sys.exit(1 if 'torch' in sys.modules else 0)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

@@ -33,6 +33,7 @@ def df403(doc: dict) -> str:
     return msg
 
 
+@pytest.mark.slow
 def test_low_tau_names_the_prompt_format_when_it_may_be_the_cause(cli, pair) -> None:
     default = df403(smoke(cli, pair, *FAST, "--json").merged())
     assert "target_layer_ids" in default and "prompt format" not in default
@@ -156,6 +157,7 @@ def test_missing_run_extra_names_the_clone_install(cli, monkeypatch: pytest.Monk
     assert 'pip install -e ".[run]"' in readme and "--index-url https://download.pytorch.org/whl/cpu" in readme
 
 
+@pytest.mark.slow
 def test_a_suite_runs_its_prompts_by_name_and_reports_tau_per_suite(cli) -> None:
     """``--suite code``: the package's code prompts (``code-01``...), with the chat template as
     for any prompt, tau per suite with its interval in the report and in JSON ``suites``."""

@@ -60,6 +60,7 @@ def test_suite_files_say_what_they_are() -> None:
         assert "Written for dflash-ckpt" in doc["description"]
 
 
+@pytest.mark.slow
 def test_the_data_ships_in_the_wheel(tmp_path: Path) -> None:
     """setuptools puts the suites and the published figures in the wheel (package-data)."""
     pytest.importorskip("setuptools")

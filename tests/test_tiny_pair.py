@@ -134,6 +134,7 @@ def test_training_record_reports_curve_and_acceptance():
 # -- inspect and normalize -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_inspect_finds_nothing_wrong_with_draft_top_level_or_shifted_taps():
     for folder, taps in ((DRAFT, [1, 3, 5]), (TOP, [1, 3, 5]), (SHIFTED, [2, 4, 6])):
         code, doc = inspect_json(folder)
@@ -155,6 +156,7 @@ def test_draft_is_canonical_and_the_top_level_copy_is_not():
     assert cli("normalize", str(TOP), "--check").code == 1
 
 
+@pytest.mark.slow
 def test_normalizing_the_top_level_copy_gives_the_draft(tmp_path: Path):
     out = tmp_path / "normalized"
     res = run_cli("normalize", str(TOP), str(out), "--copy")  # no hard link into the committed fixture
@@ -169,6 +171,7 @@ def test_normalizing_the_top_level_copy_gives_the_draft(tmp_path: Path):
 # -- smoke-run -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_draft_passes_smoke_run_with_real_acceptance():
     code, doc = smoke(DRAFT)
     assert code == 0 and doc["ok"] and doc["findings"] == []
@@ -187,6 +190,7 @@ def test_draft_passes_smoke_run_with_real_acceptance():
     assert overall["target_forwards"]["dflash"] * 3 < overall["target_forwards"]["target_only"]
 
 
+@pytest.mark.slow
 def test_training_record_matches_what_smoke_run_measures():
     """The script measures with the runtime smoke-run uses; bf16 kernels differ a little between
     CPUs, so another machine may move a few acceptance lengths."""
@@ -195,6 +199,7 @@ def test_training_record_matches_what_smoke_run_measures():
         assert smoke(folder)[1]["overall"]["tau"] == pytest.approx(rec[key]["tau"], abs=0.5)
 
 
+@pytest.mark.slow
 def test_top_level_layout_decodes_the_same_tokens_with_the_same_acceptance():
     code, doc = smoke(TOP)
     _, base = smoke(DRAFT)
@@ -218,6 +223,7 @@ def test_shifted_taps_fail_smoke_run_with_a_message_naming_the_tap_layers():
     assert all(p["lossless"]["status"] == "identical" for p in doc["prompts"])
 
 
+@pytest.mark.slow
 def test_fp16_draft_runs_with_the_dtype_warnings_and_its_acceptance():
     """What the fp16 fixture shows on this pair: smoke-run warns (DF143, DF221) and, by default,
     runs the draft in bf16, where the fp16 values are the bf16 ones again (only subnormals
@@ -251,6 +257,7 @@ CROSS_CHECK_PROMPTS = (
 )
 
 
+@pytest.mark.slow
 def test_runtime_greedy_equals_the_training_model_greedy():
     """The runtime (dflash_ckpt/runtime) and the training model (fixtures/tiny_pair_src/qwen3.py)
     were written apart; on the saved weights, in float32, their greedy tokens must agree."""

@@ -75,6 +75,7 @@ def test_shifted_twin_differs_only_in_its_taps() -> None:
         {k: v for k, v in v1.items() if k not in ("architectures", "dflash_config")}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("folder", [DRAFT2, SHIFTED2], ids=["draft2", "draft2-shifted-taps"])
 def test_inspect_passes(folder: Path) -> None:
     res = cli("inspect", str(folder), "--target", str(TARGET), "--json", "--strict")
@@ -84,6 +85,7 @@ def test_inspect_passes(folder: Path) -> None:
     assert {f["code"] for f in doc["findings"]} == {"DF220"}
 
 
+@pytest.mark.slow
 def test_draft2_passes_smoke_run() -> None:
     code, doc = smoke(DRAFT2)
     assert code == 0, doc["findings"]
@@ -92,6 +94,7 @@ def test_draft2_passes_smoke_run() -> None:
     assert doc["overall"]["tau"] >= MIN_TAU
 
 
+@pytest.mark.slow
 def test_draft2_shifted_taps_fails_smoke_run() -> None:
     code, doc = smoke(SHIFTED2)
     assert code == 1

@@ -54,6 +54,7 @@ def test_the_anchor_first_folder_declares_its_layout_and_holds_only_the_draft() 
     assert ANCHOR.joinpath("model.safetensors").stat().st_size < 1_000_000
 
 
+@pytest.mark.slow
 def test_anchor_first_draft_passes_smoke_run_in_its_layout() -> None:
     code, doc = smoke(ANCHOR)
     s = doc["settings"]
@@ -65,6 +66,7 @@ def test_anchor_first_draft_passes_smoke_run_in_its_layout() -> None:
     assert not codes(doc) & {"DF403", "DF418"}
 
 
+@pytest.mark.slow
 def test_anchor_first_draft_run_as_one_plus_n_drops_to_tau_one() -> None:
     code, doc = smoke(ANCHOR, "--layout", "1+N")
     assert doc["settings"]["layout"] == "1+N" and doc["settings"]["layout_source"] == "--layout"
@@ -73,6 +75,7 @@ def test_anchor_first_draft_run_as_one_plus_n_drops_to_tau_one() -> None:
     assert all(p["lossless"]["status"] in ("identical", "tie") for p in doc["prompts"])  # wrong, yet lossless
 
 
+@pytest.mark.slow
 def test_one_plus_n_draft_run_as_anchor_first_drops_to_tau_one() -> None:
     code, doc = smoke(DRAFT, "--layout", "anchor-first")
     assert doc["settings"]["verify_width"] == 9
@@ -83,6 +86,7 @@ def test_one_plus_n_draft_run_as_anchor_first_drops_to_tau_one() -> None:
     assert code == 0 and "DF418" not in codes(doc) and doc["overall"]["tau"] >= MIN_TAU
 
 
+@pytest.mark.slow
 def test_transformers_backend_runs_the_anchor_first_draft_like_the_native_one() -> None:
     pytest.importorskip("transformers")
     code, doc = smoke(ANCHOR, "--backend", "transformers")
@@ -103,6 +107,7 @@ def test_training_record_matches_what_smoke_run_measures() -> None:
     assert record["layout"] == "anchor-first" and record["train_seconds"] > 0
 
 
+@pytest.mark.slow
 def test_unknown_layout_is_a_usage_error() -> None:
     pytest.importorskip("torch")
     res = cli("smoke-run", str(DRAFT), "--target", str(TARGET), "--layout", "2+N")
@@ -136,6 +141,7 @@ def lost(tmp_path_factory: pytest.TempPathFactory) -> tuple[CliResult, dict[str,
     return (*probe(folder, out, "--layout-for", "vllm", "--layout-for", "speculators"), out)
 
 
+@pytest.mark.slow
 def test_probe_recovers_the_lost_anchor_first_layout(lost: Any) -> None:
     res, doc, _ = lost
     m = doc["layout"]
@@ -148,6 +154,7 @@ def test_probe_recovers_the_lost_anchor_first_layout(lost: Any) -> None:
     assert res.code == 1 and wrong and "trained anchor-first" in wrong[0]["message"]
 
 
+@pytest.mark.slow
 def test_write_records_the_layout_in_the_keys_the_named_engines_read(lost: Any) -> None:
     _, doc, out = lost
     assert doc["write"]["written"], doc["write"]
@@ -157,6 +164,7 @@ def test_write_records_the_layout_in_the_keys_the_named_engines_read(lost: Any) 
     assert code == 0 and smoked["settings"]["layout"] == "anchor-first" and smoked["overall"]["tau"] >= ANCHOR_MIN_TAU
 
 
+@pytest.mark.slow
 def test_probe_confirms_the_one_plus_n_layout_of_the_draft_without_a_key(tmp_path: Path) -> None:
     res, doc = probe(DRAFT, tmp_path / "out")
     m = doc["layout"]
@@ -166,6 +174,7 @@ def test_probe_confirms_the_one_plus_n_layout_of_the_draft_without_a_key(tmp_pat
     assert "sample_from_anchor" not in config(tmp_path / "out").get("dflash_config", {})  # nothing to record
 
 
+@pytest.mark.slow
 def test_probe_corrects_a_wrong_anchor_first_key_on_the_one_plus_n_draft(tmp_path: Path) -> None:
     folder = copy_with(tmp_path, DRAFT, lambda c: c["dflash_config"].update(sample_from_anchor=True))
     res, doc = probe(folder, tmp_path / "out")

@@ -174,6 +174,7 @@ def greedy_reply(model: Any, tokenizer: Any, user: str) -> str:
     return tokenizer.decode(out[0], skip_special_tokens=False)
 
 
+@pytest.mark.slow
 def test_saved_target_answers_memorised_requests_exactly(trained, tokenizer):
     from tiny_pair_src.corpus import FACTS
 
@@ -187,6 +188,7 @@ def test_saved_target_answers_memorised_requests_exactly(trained, tokenizer):
     assert reply.endswith("<|im_end|>")
 
 
+@pytest.mark.slow
 def test_saved_target_counts_from_where_it_is_told(trained, tokenizer):
     rng = random.Random(7)
     for _ in range(3):
@@ -195,6 +197,7 @@ def test_saved_target_counts_from_where_it_is_told(trained, tokenizer):
         assert reply.startswith(f"Counting from {s} to {s + 12}: " + ", ".join(str(i) for i in range(s, s + 13)))
 
 
+@pytest.mark.slow
 def test_saved_target_sums_step_by_step_with_the_operands_it_was_given(trained, tokenizer):
     """The step-by-step form, the operands copied from the prompt, one result stated twice:
     predictable structure (the tiny model's carries are not always right)."""
