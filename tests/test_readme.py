@@ -118,3 +118,15 @@ def test_shape_masks_what_the_cpu_path_moves() -> None:
     head = "fixtures/tiny-pair/draft on fixtures/tiny-pair/target  block 8  chat template on"
     assert (shape(head + "  AVX2 bf16 kernel (44, 0.03 s, not in any figure)\n")
             == shape(head + "  prepacked weights (44, 0.10 s, not in any figure)\n") == shape(head + "\n"))
+
+
+def test_shape_reads_a_near_tie_as_the_cpu_paths() -> None:
+    """An output matching with a near tie on one CPU path matches exactly on another: the table's
+    cell, the overall count and the DF402 row are the path's, a DIFFERS is not."""
+    tied = (" chat-14  │  64 │ tie      \n overall  │ 806 │ 16/16 match (1 tie) \n"
+            "Findings\n code  ┃ severity ┃ message\n━━━━━━━╇━━━━━━━━━━╇━━━━━━━━\n"
+            " DF402 │ info     │ chat-14: outputs part at position 12\n       │          │ a near tie\n"
+            "PASS  tau 2.62, outputs match on 16/16 prompt(s) (1 tie)\n")
+    same = " chat-14  │  64 │ same     \n overall  │ 806 │ 16/16 same \nPASS  tau 2.60, outputs match on 16/16 prompt(s)\n"
+    assert shape(tied) == shape(same)
+    assert shape(tied.replace("│ tie ", "│ DIFFERS ")) != shape(same)
