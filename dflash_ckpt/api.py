@@ -136,7 +136,8 @@ def smoke_run(draft: str | os.PathLike[str], target: str | os.PathLike[str], *, 
               token: str | None = None, threads: int | None = None, no_compile: bool = False,
               engine: str = "reference", tensor_parallel_size: int = 1, pipeline_parallel_size: int = 1,
               max_model_len: int | None = None, engine_arg: str | Sequence[str] | None = (),
-              engine_timeout: float | None = None, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0,
+              engine_timeout: float | None = None, concurrency: int | None = None, temperature: float = 0.0,
+              top_p: float = 1.0, top_k: int = 0,
               seed: int = 0, verify: str = "match", sampling: str = "options",
               progress: ProgressBar | None = None, log: Callable[[str], None] | None = None) -> SmokeResult:
     """Decode with the target alone and with DFlash, check the outputs match and measure
@@ -144,7 +145,9 @@ def smoke_run(draft: str | os.PathLike[str], target: str | os.PathLike[str], *, 
     one text or a list (default: the built-in prompts); ``prompts``: a JSONL file; ``suite``: one of
     ``math``, ``code``, ``chat``, ``long``, ``all`` instead of either; ``progress``: a
     rich ``Progress`` to show, ``log``: a callable for the loading line. ``temperature`` > 0 (or
-    ``sampling="generation-config"``) samples, verifying blocks by the ``verify`` rule.
+    ``sampling="generation-config"``) samples, verifying blocks by the ``verify`` rule;
+    ``engine="vllm-serve"`` runs the printed serve line in vLLM's server, ``concurrency`` requests at
+    once in its load phase.
     """
     _need_run_extra("smoke-run")
     from dflash_ckpt.run.options import SmokeOptions, fill

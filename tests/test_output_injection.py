@@ -155,6 +155,23 @@ def _serve_lines(stdout: str) -> dict[str, str]:
     return out
 
 
+def shown_then(stdout: str) -> str:
+    """TensorRT-LLM's second printed part: the command run after the YAML is written."""
+    (line,) = [ln for ln in stdout.splitlines() if ln.startswith("    then run: ")]
+    return line.removeprefix("    then run: ")
+
+
+def _trtllm_parts_are_the_argv(line: str, command: str, argv: list[str]) -> None:
+    """The YAML shown is the document the argv's ``printf`` writes, and the command shown is the
+    one it execs: the two parts a person pastes do what the argv does."""
+    yaml = pytest.importorskip("yaml")
+    assert line.startswith("write dflash-options.yaml: "), line
+    words = shlex.split(argv[2])
+    written = "\n".join(words[2:words.index(">")])
+    assert yaml.safe_load(line.removeprefix("write dflash-options.yaml: ")) == yaml.safe_load(written), (line, written)
+    assert shlex.split(command) == words[words.index("exec") + 1:], command
+
+
 def _paths_in(engine: str, argv: list[str]) -> set[str]:
     """The draft path each engine will open, read back from its argv as the engine reads it."""
     yaml = pytest.importorskip("yaml")
@@ -183,6 +200,8 @@ def test_serve_argv_is_faithful_and_the_line_pastes_to_it(cli, serve_drafts) -> 
             if line == NOT_SHOWN:
                 assert shell_line(argv) is None
                 assert any(c in name for c in "\n\t\u202e\u200e\x7f") or "\udcff" in name, (name, engine)
+            elif engine == "tensorrt-llm":  # two readable parts: the YAML it writes, the command
+                _trtllm_parts_are_the_argv(line, shown_then(cli("inspect", "--target", target, "--", name).stdout), argv)
             else:
                 assert shlex.split(line) == argv, (name, engine, line)
         if name == "emo\U0001F600ji":  # every line shows the real path, no surrogate escapes

@@ -128,6 +128,7 @@ def test_recovers_the_trained_taps_with_smoke_runs_tau(recovered: Any) -> None:
     assert "--target-layer-ids 1,3,5" in doc["normalize_command"]
 
 
+@pytest.mark.slow
 def test_write_puts_the_winner_into_a_normalized_copy_and_leaves_the_draft_alone(recovered: Any, stripped: Path) -> None:
     res, out, before = recovered
     doc = res.merged()
@@ -212,6 +213,7 @@ def test_a_draft_that_does_not_fit_the_target_is_refused(tmp_path: Path, cli_her
     assert res.code == 2 and "fc.weight reads 3 taps" in res.stderr, res.stderr
 
 
+@pytest.mark.slow
 def test_write_replaces_configured_ids_that_measure_worse(shifted: Any) -> None:
     res, out = shifted
     doc = res.merged()

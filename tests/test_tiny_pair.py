@@ -211,6 +211,7 @@ def test_top_level_layout_decodes_the_same_tokens_with_the_same_acceptance():
     assert doc["overall"]["tau"] == base["overall"]["tau"]
 
 
+@pytest.mark.slow
 def test_shifted_taps_fail_smoke_run_with_a_message_naming_the_tap_layers():
     code, doc = smoke(SHIFTED)
     assert code == 1 and not doc["ok"] and not doc["refused"]

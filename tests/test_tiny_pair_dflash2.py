@@ -104,6 +104,7 @@ def test_draft2_shifted_taps_fails_smoke_run() -> None:
     assert low and "target_layer_ids [2, 4, 6]" in low[0]["message"]
 
 
+@pytest.mark.slow
 def test_recorded_training_figures_match_the_run() -> None:
     """draft2-training.json records what smoke-run measures now (the same tokens, so the same tau)."""
     record = json.loads((PAIR / "draft2-training.json").read_text())

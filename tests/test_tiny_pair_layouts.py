@@ -96,6 +96,7 @@ def test_transformers_backend_runs_the_anchor_first_draft_like_the_native_one() 
     assert doc["overall"]["tau"] == pytest.approx(native["overall"]["tau"], abs=0.3)
 
 
+@pytest.mark.slow
 def test_training_record_matches_what_smoke_run_measures() -> None:
     record = json.loads((PAIR / "draft-anchor-first-training.json").read_text())
     acc = record["acceptance"]
