@@ -136,10 +136,13 @@ def test_training_record_reports_curve_and_acceptance():
 
 @pytest.mark.slow
 def test_inspect_finds_nothing_wrong_with_draft_top_level_or_shifted_taps():
-    for folder, taps in ((DRAFT, [1, 3, 5]), (TOP, [1, 3, 5]), (SHIFTED, [2, 4, 6])):
+    """The shifted taps load cleanly (smoke-run and probe-taps catch them); the top-level copy
+    only warns that a reader cannot load it as published (DF148: lmdeploy 0.18, with the
+    normalize line that fixes it)."""
+    for folder, taps, warned in ((DRAFT, [1, 3, 5], []), (TOP, [1, 3, 5], ["DF148"]), (SHIFTED, [2, 4, 6], [])):
         code, doc = inspect_json(folder)
         assert code == 0 and doc["ok"], folder
-        assert severities(doc, "error", "warning") == [], doc["findings"]
+        assert severities(doc, "error", "warning") == warned, doc["findings"]
         assert doc["resolved"]["target_layer_ids"] == taps
     assert inspect_json(DRAFT)[1]["layout"] == "nested"
     assert inspect_json(TOP)[1]["layout"] == "top-level"
