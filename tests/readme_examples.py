@@ -164,6 +164,8 @@ def shape(output: str) -> str:
             continue
         if line.startswith("the simulation was off by up to "):  # probe-taps: the CPU path's (near ties)
             continue
+        if line.startswith(("bf16 products run on torch's slower path", "the AVX2 kernel was built for this run alone")):
+            continue  # which bf16 path a machine takes, and why, is the machine's
         if line.startswith((" DF406 ", " DF402 ")):  # withheld speedup; a near tie (the CPU path's, below)
             skipping = True
             continue

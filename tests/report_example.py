@@ -33,6 +33,8 @@ def masked(report: str) -> str:
     # the machine's too
     text = re.sub(r"^(\*\*Speedup .*|Speedup withheld: .*)$", "SPEED", text, flags=re.M)
     text = re.sub(r"^\| `DF406` \|.*\n", "", text, flags=re.M)
+    # the acceptance tables' bars are the counts drawn, which move with the CPU's numeric path
+    text = re.sub(r"█+", "█", text)
     return shape(text)
 
 
