@@ -190,4 +190,5 @@ def shape(output: str) -> str:
     text = re.sub(r"│ tie( +)$", r"│ same\1", text, flags=re.M)
     text = re.sub(r"(\d+/\d+) match \(\d+ ties?\)", r"\1 same", text)
     text = re.sub(r" \(\d+ ties?\)", "", text)
+    text = re.sub(r"━+", "━", text)  # a column's rule is as wide as its widest cell, a tie's included
     return re.sub(r" +", " ", re.sub(r"\d+(\.\d+)?x?", "#", text))
