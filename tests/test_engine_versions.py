@@ -13,23 +13,16 @@ from conftest import ROOT
 from dflash_ckpt.checks.engines.registry import ENGINES, BY_KEY
 from dflash_ckpt.checks.engines.versions import ABOVE, BELOW, WITHIN, Versions, release, standing
 from dflash_ckpt.engines.vllm_facts import PYTHON_ENV, version_findings
+from test_engine_refusals import fake_python
 
 TINY = ROOT / "fixtures" / "tiny-pair"
 DOC = (ROOT / "docs" / "engines.md").read_text()
 
 
 def fake_vllm_python(tmp: Path, version: str, dist: str = "vllm") -> str:
-    """A python that finds a bare ``vllm`` package of ``dist==version`` (no real vLLM)."""
-    site = tmp / "site"
-    (site / "vllm").mkdir(parents=True)
-    (site / "vllm" / "__init__.py").write_text("")
-    info = site / f"{dist.replace('-', '_')}-{version}.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
-    exe = tmp / "python"
-    exe.write_text(f"#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} -S \"$@\"\n")
-    exe.chmod(0o755)
-    return str(exe)
+    """A python that finds a bare ``vllm`` package of ``dist==version`` (no real vLLM):
+    test_engine_refusals' ``fake_python`` with an empty package."""
+    return fake_python(tmp, files={"vllm/__init__.py": ""}, dist=f"{dist}=={version}")
 
 
 def test_every_engine_states_its_versions_and_the_doc_shows_them() -> None:
