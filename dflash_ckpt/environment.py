@@ -124,7 +124,7 @@ def _nvidia_driver() -> str | None:
 def engine_facts() -> dict[str, Any]:
     """vLLM as ``smoke-run --engine vllm`` would run it (its python, version, DFlash), and the
     versions of the other engines installed in this python (None: not installed)."""
-    from dflash_ckpt.engines.vllm_facts import PYTHON_ENV, read_facts
+    from dflash_ckpt.engine_runners.vllm_facts import PYTHON_ENV, read_facts
 
     facts = read_facts()
     vllm = {"python": facts.python, "named_by": PYTHON_ENV if os.environ.get(PYTHON_ENV) else None,

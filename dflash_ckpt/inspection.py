@@ -14,8 +14,8 @@ from dflash_ckpt.checks import run_checks
 from dflash_ckpt.checks.engines.reading import Verdict
 from dflash_ckpt.checks.engines.registry import BY_KEY, READER_TITLES
 from dflash_ckpt.checks.engines.verdicts import judge_readers
-from dflash_ckpt.engines.vllm_facts import reader_check_note as vllm_reader_note
-from dflash_ckpt.engines.vllm_facts import version_findings as vllm_version_findings
+from dflash_ckpt.engine_runners.vllm_facts import reader_check_note as vllm_reader_note
+from dflash_ckpt.engine_runners.vllm_facts import version_findings as vllm_version_findings
 from dflash_ckpt.errors import DFlashCkptError, InputError
 from dflash_ckpt.rules import Finding, Severity, finding
 from dflash_ckpt.result import error_json
@@ -139,7 +139,7 @@ class InspectResult:
 def facts_versions_json(key: str) -> dict[str, Any]:
     """``facts_versions`` of a reader (the releases its record was read against) and, for vLLM,
     ``installed_is`` (``below``/``within``/``above`` that range, ``None`` when not installed)."""
-    from dflash_ckpt.engines.vllm_facts import installed_standing
+    from dflash_ckpt.engine_runners.vllm_facts import installed_standing
 
     versions = BY_KEY[key].versions if key in BY_KEY else None
     out: dict[str, Any] = {"facts_versions": versions.to_json() if versions else None}

@@ -6,7 +6,7 @@
     python tests/make_vllm_trees.py WHEELS/*.whl
 
 Each listing holds the wheel's member paths under ``vllm/`` that the facts read
-(``dflash_ckpt.engines.vllm_tree.WATCHED``), one a line, after a header naming the wheel, so the
+(``dflash_ckpt.engine_runners.vllm_tree.WATCHED``), one a line, after a header naming the wheel, so the
 tests judge the three releases' trees with the same function the facts probe feeds.
 """
 
@@ -16,7 +16,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from dflash_ckpt.engines.vllm_tree import watched_paths
+from dflash_ckpt.engine_runners.vllm_tree import watched_paths
 
 OUT = Path(__file__).parent / "data" / "vllm-trees"
 
@@ -27,7 +27,7 @@ def listing(wheel: Path) -> tuple[str, str]:
     with zipfile.ZipFile(wheel) as z:
         paths = watched_paths(z.namelist())
     name = f"{dist.replace('_', '-')}-{version}.txt"
-    return name, f"# {wheel.name}: paths under vllm/ that dflash_ckpt.engines.vllm_tree reads\n" + "".join(
+    return name, f"# {wheel.name}: paths under vllm/ that dflash_ckpt.engine_runners.vllm_tree reads\n" + "".join(
         p + "\n" for p in paths)
 
 

@@ -41,7 +41,7 @@ def engine_cannot_run(returncode: int, what: str) -> str | None:
     """A skip reason when ``returncode`` (a child's, as ``subprocess`` gives it) says the engine
     died by a signal (SIGILL: its kernels use an instruction this CPU lacks; SIGKILL: memory),
     else ``None``."""
-    from dflash_ckpt.engines.child_signals import died_by
+    from dflash_ckpt.engine_runners.child_signals import died_by
 
     signum = -returncode if returncode < 0 else None
     if signum is None:

@@ -34,8 +34,8 @@ import pytest
 from conftest import ROOT, error_line, error_lines, no_traceback
 from fake_vllm import HOSTILE, fake_engine_python
 from own_processes import run_processes
-from dflash_ckpt.engines import vllm_facts
-from dflash_ckpt.engines.vllm_run import EngineFailed, run_child
+from dflash_ckpt.engine_runners import vllm_facts
+from dflash_ckpt.engine_runners.vllm_run import EngineFailed, run_child
 
 TINY = ROOT / "fixtures" / "tiny-pair"
 PAIR = (str(TINY / "draft"), str(TINY / "target"))
@@ -212,7 +212,7 @@ def test_the_deadline_ends_every_descendant_in_any_session(tmp_path: Path, monke
 
 _TOOL = """
 import os, sys
-from dflash_ckpt.engines.vllm_run import run_child
+from dflash_ckpt.engine_runners.vllm_run import run_child
 try:
     run_child({{"phases": []}}, python={python!r}, timeout_s=300, where="tgt")
 except KeyboardInterrupt:
@@ -271,7 +271,7 @@ def test_a_shell_between_the_tool_and_the_launcher_does_not_hide_its_death(tmp_p
 
 _PROBE_TOOL = """
 import sys
-from dflash_ckpt.engines import vllm_facts
+from dflash_ckpt.engine_runners import vllm_facts
 vllm_facts.FACTS_TIMEOUT_S = 300
 try:
     vllm_facts.read_facts({python!r})

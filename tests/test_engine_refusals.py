@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from conftest import ROOT, error_line, no_traceback, run_cli
-from dflash_ckpt.engines.vllm_facts import read_facts
-from dflash_ckpt.engines.vllm_run import EngineFailed, parse_engine_args, run_child
-from dflash_ckpt.engines.vllm_smoke import EngineOptions, build_request
+from dflash_ckpt.engine_runners.vllm_facts import read_facts
+from dflash_ckpt.engine_runners.vllm_run import EngineFailed, parse_engine_args, run_child
+from dflash_ckpt.engine_runners.vllm_smoke import EngineOptions, build_request
 
 TINY = ROOT / "fixtures" / "tiny-pair"
 PAIR = (str(TINY / "draft"), str(TINY / "target"))
@@ -172,7 +172,7 @@ def test_pass_through_reaches_vllm_llm(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = type(sys)("vllm")
     fake.LLM = lambda **kw: calls.append(kw)  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "vllm", fake)
-    spec = importlib.util.spec_from_file_location("vllm_child_under_test", ROOT / "dflash_ckpt" / "engines" / "vllm_child.py")
+    spec = importlib.util.spec_from_file_location("vllm_child_under_test", ROOT / "dflash_ckpt" / "engine_runners" / "vllm_child.py")
     child = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(child)
     child.build_llm(req, dflash=True)
@@ -196,7 +196,7 @@ def test_sampling_reaches_vllm_sampling_params() -> None:
     greedy = build_request(EngineOptions("vllm"), **common, sampling=make_settings())
     assert sampled["sampling"] == {"temperature": 0.6, "top_p": 0.9, "top_k": 20, "seed": 5}
     assert greedy["sampling"] is None
-    spec = importlib.util.spec_from_file_location("vllm_child_sampling", ROOT / "dflash_ckpt" / "engines" / "vllm_child.py")
+    spec = importlib.util.spec_from_file_location("vllm_child_sampling", ROOT / "dflash_ckpt" / "engine_runners" / "vllm_child.py")
     child = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(child)
     kw = child.sampling_kwargs(sampled, 8)
@@ -303,7 +303,7 @@ def test_inspect_says_which_vllm_the_row_was_checked_against(tmp_path: Path) -> 
 def test_memory_precheck_uses_vllms_own_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """On the CPU build: the weights and VLLM_CPU_KVCACHE_SPACE against MemAvailable (DF407);
     off it vLLM budgets itself (gpu_memory_utilization) and nothing is checked here."""
-    from dflash_ckpt.engines import vllm_smoke
+    from dflash_ckpt.engine_runners import vllm_smoke
     from dflash_ckpt.errors import UsageError
 
     facts = read_facts(fake_vllm(tmp_path))

@@ -17,10 +17,10 @@ from typing import Any, Iterator
 import pytest
 
 from dflash_ckpt.checks.engine_compare import per_position as counts_per_position
-from dflash_ckpt.engines import vllm_serve as vs
-from dflash_ckpt.engines.serve_engine import lengths_from_counts, without_draft
-from dflash_ckpt.engines.serve_launch import version as launch_version
-from dflash_ckpt.engines.serve_load import compare_load, mean_interval, wave_requests
+from dflash_ckpt.engine_runners import vllm_serve as vs
+from dflash_ckpt.engine_runners.serve_engine import lengths_from_counts, without_draft
+from dflash_ckpt.engine_runners.serve_launch import version as launch_version
+from dflash_ckpt.engine_runners.serve_load import compare_load, mean_interval, wave_requests
 
 PRINTED = ["vllm", "serve", "fixtures/tiny-pair/target", "--speculative-config",
            '{"method": "dflash", "model": "fixtures/tiny-pair/draft", "num_speculative_tokens": 7}',
@@ -220,7 +220,7 @@ def test_concurrency_refusals(cli: Any, args: list[str], needle: str) -> None:
 
 
 def test_tensor_parallel_binds_one_core_list_per_rank() -> None:
-    from dflash_ckpt.engines.tensor_parallel import cpu_bind
+    from dflash_ckpt.engine_runners.tensor_parallel import cpu_bind
     from dflash_ckpt.errors import UsageError
 
     assert cpu_bind(1, [0, 1]) is None
@@ -231,7 +231,7 @@ def test_tensor_parallel_binds_one_core_list_per_rank() -> None:
 
 
 def test_tensor_parallel_needs_heads_that_divide() -> None:
-    from dflash_ckpt.engines.tensor_parallel import refuse_heads
+    from dflash_ckpt.engine_runners.tensor_parallel import refuse_heads
     from dflash_ckpt.errors import UsageError
 
     tiny = {"num_attention_heads": 4, "num_key_value_heads": 2}
@@ -245,7 +245,7 @@ def test_tensor_parallel_needs_heads_that_divide() -> None:
 _TOOL = """
 import sys, time
 from pathlib import Path
-import dflash_ckpt.engines.vllm_serve as vs
+import dflash_ckpt.engine_runners.vllm_serve as vs
 vs.LAUNCH = Path({fake!r})
 try:
     with vs.served({printed!r}, python=sys.executable, where="tgt", ready_timeout_s={ready!r}) as server:

@@ -16,7 +16,7 @@ import pytest
 
 from conftest import ROOT, run_cli
 from own_processes import new_marker, run_processes
-from dflash_ckpt.engines.vllm_facts import vllm_available
+from dflash_ckpt.engine_runners.vllm_facts import vllm_available
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow,
               pytest.mark.skipif(not vllm_available(), reason="the engine's python has no vLLM with DFlash")]
@@ -102,9 +102,9 @@ def test_no_server_outlives_the_run(run: dict[str, Any]) -> None:
 def test_a_server_that_cannot_start_is_one_line_with_its_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import tempfile
 
-    from dflash_ckpt.engines.vllm_facts import read_facts
-    from dflash_ckpt.engines.vllm_run import EngineFailed
-    from dflash_ckpt.engines.vllm_serve import served
+    from dflash_ckpt.engine_runners.vllm_facts import read_facts
+    from dflash_ckpt.engine_runners.vllm_run import EngineFailed
+    from dflash_ckpt.engine_runners.vllm_serve import served
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the kept log stays in tmp_path
     bad = ["vllm", "serve", str(tmp_path / "no-such-target"), "--max-num-seqs", "4"]

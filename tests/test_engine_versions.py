@@ -12,7 +12,7 @@ import pytest
 from conftest import ROOT
 from dflash_ckpt.checks.engines.registry import ENGINES, BY_KEY
 from dflash_ckpt.checks.engines.versions import ABOVE, BELOW, WITHIN, Versions, release, standing
-from dflash_ckpt.engines.vllm_facts import PYTHON_ENV, version_findings
+from dflash_ckpt.engine_runners.vllm_facts import PYTHON_ENV, version_findings
 from test_engine_refusals import fake_python
 
 TINY = ROOT / "fixtures" / "tiny-pair"

@@ -22,7 +22,7 @@ import pytest
 
 from conftest import ROOT, run_cli
 from own_processes import engine_cannot_run
-from dflash_ckpt.engines.vllm_facts import read_facts, vllm_available
+from dflash_ckpt.engine_runners.vllm_facts import read_facts, vllm_available
 
 pytestmark = [pytest.mark.vllm,
               pytest.mark.skipif(not vllm_available(), reason="the engine's python has no vLLM with DFlash")]
@@ -153,7 +153,7 @@ def test_every_published_layout_loads_as_the_reader_says(measured: dict[str, Any
     """The reader's verdict is vLLM's where the engine can say; drafts mixing sliding and full
     layers (the Qwen3.5/3.6 ones) are refused by the CPU build's V1 runner, and smoke-run
     refuses them up front with the same reason (DF422)."""
-    from dflash_ckpt.engines.vllm_run import refuse_pair
+    from dflash_ckpt.engine_runners.vllm_run import refuse_pair
     from dflash_ckpt.errors import UsageError
 
     engine, reader, cfg = measured["engine"][name], measured["readers"][name], measured["configs"][name]

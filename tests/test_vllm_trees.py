@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from dflash_ckpt.engines.vllm_facts import VllmFacts, read_facts, runs_v1, tree_refusal
-from dflash_ckpt.engines.vllm_run import refuse_install, refuse_pair
-from dflash_ckpt.engines.vllm_tree import V1, V2, Host, capabilities, runner_for, v2_env, watched_paths
+from dflash_ckpt.engine_runners.vllm_facts import VllmFacts, read_facts, runs_v1, tree_refusal
+from dflash_ckpt.engine_runners.vllm_run import refuse_install, refuse_pair
+from dflash_ckpt.engine_runners.vllm_tree import V1, V2, Host, capabilities, runner_for, v2_env, watched_paths
 from dflash_ckpt.errors import UsageError
 
 TREES = Path(__file__).parent / "data" / "vllm-trees"

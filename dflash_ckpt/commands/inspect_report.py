@@ -14,7 +14,7 @@ from rich.table import Table
 
 from dflash_ckpt.checks.engines.registry import READERS
 from dflash_ckpt.inspection import InspectResult
-from dflash_ckpt.engines.vllm_facts import reader_check_note as vllm_reader_note
+from dflash_ckpt.engine_runners.vllm_facts import reader_check_note as vllm_reader_note
 from dflash_ckpt.errors import inert
 from dflash_ckpt.console import PIPE_WIDTH, STYLE, print_error_lines, print_line, render_findings, safe
 from dflash_ckpt.rules import Rule, Severity

@@ -175,7 +175,7 @@ class SmokeOptions(RunOptions):
     tie_tolerance: float | None = None
     threads: int | None = None
     no_compile: bool = False
-    #: ``reference`` (our runtime), ``vllm`` or ``both`` (``engines/``), and what goes through to vLLM.
+    #: ``reference`` (our runtime), ``vllm`` or ``both`` (``engine_runners/``), and what goes through to vLLM.
     engine: str = "reference"
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
@@ -201,7 +201,7 @@ class SmokeOptions(RunOptions):
         return not self.no_compile
 
     def validate_own(self) -> None:
-        from dflash_ckpt.engines.smoke_engine import validate_engine_options
+        from dflash_ckpt.engine_runners.smoke_engine import validate_engine_options
         from dflash_ckpt.errors import UsageError
 
         validate_engine_options(self)
@@ -235,7 +235,7 @@ class SmokeOptions(RunOptions):
 
     def validate_sampling(self) -> None:
         """DF004 lines for bad sampling values, before anything is read. vLLM samples too
-        (``engines/``): it verifies with its own rule, ``rejection``, which the report names."""
+        (``engine_runners/``): it verifies with its own rule, ``rejection``, which the report names."""
         from dflash_ckpt.errors import UsageError
         from dflash_ckpt.runtime.sampling_settings import make_settings
 

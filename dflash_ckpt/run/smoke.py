@@ -53,8 +53,8 @@ from dflash_ckpt.checks.target_config import check_target_config
 from dflash_ckpt.draftspec.layout import resolve_layout
 from dflash_ckpt.draftspec.quant_layers import summarize
 from dflash_ckpt.draftspec.quant_scheme import read_scheme
-from dflash_ckpt.engines.smoke_engine import EngineRun
-from dflash_ckpt.engines.vllm_facts import version_findings as vllm_version_findings
+from dflash_ckpt.engine_runners.smoke_engine import EngineRun
+from dflash_ckpt.engine_runners.vllm_facts import version_findings as vllm_version_findings
 from dflash_ckpt.errors import UsageError
 from dflash_ckpt.run.options import SmokeOptions
 from dflash_ckpt.rules import Finding, finding
@@ -251,7 +251,7 @@ def skipped_suite_findings(skipped: list[str], opts: SmokeOptions, target_where:
 def engine_runner(name: str) -> type[EngineRun]:
     """The engine's runner: ``vllm`` and ``both`` the offline one, ``vllm-serve`` the served one."""
     if name == "vllm-serve":
-        from dflash_ckpt.engines.serve_engine import ServeRun
+        from dflash_ckpt.engine_runners.serve_engine import ServeRun
 
         return ServeRun
     return EngineRun

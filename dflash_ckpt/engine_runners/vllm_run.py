@@ -26,9 +26,9 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-from dflash_ckpt.engines.engine_args import parse_engine_args
-from dflash_ckpt.engines.child_signals import MEANING, died_by, signals_interrupt
-from dflash_ckpt.engines.vllm_facts import INSTALL_CPU, INSTALL_CUDA, PYTHON_ENV, VllmFacts, runs_v1, tree_refusal
+from dflash_ckpt.engine_runners.engine_args import parse_engine_args
+from dflash_ckpt.engine_runners.child_signals import MEANING, died_by, signals_interrupt
+from dflash_ckpt.engine_runners.vllm_facts import INSTALL_CPU, INSTALL_CUDA, PYTHON_ENV, VllmFacts, runs_v1, tree_refusal
 from dflash_ckpt.errors import DFlashCkptError, UsageError
 
 CHILD = Path(__file__).with_name("vllm_child.py")
@@ -158,7 +158,7 @@ def stop_child(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         # a program that is not the launcher (a wrapper that ignores it) may have children in
         # other sessions: remember every process below it now, while the links are there
-        from dflash_ckpt.engines.reaper import descendants, start_time
+        from dflash_ckpt.engine_runners.reaper import descendants, start_time
 
         below = [(pid, start_time(pid)) for pid in descendants(proc.pid)]
         try:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from dflash_ckpt.engines.vllm_run import (REAPER, EngineFailed, _read_json, child_env, how_it_ended,
+from dflash_ckpt.engine_runners.vllm_run import (REAPER, EngineFailed, _read_json, child_env, how_it_ended,
                                           last_error_line, signals_interrupt, stop_child)
 
 LAUNCH = Path(__file__).with_name("serve_launch.py")

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from dflash_ckpt.engines.vllm_facts import VllmFacts
-from dflash_ckpt.engines.vllm_run import run_child
+from dflash_ckpt.engine_runners.vllm_facts import VllmFacts
+from dflash_ckpt.engine_runners.vllm_run import run_child
 from dflash_ckpt.errors import UsageError
 
 #: GiB of KV cache the CPU build reserves when VLLM_CPU_KVCACHE_SPACE is unset here (its own
@@ -109,7 +109,7 @@ def _mem_available() -> int | None:
 def run_vllm(request: dict[str, Any], *, facts: VllmFacts, eng: EngineOptions, kv_space_gib: int | None,
              where: str) -> dict[str, Any]:
     """The child's result (``vllm_child.py``), or ``EngineFailed`` (DF425)."""
-    from dflash_ckpt.engines.tensor_parallel import cpu_env
+    from dflash_ckpt.engine_runners.tensor_parallel import cpu_env
 
     return run_child(request, python=facts.python, timeout_s=eng.timeout_s, where=where, kv_space_gib=kv_space_gib,
                      extra_env=cpu_env(eng.tensor_parallel_size, facts.cpu_build))

@@ -16,7 +16,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping, Sequence
 
-from dflash_ckpt.engines.vllm_serve import SERVED_NAME, Server, complete, difference, metrics, tau
+from dflash_ckpt.engine_runners.vllm_serve import SERVED_NAME, Server, complete, difference, metrics, tau
 from dflash_ckpt.runtime.confidence import t975
 
 #: Waves per server: a mean and an interval need at least two; five of the tiny pair take seconds.

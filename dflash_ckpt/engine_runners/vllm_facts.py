@@ -24,7 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dflash_ckpt.engines.vllm_tree import RUNNER_ENV, WATCHED, Capabilities, Host, Runner, capabilities, runner_for
+from dflash_ckpt.engine_runners.vllm_tree import RUNNER_ENV, WATCHED, Capabilities, Host, Runner, capabilities, runner_for
 
 if TYPE_CHECKING:
     from dflash_ckpt.rules import Finding
@@ -148,7 +148,7 @@ def read_facts(python: str | None = None) -> VllmFacts:
 def _read_facts(python: str) -> VllmFacts:
     out = tempfile.NamedTemporaryFile(prefix="dflash-ckpt-vllm-facts-", suffix=".log", delete=False)
     log = Path(out.name)
-    from dflash_ckpt.engines.child_signals import signals_interrupt
+    from dflash_ckpt.engine_runners.child_signals import signals_interrupt
 
     try:
         with signals_interrupt(), out:
@@ -164,7 +164,7 @@ def _read_facts(python: str) -> VllmFacts:
         log.unlink(missing_ok=True)
         return VllmFacts(python, False, error=f"cannot run: {exc.strerror or exc}")
     if proc.returncode < 0:
-        from dflash_ckpt.engines.child_signals import died_by
+        from dflash_ckpt.engine_runners.child_signals import died_by
 
         return _failed(python, log, f"died by {died_by(-proc.returncode)}")
     try:
@@ -215,7 +215,7 @@ def _failed(python: str, log: Path, what: str) -> VllmFacts:
 
 def _end_group(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL the probe, every process below it (in any session: ``reaper.descendants``) and its group."""
-    from dflash_ckpt.engines.reaper import descendants
+    from dflash_ckpt.engine_runners.reaper import descendants
 
     for pid in descendants(proc.pid) if proc.poll() is None else []:
         try:

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from dflash_ckpt.checks.engine_compare import acceptance_summary, compare_prompts, engine_findings
-from dflash_ckpt.engines.vllm_facts import VllmFacts, read_facts
-from dflash_ckpt.engines.engine_args import flag_values, parse_engine_args
-from dflash_ckpt.engines.vllm_run import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, refuse_install, refuse_pair
-from dflash_ckpt.engines.vllm_smoke import (RULE, EngineOptions, build_request, check_engine_memory,
+from dflash_ckpt.engine_runners.vllm_facts import VllmFacts, read_facts
+from dflash_ckpt.engine_runners.engine_args import flag_values, parse_engine_args
+from dflash_ckpt.engine_runners.vllm_run import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, refuse_install, refuse_pair
+from dflash_ckpt.engine_runners.vllm_smoke import (RULE, EngineOptions, build_request, check_engine_memory,
                                             engine_summary, run_vllm, to_runs)
 from dflash_ckpt.errors import UsageError
 from dflash_ckpt.rules import Finding
@@ -39,7 +39,7 @@ def validate_engine_options(opts: Any) -> None:
         raise UsageError(f"--engine {opts.engine}: choose reference, vllm, both or vllm-serve", key="--engine")
     concurrency = getattr(opts, "concurrency", None)
     if concurrency is not None:
-        from dflash_ckpt.engines.serve_load import MAX_CONCURRENCY
+        from dflash_ckpt.engine_runners.serve_load import MAX_CONCURRENCY
 
         if opts.engine != "vllm-serve":
             raise UsageError("--concurrency: only with --engine vllm-serve (the load phase of the served run)",
@@ -105,7 +105,7 @@ class EngineRun:
         return cls(facts, engine_options(opts))
 
     def refuse_pair(self, draft: Any, target: Any) -> None:
-        from dflash_ckpt.engines.tensor_parallel import refuse_heads
+        from dflash_ckpt.engine_runners.tensor_parallel import refuse_heads
 
         refuse_pair(self.facts, generation=draft.generation, draft_config=draft.config, draft_where=draft.where,
                     target_config=target.config, target_where=target.where)

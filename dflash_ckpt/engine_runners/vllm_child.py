@@ -2,7 +2,7 @@
 
 Why a child of its own: vLLM spawns workers, binds OpenMP threads to cores, installs signal
 handlers and keeps global state (its metrics registry, the torch thread count); none of that may
-leak into our process or outlive the run. The parent (``engines/vllm_run.py``) writes the request
+leak into our process or outlive the run. The parent (``engine_runners/vllm_run.py``) writes the request
 as JSON, runs this file by its path with the engine's python (so nothing of ``dflash_ckpt`` is
 imported here: the standard library and vLLM only, and the file runs in an env that has only
 vLLM), reads the result JSON and kills the child's whole process group afterwards.
