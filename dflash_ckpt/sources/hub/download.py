@@ -422,23 +422,14 @@ def place_in_cache(repo_folder: Path, commit: str, name: str, tmp: Path, blob_na
 BAR_MIN_BYTES = 16 * limits.MiB
 
 
-def bars_disabled() -> bool:
-    """Whether download bars are off: ``HF_HUB_DISABLE_PROGRESS_BARS`` (which ``-q`` and ``--json``
-    set, ``commands.options.silence_progress``), or huggingface_hub's own switch when it is loaded
-    (``disable_progress_bars()`` of a program calling this code), so our bars obey what theirs obey."""
-    if os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS", "").strip().upper() in {"1", "ON", "YES", "TRUE"}:
-        return True
-    if "huggingface_hub" in sys.modules:
-        from huggingface_hub.utils import are_progress_bars_disabled  # noqa: PLC0415
-
-        return bool(are_progress_bars_disabled())
-    return False
-
-
 def progress_bar(total: int, desc: str) -> Any:
-    """A tqdm bar on stderr for a big download, when stderr is a terminal and bars are not disabled."""
-    if bars_disabled() or not sys.stderr.isatty() or total < BAR_MIN_BYTES:
+    """A bar on stderr for a big download, when stderr is a terminal: huggingface_hub's own tqdm, so
+    that it obeys what the library's bars obey (``HF_HUB_DISABLE_PROGRESS_BARS``, which ``-q`` and
+    ``--json`` set, and ``disable_progress_bars()`` of a program calling this code)."""
+    if not sys.stderr.isatty() or total < BAR_MIN_BYTES:
         return None
-    from tqdm.auto import tqdm  # noqa: PLC0415 - huggingface_hub depends on it
+    from huggingface_hub.utils import tqdm  # noqa: PLC0415
 
-    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=desc, file=sys.stderr, leave=False)
+    bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=desc, file=sys.stderr, leave=False,
+               name="huggingface_hub.http_get")
+    return None if bar.disable else bar
