@@ -23,10 +23,15 @@ download fails, is abandoned, or the process is interrupted (SIGINT, SIGTERM, ex
 at the next download when their process is gone (or they are a day old) after a SIGKILL. A body
 cut by the network is resumed by the next attempt with a ``Range`` request (``Partial``).
 
-huggingface_hub's own ``hf_hub_download`` is not used for whole files: it trusts the server's
-length, inflates what it is sent and has no overall deadline, which the hostile-server tests
-(``tests/test_hub_lying_server.py``, ``tests/test_hub_hostile_server.py``) pin; and this tool's
-downloads are a config, an index and a few draft shards.
+huggingface_hub's own ``hf_hub_download`` is not used for whole files (2.4.0, measured side by
+side by ``benchmarks/bench_hub_library.py``): it names the blob after the server's ``ETag``
+unchecked, so an endpoint answering ``"../../../x"`` has it write outside the cache
+(``tests/test_hub_library_canary.py``); it keeps bytes of the listed size that are not the listed
+file (no digest check), inflates a compressed body, and has no overall deadline against a server
+that drips; its ``http_get`` retries on a policy of its own (five attempts, its own ``Retry-After``
+handling, warnings on stderr) where ours is the documented ``DFLASH_CKPT_HUB_*`` one. The
+hostile-server tests (``tests/test_hub_lying_server.py``, ``tests/test_hub_hostile_server.py``)
+pin what is done instead; this tool's downloads are a config, an index and a few draft shards.
 """
 
 from __future__ import annotations
