@@ -97,19 +97,21 @@ class HubSettings:
 
 
 def resolve_token(token: str | None) -> tuple[str | bool, str | None]:
-    """The token to send and where it came from: ``--token``, then ``HF_TOKEN``, then the saved login.
+    """The token to send and where it came from (for messages): ``--token``, else the one
+    huggingface_hub would send implicitly (``HF_TOKEN``, then the saved login; none at all when
+    ``HF_HUB_DISABLE_IMPLICIT_TOKEN`` is set), so that auth follows the library's rules.
 
     ``False`` (send none) when there is none, so that huggingface_hub does not look again.
     """
     if token:
         return token, "--token"
-    if os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN"):
-        var = "HF_TOKEN" if os.environ.get("HF_TOKEN") else "HUGGING_FACE_HUB_TOKEN"
-        return os.environ[var].strip(), var
-    from huggingface_hub import get_token  # noqa: PLC0415
+    from huggingface_hub.utils import get_token_to_send  # noqa: PLC0415
 
-    saved = get_token()
-    return (saved, "the saved login (hf auth login)") if saved else (False, None)
+    sent = get_token_to_send(None)
+    if not sent:
+        return False, None
+    var = next((v for v in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN") if os.environ.get(v, "").strip() == sent), None)
+    return sent, var or "the saved login (hf auth login)"
 
 
 class HubClient:
