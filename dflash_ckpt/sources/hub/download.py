@@ -387,8 +387,11 @@ def place_in_cache(repo_folder: Path, commit: str, name: str, tmp: Path, blob_na
 
     ``blob_name`` must be a sha256 or git id and ``commit`` a commit id, and both the blob and the
     link must resolve inside ``repo_folder`` (no folder of it replaced by a link to elsewhere):
-    otherwise ``ProtocolError`` and the temporary file is removed.
+    otherwise ``ProtocolError`` and the temporary file is removed. With huggingface_hub's
+    ``HF_HUB_DISABLE_SYMLINKS`` the new blob is moved to the snapshot instead, as the library does.
     """
+    from huggingface_hub import constants  # noqa: PLC0415 - loaded already: the download used its session
+
     blob = repo_folder / "blobs" / blob_name
     link = repo_folder / "snapshots" / commit / name
     try:
@@ -407,6 +410,9 @@ def place_in_cache(repo_folder: Path, commit: str, name: str, tmp: Path, blob_na
     link.parent.mkdir(parents=True, exist_ok=True)
     if not inside(link, repo_folder):  # a link planted while the folders were made
         raise ProtocolError(f"a cache folder that leads outside {repo_folder}")
+    if constants.HF_HUB_DISABLE_SYMLINKS:
+        os.replace(blob, link)
+        return link
     rel = os.path.relpath(blob, link.parent)
     tmp_link = link.parent / f".{link.name}.dflash-ckpt-link"
     try:
