@@ -22,7 +22,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests")]
@@ -123,7 +125,8 @@ CASES = {
 }
 
 
-def run_case(hub: HubServer, root: Path, setup, call: str, repo: str, name: str, timeout: float) -> dict:
+def run_case(hub: HubServer, root: Path, setup: Callable[[HubServer], object], call: str, repo: str, name: str,
+             timeout: float) -> dict[str, Any]:
     hub.reset()
     setup(hub)
     home = Path(tempfile.mkdtemp(dir=root, prefix="home-"))
