@@ -5,8 +5,8 @@ The format: 8 bytes little-endian header length N, N bytes of JSON
 Two reads per file (8 bytes, then N), so the cost is proportional to the header whatever the
 size of the weights.
 
-Why not the ``safetensors`` library (0.8, measured on tests/test_inspect_hostile_checkpoints.py's
-headers): ``safe_open`` needs the whole file on disk, and a Hub draft is read here as its header
+Why not the ``safetensors`` library (0.8, on tests/test_inspect_hostile_checkpoints.py's headers:
+``benchmarks/bench_safetensors_library.py``): ``safe_open`` needs the whole file on disk, and a Hub draft is read here as its header
 bytes and its listed size (range requests); it refuses every hostile header we refuse, but in
 words that name no fix ("invalid offset for tensor `b`" for a gap and an overlap alike,
 "incomplete metadata" for a cut download (DF204) and for bytes after the data (DF203), "header
