@@ -75,6 +75,19 @@ def test_whole_repo_then_offline(hub: HubServer, home: Path, fixtures_root: Path
     assert [r for r in hub.requests if r.path != "/api/agent-harnesses"] == []  # a cached commit needs no request
 
 
+def test_no_links_when_huggingface_hub_is_told_so(hub: HubServer, home: Path, fixtures_root: Path) -> None:
+    """``HF_HUB_DISABLE_SYMLINKS``: the snapshot holds the files themselves, as huggingface_hub's
+    own downloads then do, and a second run finds them there."""
+    env = {"HF_HUB_DISABLE_SYMLINKS": "1"}
+    path = Path(fetch(hub, home, "tiny/draft", allow=["*.json", "*.safetensors"], env=env)["path"])
+    for name in ("config.json", "model.safetensors"):
+        assert not (path / name).is_symlink() and (path / name).is_file()
+        assert filecmp.cmp(path / name, fixtures_root / "mutants/base" / name, shallow=False)
+    hub.reset()
+    assert fetch(hub, home, "tiny/draft", allow=["*.json", "*.safetensors"], env=env)["path"] == str(path)
+    assert not [r for r in hub.requests if r.server == "cdn" or "/resolve/" in r.path]
+
+
 def test_revision_through_local_folder(hub: HubServer, home: Path, fixtures_root: Path) -> None:
     got = fetch(hub, home, "tiny/draft", via="local_folder", revision="broken")
     assert got["label"] == "tiny/draft@broken"

@@ -238,6 +238,25 @@ def test_gated_with_token_and_precedence(hub: HubServer, home: Path) -> None:
     assert auth_seen(hub) == {"Bearer hf_bogus"}
 
 
+def test_no_implicit_token_when_huggingface_hub_is_told_so(hub: HubServer, home: Path) -> None:
+    """``HF_HUB_DISABLE_IMPLICIT_TOKEN``: HF_TOKEN and the saved login stay home, ``--token`` is sent."""
+    (home / "token").parent.mkdir(parents=True, exist_ok=True)
+    (home / "token").write_text("hf_reader")
+    one_line_error(cli(hub, home, "inspect", "gated-org/draft", HF_TOKEN="hf_reader", HF_HUB_DISABLE_IMPLICIT_TOKEN="1"),
+                   "gated", "no token was sent")
+    assert auth_seen(hub) == {""}
+    hub.reset()
+    assert cli(hub, home, "inspect", "gated-org/draft", "--token", "hf_reader", HF_HUB_DISABLE_IMPLICIT_TOKEN="1").code == 0
+    assert auth_seen(hub) == {"Bearer hf_reader"}
+
+
+def test_a_failed_oidc_exchange_is_one_line(hub: HubServer, home: Path) -> None:
+    """``HF_OIDC_RESOURCE`` outside a CI that can mint an id token: huggingface_hub raises, we say so."""
+    one_line_error(cli(hub, home, "inspect", "tiny/draft", HF_OIDC_RESOURCE="models/tiny/draft", HF_OIDC_ID_TOKEN="",
+                       GITHUB_ACTIONS="", ACTIONS_ID_TOKEN_REQUEST_URL=""),
+                   "tiny/draft", "no token to send", "HF_OIDC_RESOURCE", "--token")
+
+
 def test_gated_with_a_token_without_access(hub: HubServer, home: Path) -> None:
     one_line_error(cli(hub, home, "inspect", "gated-org/draft", "--token", "hf_outsider"), "gated", "--token has no access", "request access")
 

@@ -69,14 +69,28 @@ def test_quiet_and_json_turn_the_bars_off(hub: HubServer, tmp_path: Path) -> Non
 
 def test_bars_obey_huggingface_hubs_switch(monkeypatch) -> None:
     """A program that turned huggingface_hub's bars off (``disable_progress_bars()``, whose state is
-    global: stood in for here) gets none of ours either."""
-    import huggingface_hub.utils
+    global) gets none of ours either: ours are the library's tqdm."""
+    import importlib
+    import io
+
+    from huggingface_hub.utils import disable_progress_bars, enable_progress_bars
 
     from dflash_ckpt.sources.hub import download
 
-    monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS", raising=False)
-    for off in (False, True):
-        monkeypatch.setattr(huggingface_hub.utils, "are_progress_bars_disabled", lambda name=None, off=off: off)
-        assert download.bars_disabled() is off
-    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # what -q and --json set
-    assert download.bars_disabled()
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    hf_tqdm = importlib.import_module("huggingface_hub.utils.tqdm")  # the module; the package's name is the class
+    monkeypatch.setattr(download.sys, "stderr", Terminal())
+    monkeypatch.setattr(hf_tqdm, "HF_HUB_DISABLE_PROGRESS_BARS", None)  # as if the variable were unset at import
+    try:
+        for off in (False, True):
+            (disable_progress_bars if off else enable_progress_bars)()
+            bar = download.progress_bar(download.BAR_MIN_BYTES, "model.safetensors")
+            assert (bar is None) is off
+            if bar is not None:
+                bar.close()
+        assert download.progress_bar(download.BAR_MIN_BYTES - 1, "small") is None
+    finally:
+        enable_progress_bars()

@@ -4,6 +4,15 @@ The format: 8 bytes little-endian header length N, N bytes of JSON
 (``{name: {dtype, shape, data_offsets: [begin, end]}, "__metadata__": {...}}``), then the data.
 Two reads per file (8 bytes, then N), so the cost is proportional to the header whatever the
 size of the weights.
+
+Why not the ``safetensors`` library (0.8, on tests/test_inspect_hostile_checkpoints.py's headers:
+``benchmarks/bench_safetensors_library.py``): ``safe_open`` needs the whole file on disk, and a
+Hub draft is read here as its header bytes and its listed size (range requests); it refuses
+every hostile header we refuse, but in words that name no fix ("invalid offset for tensor `b`"
+for a gap and an overlap alike, "incomplete metadata" for a cut download (DF204) and for bytes
+after the data (DF203), "header too large" for a Git LFS pointer (DF230)), and it has no
+tensor-count bound (MAX_TENSORS + 10 entries load). So the package does not depend on it; the
+tests keep it as the judge.
 """
 
 from __future__ import annotations

@@ -23,10 +23,15 @@ download fails, is abandoned, or the process is interrupted (SIGINT, SIGTERM, ex
 at the next download when their process is gone (or they are a day old) after a SIGKILL. A body
 cut by the network is resumed by the next attempt with a ``Range`` request (``Partial``).
 
-huggingface_hub's own ``hf_hub_download`` is not used for whole files: it trusts the server's
-length, inflates what it is sent and has no overall deadline, which the hostile-server tests
-(``tests/test_hub_lying_server.py``, ``tests/test_hub_hostile_server.py``) pin; and this tool's
-downloads are a config, an index and a few draft shards.
+huggingface_hub's own ``hf_hub_download`` is not used for whole files (2.4.0, measured side by
+side by ``benchmarks/bench_hub_library.py``): it names the blob after the server's ``ETag``
+unchecked, so an endpoint answering ``"../../../x"`` has it write outside the cache
+(``tests/test_hub_library_canary.py``); it keeps bytes of the listed size that are not the listed
+file (no digest check), inflates a compressed body, and has no overall deadline against a server
+that drips; its ``http_get`` retries on a policy of its own (five attempts, its own ``Retry-After``
+handling, warnings on stderr) where ours is the documented ``DFLASH_CKPT_HUB_*`` one. The
+hostile-server tests (``tests/test_hub_lying_server.py``, ``tests/test_hub_hostile_server.py``)
+pin what is done instead; this tool's downloads are a config, an index and a few draft shards.
 """
 
 from __future__ import annotations
@@ -382,8 +387,11 @@ def place_in_cache(repo_folder: Path, commit: str, name: str, tmp: Path, blob_na
 
     ``blob_name`` must be a sha256 or git id and ``commit`` a commit id, and both the blob and the
     link must resolve inside ``repo_folder`` (no folder of it replaced by a link to elsewhere):
-    otherwise ``ProtocolError`` and the temporary file is removed.
+    otherwise ``ProtocolError`` and the temporary file is removed. With huggingface_hub's
+    ``HF_HUB_DISABLE_SYMLINKS`` the new blob is moved to the snapshot instead, as the library does.
     """
+    from huggingface_hub import constants  # noqa: PLC0415 - loaded already: the download used its session
+
     blob = repo_folder / "blobs" / blob_name
     link = repo_folder / "snapshots" / commit / name
     try:
@@ -402,6 +410,9 @@ def place_in_cache(repo_folder: Path, commit: str, name: str, tmp: Path, blob_na
     link.parent.mkdir(parents=True, exist_ok=True)
     if not inside(link, repo_folder):  # a link planted while the folders were made
         raise ProtocolError(f"a cache folder that leads outside {repo_folder}")
+    if constants.HF_HUB_DISABLE_SYMLINKS:
+        os.replace(blob, link)
+        return link
     rel = os.path.relpath(blob, link.parent)
     tmp_link = link.parent / f".{link.name}.dflash-ckpt-link"
     try:
@@ -422,23 +433,14 @@ def place_in_cache(repo_folder: Path, commit: str, name: str, tmp: Path, blob_na
 BAR_MIN_BYTES = 16 * limits.MiB
 
 
-def bars_disabled() -> bool:
-    """Whether download bars are off: ``HF_HUB_DISABLE_PROGRESS_BARS`` (which ``-q`` and ``--json``
-    set, ``commands.options.silence_progress``), or huggingface_hub's own switch when it is loaded
-    (``disable_progress_bars()`` of a program calling this code), so our bars obey what theirs obey."""
-    if os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS", "").strip().upper() in {"1", "ON", "YES", "TRUE"}:
-        return True
-    if "huggingface_hub" in sys.modules:
-        from huggingface_hub.utils import are_progress_bars_disabled  # noqa: PLC0415
-
-        return bool(are_progress_bars_disabled())
-    return False
-
-
 def progress_bar(total: int, desc: str) -> Any:
-    """A tqdm bar on stderr for a big download, when stderr is a terminal and bars are not disabled."""
-    if bars_disabled() or not sys.stderr.isatty() or total < BAR_MIN_BYTES:
+    """A bar on stderr for a big download, when stderr is a terminal: huggingface_hub's own tqdm, so
+    that it obeys what the library's bars obey (``HF_HUB_DISABLE_PROGRESS_BARS``, which ``-q`` and
+    ``--json`` set, and ``disable_progress_bars()`` of a program calling this code)."""
+    if not sys.stderr.isatty() or total < BAR_MIN_BYTES:
         return None
-    from tqdm.auto import tqdm  # noqa: PLC0415 - huggingface_hub depends on it
+    from huggingface_hub.utils import tqdm  # noqa: PLC0415
 
-    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=desc, file=sys.stderr, leave=False)
+    bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=desc, file=sys.stderr, leave=False,
+               name="huggingface_hub.http_get")
+    return None if bar.disable else bar

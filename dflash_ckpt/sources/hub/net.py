@@ -33,7 +33,7 @@ from dflash_ckpt.sources.hub.cache import RepoCache, RepoListing, hf_hub_cache, 
 from dflash_ckpt.sources.hub.download import (
     Partial, clean_on_signals, fetch_file, hf_headers, place_in_cache, progress_bar, refuse_encoding,
 )
-from dflash_ckpt.sources.hub.errors import HubContext, HubError, ProtocolError, describe
+from dflash_ckpt.sources.hub.errors import HubContext, HubError, ProtocolError, describe, first_line
 from dflash_ckpt.sources.hub.ids import name_problem
 from dflash_ckpt.sources.hub.listing import fetch_listing
 from dflash_ckpt.sources.hub.retry import with_retries
@@ -96,20 +96,28 @@ class HubSettings:
         )
 
 
-def resolve_token(token: str | None) -> tuple[str | bool, str | None]:
-    """The token to send and where it came from: ``--token``, then ``HF_TOKEN``, then the saved login.
+def resolve_token(token: str | None, label: str) -> tuple[str | bool, str | None]:
+    """The token to send and where it came from (for messages): ``--token``, else the one
+    huggingface_hub would send implicitly (``HF_TOKEN``, then the saved login; none at all when
+    ``HF_HUB_DISABLE_IMPLICIT_TOKEN`` is set), so that auth follows the library's rules.
 
-    ``False`` (send none) when there is none, so that huggingface_hub does not look again.
+    ``False`` (send none) when there is none, so that huggingface_hub does not look again;
+    ``label`` names the repo in the error line when huggingface_hub fails to get one.
     """
     if token:
         return token, "--token"
-    if os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN"):
-        var = "HF_TOKEN" if os.environ.get("HF_TOKEN") else "HUGGING_FACE_HUB_TOKEN"
-        return os.environ[var].strip(), var
-    from huggingface_hub import get_token  # noqa: PLC0415
+    from huggingface_hub.utils import get_token_to_send  # noqa: PLC0415
 
-    saved = get_token()
-    return (saved, "the saved login (hf auth login)") if saved else (False, None)
+    try:
+        sent = get_token_to_send(None)
+    except Exception as exc:  # noqa: BLE001 - an OIDC exchange (HF_OIDC_RESOURCE) or a login refresh that failed
+        raise HubError(f"no token to send: huggingface_hub could not get one ({first_line(exc)}); "
+                       "pass --token, or check HF_OIDC_RESOURCE and the saved login (hf auth login)", path=label) from None
+    if not sent:
+        return False, None
+    var = next((v for v in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN") if os.environ.get(v, "").strip() == sent), None)
+    oidc = "the OIDC token exchange (HF_OIDC_RESOURCE)" if os.environ.get("HF_OIDC_RESOURCE") else None
+    return sent, var or oidc or "the saved login (hf auth login)"
 
 
 class HubClient:

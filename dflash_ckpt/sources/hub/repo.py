@@ -36,7 +36,7 @@ def open_hub_source(ref: RepoRef, *, token: str | None = None, role: str = "draf
     if settings.offline:
         return _open_cached(ref, cache, role, why="HF_HUB_OFFLINE is set")
 
-    send, source = resolve_token(token)
+    send, source = resolve_token(token, ref.label)
     ctx = HubContext(ref, role, settings.endpoint, source)
     if is_commit(ref.revision):
         pinned = cache.read_listing(str(ref.revision))
@@ -77,7 +77,7 @@ def download_snapshot(
         _complete(ref, cache, commit, allow_patterns, "HF_HUB_OFFLINE is set")
         return snapshot(ctx, settings, False, commit, allow_patterns, offline_reason="HF_HUB_OFFLINE is set")
 
-    send, source = resolve_token(token)
+    send, source = resolve_token(token, ref.label)
     ctx = HubContext(ref, role, settings.endpoint, source)
     if is_commit(ref.revision):
         commit = str(ref.revision)
