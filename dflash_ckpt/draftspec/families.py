@@ -62,12 +62,6 @@ class Unsupported(UsageError):
         super().__init__(f"not supported by the reference runtime: {what}; {SUPPORTED_TEXT}")
 
 
-def family_of(config: dict[str, Any]) -> Family | None:
-    """The family of a target config, ``None`` when the runtime does not implement it."""
-    model_type = target_model_type(config)
-    return FAMILIES.get(model_type) if isinstance(model_type, str) else None
-
-
 # -- the transformers backend ------------------------------------------------------------------
 
 
