@@ -80,9 +80,6 @@ class HFTargetInfo:
     """What ``smoke-run`` needs to know about a transformers target before loading it."""
 
     model_type: str
-    #: The decoder's model_type (a wrapper's ``text_config``), which picks the family.
-    text_model_type: str
-    family_name: str
     max_position_embeddings: int | None
     dtype: str | None
     text_config: bool
@@ -114,7 +111,7 @@ def hf_target_info(config: dict[str, Any], where: str) -> HFTargetInfo:
     dtype = config_dtype(inner) or config_dtype(config)
     mpe = inner.get("max_position_embeddings", config.get("max_position_embeddings"))
     return HFTargetInfo(
-        model_type=model_type, text_model_type=family.model_type, family_name=family.name,
+        model_type=model_type,
         max_position_embeddings=mpe if isinstance(mpe, int) and mpe > 0 else None,
         dtype=dtype, text_config=inner is not config, mxfp4=method == "mxfp4",
     )
