@@ -188,7 +188,7 @@ def test_sampling_reaches_vllm_sampling_params() -> None:
     """Sampled, the request carries temperature, top-p, top-k and seed, the child hands them to
     ``SamplingParams`` (top-k 0 is off in vLLM too) and skips the teacher-forced rows; greedy
     stays temperature 0 with no sampling in the request."""
-    from dflash_ckpt.runtime.sampling_settings import make_settings
+    from dflash_ckpt.run.sampling_settings import make_settings
 
     common = dict(target_dir=TINY / "target", draft_dir=TINY / "draft", dtype="bfloat16", block_size=16,
                   encoded=[[1, 2, 3]], max_new_tokens=8, stop_ids=[7], max_positions=None)

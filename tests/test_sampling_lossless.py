@@ -24,7 +24,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from dflash_ckpt.runtime.confidence import chi_square_gof  # noqa: E402
+from chi_square import chi_square_gof  # noqa: E402
 from dflash_ckpt.runtime.sampling import (  # noqa: E402
     PAD, Verified, make_generator, processed_probs, sample_from, verify, verify_greedy, verify_match,
     verify_rejection)

@@ -23,7 +23,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import tiny_models as tm  # noqa: E402
-from dflash_ckpt.runtime.confidence import ChiSquare, chi_square_gof  # noqa: E402
+from chi_square import chi_square_gof  # noqa: E402
+from dflash_ckpt.stats.confidence import ChiSquare  # noqa: E402
 from dflash_ckpt.runtime.generate import teacher_forced_logits  # noqa: E402
 from dflash_ckpt.runtime.sampling import (  # noqa: E402
     Verified, make_generator, processed_probs, verify_match, verify_rejection)

@@ -176,7 +176,7 @@ def test_checked_loop_falls_back_on_a_capture_error(tiny: tuple[str, Any, Any],
 @pytest.mark.slow
 def test_sampled_and_generic_runs_take_the_eager_loop_unchecked(tiny: tuple[str, Any, Any]) -> None:
     from dflash_ckpt.runtime.sampling import Sampler
-    from dflash_ckpt.runtime.sampling_settings import make_settings
+    from dflash_ckpt.run.sampling_settings import make_settings
 
     _, target, draft = tiny
     sampler = Sampler.of(make_settings(0.7, 1.0, 0, 0, "match"), target.device)

@@ -32,7 +32,7 @@ DEFAULT_KV_SPACE_GIB = 1
 LOGPROBS = 5
 GIB = 1 << 30
 #: The verification rule vLLM runs when it samples: its V1 rejection sampler, with DFlash's
-#: argmax drafts taken as one-hot (``runtime/sampling_settings.RULES``).
+#: argmax drafts taken as one-hot (``run/sampling_settings.RULES``).
 RULE = "rejection"
 
 

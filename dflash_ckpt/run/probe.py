@@ -56,7 +56,7 @@ from dflash_ckpt.runtime.plan import cache_capacity
 from dflash_ckpt.runtime.measure import Candidate
 from dflash_ckpt.runtime.probe import measure, reading_taps, record
 from dflash_ckpt.runtime.probe_layout import loop_layouts, simulate_layouts
-from dflash_ckpt.runtime.probe_search import KEEP_EXACT, Measured, TapSet, configured_problem, search_taps
+from dflash_ckpt.run.probe_search import KEEP_EXACT, Measured, TapSet, configured_problem, search_taps
 from dflash_ckpt.sources.local import LocalSource
 from dflash_ckpt.sources.weight_sample import unfilled_weights
 

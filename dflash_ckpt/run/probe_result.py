@@ -16,7 +16,7 @@ from dflash_ckpt.result import ResultShape
 from dflash_ckpt.rules import Finding, Severity
 from dflash_ckpt.run.options import DEFAULT_TOP, ProbeOptions
 from dflash_ckpt.runtime.measure import Candidate
-from dflash_ckpt.runtime.probe_search import EXHAUSTIVE_MAX, SearchResult, TapSet
+from dflash_ckpt.run.probe_search import EXHAUSTIVE_MAX, SearchResult, TapSet
 
 #: Finalists re-measured with the real loop (the best and the runner-up: the gap is between them).
 CONFIRM = 2

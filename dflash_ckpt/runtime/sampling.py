@@ -201,7 +201,7 @@ def verify_rejection(target_logits: torch.Tensor, drafts: torch.Tensor, temperat
 
 def verify(rule: str, target_logits: torch.Tensor, drafts: torch.Tensor, temperature: float, top_p: float = 1.0,
            top_k: int = 0, generator: torch.Generator | None = None) -> Verified:
-    """The rule by name (``runtime/sampling_settings.RULES``), with DFlash's one-hot drafts."""
+    """The rule by name (``run/sampling_settings.RULES``), with DFlash's one-hot drafts."""
     if rule == "match":
         return verify_match(target_logits, drafts, temperature, top_p, top_k, generator)
     if rule == "rejection":
