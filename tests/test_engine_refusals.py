@@ -310,9 +310,9 @@ def test_memory_precheck_uses_vllms_own_budget(tmp_path: Path, monkeypatch: pyte
     monkeypatch.setattr(vllm_smoke, "_mem_available", lambda: 3 << 30)
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "4")
     with pytest.raises(UsageError, match=r"tgt: vLLM's CPU build needs about 4\.50 GiB .*VLLM_CPU_KVCACHE_SPACE=4") as info:
-        vllm_smoke.check_engine_memory(facts, 1 << 28, "tgt")
+        vllm_smoke.require_engine_memory(facts, 1 << 28, "tgt")
     assert info.value.code == "DF407"
     monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE")
-    assert vllm_smoke.check_engine_memory(facts, 1 << 28, "tgt") == vllm_smoke.DEFAULT_KV_SPACE_GIB
+    assert vllm_smoke.require_engine_memory(facts, 1 << 28, "tgt") == vllm_smoke.DEFAULT_KV_SPACE_GIB
     cuda = read_facts(fake_python(tmp_path / "cuda", files={"vllm/__init__.py": ""}, dist="vllm==0.32.0"))
-    assert not cuda.cpu_build and vllm_smoke.check_engine_memory(cuda, 1 << 40, "tgt") is None
+    assert not cuda.cpu_build and vllm_smoke.require_engine_memory(cuda, 1 << 40, "tgt") is None

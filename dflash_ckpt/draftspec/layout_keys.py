@@ -26,7 +26,7 @@ LAYOUT_KEYS: dict[str, tuple[str, str]] = {
 DEFAULT_KEY = ("dflash_config", "sample_from_anchor")
 
 
-def check_engines(engines: Iterable[str]) -> None:
+def require_layout_engines(engines: Iterable[str]) -> None:
     """A usage error (exit 2) for an engine name ``LAYOUT_KEYS`` does not know."""
     for name in engines:
         if name not in LAYOUT_KEYS:

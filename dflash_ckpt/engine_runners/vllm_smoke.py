@@ -80,7 +80,7 @@ def sampling_request(sampling: Any) -> dict[str, Any] | None:
             "seed": sampling.seed}
 
 
-def check_engine_memory(facts: VllmFacts, weight_bytes: int, where: str) -> int | None:
+def require_engine_memory(facts: VllmFacts, weight_bytes: int, where: str) -> int | None:
     """DF407 (exit 2) when the weights and the CPU build's KV space exceed MemAvailable; returns
     the KV space to give the child (``None`` off the CPU build, where vLLM budgets itself)."""
     if not facts.cpu_build:

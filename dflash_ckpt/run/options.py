@@ -257,9 +257,9 @@ class ProbeOptions(RunOptions):
 
     def validate_own(self) -> None:
         from dflash_ckpt.errors import UsageError
-        from dflash_ckpt.draftspec.layout_keys import check_engines
+        from dflash_ckpt.draftspec.layout_keys import require_layout_engines
 
-        check_engines(tuple(self.layout_for))
+        require_layout_engines(tuple(self.layout_for))
         if self.write is None:  # options that only change what --write does would be ignored without a word
             if self.layout_for:
                 raise UsageError(f"--layout-for {' '.join(self.layout_for)}: names the engines whose layout key "

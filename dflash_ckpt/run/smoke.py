@@ -49,7 +49,7 @@ from dflash_ckpt.checks.layout_findings import smoke_layout_findings
 from dflash_ckpt.checks.mask_row import mask_row_findings
 from dflash_ckpt.checks.precision import precision_findings
 from dflash_ckpt.checks.run_findings import prompt_format_causes, smoke_findings, special_token_texts
-from dflash_ckpt.checks.target_config import check_target_config
+from dflash_ckpt.checks.target_config import require_target_config
 from dflash_ckpt.draftspec.layout import resolve_layout
 from dflash_ckpt.draftspec.quant_layers import summarize
 from dflash_ckpt.draftspec.quant_scheme import read_scheme
@@ -117,12 +117,12 @@ def run_smoke_run(opts: SmokeOptions, *, progress: Any = None, log: Callable[[st
         raise pre.fatal
     assert pre.draft is not None and pre.target is not None
     refuse_unimplemented(pre.draft)  # DF151, exit 2: never measure a draft without its acceptance keys
-    check_target_config(pre.target.config, pre.target.where)  # either backend, before anything is built
+    require_target_config(pre.target.config, pre.target.where)  # either backend, before anything is built
     if engine is not None:
         engine.refuse_pair(pre.draft, pre.target)  # DF422-DF424, exit 2, before an engine starts
     backend = select_backend(opts.backend, pre.draft, pre.target.config, pre.target.where)
     headers = load_inventory(LocalSource(target_dir, label=target_label))  # unreadable: refused below
-    check_target_config(pre.target.config, pre.target.where, headers.tensors)
+    require_target_config(pre.target.config, pre.target.where, headers.tensors)
     target_inv = headers if headers.tensors and not headers.problems else None
     if pre.failed():
         result.refused = True

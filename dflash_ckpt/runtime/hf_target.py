@@ -117,7 +117,7 @@ def hf_target_info(config: dict[str, Any], where: str) -> HFTargetInfo:
     )
 
 
-def check_buildable(config: dict[str, Any], where: str) -> None:
+def require_buildable(config: dict[str, Any], where: str) -> None:
     """Refuse (DF142, exit 2) a config transformers cannot build: a key naming a method or a
     read-only property of its config class, or a value of the wrong type (``num_labels: "x"``,
     ``rope_scaling: "x"``). The config object is built here, from the cleaned dict, before
@@ -405,4 +405,4 @@ def load_hf_target(folder: Path, info: HFTargetInfo, *, dtype: torch.dtype, devi
     return HFTarget(model)
 
 
-__all__ = ["HF_FAMILIES", "HFCache", "HFTarget", "HFTargetInfo", "check_buildable", "hf_target_info", "load_hf_target"]
+__all__ = ["HF_FAMILIES", "HFCache", "HFTarget", "HFTargetInfo", "require_buildable", "hf_target_info", "load_hf_target"]

@@ -127,7 +127,7 @@ class Verified:
         return self.accepted + 1
 
 
-def _check(target_logits: torch.Tensor, drafts: torch.Tensor) -> None:
+def _require_shapes(target_logits: torch.Tensor, drafts: torch.Tensor) -> None:
     if target_logits.dim() != 3 or drafts.dim() != 2 or drafts.shape != (target_logits.shape[0], target_logits.shape[1] - 1):
         raise ValueError(f"want target_logits [N, B, V] and drafts [N, B-1], got {tuple(target_logits.shape)} "
                          f"and {tuple(drafts.shape)}")
@@ -152,7 +152,7 @@ def _prefix(ok: torch.Tensor) -> torch.Tensor:
 def verify_greedy(target_logits: torch.Tensor, drafts: torch.Tensor) -> Verified:
     """Temperature 0, both rules: accept while the draft is the target's argmax; the argmax after
     the accepted prefix is the bonus. No random number is drawn."""
-    _check(target_logits, drafts)
+    _require_shapes(target_logits, drafts)
     best = target_logits.argmax(dim=-1)
     return _assemble(drafts, _prefix(drafts == best[:, :-1]), best)
 
@@ -163,7 +163,7 @@ def verify_match(target_logits: torch.Tensor, drafts: torch.Tensor, temperature:
     samples, in order; the output is the samples up to and including the first mismatch."""
     if temperature == 0.0:
         return verify_greedy(target_logits, drafts)
-    _check(target_logits, drafts)
+    _require_shapes(target_logits, drafts)
     samples = sample_from(processed_probs(target_logits, temperature, top_p, top_k), generator)
     return _assemble(drafts, _prefix(drafts == samples[:, :-1]), samples)
 
@@ -179,7 +179,7 @@ def verify_rejection(target_logits: torch.Tensor, drafts: torch.Tensor, temperat
     whatever is accepted, so a seed gives the same stream on every device and batch size."""
     if temperature == 0.0:
         return verify_greedy(target_logits, drafts)
-    _check(target_logits, drafts)
+    _require_shapes(target_logits, drafts)
     p = processed_probs(target_logits, temperature, top_p, top_k)  # [N, B, V]
     p_slots = p[:, :-1]
     if draft_probs is None:

@@ -237,7 +237,7 @@ class StaticRunner:
         return self.target.forward_static(x, torch.arange(x.shape[1], device=dev), self.tcache, logits="all",
                                           span=x.shape[1]).logits
 
-    def _check_room(self, prompt_ids: Sequence[int], max_new_tokens: int) -> None:
+    def _require_room(self, prompt_ids: Sequence[int], max_new_tokens: int) -> None:
         need = len(prompt_ids) + max_new_tokens + self.width
         if need > self.capacity:
             raise ValueError(f"static caches hold {self.capacity} positions; this run needs {need}")
@@ -248,7 +248,7 @@ class StaticRunner:
     def decode(self, prompt_ids: Sequence[int], *, max_new_tokens: int, stop_ids: Sequence[int] = (),
                on_tokens: Callable[[int], None] | None = None) -> Generation:
         """Target-only greedy decoding on the static path; the same tokens as ``generate.decode``."""
-        self._check_room(prompt_ids, max_new_tokens)
+        self._require_room(prompt_ids, max_new_tokens)
         dev = self.target.device
         gen = Generation()
         t0 = now(dev)
@@ -288,7 +288,7 @@ class StaticRunner:
                on_tokens: Callable[[int], None] | None = None) -> Generation:
         """Greedy DFlash decoding on the static path (``run_dflash`` with a ``StaticExecutor``);
         the same tokens as ``eager_dflash.dflash_decode``."""
-        self._check_room(prompt_ids, max_new_tokens)
+        self._require_room(prompt_ids, max_new_tokens)
         return run_dflash(StaticExecutor(self), prompt_ids, max_new_tokens=max_new_tokens, stop_ids=stop_ids,
                           on_tokens=on_tokens)
 
