@@ -110,6 +110,7 @@ def test_df422_only_where_v1_would_run() -> None:
         refuse_pair(f, generation="DFlash2", **kw)  # the V2 runner runs both
 
 
+@pytest.mark.parametrize("name", list(RELEASES))
 def test_the_probe_reads_a_tree_as_the_listing_says(tmp_path: Path, name: str) -> None:
     """A fake installed tree with exactly the listing's paths: the probe (in a child python, as
     for the real install) reports those paths, and the facts judge them as the listing."""

@@ -176,7 +176,7 @@ def trace_static(runner: StaticRunner, prompt: Sequence[int], max_new_tokens: in
         gen = run_dflash(_TracedStatic(runner, trace), prompt, max_new_tokens=max_new_tokens, max_steps=CHECK_STEPS)
     trace.tokens, trace.acceptance = gen.tokens, gen.acceptance_lengths
     trace.first = gen.tokens[0] if gen.tokens else -1
-    dec = runner.decode(prompt, max_new_tokens=min(DECODE_TOKENS, max_new_tokens))
+    dec = runner.decode(prompt, max_new_tokens=min(DECODE_TOKENS, max_new_tokens), top2=True)
     trace.decode_tokens, trace.decode_top2, trace.decode_top2_ids = dec.tokens, dec.top2_values, dec.top2_ids
     return trace
 
@@ -193,7 +193,7 @@ def trace_eager(target: Any, draft: Any, prompt: Sequence[int], max_new_tokens: 
         trace.prefill_logits = ex.tap_t.logits[0][-1]
     trace.tokens, trace.acceptance = gen.tokens, gen.acceptance_lengths
     trace.first = gen.tokens[0] if gen.tokens else -1
-    dec = decode(target, prompt, max_new_tokens=min(DECODE_TOKENS, max_new_tokens), cache=tcache)
+    dec = decode(target, prompt, max_new_tokens=min(DECODE_TOKENS, max_new_tokens), cache=tcache, top2=True)
     trace.decode_tokens, trace.decode_top2, trace.decode_top2_ids = dec.tokens, dec.top2_values, dec.top2_ids
     return trace
 

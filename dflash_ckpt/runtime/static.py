@@ -246,8 +246,9 @@ class StaticRunner:
 
     @torch.inference_mode()
     def decode(self, prompt_ids: Sequence[int], *, max_new_tokens: int, stop_ids: Sequence[int] = (),
-               on_tokens: Callable[[int], None] | None = None) -> Generation:
-        """Target-only greedy decoding on the static path; the same tokens as ``generate.decode``."""
+               on_tokens: Callable[[int], None] | None = None, top2: bool = False) -> Generation:
+        """Target-only greedy decoding on the static path; the same tokens as ``generate.decode``
+        (and, with ``top2``, the same top-2 logits: they come in the step's one host read anyway)."""
         self._require_room(prompt_ids, max_new_tokens)
         dev = self.target.device
         gen = Generation()
@@ -267,8 +268,9 @@ class StaticRunner:
             if not finite:
                 gen.overflow = "logits"
                 break
-            gen.top2_values.append([v0, v1])
-            gen.top2_ids.append([int(i0), int(i1)])
+            if top2:
+                gen.top2_values.append([v0, v1])
+                gen.top2_ids.append([int(i0), int(i1)])
             rec.add([int(tok)], step=False)
             if first:
                 gen.step_s.clear()
