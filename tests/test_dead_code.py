@@ -68,8 +68,9 @@ def _is_docstring(node: ast.AST, parent: ast.AST | None) -> bool:
             and parent.body and parent.body[0] is node)
 
 
-def references(node: ast.AST) -> set[str]:
-    """The names ``node`` loads, the attributes it reads, and the name-like strings it holds."""
+def references(node: ast.AST, *, names_only: bool | None = None) -> set[str]:
+    """The names ``node`` loads, the attributes it reads, and the name-like strings it holds
+    (``names_only``: True, only the names loaded; False, only the attributes and strings)."""
     out: set[str] = set()
     stack: list[tuple[ast.AST, ast.AST | None]] = [(node, None)]
     while stack:
@@ -79,13 +80,34 @@ def references(node: ast.AST) -> set[str]:
         if isinstance(cur, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in cur.targets):
             continue
         if isinstance(cur, ast.Name) and not isinstance(cur.ctx, ast.Store):
-            out.add(cur.id)
+            if names_only is not False:
+                out.add(cur.id)
+        elif names_only:
+            pass
         elif isinstance(cur, ast.Attribute) and not isinstance(cur.ctx, ast.Store):
             out.add(cur.attr)
         elif isinstance(cur, ast.Constant) and isinstance(cur.value, str) and NAMEISH.fullmatch(cur.value):
             out.update(p for p in re.split(r"[.:]", cur.value) if p)
         stack.extend((child, cur) for child in ast.iter_child_nodes(cur))
     return out
+
+
+def function_refs(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    """``references(fn)`` less the names ``fn`` binds itself (its arguments, what it assigns,
+    loops over or catches, in nested scopes too): a local ``dotted`` is no read of a module's
+    ``dotted``. Names it declares ``global`` stay references."""
+    local: set[str] = set()
+    declared_global: set[str] = set()
+    for node in ast.walk(fn):
+        if isinstance(node, ast.arg):
+            local.add(node.arg)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            local.add(node.id)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            local.add(node.name)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            declared_global.update(node.names)
+    return references(fn, names_only=False) | (references(fn, names_only=True) - (local - declared_global))
 
 
 def _registers(fn: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> bool:
@@ -120,14 +142,16 @@ def scan_module(module: str, tree: ast.Module) -> tuple[list[Definition], set[st
     for stmt in _module_level(tree.body):
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             dunder = stmt.name.startswith("__") and stmt.name.endswith("__")  # a module's __getattr__, __dir__
-            d = Definition(module, stmt.name, stmt.lineno, references(stmt), root=dunder or _registers(stmt))
+            refs = references(stmt) if isinstance(stmt, ast.ClassDef) else function_refs(stmt)
+            d = Definition(module, stmt.name, stmt.lineno, refs, root=dunder or _registers(stmt))
             defs.append(d)
             if isinstance(stmt, ast.ClassDef):
                 # the class itself references its bases, decorators, class-level statements and
                 # dunder methods (run through the class); each other method is its own definition,
                 # reached when its name is read anywhere
-                body = [s for s in stmt.body if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.AnnAssign))
-                        or isinstance(s, ast.FunctionDef) and s.name.startswith("__") and s.name.endswith("__")]
+                body = [s for s in stmt.body if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.AnnAssign))]
+                dunders = [m for m in stmt.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))
+                           and m.name.startswith("__") and m.name.endswith("__")]
                 # a field (``name: type``, a dataclass's or a NamedTuple's) lives when it is read
                 # (all of them when the class writes itself out whole: ``asdict(self)``, ``self.__dict__``)
                 whole = bool(references(stmt) & {"__dict__", "asdict", "astuple"})
@@ -135,9 +159,10 @@ def scan_module(module: str, tree: ast.Module) -> tuple[list[Definition], set[st
                                     references(f.value) if f.value else set(), root=whole)
                          for f in stmt.body if isinstance(f, ast.AnnAssign) and isinstance(f.target, ast.Name)]
                 d.refs = references(ast.Module(body=body, type_ignores=[]))
+                d.refs |= {r for m in dunders for r in function_refs(m)}
                 d.refs |= {r for x in (*stmt.decorator_list, *stmt.bases, *stmt.keywords) for r in references(x)}
                 d.refs |= {r for f in stmt.body if isinstance(f, ast.AnnAssign) for r in references(f.annotation)}
-                defs += [Definition(module, f"{stmt.name}.{m.name}", m.lineno, references(m), root=_registers(m))
+                defs += [Definition(module, f"{stmt.name}.{m.name}", m.lineno, function_refs(m), root=_registers(m))
                          for m in stmt.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))
                          and not (m.name.startswith("__") and m.name.endswith("__"))]
         elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
@@ -203,7 +228,7 @@ def package_sources() -> dict[str, str]:
 
 def test_the_scan_finds_planted_dead_code() -> None:
     """A function only itself calls, a method nobody reads, a constant read only by a dead
-    function, and one unused class are flagged; what a root reaches is not."""
+    function, one unused class, and a function only a same-named local "reads" are flagged; what a root reaches is not."""
     src = '''
 import typer
 app = typer.Typer()
@@ -229,9 +254,15 @@ def registered(): return Used().read()
 TABLE = {"go": "pkg.mod:by_string"}
 def by_string(): return 1
 print(TABLE)
+
+def shadowed(): return 1
+def uses_a_local():
+    shadowed = 2
+    return shadowed
+uses_a_local()
 '''
     dead = {d.name for d in dead_definitions({"pkg.mod": src})}
-    assert dead == {"ONLY_DEAD_READS", "recursive", "Used.never", "Unused", "looks_public", "LIMIT"}
+    assert dead == {"ONLY_DEAD_READS", "recursive", "Used.never", "Unused", "looks_public", "LIMIT", "shadowed"}
 
 
 def test_nothing_in_the_package_is_dead() -> None:

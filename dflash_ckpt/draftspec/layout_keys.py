@@ -33,10 +33,6 @@ def require_layout_engines(engines: Iterable[str]) -> None:
             raise UsageError(f"--layout-for {name!r}: use one of {', '.join(LAYOUT_KEYS)}")
 
 
-def dotted(where: str, key: str) -> str:
-    return f"dflash_config.{key}" if where == "dflash_config" else key
-
-
 def layout_paths(config: Mapping[str, Any], engines: Iterable[str]) -> list[tuple[str, ...]]:
     """The config paths to write the measured layout to: the named engines' keys plus every
     declaration already there (``DEFAULT_KEY`` when neither gives one)."""
