@@ -1,9 +1,11 @@
-"""No dead code ships: every function, class, method and module-level constant the package
-defines is reached from the package itself, not only from tests/ (issue 40).
+"""No dead code ships: every function, class, method, class field (``name: type``) and
+module-level constant the package defines is reached from the package itself, not only from
+tests/ (issue 40).
 
-The scan is a mark and sweep over names. A definition's body references the names it loads, the
-attributes it reads, and the strings that spell a name or a path (``"pkg.mod:attr"``, a
-``getattr`` name, a ``globals()[name]`` key); docstrings and ``__all__`` lists are not references.
+The scan is a mark and sweep over names. A definition's body references the names it loads (less
+a function's own locals), the attributes it reads, and the strings that spell a name or a path
+(``"pkg.mod:attr"``, a ``getattr`` name, a ``globals()[name]`` key); docstrings and ``__all__``
+lists are not references, nor is a keyword argument (a field only ever set is unread).
 The roots are what runs on import (module-level statements that define nothing), what a
 decorator registers, every dunder method of a reached class, the console scripts in pyproject,
 and the public API (``dflash_ckpt.__all__``, ``dflash_ckpt.api.__all__``). A name reached from a
