@@ -26,8 +26,6 @@ RAISING_CHECKS_ALLOWED = {
 }
 #: Class names two modules define, each a different thing (rename one when you touch it).
 SHARED_CLASS_NAMES = {
-    "Verified": "runtime/sampling.py (the verify result) and runtime/dflash_loop.py (the host loop's step)",
-    "Step": "runtime/self_check.py and draftspec/speculators_format.py",
     "RunOptions": "run/options.py and runtime/plan.py: i40-pair and i40-opts reshape both",
 }
 

@@ -54,7 +54,7 @@ from dataclasses import dataclass
 
 import torch
 
-#: The pad of ``Verified.tokens`` past a step's output.
+#: The pad of ``Verification.tokens`` past a step's output.
 PAD = -1
 
 
@@ -112,7 +112,7 @@ def sample_from(probs: torch.Tensor, generator: torch.Generator | None = None) -
 
 
 @dataclass
-class Verified:
+class Verification:
     """One verification of ``N`` blocks.
 
     ``tokens`` ``[N, B]``: each step's output (``accepted[n] + 1`` tokens, then ``PAD``);
@@ -133,7 +133,7 @@ def _require_shapes(target_logits: torch.Tensor, drafts: torch.Tensor) -> None:
                          f"and {tuple(drafts.shape)}")
 
 
-def _assemble(drafts: torch.Tensor, accepted: torch.Tensor, last: torch.Tensor) -> Verified:
+def _assemble(drafts: torch.Tensor, accepted: torch.Tensor, last: torch.Tensor) -> Verification:
     """``[d1..d_a, last[a], PAD...]`` per row: the accepted drafts, then the row's final token
     (``last`` ``[N, B]``: the token to emit if the first rejection is at slot ``a``)."""
     n, width = last.shape
@@ -141,7 +141,7 @@ def _assemble(drafts: torch.Tensor, accepted: torch.Tensor, last: torch.Tensor) 
     padded = torch.cat([drafts, drafts.new_full((n, 1), PAD)], dim=1)
     a = accepted.unsqueeze(1)
     tokens = torch.where(slot < a, padded, torch.where(slot == a, last, torch.full_like(last, PAD)))
-    return Verified(tokens, accepted)
+    return Verification(tokens, accepted)
 
 
 def _prefix(ok: torch.Tensor) -> torch.Tensor:
@@ -149,7 +149,7 @@ def _prefix(ok: torch.Tensor) -> torch.Tensor:
     return ok.long().cumprod(dim=1).sum(dim=1)
 
 
-def verify_greedy(target_logits: torch.Tensor, drafts: torch.Tensor) -> Verified:
+def verify_greedy(target_logits: torch.Tensor, drafts: torch.Tensor) -> Verification:
     """Temperature 0, both rules: accept while the draft is the target's argmax; the argmax after
     the accepted prefix is the bonus. No random number is drawn."""
     _require_shapes(target_logits, drafts)
@@ -158,7 +158,7 @@ def verify_greedy(target_logits: torch.Tensor, drafts: torch.Tensor) -> Verified
 
 
 def verify_match(target_logits: torch.Tensor, drafts: torch.Tensor, temperature: float, top_p: float = 1.0,
-                 top_k: int = 0, generator: torch.Generator | None = None) -> Verified:
+                 top_k: int = 0, generator: torch.Generator | None = None) -> Verification:
     """The ``match`` rule: the target samples every row; accepted = the drafts equal to those
     samples, in order; the output is the samples up to and including the first mismatch."""
     if temperature == 0.0:
@@ -170,7 +170,7 @@ def verify_match(target_logits: torch.Tensor, drafts: torch.Tensor, temperature:
 
 def verify_rejection(target_logits: torch.Tensor, drafts: torch.Tensor, temperature: float, top_p: float = 1.0,
                      top_k: int = 0, generator: torch.Generator | None = None,
-                     draft_probs: torch.Tensor | None = None) -> Verified:
+                     draft_probs: torch.Tensor | None = None) -> Verification:
     """The ``rejection`` rule (speculative sampling as vLLM runs it; module docstring).
 
     ``draft_probs`` ``[N, B-1, V]`` is the draft's distribution at each slot, or ``None`` for
@@ -200,7 +200,7 @@ def verify_rejection(target_logits: torch.Tensor, drafts: torch.Tensor, temperat
 
 
 def verify(rule: str, target_logits: torch.Tensor, drafts: torch.Tensor, temperature: float, top_p: float = 1.0,
-           top_k: int = 0, generator: torch.Generator | None = None) -> Verified:
+           top_k: int = 0, generator: torch.Generator | None = None) -> Verification:
     """The rule by name (``run/sampling_settings.RULES``), with DFlash's one-hot drafts."""
     if rule == "match":
         return verify_match(target_logits, drafts, temperature, top_p, top_k, generator)
@@ -231,7 +231,7 @@ class Sampler:
         """Tokens ``[...]`` for logits ``[..., V]``, after temperature, top-k and top-p."""
         return sample_from(processed_probs(logits, self.temperature, self.top_p, self.top_k), self.generator)
 
-    def verify(self, logits: torch.Tensor, drafts: torch.Tensor) -> Verified:
+    def verify(self, logits: torch.Tensor, drafts: torch.Tensor) -> Verification:
         """The rule on one block: ``logits`` ``[size, V]`` of the verify pass, ``drafts`` ``[size - 1]``."""
         return verify(self.rule, logits[None], drafts[None], self.temperature, self.top_p, self.top_k, self.generator)
 
