@@ -21,7 +21,6 @@ from typing import Any
 
 from dflash_ckpt import limits
 from dflash_ckpt.errors import InputError, UsageError
-from dflash_ckpt.sources.chat_template import compile_template  # noqa: F401 - re-exported (tests, callers)
 from dflash_ckpt.sources.files import read_capped, read_capped_text
 from dflash_ckpt.sources.jsonfile import decode_json_bytes
 from dflash_ckpt.sources.template_process import render_all
