@@ -282,6 +282,35 @@ def test_the_allow_list_holds_only_what_exists() -> None:
     assert set(ALLOWED) <= dead, f"ALLOWED entries that are not dead code: {sorted(set(ALLOWED) - dead)}"
 
 
+def unused_imports(text: str) -> list[str]:
+    """Names a module imports and never uses (a package's ``__init__`` re-exports, and a line
+    marked ``noqa: F401`` says why it imports for its side effect or for others)."""
+    tree = ast.parse(text)
+    lines = text.splitlines()
+    imported: dict[str, int] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and getattr(node, "module", None) != "__future__":
+            if "noqa: F401" in lines[node.lineno - 1]:
+                continue
+            for alias in node.names:
+                imported[(alias.asname or alias.name).split(".")[0]] = node.lineno
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    quoted = " ".join(n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str))
+    return [f"{name} (line {line})" for name, line in imported.items()
+            if name not in used and not re.search(rf"\b{re.escape(name)}\b", quoted)]
+
+
+def test_unused_imports_are_found() -> None:
+    text = "from __future__ import annotations\nimport os, sys\nfrom typing import Any\nx: Any = sys.argv\n"
+    assert unused_imports(text) == ["os (line 2)"]
+
+
+def test_no_module_imports_what_it_does_not_use() -> None:
+    found = [f"{path.relative_to(ROOT)}: {name}" for path in sorted(PACKAGE.rglob("*.py")) if path.name != "__init__.py"
+             for name in unused_imports(path.read_text(encoding="utf-8"))]
+    assert not found, f"unused imports: {found}"
+
+
 if __name__ == "__main__":
     for d in dead_definitions(package_sources(), entry_points()):
         print(f"{d.module.replace('.', '/')}.py:{d.line}: {d.name}", file=sys.stdout)
