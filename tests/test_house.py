@@ -159,7 +159,7 @@ def test_the_statistics_sit_below_every_package_that_reads_them() -> None:
     packages = package_graph(graph)
     assert packages["dflash_ckpt.stats"] == set(), packages["dflash_ckpt.stats"]
     readers = {p for p, deps in packages.items() if "dflash_ckpt.stats" in deps}
-    assert {"dflash_ckpt.checks", "dflash_ckpt.run", "dflash_ckpt.engine_runners"} <= readers, readers
+    assert {"dflash_ckpt.checks", "dflash_ckpt.run", "dflash_ckpt.runtime", "dflash_ckpt.engine_runners"} <= readers, readers
     for below in ("dflash_ckpt.checks", "dflash_ckpt.draftspec", "dflash_ckpt.sources", "dflash_ckpt.stats"):
         assert "dflash_ckpt.runtime" not in packages[below], f"{below} reaches into the runtime (torch)"
     torch_free = [name for name in known if name.startswith("dflash_ckpt.stats")]

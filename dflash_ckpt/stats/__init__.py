@@ -1,5 +1,6 @@
-"""What a measured acceptance says (``confidence``: tau's clustered interval, the speedup's, the
-minimum of evidence, the chi-square homogeneity of two engines' acceptance).
+"""What a measured acceptance says: ``confidence`` (tau's clustered interval, the speedup's, the
+minimum of evidence, the chi-square homogeneity of two engines' acceptance) and ``ranking`` (how
+sure a ranking of two taus is).
 
 Below ``checks/``, ``run/``, ``runtime/`` and ``engine_runners/``, which all read it, and torch-free
 at import: ``inspect``'s findings on a run's evidence use it without loading torch. Only the
