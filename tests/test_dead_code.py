@@ -53,7 +53,7 @@ ALLOWED: dict[str, str] = {
 @dataclass
 class Definition:
     module: str
-    name: str  # the bare name (a method's own name)
+    name: str  # ``name``, or ``Class.name`` for a method or a field
     line: int
     refs: set[str] = field(default_factory=set)
     root: bool = False
