@@ -24,7 +24,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dflash_ckpt.runtime.probe_search import Measured, search_taps  # noqa: E402
+from dflash_ckpt.run.probe_search import Measured, search_taps  # noqa: E402
 from dflash_ckpt.draftspec.draft_settings import DraftSettings  # noqa: E402
 from dflash_ckpt.draftspec.target_settings import TargetSettings  # noqa: E402
 from dflash_ckpt.runtime.eager_dflash import dflash_decode  # noqa: E402

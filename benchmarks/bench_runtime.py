@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
+from torch import nn
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -50,10 +51,36 @@ from dflash_ckpt.draftspec.target_settings import TargetSettings  # noqa: E402
 from dflash_ckpt.runtime.draft import DFlashDraft  # noqa: E402
 from dflash_ckpt.runtime.generate import decode  # noqa: E402
 from dflash_ckpt.runtime.eager_dflash import dflash_decode  # noqa: E402
-from dflash_ckpt.runtime.layers import init_random_  # noqa: E402
 from dflash_ckpt.runtime.static import StaticRunner  # noqa: E402
 from dflash_ckpt.runtime.target import TargetModel  # noqa: E402
 from dflash_ckpt.draftspec.specs import build_spec  # noqa: E402
+
+def init_random_(module: nn.Module, seed: int, std: float | None = None) -> nn.Module:
+    """Fill every parameter with random values (this benchmark's pairs; real runs load weights).
+
+    Linear weights get ``std`` (default ``1/sqrt(fan_in)``, which keeps activations of order
+    one), embeddings and lm_head ``std`` or 1, norms 1 + a little noise.
+    """
+    gens: dict[torch.device, torch.Generator] = {}
+    for name, p in module.named_parameters():
+        if p.device not in gens:
+            gens[p.device] = torch.Generator(device=p.device).manual_seed(seed)
+
+        def randn(scale: float, shift: float = 0.0) -> torch.Tensor:
+            return torch.randn(p.shape, generator=gens[p.device], device=p.device) * scale + shift
+
+        with torch.no_grad():
+            if "norm" in name and p.dim() == 1:
+                vals = randn(0.05, 1.0)
+            elif p.dim() == 1:
+                vals = randn(0.02)
+            elif "embed" in name or "lm_head" in name:
+                vals = randn(std or 1.0)
+            else:
+                vals = randn(std or p.shape[1] ** -0.5)
+            p.copy_(vals.to(p.dtype))
+    return module
+
 
 #: Qwen/Qwen3-4B and z-lab/Qwen3-4B-DFlash-b16 (fixtures/published), the dimensions that matter.
 QWEN3_4B = {

@@ -10,11 +10,10 @@ before any result (``error`` filled, ``results`` empty). No torch, no rich: any 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from dflash_ckpt.errors import DFlashCkptError
-    from dflash_ckpt.rules import Finding
 
 #: Bumped when a field of any command's document changes meaning, moves or is removed (added
 #: fields do not). 2: every command's document is the envelope below (normalize's fields, the
@@ -35,22 +34,6 @@ def document(command: str, results: list[dict[str, Any]], exit_code: int,
     """The envelope every command prints with ``--json``: the version and the command first."""
     return {"schema_version": SCHEMA_VERSION, "command": command, "ok": exit_code == 0, "exit_code": exit_code,
             "error": error_json(error), "results": results}
-
-
-class Result(Protocol):
-    """The shape ``run_inspect``, ``run_normalize``, ``run_smoke_run`` and ``run_probe_taps`` return."""
-
-    findings: list[Finding]
-
-    @property
-    def exit_code(self) -> int: ...
-
-    @property
-    def ok(self) -> bool: ...
-
-    def to_dict(self) -> dict[str, Any]: ...
-
-    def envelope(self) -> dict[str, Any]: ...
 
 
 class ResultShape:

@@ -68,7 +68,7 @@ def static_dflash(runner: StaticRunner, prompt_ids: Sequence[int], *, max_new_to
     """``runner.dflash``, with an optional ``proposer`` in place of the draft."""
     if proposer is None:
         return runner.dflash(prompt_ids, max_new_tokens=max_new_tokens, stop_ids=stop_ids)
-    runner._check_room(prompt_ids, max_new_tokens)
+    runner._require_room(prompt_ids, max_new_tokens)
     return run_dflash(ProposedStatic(runner, proposer), prompt_ids, max_new_tokens=max_new_tokens, stop_ids=stop_ids)
 
 

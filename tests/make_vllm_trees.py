@@ -14,11 +14,29 @@ from __future__ import annotations
 
 import sys
 import zipfile
+from fnmatch import fnmatchcase
 from pathlib import Path
+from typing import Iterable
 
-from dflash_ckpt.engine_runners.vllm_tree import watched_paths
+from dflash_ckpt.engine_runners.vllm_tree import WATCHED
 
 OUT = Path(__file__).parent / "data" / "vllm-trees"
+
+
+def watched(path: str) -> bool:
+    """Whether ``path`` (relative to ``vllm/``) is one the facts read."""
+    parts = path.split("/")
+    for pattern in WATCHED:
+        pat = pattern.split("/")
+        if len(pat) == len(parts) and all(fnmatchcase(p, q) for p, q in zip(parts, pat)):
+            return True
+    return False
+
+
+def watched_paths(names: Iterable[str], prefix: str = "vllm/") -> list[str]:
+    """The watched paths among ``names`` (a wheel's member names or a walk of the installed
+    package, each starting with ``prefix``), relative to ``vllm/``, sorted."""
+    return sorted({n[len(prefix):] for n in names if n.startswith(prefix) and watched(n[len(prefix):])})
 
 
 def listing(wheel: Path) -> tuple[str, str]:

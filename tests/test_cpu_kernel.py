@@ -231,3 +231,20 @@ def test_the_header_names_the_kernel(cli) -> None:  # noqa: ANN001 - conftest's 
     assert "AVX2 bf16 kernel (" in res.stdout, res.stdout
     res = cli("smoke-run", str(PAIR / "draft"), "--target", str(PAIR / "target"), "-n", "8", "--no-compile")
     assert "AVX2 bf16 kernel" not in res.stdout and "prepacked" not in res.stdout
+
+
+def test_a_torch_without_the_private_reorder_op_keeps_the_plain_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """runtime/prepack.py's packed path rests on two private oneDNN ops: a torch that drops them
+    must fall back (the AVX2 kernel, else torch's path), not fail with an AttributeError."""
+    import types
+
+    import dflash_ckpt.runtime.prepack as prepack_mod
+
+    fake = types.SimpleNamespace(zeros=torch.zeros, bfloat16=torch.bfloat16,
+                                 ops=types.SimpleNamespace(mkldnn=types.SimpleNamespace()))
+    onednn_packs_bf16.cache_clear()
+    monkeypatch.setattr(prepack_mod, "torch", fake)
+    try:
+        assert onednn_packs_bf16() is False
+    finally:
+        onednn_packs_bf16.cache_clear()

@@ -188,7 +188,7 @@ def test_sampling_reaches_vllm_sampling_params() -> None:
     """Sampled, the request carries temperature, top-p, top-k and seed, the child hands them to
     ``SamplingParams`` (top-k 0 is off in vLLM too) and skips the teacher-forced rows; greedy
     stays temperature 0 with no sampling in the request."""
-    from dflash_ckpt.runtime.sampling_settings import make_settings
+    from dflash_ckpt.run.sampling_settings import make_settings
 
     common = dict(target_dir=TINY / "target", draft_dir=TINY / "draft", dtype="bfloat16", block_size=16,
                   encoded=[[1, 2, 3]], max_new_tokens=8, stop_ids=[7], max_positions=None)
@@ -310,9 +310,9 @@ def test_memory_precheck_uses_vllms_own_budget(tmp_path: Path, monkeypatch: pyte
     monkeypatch.setattr(vllm_smoke, "_mem_available", lambda: 3 << 30)
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "4")
     with pytest.raises(UsageError, match=r"tgt: vLLM's CPU build needs about 4\.50 GiB .*VLLM_CPU_KVCACHE_SPACE=4") as info:
-        vllm_smoke.check_engine_memory(facts, 1 << 28, "tgt")
+        vllm_smoke.require_engine_memory(facts, 1 << 28, "tgt")
     assert info.value.code == "DF407"
     monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE")
-    assert vllm_smoke.check_engine_memory(facts, 1 << 28, "tgt") == vllm_smoke.DEFAULT_KV_SPACE_GIB
+    assert vllm_smoke.require_engine_memory(facts, 1 << 28, "tgt") == vllm_smoke.DEFAULT_KV_SPACE_GIB
     cuda = read_facts(fake_python(tmp_path / "cuda", files={"vllm/__init__.py": ""}, dist="vllm==0.32.0"))
-    assert not cuda.cpu_build and vllm_smoke.check_engine_memory(cuda, 1 << 40, "tgt") is None
+    assert not cuda.cpu_build and vllm_smoke.require_engine_memory(cuda, 1 << 40, "tgt") is None

@@ -16,7 +16,7 @@ import pytest
 
 from conftest import ROOT, run_cli
 from own_processes import new_marker, run_processes
-from dflash_ckpt.engine_runners.vllm_facts import vllm_available
+from vllm_installed import vllm_available
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow,
               pytest.mark.skipif(not vllm_available(), reason="the engine's python has no vLLM with DFlash")]

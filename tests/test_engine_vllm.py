@@ -15,7 +15,8 @@ import pytest
 from conftest import ROOT, run_cli
 from own_processes import new_marker, run_processes
 from dflash_ckpt.checks.engine_compare import per_position
-from dflash_ckpt.engine_runners.vllm_facts import read_facts, vllm_available
+from dflash_ckpt.engine_runners.vllm_facts import read_facts
+from vllm_installed import vllm_available
 
 pytestmark = [pytest.mark.vllm,
               pytest.mark.skipif(not vllm_available(), reason="the engine's python has no vLLM with DFlash")]

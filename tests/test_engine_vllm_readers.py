@@ -22,7 +22,8 @@ import pytest
 
 from conftest import ROOT, run_cli
 from own_processes import engine_cannot_run
-from dflash_ckpt.engine_runners.vllm_facts import read_facts, vllm_available
+from dflash_ckpt.engine_runners.vllm_facts import read_facts
+from vllm_installed import vllm_available
 
 pytestmark = [pytest.mark.vllm,
               pytest.mark.skipif(not vllm_available(), reason="the engine's python has no vLLM with DFlash")]

@@ -134,7 +134,8 @@ def test_package_graph_finds_a_circle_no_file_circle_shows() -> None:
 
 def test_no_import_circle_between_packages() -> None:
     """Data flows sources -> draftspec -> checks -> commands; canonical (normalize's planning and
-    writing) sits beside checks, the runtime below the commands. A circle between two packages
+    writing) sits beside checks, the runtime below the commands, the statistics (stats) below
+    checks, run, runtime and the engine runners. A circle between two packages
     means one of them holds a piece of the other's layer: move it down (the message names the
     file arrows that close each circle)."""
     known = modules()
@@ -147,6 +148,25 @@ def test_no_import_circle_between_packages() -> None:
                         if package_of(a) in circle and package_of(b) in circle and package_of(a) != package_of(b))
         found.append((sorted(circle), arrows))
     assert found == [], f"import circles between packages (move the shared piece down a layer): {found}"
+
+
+def test_the_statistics_sit_below_every_package_that_reads_them() -> None:
+    """``stats`` (what a measured acceptance says) imports no other package of dflash_ckpt, and
+    checks, run, runtime and the engine runners read it: torch-free statistics in their own
+    package, not inside the runtime that ``checks`` must not reach into."""
+    known = modules()
+    graph = {name: imports_of(name, path, known) for name, path in known.items()}
+    packages = package_graph(graph)
+    assert packages["dflash_ckpt.stats"] == set(), packages["dflash_ckpt.stats"]
+    readers = {p for p, deps in packages.items() if "dflash_ckpt.stats" in deps}
+    assert {"dflash_ckpt.checks", "dflash_ckpt.run", "dflash_ckpt.runtime", "dflash_ckpt.engine_runners"} <= readers, readers
+    for below in ("dflash_ckpt.checks", "dflash_ckpt.draftspec", "dflash_ckpt.sources", "dflash_ckpt.stats"):
+        assert "dflash_ckpt.runtime" not in packages[below], f"{below} reaches into the runtime (torch)"
+    torch_free = [name for name in known if name.startswith("dflash_ckpt.stats")]
+    for name in torch_free:
+        tops = [n for n in ast.parse(known[name].read_text(encoding="utf-8")).body
+                if isinstance(n, (ast.Import, ast.ImportFrom))]
+        assert not any("torch" in ast.unparse(n) for n in tops), f"{name} imports torch at its top"
 
 
 SCRIPTS = sorted(p for folder in ("fixtures", "benchmarks") for p in (ROOT / folder).rglob("*.py"))

@@ -9,7 +9,7 @@ import pytest
 from dflash_ckpt.checks.layout_findings import layout_findings, searched_layout, smoke_layout_findings
 from dflash_ckpt.draftspec.layout import ANCHOR_FIRST, ONE_PLUS_N, BlockLayout, resolve_layout
 from dflash_ckpt.errors import UsageError
-from dflash_ckpt.draftspec.layout_keys import check_engines, layout_paths
+from dflash_ckpt.draftspec.layout_keys import require_layout_engines, layout_paths
 from dflash_ckpt.runtime.measure import Candidate
 from dflash_ckpt.runtime.probe_layout import LayoutMeasurement
 
@@ -91,4 +91,4 @@ def test_write_records_the_declared_keys_and_the_named_engines_keys() -> None:
     assert layout_paths({"dflash_config": {"shift_label": True}}, ("vllm", "speculators")) == [
         ("dflash_config", "sample_from_anchor"), ("sample_from_anchor",), ("dflash_config", "shift_label")]
     with pytest.raises(UsageError, match="--layout-for 'sglang'"):
-        check_engines(["sglang"])
+        require_layout_engines(["sglang"])

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import tiny_models as tm
-from dflash_ckpt.runtime.probe_search import DEFAULT_SEARCH_BUDGET, EXHAUSTIVE_MAX, Measured, search_taps, valid
+from dflash_ckpt.run.probe_search import DEFAULT_SEARCH_BUDGET, EXHAUSTIVE_MAX, Measured, search_taps, valid
 from dflash_ckpt.runtime.eager_dflash import dflash_decode
 from dflash_ckpt.runtime.probe import measure, reading_taps, record
 from dflash_ckpt.draftspec.layout import BlockLayout, resolve_layout

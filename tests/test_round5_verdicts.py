@@ -27,7 +27,7 @@ from conftest import ROOT, one_error_line, smoke
 from dflash_ckpt.checks.published import drafts, published_draft
 from dflash_ckpt.draftspec.specs import read_draft_spec
 from dflash_ckpt.errors import UsageError
-from dflash_ckpt.runtime.sampling_settings import from_generation_config
+from dflash_ckpt.run.sampling_settings import from_generation_config
 from dflash_ckpt.sources.local import LocalSource
 
 TINY = ROOT / "fixtures" / "tiny-pair"

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def reference(fp32, n: int = 120, prompt: list[int] = PROMPT, stops: tuple[int, ...] = ()):
     target, _, tc, _ = fp32
-    return decode(target, prompt, max_new_tokens=n, cache=tc, stop_ids=stops)
+    return decode(target, prompt, max_new_tokens=n, cache=tc, stop_ids=stops, top2=True)
 
 
 def test_random_draft_output_equals_target_only(fp32) -> None:
@@ -104,7 +104,7 @@ def test_bf16_draft_runs_against_fp16_target(pair: tuple[Path, Path]) -> None:
     target, draft = tm.load_runtime_pair(*pair, draft_dtype="bfloat16", target_dtype="float16")
     assert target.dtype == torch.float16 and draft.dtype == torch.bfloat16
     tc, dc = target.new_cache(256), draft.new_cache(256)
-    ref = decode(target, PROMPT, max_new_tokens=40, cache=tc)
+    ref = decode(target, PROMPT, max_new_tokens=40, cache=tc, top2=True)
     got = dflash_decode(target, draft, PROMPT, max_new_tokens=40, target_cache=tc, draft_cache=dc, block_size=draft.args.block_size)
     assert got.overflow is None and ref.overflow is None
     from dflash_ckpt.runtime.measure import TIE_TOLERANCE
@@ -181,3 +181,12 @@ def test_draft_sees_the_features_of_exactly_the_accepted_tokens(fp32, monkeypatc
     torch.testing.assert_close(seen, want, rtol=1e-4, atol=1e-4)
     lengths = [c.shape[1] for c in contexts]
     assert lengths[0] == len(PROMPT) and lengths[1:] == got.acceptance_lengths[: len(lengths) - 1]
+
+
+def test_top2_is_kept_only_when_asked(fp32) -> None:
+    """A measured decode keeps its tokens only; the self-check and the oracles ask for the top-2."""
+    target, _, tc, _ = fp32
+    plain = decode(target, PROMPT, max_new_tokens=8, cache=tc)
+    asked = decode(target, PROMPT, max_new_tokens=8, cache=tc, top2=True)
+    assert plain.tokens == asked.tokens and plain.top2_values == plain.top2_ids == []
+    assert [ids[0] for ids in asked.top2_ids] == asked.tokens and len(asked.top2_values) == 8

@@ -9,7 +9,8 @@ import pytest
 
 import tiny_models as tm
 from dflash_ckpt.errors import InputError, UsageError
-from dflash_ckpt.sources.prompts import BUILTIN_PROMPTS, Prompt, PromptEncoder, compile_template, read_prompts_file, stop_token_ids
+from dflash_ckpt.sources.chat_template import compile_template
+from dflash_ckpt.sources.prompts import BUILTIN_PROMPTS, Prompt, PromptEncoder, read_prompts_file, stop_token_ids
 
 
 @pytest.fixture(scope="module")

@@ -24,16 +24,16 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from dflash_ckpt.runtime.confidence import chi_square_gof  # noqa: E402
+from chi_square import chi_square_gof  # noqa: E402
 from dflash_ckpt.runtime.sampling import (  # noqa: E402
-    PAD, Verified, make_generator, processed_probs, sample_from, verify, verify_greedy, verify_match,
+    PAD, Verification, make_generator, processed_probs, sample_from, verify, verify_greedy, verify_match,
     verify_rejection)
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # small tensors: one thread is fastest, on a shared CPU too
 ALPHA = 1e-3
 V, BLOCK, K, RUNS, START = 6, 3, 3, 20_000, 0
 SETTINGS = [(0.6, 0.95, 0), (1.0, 1.0, 0), (0.7, 0.9, 4)]
-Rule = Callable[..., Verified]
+Rule = Callable[..., Verification]
 
 
 def world(seed: int = 7) -> tuple[torch.Tensor, torch.Tensor]:
@@ -118,7 +118,7 @@ def _biased_rejection(scale: float, keep_draft_in_residual: bool) -> Rule:
     or resampling from p instead of the residual p - q."""
 
     def rule(logits: torch.Tensor, drafts: torch.Tensor, temperature: float, top_p: float, top_k: int,
-             gen: torch.Generator) -> Verified:
+             gen: torch.Generator) -> Verification:
         p = processed_probs(logits, temperature, top_p, top_k)
         p_x = p[:, :-1].gather(-1, drafts.unsqueeze(-1)).squeeze(-1)
         u = torch.rand(p_x.shape, dtype=torch.float64, generator=gen)
@@ -132,20 +132,20 @@ def _biased_rejection(scale: float, keep_draft_in_residual: bool) -> Rule:
         padded = torch.cat([drafts, torch.full((len(drafts), 1), PAD)], dim=1)
         a = accepted.unsqueeze(1)
         tokens = torch.where(slot < a, padded, torch.where(slot == a, last, torch.full_like(last, PAD)))
-        return Verified(tokens, accepted)
+        return Verification(tokens, accepted)
 
     return rule
 
 
 def _biased_match(logits: torch.Tensor, drafts: torch.Tensor, temperature: float, top_p: float, top_k: int,
-                  gen: torch.Generator) -> Verified:
+                  gen: torch.Generator) -> Verification:
     """The match rule with the token at the first mismatch taken as the target's argmax instead
     of its sample (a plausible slip: 'the correction is the greedy token')."""
     res = verify_match(logits, drafts, temperature, top_p, top_k, gen)
     best = logits.argmax(dim=-1)
     slot = torch.arange(BLOCK).expand(len(drafts), BLOCK)
     fix = (slot == res.accepted.unsqueeze(1)) & (res.accepted < BLOCK - 1).unsqueeze(1)
-    return Verified(torch.where(fix, best, res.tokens), res.accepted)
+    return Verification(torch.where(fix, best, res.tokens), res.accepted)
 
 
 @pytest.mark.parametrize("name", ["accept-1.5x", "accept-1.05x", "residual-keeps-draft", "match-argmax-correction"])

@@ -1,4 +1,4 @@
-"""Sampling options and generation_config.json defaults (runtime/sampling_settings.py, no torch)."""
+"""Sampling options and generation_config.json defaults (run/sampling_settings.py, no torch)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from dflash_ckpt.errors import UsageError
-from dflash_ckpt.runtime.sampling_settings import DEFAULT_RULE, RULES, from_generation_config, make_settings
+from dflash_ckpt.run.sampling_settings import DEFAULT_RULE, RULES, from_generation_config, make_settings
 
 
 def test_defaults_are_greedy_and_the_papers_rule() -> None:
@@ -58,7 +58,7 @@ def test_generation_config_without_do_sample_is_greedy_and_gaps_take_hf_defaults
 
 
 def test_the_torch_free_parts_stay_torch_free() -> None:
-    code = ("import sys, dflash_ckpt.runtime.sampling_settings, dflash_ckpt.runtime.confidence, "
+    code = ("import sys, dflash_ckpt.run.sampling_settings, dflash_ckpt.stats.confidence, "
             "dflash_ckpt.sources.suites, dflash_ckpt.checks.published; print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

@@ -23,10 +23,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import tiny_models as tm  # noqa: E402
-from dflash_ckpt.runtime.confidence import ChiSquare, chi_square_gof  # noqa: E402
+from chi_square import chi_square_gof  # noqa: E402
+from dflash_ckpt.stats.confidence import ChiSquare  # noqa: E402
 from dflash_ckpt.runtime.generate import teacher_forced_logits  # noqa: E402
 from dflash_ckpt.runtime.sampling import (  # noqa: E402
-    Verified, make_generator, processed_probs, verify_match, verify_rejection)
+    Verification, make_generator, processed_probs, verify_match, verify_rejection)
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = ROOT / "fixtures" / "tiny-pair" / "target"
@@ -56,7 +57,7 @@ def drafts_for(target, prefix: list[int]) -> list[int]:
     return chain
 
 
-def two_token_gof(target, rule: Callable[..., Verified], temperature: float, top_p: float, top_k: int) -> ChiSquare:
+def two_token_gof(target, rule: Callable[..., Verification], temperature: float, top_p: float, top_k: int) -> ChiSquare:
     """The chi-square of the first two emitted tokens against the target (module docstring)."""
     gen = make_generator(17)
     drafts = drafts_for(target, CONTEXT)
@@ -94,7 +95,7 @@ def two_token_gof(target, rule: Callable[..., Verified], temperature: float, top
 
 @pytest.mark.parametrize("rule", [verify_match, verify_rejection])
 @pytest.mark.parametrize(("temperature", "top_p", "top_k"), [(1.0, 1.0, 20), (0.8, 0.95, 40)])
-def test_two_tokens_follow_the_tiny_target(target, rule: Callable[..., Verified], temperature: float, top_p: float,
+def test_two_tokens_follow_the_tiny_target(target, rule: Callable[..., Verification], temperature: float, top_p: float,
                                            top_k: int) -> None:
     got = two_token_gof(target, rule, temperature, top_p, top_k)
     assert got.cells > 20, got

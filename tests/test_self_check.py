@@ -176,7 +176,7 @@ def test_checked_loop_falls_back_on_a_capture_error(tiny: tuple[str, Any, Any],
 @pytest.mark.slow
 def test_sampled_and_generic_runs_take_the_eager_loop_unchecked(tiny: tuple[str, Any, Any]) -> None:
     from dflash_ckpt.runtime.sampling import Sampler
-    from dflash_ckpt.runtime.sampling_settings import make_settings
+    from dflash_ckpt.run.sampling_settings import make_settings
 
     _, target, draft = tiny
     sampler = Sampler.of(make_settings(0.7, 1.0, 0, 0, "match"), target.device)
@@ -201,7 +201,7 @@ def test_a_pair_off_the_static_path_says_why() -> None:
 
 
 def _trace(**kw: Any) -> sc.Trace:
-    step = sc.Step(size=4, drafts=[5, 6, 7], posterior=[5, 6, 9, 3], accepted=2, overflow=None, top=[10.0, 11.0, 9.0, 8.0])
+    step = sc.TracedStep(size=4, drafts=[5, 6, 7], posterior=[5, 6, 9, 3], accepted=2, overflow=None, top=[10.0, 11.0, 9.0, 8.0])
     base = dict(first=4, steps=[step], tokens=[4, 5, 6, 9], acceptance=[3], decode_tokens=[4, 8],
                 decode_top2=[[12.0, 11.0], [13.0, 2.0]], decode_top2_ids=[[4, 1], [8, 2]])
     base.update(kw)
@@ -213,12 +213,12 @@ def test_a_difference_past_the_first_rejected_draft_changes_nothing() -> None:
     tied = torch.zeros(3, 20)
     tied[2, 7] = tied[2, 1] = 4.0  # the last draft's two best lie within rounding
     eager = _trace(draft_logits=[tied])
-    later = _trace(steps=[sc.Step(4, [5, 6, 1], [5, 6, 9, 0], 2, None, [10.0, 11.0, 9.0, 3.0])])
+    later = _trace(steps=[sc.TracedStep(4, [5, 6, 1], [5, 6, 9, 0], 2, None, [10.0, 11.0, 9.0, 3.0])])
     assert sc.compare(later, eager, torch.bfloat16).status == "agree"
     tied[2, 1] = 3.0  # not a tie: a draft differs, rejected or not, where its input is the same
     got = sc.compare(later, eager, torch.bfloat16)
     assert (got.status, got.detail) == ("differs", "step 1: draft 3 is 1 graphed, 7 eager")
-    off = _trace(steps=[sc.Step(4, [5, 6, 7], [5, 6, 9, 3], 2, None, [10.0, 11.0, 9.5, 8.0])])
+    off = _trace(steps=[sc.TracedStep(4, [5, 6, 7], [5, 6, 9, 3], 2, None, [10.0, 11.0, 9.5, 8.0])])
     got = sc.compare(off, eager, torch.bfloat16)
     assert got.status == "differs" and got.detail.startswith("step 1: verify logits differ by 0.5 at row 2"), got
 
@@ -227,7 +227,7 @@ def test_a_divergence_at_a_near_tie_passes_and_a_clear_one_does_not() -> None:
     logits = torch.full((20,), -5.0)
     logits[9], logits[8] = 9.0, 8.98  # row 2's top two lie within bf16 rounding of each other
     eager = _trace(verify_logits=[torch.stack([logits] * 4)], draft_logits=[torch.zeros(3, 20)])
-    flipped = _trace(steps=[sc.Step(4, [5, 6, 7], [5, 6, 8, 3], 2, None, [10.0, 11.0, 9.0, 8.0])])
+    flipped = _trace(steps=[sc.TracedStep(4, [5, 6, 7], [5, 6, 8, 3], 2, None, [10.0, 11.0, 9.0, 8.0])])
     got = sc.compare(flipped, eager, torch.bfloat16)
     assert (got.status, got.detail) == ("agree", "compared up to a near tie at step 1, verify row 2")
     logits[8] = 5.0

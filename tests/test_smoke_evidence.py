@@ -11,7 +11,7 @@ from dflash_ckpt.checks.evidence_findings import evidence_findings
 from dflash_ckpt.commands.evidence_report import confidence_lines, suite_lines
 from dflash_ckpt.rules import RULES, Severity
 from dflash_ckpt.run.smoke_evidence import IMPLAUSIBLE, gather_evidence
-from dflash_ckpt.runtime.confidence import TOO_LITTLE
+from dflash_ckpt.stats.confidence import TOO_LITTLE
 
 QWEN3_4B = "z-lab/Qwen3-4B-DFlash-b16"
 TIMING = {"target_step_ms": {"n": 40, "median": 10.0, "p25": 9.5, "p75": 10.5},

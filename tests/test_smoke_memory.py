@@ -17,7 +17,7 @@ import torch
 
 from conftest import ROOT, one_error_line
 from dflash_ckpt.runtime import memory
-from dflash_ckpt.runtime.memory import RunEstimate, Shapes, cgroup_room, check_fits, estimate_run, is_out_of_memory
+from dflash_ckpt.runtime.memory import RunEstimate, Shapes, cgroup_room, require_fits, estimate_run, is_out_of_memory
 
 sys.path.insert(0, str(ROOT))
 from benchmarks.real_pairs import SHAPES, build_pair  # noqa: E402
@@ -64,19 +64,19 @@ def test_refusal_names_needed_and_available_and_advice_fits_the_dtype(monkeypatc
     est = RunEstimate({"weights": 3 * GIB, "KV caches": GIB})
     monkeypatch.setattr(memory, "memory_limits", lambda device: {"MemAvailable": 8 * GIB, "cgroup memory room": 2 * GIB})
     with pytest.raises(Exception) as info:
-        check_fits(est, torch.device("cpu"), "t", target_dtype=torch.bfloat16)
+        require_fits(est, torch.device("cpu"), "t", target_dtype=torch.bfloat16)
     err = info.value
     assert err.code == "DF407" and err.exit_code == 2
     assert f"needs 4.00 GiB ({4 * GIB} bytes)" in err.message and f"({2 * GIB} bytes) are free (cgroup memory room)" in err.message
     assert "weights 3.00 GiB, KV caches 1.00 GiB" in err.message and "bfloat16" not in err.message
     with pytest.raises(Exception) as info:
-        check_fits(est, torch.device("cpu"), "t", target_dtype=torch.float32)
+        require_fits(est, torch.device("cpu"), "t", target_dtype=torch.float32)
     assert "--target-dtype bfloat16" in info.value.message
     # The transformers backend's mappings count against the address space only.
     monkeypatch.setattr(memory, "memory_limits", lambda device: {"MemAvailable": 8 * GIB, "RLIMIT_AS room": 5 * GIB})
-    check_fits(est, torch.device("cpu"), "t")
+    require_fits(est, torch.device("cpu"), "t")
     with pytest.raises(Exception) as info:
-        check_fits(RunEstimate(est.parts, mapped=2 * GIB), torch.device("cpu"), "t")
+        require_fits(RunEstimate(est.parts, mapped=2 * GIB), torch.device("cpu"), "t")
     assert "(RLIMIT_AS room)" in info.value.message and "files mapped 2.00 GiB" in info.value.message
 
 

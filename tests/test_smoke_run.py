@@ -220,7 +220,7 @@ def test_divergence_beyond_a_tie_fails_and_a_tie_passes(cli, pair, monkeypatch: 
     seen = {}
 
     def spy_decode(*a, **k):
-        seen["ref"] = real_decode(*a, **k)
+        seen["ref"] = real_decode(*a, **{**k, "top2": True})
         return seen["ref"]
 
     def corrupt(mode: str):

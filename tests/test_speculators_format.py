@@ -265,7 +265,7 @@ def test_engine_both_loads_it_as_it_is_and_names_the_override(drafts: dict[str, 
     """vLLM loads the converted draft as it is (its speculators adapter), gives its own target's
     tokens, and `--engine both` prints vLLM's causal override before the engine runs."""
     from conftest import run_cli
-    from dflash_ckpt.engine_runners.vllm_facts import vllm_available
+    from vllm_installed import vllm_available
 
     if not vllm_available():
         pytest.skip("the engine's python has no vLLM with DFlash")

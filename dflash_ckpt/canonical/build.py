@@ -19,7 +19,7 @@ from typing import Callable
 from dflash_ckpt.errors import InputError, UsageError
 from dflash_ckpt.canonical.fsops import (
     LINK_FALLBACK_ERRNOS, OUT_FULL_ERRNOS, BuildReport, FileAction, _fsync_dir, _real, _term_as_interrupt,
-    check_free_space,
+    require_free_space,
 )
 from dflash_ckpt.canonical.lock import lock_out, unlock_out
 from dflash_ckpt.sources.base import os_error
@@ -118,7 +118,7 @@ def _build_out(
     parent = _real(out).parent
     report = BuildReport()
     to_copy = sum(a.size for a in actions if a.how == "copy") + len(config_bytes)
-    check_free_space(parent, to_copy)
+    require_free_space(parent, to_copy)
     try:
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=parent))
     except OSError as err:
@@ -166,7 +166,7 @@ def _place(a: FileAction, tmp: Path, parent: Path, report: BuildReport, on_bytes
                 raise
             if err.errno not in LINK_FALLBACK_ERRNOS:
                 raise os_error(err, str(a.src)) from None
-            check_free_space(parent, a.size)  # this one was counted as a link
+            require_free_space(parent, a.size)  # this one was counted as a link
     try:
         copy_file(a.src, dst, on_bytes)
     except OSError as err:

@@ -74,7 +74,7 @@ def _inside(child: Path, parent: Path) -> bool:
     return child == parent or parent in child.parents
 
 
-def check_out_path(draft_dir: Path, out: Path, *, force: bool) -> None:
+def require_out_path(draft_dir: Path, out: Path, *, force: bool) -> None:
     """Refuse an OUT that would overwrite the user's files or DRAFT itself (exit 2).
 
     Once OUT is known not to touch DRAFT, OUT's lock is taken (held until ``build_out`` ends, or
@@ -183,7 +183,7 @@ def plan_files(
     return actions
 
 
-def check_free_space(folder: Path, needed: int) -> None:
+def require_free_space(folder: Path, needed: int) -> None:
     """Refuse, before writing anything, a copy that does not fit (exit 2)."""
     try:
         free = shutil.disk_usage(folder).free

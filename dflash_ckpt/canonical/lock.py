@@ -67,7 +67,7 @@ def _open_lock(path: Path) -> tuple[int, bool]:
     raise InputError("OUT's lock file keeps changing under this run; retry, or give another OUT", path=path)
 
 
-def _check_ours(fd: int, path: Path) -> None:
+def _require_ours(fd: int, path: Path) -> None:
     """An existing lock file is reused only when it is what a run of this tool leaves."""
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
@@ -98,7 +98,7 @@ def lock_out(out: Path) -> None:
         fd, created = _open_lock(path)
         try:
             if not created:
-                _check_ours(fd, path)
+                _require_ours(fd, path)
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as err:
             os.close(fd)

@@ -197,7 +197,7 @@ def plan_normalize(
     if is_speculators_native(config):
         config = _from_speculators(b, config, where)
     values, origin = _resolve(config, where, prefer, overrides, known)
-    _check_overrides(config, where, overrides, known, values)
+    _require_overrides(config, where, overrides, known, values)
     layer_types, lt_reason = _layer_types(config, where, overrides)
 
     if not isinstance(b.config.get("dflash_config"), dict):
@@ -338,7 +338,7 @@ def _missing_message(missing: list[str], known: Known) -> str:
     )
 
 
-def _check_overrides(config: dict[str, Any], where: str, o: Overrides, known: Known, values: dict[str, Any]) -> None:
+def _require_overrides(config: dict[str, Any], where: str, o: Overrides, known: Known, values: dict[str, Any]) -> None:
     """Each supplied value must agree with what the weights, the config and the target say."""
     problems: list[str] = []
     depth = as_int(values.get("num_target_layers"))

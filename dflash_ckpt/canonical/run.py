@@ -135,13 +135,13 @@ def normalize_into(req: Request, oc: Outcome, *, guard: Callable[[Request, Path 
     if guard is not None:
         guard(req, draft_dir)
     if req.out is not None:
-        from dflash_ckpt.canonical.fsops import check_out_path
+        from dflash_ckpt.canonical.fsops import require_out_path
 
         assert draft_dir is not None
         if missing_parents(req.out):
             require_new_parents(draft_dir, req.out)
         else:
-            check_out_path(draft_dir, req.out, force=req.force)
+            require_out_path(draft_dir, req.out, force=req.force)
     if req.target is not None:
         oc.target = read_target_spec(open_source(req.target, token=req.token, role="target"))
 
@@ -190,12 +190,12 @@ def normalize_into(req: Request, oc: Outcome, *, guard: Callable[[Request, Path 
         return
     assert req.out is not None and draft_dir is not None
     from dflash_ckpt.canonical.build import build_out
-    from dflash_ckpt.canonical.fsops import check_out_path
+    from dflash_ckpt.canonical.fsops import require_out_path
 
     created = make_parents(req.out)
     try:
         if created:
-            check_out_path(draft_dir, req.out, force=req.force)
+            require_out_path(draft_dir, req.out, force=req.force)
         actions = _plan_out(req, draft_dir)
         mode = stat.S_IMODE((draft_dir / "config.json").stat().st_mode)
         progress = None if req.quiet or req.json_out else copy_bar
@@ -230,11 +230,11 @@ def _open_draft(req: Request) -> tuple[Source, Source]:
 
 
 def _plan_out(req: Request, draft_dir: Path) -> list[Any]:
-    from dflash_ckpt.canonical.fsops import check_free_space, plan_files
+    from dflash_ckpt.canonical.fsops import require_free_space, plan_files
 
     assert req.out is not None
     actions = plan_files(draft_dir, req.out, copy_weights=req.copy, external_links=req.external_links)
-    check_free_space(req.out.absolute().parent, sum(a.size for a in actions if a.how == "copy"))
+    require_free_space(req.out.absolute().parent, sum(a.size for a in actions if a.how == "copy"))
     return actions
 
 

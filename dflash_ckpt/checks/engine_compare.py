@@ -163,10 +163,10 @@ INVESTIGATE_P = 0.01
 
 def acceptance_summary(ref_runs: Sequence[Any], eng_runs: Sequence[Any], eng_metrics: dict[str, Any],
                        block: int) -> dict[str, Any]:
-    """Both engines' tau with its 95% interval over prompts (``runtime/confidence.tau_estimate``),
+    """Both engines' tau with its 95% interval over prompts (``stats/confidence.tau_estimate``),
     and Pearson's homogeneity test of the accepted-count distributions, ours from the steps and
     the engine's from its own counters (``engine_accepted_counts``)."""
-    from dflash_ckpt.runtime.confidence import (accepted_counts, engine_accepted_counts, homogeneity,
+    from dflash_ckpt.stats.confidence import (accepted_counts, engine_accepted_counts, homogeneity,
                                                 tau_estimate)
 
     ref_tau = tau_estimate([r.dflash.acceptance_lengths for r in ref_runs])

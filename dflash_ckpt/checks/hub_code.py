@@ -44,7 +44,7 @@ def _named_code(config: Mapping[str, Any], path: str = "") -> tuple[str, Any] | 
     return None
 
 
-def check_hub_code(config: Mapping[str, Any], where: str) -> None:
+def require_no_hub_code(config: Mapping[str, Any], where: str) -> None:
     """Refuse (DF321, exit 2) a target config naming code to fetch from the Hub (see above)."""
     found = _named_code(config)
     if found is None:
@@ -56,4 +56,4 @@ def check_hub_code(config: Mapping[str, Any], where: str) -> None:
                      "attention: sdpa, or eager)", code="DF321", key=key, path=where)
 
 
-__all__ = ["IMPLEMENTATION_KEYS", "KERNEL_KEYS", "check_hub_code"]
+__all__ = ["IMPLEMENTATION_KEYS", "KERNEL_KEYS", "require_no_hub_code"]

@@ -2,7 +2,7 @@
 
 Pure functions over a run's result, no torch. probe-taps measures both layouts
 (``runtime/probe_layout.py``) and judges them by the rule it judges tap sets by
-(``ranking.verdict``): a layout is named only when it leads the other by at least
+(``stats.ranking.verdict``): a layout is named only when it leads the other by at least
 ``LIKELY_Z`` standard errors.
 - no finding when the measured layout is the one the config declares (or defaults to): the
   report and the JSON (``layout``) show the figures;
@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from dflash_ckpt.ranking import LIKELY_Z
+from dflash_ckpt.stats.ranking import LIKELY_Z
 from dflash_ckpt.draftspec.layout import BlockLayout
 from dflash_ckpt.rules import Finding, finding
 

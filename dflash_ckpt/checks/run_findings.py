@@ -12,7 +12,7 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING, Any, Sequence
 
-from dflash_ckpt.ranking import LIKELY_Z
+from dflash_ckpt.stats.ranking import LIKELY_Z
 from dflash_ckpt.errors import CheckFailed
 from dflash_ckpt.rules import Finding, finding
 

@@ -3,7 +3,7 @@
 Both smoke-run backends build the target from its config: the native runtime through
 ``draftspec/target_settings.py``, the transformers backend through transformers' config classes, which accept
 nearly anything and fail (or allocate gigabytes) later. A hostile or broken ``config.json`` must
-not get that far: ``check_target_config`` is the one gate both backends pass, and refuses with one
+not get that far: ``require_target_config`` is the one gate both backends pass, and refuses with one
 DF142 line (exit 2):
 
 - the shape keys of the decoder (``text_config`` for a wrapper): ``hidden_size``,
@@ -29,7 +29,7 @@ import re
 from typing import Any, Mapping
 
 from dflash_ckpt import limits
-from dflash_ckpt.checks.hub_code import check_hub_code
+from dflash_ckpt.checks.hub_code import require_no_hub_code
 from dflash_ckpt.draftspec.quant_layers import check_headers
 from dflash_ckpt.draftspec.quant_scheme import read_scheme
 from dflash_ckpt.errors import InputError
@@ -66,7 +66,7 @@ def _values(config: Mapping[str, Any], inner: Mapping[str, Any], key: str) -> li
     return out
 
 
-def check_target_config(config: Mapping[str, Any], where: str,
+def require_target_config(config: Mapping[str, Any], where: str,
                         tensors: Mapping[str, Any] | None = None) -> None:
     """Refuse (one DF142 line, exit 2) a target config either backend would choke on or
     over-allocate for; ``tensors`` (name -> info with ``.shape``) adds the shape checks."""
@@ -101,12 +101,12 @@ def check_target_config(config: Mapping[str, Any], where: str,
     for name, value in _values(config, inner, "pad_token_id"):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not -vocab <= value < vocab):
             raise _bad(where, name, value, f"a token id below vocab_size ({vocab}), or null")
-    check_hub_code(config, where)  # DF321: a Hub kernel transformers would fetch and load
+    require_no_hub_code(config, where)  # DF321: a Hub kernel transformers would fetch and load
     scheme = read_scheme(config, where)  # DF180: a format the runtime does not dequantize
     if scheme is not None and tensors:
         check_headers(scheme, tensors)  # DF181: the config names a quantization the tensors lack
     if tensors:
-        _check_shapes(inner, where, pre, tensors, hidden=hidden, vocab=vocab, layers=layers,
+        _require_shapes(inner, where, pre, tensors, hidden=hidden, vocab=vocab, layers=layers,
                       quantized=_quantized(config, inner))
 
 
@@ -127,7 +127,7 @@ def _text_prefix(names: list[str]) -> str | None:
     return embeds[0] if embeds else None
 
 
-def _check_shapes(inner: Mapping[str, Any], where: str, pre: str, tensors: Mapping[str, Any], *,
+def _require_shapes(inner: Mapping[str, Any], where: str, pre: str, tensors: Mapping[str, Any], *,
                   hidden: int, vocab: int, layers: int, quantized: bool) -> None:
     names = list(tensors)
     prefix = _text_prefix(names)
@@ -186,4 +186,4 @@ def _expected(rest: str, shape: tuple[int, ...], hidden: int, inter: Any) -> tup
     return None
 
 
-__all__ = ["CONFIG_DTYPES", "check_target_config"]
+__all__ = ["CONFIG_DTYPES", "require_target_config"]

@@ -18,7 +18,7 @@ def _ci(interval: Any, fmt: str = "{:.2f}") -> str:
 
 def confidence_lines(ev: Any) -> list[str]:
     """tau with its standard error and interval (the speedup's is on the verdict line); nothing
-    below the minimum of evidence (``runtime/confidence.py``: MIN_STEPS steps over MIN_PROMPTS prompts),
+    below the minimum of evidence (``stats/confidence.py``: MIN_STEPS steps over MIN_PROMPTS prompts),
     where DF408 and the verdict line say what is missing."""
     t = ev.overall
     if t.steps == 0:

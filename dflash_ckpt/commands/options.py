@@ -150,9 +150,9 @@ def write_report_for(path: str | None, result: object, *, quiet: bool, json_out:
 def check_report(path: str | None) -> None:
     """``--report FILE``: refuse a path it cannot be written to before anything runs (DF001)."""
     if path is not None:
-        from dflash_ckpt.report.build import check_report_path
+        from dflash_ckpt.report.build import require_report_path
 
-        check_report_path(path)
+        require_report_path(path)
 
 
 @contextmanager
@@ -164,9 +164,9 @@ def starting_run(command: str, draft: str, target: str, *, json_out: bool, quiet
     want_json(command, json_out, output_format)
     require_run_extra(command)
     silence_progress(json_out or quiet, quiet=quiet)
-    from dflash_ckpt.runtime.address_space import check_import_floor, torch_import_guard
+    from dflash_ckpt.runtime.address_space import require_import_floor, torch_import_guard
     from dflash_ckpt.terminal import loading_note
 
-    check_import_floor(command)  # under ulimit -v: one DF407 line, not a crash inside the import
+    require_import_floor(command)  # under ulimit -v: one DF407 line, not a crash inside the import
     with loading_note(command, draft, target, json_out or quiet), torch_import_guard(command):
         yield

@@ -62,12 +62,6 @@ class Unsupported(UsageError):
         super().__init__(f"not supported by the reference runtime: {what}; {SUPPORTED_TEXT}")
 
 
-def family_of(config: dict[str, Any]) -> Family | None:
-    """The family of a target config, ``None`` when the runtime does not implement it."""
-    model_type = target_model_type(config)
-    return FAMILIES.get(model_type) if isinstance(model_type, str) else None
-
-
 # -- the transformers backend ------------------------------------------------------------------
 
 
@@ -80,20 +74,17 @@ class HFFamily:
     name: str
     #: The wrapper model types whose ``text_config`` holds this decoder (run text-only).
     wrappers: tuple[str, ...] = ()
-    #: What rolls its cache back: ``crop`` (attention only), ``sliding`` (sliding-window layers,
-    #: past recording) or ``linear`` (Gated DeltaNet layers: snapshot, restore and replay).
-    rollback: str = "crop"
 
 
 HF_FAMILIES: dict[str, HFFamily] = {f.model_type: f for f in (
     HFFamily("llama", "Llama 3.x"),
     HFFamily("qwen3", "dense Qwen3"),
     HFFamily("qwen3_moe", "Qwen3 MoE (Qwen3-Coder-30B-A3B)"),
-    HFFamily("qwen3_next", "Qwen3-Next (Qwen3-Coder-Next)", rollback="linear"),
-    HFFamily("qwen3_5_text", "Qwen3.5/3.6 dense", wrappers=("qwen3_5",), rollback="linear"),
-    HFFamily("qwen3_5_moe_text", "Qwen3.5/3.6 MoE", wrappers=("qwen3_5_moe",), rollback="linear"),
-    HFFamily("gpt_oss", "gpt-oss", rollback="sliding"),
-    HFFamily("gemma4_text", "gemma-4", wrappers=("gemma4",), rollback="sliding"),
+    HFFamily("qwen3_next", "Qwen3-Next (Qwen3-Coder-Next)"),
+    HFFamily("qwen3_5_text", "Qwen3.5/3.6 dense", wrappers=("qwen3_5",)),
+    HFFamily("qwen3_5_moe_text", "Qwen3.5/3.6 MoE", wrappers=("qwen3_5_moe",)),
+    HFFamily("gpt_oss", "gpt-oss"),
+    HFFamily("gemma4_text", "gemma-4", wrappers=("gemma4",)),
     HFFamily("deepseek_v3", "DeepSeek-V3 / Kimi-K2.5 (MLA + MoE)", wrappers=("kimi_k25",)),
 )}
 

@@ -26,15 +26,11 @@ LAYOUT_KEYS: dict[str, tuple[str, str]] = {
 DEFAULT_KEY = ("dflash_config", "sample_from_anchor")
 
 
-def check_engines(engines: Iterable[str]) -> None:
+def require_layout_engines(engines: Iterable[str]) -> None:
     """A usage error (exit 2) for an engine name ``LAYOUT_KEYS`` does not know."""
     for name in engines:
         if name not in LAYOUT_KEYS:
             raise UsageError(f"--layout-for {name!r}: use one of {', '.join(LAYOUT_KEYS)}")
-
-
-def dotted(where: str, key: str) -> str:
-    return f"dflash_config.{key}" if where == "dflash_config" else key
 
 
 def layout_paths(config: Mapping[str, Any], engines: Iterable[str]) -> list[tuple[str, ...]]:

@@ -15,10 +15,6 @@ from dflash_ckpt.draftspec.layout import DSPARK_ARCHITECTURES
 
 DSPARK, LAGUNA, LILICORR = "DSpark", "Laguna", "LiLiCorr"
 
-#: DSpark's own config keys (TensorRT-LLM spells ``enable_confidence_head`` ``use_confidence_head``).
-DSPARK_KEYS = ("markov_rank", "markov_head_type", "enable_confidence_head", "use_confidence_head",
-               "confidence_head_with_markov", "dspark_block_size", "dspark_target_layer_ids",
-               "dspark_noise_token_id", "dspark_draft_topk", "num_anchors")
 #: Laguna drafts run as the target's own architecture (vLLM renames it ``DFlashLagunaForCausalLM``).
 LAGUNA_ARCHITECTURES = frozenset({"LagunaForCausalLM", "DFlashLagunaForCausalLM"})
 LILICORR_ARCHITECTURES = frozenset({"LiLiCorrDraftModel"})

@@ -26,7 +26,6 @@ from typing import Any, Mapping
 SPECULATORS_TYPES = ("dflash", "dflash2", "dspark")
 #: Where the proposal's draft count is (the layout's second declaration).
 SPEC_TOKENS_PATH = "speculators_config.proposal_methods[0].speculative_tokens"
-VERIFIER_PATH = "speculators_config.verifier.name_or_path"
 #: The taps' key and how a tap is got from it.
 AUX_KEY = "aux_hidden_state_layer_ids"
 AUX_RULE = "aux_hidden_state_layer_ids - 1"

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from dflash_ckpt.checks.engine_compare import compare_prompts, engine_findings
@@ -67,7 +67,6 @@ class ServeRun(EngineRun):
     """``EngineRun`` with the served path: the same refusals and request, another ``compare_into``."""
 
     concurrency: int = DEFAULT_CONCURRENCY
-    serve_argv: list[str] = field(default_factory=list)
 
     @classmethod
     def start(cls, opts: Any) -> ServeRun:
@@ -82,7 +81,6 @@ class ServeRun(EngineRun):
         if not serve:
             raise UsageError("--engine vllm-serve: inspect gives no vLLM serve line for this pair (its vLLM verdict "
                              "does not load it); run inspect for why", code="DF004", key="--engine")
-        self.serve_argv = list(serve)
         req = self.request
         stops, n = req["stop_token_ids"], req["max_new_tokens"]
         where = result.target_label

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping, Sequence
 
 from dflash_ckpt.engine_runners.vllm_serve import SERVED_NAME, Server, complete, difference, metrics, tau
-from dflash_ckpt.runtime.confidence import t975
+from dflash_ckpt.stats.confidence import t975
 
 #: Waves per server: a mean and an interval need at least two; five of the tiny pair take seconds.
 WAVES = 5

@@ -25,7 +25,7 @@ from dflash_ckpt.checks.engine_compare import acceptance_summary, compare_prompt
 from dflash_ckpt.engine_runners.vllm_facts import VllmFacts, read_facts
 from dflash_ckpt.engine_runners.engine_args import flag_values, parse_engine_args
 from dflash_ckpt.engine_runners.vllm_run import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, refuse_install, refuse_pair
-from dflash_ckpt.engine_runners.vllm_smoke import (RULE, EngineOptions, build_request, check_engine_memory,
+from dflash_ckpt.engine_runners.vllm_smoke import (RULE, EngineOptions, build_request, require_engine_memory,
                                             engine_summary, run_vllm, to_runs)
 from dflash_ckpt.errors import UsageError
 from dflash_ckpt.rules import Finding
@@ -122,7 +122,7 @@ class EngineRun:
         self.tie_tolerance = TIE_TOLERANCE[plan.target_dtype]
         weights = (needed_bytes(plan.target_inv.tensors, plan.target_dtype)
                    + needed_bytes(plan.draft_inv.tensors, plan.target_dtype))
-        self.kv_space_gib = check_engine_memory(self.facts, weights, where)
+        self.kv_space_gib = require_engine_memory(self.facts, weights, where)
         self.request = build_request(self.options, target_dir=target_dir, draft_dir=draft_dir,
                                      dtype=dtype_name(plan.target_dtype), block_size=plan.block_size, encoded=encoded,
                                      max_new_tokens=max_new_tokens, stop_ids=stops,

@@ -229,12 +229,6 @@ def _end_group(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
-def vllm_available(python: str | None = None) -> bool:
-    """Whether the engine's python imports a vLLM with DFlash (the tests' ``vllm`` marker)."""
-    facts = read_facts(python)
-    return facts.installed and facts.dflash
-
-
 #: The vLLM release the vLLM reader row was measured against (tests/test_engine_vllm_readers.py
 #: starts every published layout in it).
 MEASURED_VLLM = "0.32.0"

@@ -15,7 +15,6 @@ Torch-free and vLLM-free at import; HTTP through the standard library, loopback 
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import socket
@@ -26,7 +25,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from dflash_ckpt.engine_runners.vllm_run import (REAPER, EngineFailed, _read_json, child_env, how_it_ended,
                                           last_error_line, signals_interrupt, stop_child)

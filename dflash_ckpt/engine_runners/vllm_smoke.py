@@ -32,7 +32,7 @@ DEFAULT_KV_SPACE_GIB = 1
 LOGPROBS = 5
 GIB = 1 << 30
 #: The verification rule vLLM runs when it samples: its V1 rejection sampler, with DFlash's
-#: argmax drafts taken as one-hot (``runtime/sampling_settings.RULES``).
+#: argmax drafts taken as one-hot (``run/sampling_settings.RULES``).
 RULE = "rejection"
 
 
@@ -80,7 +80,7 @@ def sampling_request(sampling: Any) -> dict[str, Any] | None:
             "seed": sampling.seed}
 
 
-def check_engine_memory(facts: VllmFacts, weight_bytes: int, where: str) -> int | None:
+def require_engine_memory(facts: VllmFacts, weight_bytes: int, where: str) -> int | None:
     """DF407 (exit 2) when the weights and the CPU build's KV space exceed MemAvailable; returns
     the KV space to give the child (``None`` off the CPU build, where vLLM budgets itself)."""
     if not facts.cpu_build:

@@ -28,7 +28,6 @@ Facts (shared/ecosystem-2026-12.md section 1.2-1.3; paths in the wheels' listing
 from __future__ import annotations
 
 from dataclasses import dataclass
-from fnmatch import fnmatchcase
 from typing import Iterable
 
 #: The paths under ``vllm/`` the facts read, as ``/``-separated patterns (``*`` within one part).
@@ -53,22 +52,6 @@ WATCHED: tuple[str, ...] = (
 V1, V2 = "V1", "V2"
 
 
-def watched(path: str) -> bool:
-    """Whether ``path`` (relative to ``vllm/``) is one the facts read."""
-    parts = path.split("/")
-    for pattern in WATCHED:
-        pat = pattern.split("/")
-        if len(pat) == len(parts) and all(fnmatchcase(p, q) for p, q in zip(parts, pat)):
-            return True
-    return False
-
-
-def watched_paths(names: Iterable[str], prefix: str = "vllm/") -> list[str]:
-    """The watched paths among ``names`` (a wheel's member names or a walk of the installed
-    package, each starting with ``prefix``), relative to ``vllm/``, sorted."""
-    return sorted({n[len(prefix):] for n in names if n.startswith(prefix) and watched(n[len(prefix):])})
-
-
 @dataclass(frozen=True)
 class Capabilities:
     """What the tree holds, as the facts use it."""
@@ -83,10 +66,6 @@ class Capabilities:
     cpu_runner_v2_only: bool
     #: ``qwen3_dflash2.py`` and the V2 DFlash2 speculator.
     dflash2: bool
-    #: A DSpark checkpoint under ``method: "dflash"`` is refused with a clear message.
-    dspark_method_check: bool
-    #: The draft model files it holds (``model_executor/models/*dflash*|*dspark*|*xpress*``, stems).
-    draft_models: frozenset[str]
 
     @property
     def dflash(self) -> bool:
@@ -97,8 +76,6 @@ class Capabilities:
 def capabilities(paths: Iterable[str]) -> Capabilities:
     """Judge a tree by its watched paths (relative to ``vllm/``)."""
     have = set(paths)
-    models = frozenset(p.rsplit("/", 1)[1][:-3] for p in have
-                       if p.startswith("model_executor/models/") and p.endswith(".py"))
     model = "model_executor/models/qwen3_dflash.py" in have
     # The V1 proposer ships only beside the V1 runner (both removed together in 0.34).
     v1_proposer = "v1/spec_decode/dflash.py" in have
@@ -111,8 +88,6 @@ def capabilities(paths: Iterable[str]) -> Capabilities:
         cpu_runner_v2_only="v1/worker/cpu/model_runner.py" in have and "v1/worker/cpu_model_runner.py" not in have,
         dflash2="model_executor/models/qwen3_dflash2.py" in have
         and "v1/worker/gpu/spec_decode/dflash2/speculator.py" in have,
-        dspark_method_check="v1/worker/gpu/spec_decode/speculator_config.py" in have,
-        draft_models=models,
     )
 
 
@@ -190,9 +165,3 @@ def runner_for(caps: Capabilities, host: Host, *, cpu_build: bool, version: str 
             return Runner(V2)
         return Runner(V1) if caps.v1_dflash else Runner(None, "DF421", f"vLLM {shown} has no V1 DFlash proposer")
     return Runner(V2) if caps.v2_dflash else Runner(V1)
-
-
-def v2_env(caps: Capabilities) -> dict[str, str]:
-    """The environment that asks for the V2 runner where V1 still exists (0.32, 0.33); nothing
-    where V1 is gone (0.34: ``=1`` only warns "redundant", ``=0`` raises)."""
-    return {"VLLM_USE_V2_MODEL_RUNNER": "1"} if caps.v1_runner else {}

@@ -30,7 +30,7 @@ def chart_path(report: Path) -> Path:
     return report.with_name(report.stem + "-acceptance.png")
 
 
-def check_report_path(path: str) -> Path:
+def require_report_path(path: str) -> Path:
     """``--report FILE``, checked before the run: its folder exists and is writable, FILE is no
     folder (a long run must not fail only when it writes). DF001, exit 2."""
     p = Path(path)
@@ -361,4 +361,4 @@ def _probe(result: Any, *, argv: Sequence[str] | None, rates: list[float], chart
     return "\n\n".join(out)
 
 
-__all__ = ["SPEEDUP_MEANS", "chart_path", "check_report_path", "write_report"]
+__all__ = ["SPEEDUP_MEANS", "chart_path", "require_report_path", "write_report"]

@@ -153,7 +153,7 @@ def candidate_bar(progress: Any, depth: int, k: int, budget: int | None) -> Call
     out of what the search will measure: every candidate, or its budget."""
     if progress is None:
         return lambda: None
-    from dflash_ckpt.runtime.probe_search import DEFAULT_SEARCH_BUDGET, EXHAUSTIVE_MAX
+    from dflash_ckpt.run.probe_search import DEFAULT_SEARCH_BUDGET, EXHAUSTIVE_MAX
 
     space = math.comb(depth, k)
     total = space if space <= EXHAUSTIVE_MAX and (budget is None or space <= budget) else min(space, budget or DEFAULT_SEARCH_BUDGET)

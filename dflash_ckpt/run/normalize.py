@@ -71,7 +71,7 @@ def execute(req: Request) -> Outcome:
             if req.out is not None:
                 from dflash_ckpt.canonical.lock import unlock_out
 
-                unlock_out(req.out)  # the lock check_out_path took (canonical/lock.py)
+                unlock_out(req.out)  # the lock require_out_path took (canonical/lock.py)
     except DFlashCkptError as err:
         outcome.error = err
         outcome.exit_code = err.exit_code

@@ -29,7 +29,7 @@ DEFAULT_TOP = 5
 #: (what engines that load a checkpoint as it is do), read from the safetensors headers.
 STORED = "stored"
 #: ``--sampling``: the values of ``--temperature`` and its siblings, or the target's own
-#: ``generation_config.json`` (``runtime/sampling_settings.from_generation_config``).
+#: ``generation_config.json`` (``run/sampling_settings.from_generation_config``).
 SAMPLING_SOURCES = ("options", "generation-config")
 #: How to add the ``run`` extra, as README's set-up line installs it (from a clone, CPU torch first).
 RUN_EXTRA_HINT = ('in the clone\'s root, pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu '
@@ -184,7 +184,7 @@ class SmokeOptions(RunOptions):
     engine_timeout: float | None = None
     #: ``--engine vllm-serve``: requests at once in the load phase (``None``: ``serve_load.DEFAULT_CONCURRENCY``).
     concurrency: int | None = None
-    #: Sampling (``runtime/sampling_settings.py``): temperature 0 is greedy, the default, with its
+    #: Sampling (``run/sampling_settings.py``): temperature 0 is greedy, the default, with its
     #: exact lossless check; ``verify`` names the rule (``match`` or ``rejection``); ``sampling``
     #: ``generation-config`` takes temperature, top-p and top-k from the target's file instead.
     temperature: float = 0.0
@@ -237,7 +237,7 @@ class SmokeOptions(RunOptions):
         """DF004 lines for bad sampling values, before anything is read. vLLM samples too
         (``engine_runners/``): it verifies with its own rule, ``rejection``, which the report names."""
         from dflash_ckpt.errors import UsageError
-        from dflash_ckpt.runtime.sampling_settings import make_settings
+        from dflash_ckpt.run.sampling_settings import make_settings
 
         if self.sampling not in SAMPLING_SOURCES:
             raise UsageError(f"--sampling {self.sampling!r}: use options or generation-config", key="--sampling")
@@ -257,9 +257,9 @@ class ProbeOptions(RunOptions):
 
     def validate_own(self) -> None:
         from dflash_ckpt.errors import UsageError
-        from dflash_ckpt.draftspec.layout_keys import check_engines
+        from dflash_ckpt.draftspec.layout_keys import require_layout_engines
 
-        check_engines(tuple(self.layout_for))
+        require_layout_engines(tuple(self.layout_for))
         if self.write is None:  # options that only change what --write does would be ignored without a word
             if self.layout_for:
                 raise UsageError(f"--layout-for {' '.join(self.layout_for)}: names the engines whose layout key "

@@ -103,7 +103,7 @@ class OpenPair:
         from dflash_ckpt.draftspec.quant_layers import dequant_peak_bytes
         from dflash_ckpt.draftspec.quant_scheme import read_scheme
         from dflash_ckpt.runtime.device_errors import MemoryBudget
-        from dflash_ckpt.runtime.memory import check_fits, estimate_run, memory_limits, needed_bytes
+        from dflash_ckpt.runtime.memory import require_fits, estimate_run, memory_limits, needed_bytes
 
         plan = self.plan
         scheme = read_scheme(self.target_config, self.target_where)
@@ -117,7 +117,7 @@ class OpenPair:
                            block=plan.block_size, backend=plan.backend,
                            taps=len(plan.draft_args.target_layer_ids), prepacked=prepacked,
                            dequant_bytes=dequant)
-        check_fits(est, plan.device, self.folders.target_label, target_dtype=plan.target_dtype)
+        require_fits(est, plan.device, self.folders.target_label, target_dtype=plan.target_dtype)
         return MemoryBudget(est.total, memory_limits(plan.device))
 
     def load(self, threads: int | None, say: Callable[[str], None], what: str, draft_what: str = "") -> tuple[Any, Any, int]:

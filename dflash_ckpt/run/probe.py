@@ -37,7 +37,7 @@ from dflash_ckpt.checks import run_checks
 from dflash_ckpt.checks.degenerate import TieRows, repeated_token_findings, tied_logit_findings
 from dflash_ckpt.checks.layout_findings import layout_findings, searched_layout
 from dflash_ckpt.checks.run_findings import probe_findings, unclear_findings
-from dflash_ckpt.checks.target_config import check_target_config
+from dflash_ckpt.checks.target_config import require_target_config
 from dflash_ckpt.draftspec.specs import TargetSpec, as_int, fc_taps, read_draft_spec, read_target_spec, with_layer_ids
 from dflash_ckpt.errors import DFlashCkptError, InputError, UsageError
 from dflash_ckpt.canonical.measured import write_copy
@@ -56,7 +56,7 @@ from dflash_ckpt.runtime.plan import cache_capacity
 from dflash_ckpt.runtime.measure import Candidate
 from dflash_ckpt.runtime.probe import measure, reading_taps, record
 from dflash_ckpt.runtime.probe_layout import loop_layouts, simulate_layouts
-from dflash_ckpt.runtime.probe_search import KEEP_EXACT, Measured, TapSet, configured_problem, search_taps
+from dflash_ckpt.run.probe_search import KEEP_EXACT, Measured, TapSet, configured_problem, search_taps
 from dflash_ckpt.sources.local import LocalSource
 from dflash_ckpt.sources.weight_sample import unfilled_weights
 
@@ -101,7 +101,7 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None, prog
                          "probe-taps cannot tell which layers to tap; fix the target's config.json", code="DF001",
                          path=tspec.where)
     target_inv = inventory(Path(target_dir), target_label)
-    check_target_config(tspec.config, tspec.where, target_inv.tensors)  # as smoke-run, before anything is built
+    require_target_config(tspec.config, tspec.where, target_inv.tensors)  # as smoke-run, before anything is built
     if k > depth:
         raise UsageError(f"fc.weight reads {k} taps but the target {target_label} has only {depth} layers",
                          path=draft_dir)

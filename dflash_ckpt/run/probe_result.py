@@ -2,7 +2,7 @@
 
 Plain data over the runtime's candidates (``measure.Candidate``) and search (``probe_search``);
 the run that fills it is ``run/probe.run_probe``, the verdict thresholds are
-``ranking.verdict``.
+``stats.ranking.verdict``.
 """
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Sequence
 
-from dflash_ckpt.ranking import verdict
+from dflash_ckpt.stats.ranking import verdict
 from dflash_ckpt.errors import DFlashCkptError
 from dflash_ckpt.result import ResultShape
 from dflash_ckpt.rules import Finding, Severity
 from dflash_ckpt.run.options import DEFAULT_TOP, ProbeOptions
 from dflash_ckpt.runtime.measure import Candidate
-from dflash_ckpt.runtime.probe_search import EXHAUSTIVE_MAX, SearchResult, TapSet
+from dflash_ckpt.run.probe_search import EXHAUSTIVE_MAX, SearchResult, TapSet
 
 #: Finalists re-measured with the real loop (the best and the runner-up: the gap is between them).
 CONFIRM = 2

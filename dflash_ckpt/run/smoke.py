@@ -16,7 +16,7 @@ from the target's beyond a tie (DF401), the mean acceptance length is below ``--
 (DF403), or non-finite values reached the draft (DF404), or the pair is degenerate: a weight matrix
 reads back as zeros or one constant (DF413, sampled before loading), the target's logits tie at
 every position (DF414), every output is one token repeated (DF415); 2 for usage errors and unsupported pairs.
-Below the minimum of evidence (``runtime/confidence.py``: 32 DFlash steps over 3 prompts) tau gets
+Below the minimum of evidence (``stats/confidence.py``: 32 DFlash steps over 3 prompts) tau gets
 no verdict: DF408, a warning, instead of DF403, and the speedup is withheld; a suite far below the
 published figure of a known draft is DF409, a warning (``checks/evidence_findings.py``).
 The thresholds (``--min-acceptance`` 2.0, the tie tolerance) are explained in ``runtime/measure.py``.
@@ -49,7 +49,7 @@ from dflash_ckpt.checks.layout_findings import smoke_layout_findings
 from dflash_ckpt.checks.mask_row import mask_row_findings
 from dflash_ckpt.checks.precision import precision_findings
 from dflash_ckpt.checks.run_findings import prompt_format_causes, smoke_findings, special_token_texts
-from dflash_ckpt.checks.target_config import check_target_config
+from dflash_ckpt.checks.target_config import require_target_config
 from dflash_ckpt.draftspec.layout import resolve_layout
 from dflash_ckpt.draftspec.quant_layers import summarize
 from dflash_ckpt.draftspec.quant_scheme import read_scheme
@@ -69,7 +69,7 @@ from dflash_ckpt.runtime.self_check import check_input
 from dflash_ckpt.runtime.sampling import Sampler
 from dflash_ckpt.runtime.measure import TIE_TOLERANCE, measure_prompts
 from dflash_ckpt.runtime.prepack import cpu_linear_path, kernel_failed_note, onednn_packs_bf16, prepack_pair, slow_path_note
-from dflash_ckpt.runtime.sampling_settings import SamplingSettings, from_generation_config, make_settings
+from dflash_ckpt.run.sampling_settings import SamplingSettings, from_generation_config, make_settings
 from dflash_ckpt.sources.jsonfile import decode_json_bytes
 from dflash_ckpt.sources.local import LocalSource
 from dflash_ckpt.sources.weight_sample import unfilled_weights
@@ -117,12 +117,12 @@ def run_smoke_run(opts: SmokeOptions, *, progress: Any = None, log: Callable[[st
         raise pre.fatal
     assert pre.draft is not None and pre.target is not None
     refuse_unimplemented(pre.draft)  # DF151, exit 2: never measure a draft without its acceptance keys
-    check_target_config(pre.target.config, pre.target.where)  # either backend, before anything is built
+    require_target_config(pre.target.config, pre.target.where)  # either backend, before anything is built
     if engine is not None:
         engine.refuse_pair(pre.draft, pre.target)  # DF422-DF424, exit 2, before an engine starts
     backend = select_backend(opts.backend, pre.draft, pre.target.config, pre.target.where)
     headers = load_inventory(LocalSource(target_dir, label=target_label))  # unreadable: refused below
-    check_target_config(pre.target.config, pre.target.where, headers.tensors)
+    require_target_config(pre.target.config, pre.target.where, headers.tensors)
     target_inv = headers if headers.tensors and not headers.problems else None
     if pre.failed():
         result.refused = True

@@ -1,7 +1,7 @@
 """What smoke-run's acceptance figures rest on: tau with its interval overall and per suite, the
 speedup with its interval, and the published figures beside each suite (no torch).
 
-Why here: ``runtime/confidence.py`` holds the statistics and ``checks/published.py`` the table;
+Why here: ``stats/confidence.py`` holds the statistics and ``checks/published.py`` the table;
 this module applies both to a run's prompts once, so the report, the JSON and the findings
 (DF408, DF409: ``checks/evidence_findings.py``) read the same numbers. A prompt belongs to a
 suite by its name (``sources/suites.suite_of``: ``math-03``); the built-in prompts and the
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dflash_ckpt.checks.published import PublishedRow, comparable, far_below, published_for, reference_tau
-from dflash_ckpt.runtime.confidence import (MIN_PROMPTS, MIN_STEPS, TOO_LITTLE, SpeedupEstimate, StepTiming,
+from dflash_ckpt.stats.confidence import (MIN_PROMPTS, MIN_STEPS, TOO_LITTLE, SpeedupEstimate, StepTiming,
                                             TauEstimate, speedup_estimate, tau_estimate)
 from dflash_ckpt.sources.suites import SUITES, suite_of
 

@@ -14,9 +14,9 @@ from dflash_ckpt.result import ResultShape
 from dflash_ckpt.rules import Finding, Severity
 from dflash_ckpt.run.options import SmokeOptions
 from dflash_ckpt.run.smoke_evidence import Evidence, gather_evidence
-from dflash_ckpt.runtime.confidence import TOO_LITTLE
+from dflash_ckpt.stats.confidence import TOO_LITTLE
 from dflash_ckpt.runtime.measure import TIMING_TOKENS, PromptRun, overall_figures
-from dflash_ckpt.runtime.sampling_settings import SamplingSettings
+from dflash_ckpt.run.sampling_settings import SamplingSettings
 
 
 @dataclass
@@ -75,7 +75,7 @@ class SmokeResult(ResultShape):
     #: the dtype it ran in (``draft_dtype``, ``target_dtype``).
     draft_dtype_stored: str | None = None
     target_dtype_stored: str | None = None
-    #: What the run sampled with (greedy by default: ``runtime/sampling_settings.py``).
+    #: What the run sampled with (greedy by default: ``run/sampling_settings.py``).
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
 
     @property

@@ -7,7 +7,7 @@ C++. The import maps every shared library of torch, numpy and tokenizers, so the
 it needs is at least those files' size on disk plus what this process already maps; below that
 (plus a margin for the interpreter's heap and OpenBLAS's buffers) the run is refused in one DF407
 line before anything is imported. A failure of the import above the floor is caught and given the
-same line (``torch_import_guard``). The memory pre-check (``memory.check_fits``) then counts the
+same line (``torch_import_guard``). The memory pre-check (``memory.require_fits``) then counts the
 run itself.
 
 Measured (benchmarks/README.md, "memory limits"): on the tiny pair the imports peak at 629 MiB of
@@ -80,7 +80,7 @@ def soft_limit() -> int | None:
     return None if soft == resource.RLIM_INFINITY else soft
 
 
-def check_import_floor(command: str) -> None:
+def require_import_floor(command: str) -> None:
     """Refuse (DF407, exit 2) a run whose address-space limit is below what importing torch maps."""
     limit = soft_limit()
     if limit is None or "torch" in sys.modules:  # loaded: the memory pre-check counts the run

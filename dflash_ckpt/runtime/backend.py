@@ -25,7 +25,7 @@ from dflash_ckpt.draftspec.quant_scheme import read_scheme
 from dflash_ckpt.draftspec.specs import TargetSpec, target_from_config, target_model_type
 from dflash_ckpt.draftspec.target_settings import TargetSettings, ensure_supported
 from dflash_ckpt.errors import InputError, UsageError
-from dflash_ckpt.runtime.memory import check_fits, needed_bytes
+from dflash_ckpt.runtime.memory import require_fits, needed_bytes
 from dflash_ckpt.sources.weights import WeightInventory
 
 BACKENDS = ("auto", "native", "transformers")
@@ -121,14 +121,14 @@ def plan_target(backend: str, spec: TargetSpec) -> TargetPlan:
 
         return TargetPlan("native", args.model_type, args.rope.max_position_embeddings, args.dtype, args.dims.num_layers,
                           load_native)
-    from dflash_ckpt.runtime.hf_target import check_buildable, hf_target_info, load_hf_target
+    from dflash_ckpt.runtime.hf_target import require_buildable, hf_target_info, load_hf_target
 
     info = hf_target_info(config, where)
-    check_buildable(config, where)
+    require_buildable(config, where)
 
     def load_hf(folder: Path, dtype: torch.dtype, device: torch.device, label: str, inv: WeightInventory) -> Any:
         if device.type != "cpu":  # transformers loads (and dequantizes) in host memory, then moves
-            check_fits(needed_bytes(inv.tensors, dtype), torch.device("cpu"), None,
+            require_fits(needed_bytes(inv.tensors, dtype), torch.device("cpu"), None,
                        lead=f"{label} (loaded in host memory first): ")
         return load_hf_target(folder, info, dtype=dtype, device=device, tensor_names=list(inv.tensors))
 

@@ -42,7 +42,8 @@ class Generation:
     #: Wall time of each decoding step (one token target-only, one draft+verify DFlash), taken
     #: at the step's host sync; the prefill is not a step.
     step_s: list[float] = field(default_factory=list)
-    #: Target-only: the top-2 logits (float32) and their ids behind each new token.
+    #: Target-only, when asked (``top2=True``: the self-check's comparison of two paths, and
+    #: the tests' oracles): the top-2 logits (float32) and their ids behind each new token.
     top2_values: list[list[float]] = field(default_factory=list)
     top2_ids: list[list[int]] = field(default_factory=list)
     #: Where non-finite values appeared (``None``: nowhere); generation stops there.
@@ -138,14 +139,17 @@ def decode(
     cache: Any = None,
     on_tokens: Callable[[int], None] | None = None,
     sampler: Any = None,
+    top2: bool = False,
 ) -> Generation:
     """Target-only greedy decoding, one token per forward pass; with a ``sampler``
-    (``sampling.Sampler``), each token is drawn from the target's processed distribution."""
+    (``sampling.Sampler``), each token is drawn from the target's processed distribution;
+    ``top2`` also keeps each token's top-2 logits (``Generation.top2_values``)."""
     dev = target.device
     gen = Generation()
     prompt = torch.tensor([list(prompt_ids)], dtype=torch.long, device=dev)
-    top_v = torch.empty(max_new_tokens, 2, dtype=torch.float32, device=dev)
-    top_i = torch.empty(max_new_tokens, 2, dtype=torch.long, device=dev)
+    if top2:
+        top_v = torch.empty(max_new_tokens, 2, dtype=torch.float32, device=dev)
+        top_i = torch.empty(max_new_tokens, 2, dtype=torch.long, device=dev)
     t0 = now(dev)
     logits, _ = prefill(target, prompt, cache)
     gen.target_forwards = 1
@@ -157,8 +161,9 @@ def decode(
             logits = target(step, cache=cache, logits="last").logits[:, -1]
             gen.target_forwards += 1
         scores = logits.float()
-        top = scores.topk(2, dim=-1)
-        top_v[i], top_i[i] = top.values[0], top.indices[0]
+        if top2:
+            top = scores.topk(2, dim=-1)
+            top_v[i], top_i[i] = top.values[0], top.indices[0]
         nxt = scores.argmax(dim=-1) if sampler is None else sampler.sample(torch.nan_to_num(scores))
         tok, finite = torch.stack([nxt[0], torch.isfinite(scores).all().long()]).tolist()
         if rec is None:
@@ -175,9 +180,9 @@ def decode(
             break
         step[0, 0] = tok
     gen.decode_s = now(dev) - t_decode
-    n = len(gen.tokens)
-    gen.top2_values = top_v[:n].tolist()
-    gen.top2_ids = top_i[:n].tolist()
+    if top2:
+        n = len(gen.tokens)
+        gen.top2_values, gen.top2_ids = top_v[:n].tolist(), top_i[:n].tolist()
     return gen
 
 

@@ -80,9 +80,6 @@ class HFTargetInfo:
     """What ``smoke-run`` needs to know about a transformers target before loading it."""
 
     model_type: str
-    #: The decoder's model_type (a wrapper's ``text_config``), which picks the family.
-    text_model_type: str
-    family_name: str
     max_position_embeddings: int | None
     dtype: str | None
     text_config: bool
@@ -114,13 +111,13 @@ def hf_target_info(config: dict[str, Any], where: str) -> HFTargetInfo:
     dtype = config_dtype(inner) or config_dtype(config)
     mpe = inner.get("max_position_embeddings", config.get("max_position_embeddings"))
     return HFTargetInfo(
-        model_type=model_type, text_model_type=family.model_type, family_name=family.name,
+        model_type=model_type,
         max_position_embeddings=mpe if isinstance(mpe, int) and mpe > 0 else None,
         dtype=dtype, text_config=inner is not config, mxfp4=method == "mxfp4",
     )
 
 
-def check_buildable(config: dict[str, Any], where: str) -> None:
+def require_buildable(config: dict[str, Any], where: str) -> None:
     """Refuse (DF142, exit 2) a config transformers cannot build: a key naming a method or a
     read-only property of its config class, or a value of the wrong type (``num_labels: "x"``,
     ``rope_scaling: "x"``). The config object is built here, from the cleaned dict, before
@@ -408,4 +405,4 @@ def load_hf_target(folder: Path, info: HFTargetInfo, *, dtype: torch.dtype, devi
     return HFTarget(model)
 
 
-__all__ = ["HF_FAMILIES", "HFCache", "HFTarget", "HFTargetInfo", "check_buildable", "hf_target_info", "load_hf_target"]
+__all__ = ["HF_FAMILIES", "HFCache", "HFTarget", "HFTargetInfo", "require_buildable", "hf_target_info", "load_hf_target"]

@@ -46,7 +46,10 @@ class Position:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Judgement:
+    """The lossless judge's reading of one prompt's tokens (an engine's ``Verdict`` is another
+    thing: ``checks/engines/reading.py``, whether a reader loads a draft)."""
+
     status: str  # identical, tie or differs
     compared: int
     #: The target's argmax at every position (its greedy choice given DFlash's tokens before).
@@ -89,7 +92,7 @@ def row_figures(logits: torch.Tensor, tokens: Sequence[int]) -> tuple[list[int],
 
 
 def judge_rows(target_tokens: Sequence[int], dflash_tokens: Sequence[int], margins: Sequence[float],
-               ranks: Sequence[int], tolerance: float) -> Verdict:
+               ranks: Sequence[int], tolerance: float) -> Judgement:
     """The verdict from per-position figures (``row_figures``); pure, so tests build the rows."""
     n = min(len(target_tokens), len(dflash_tokens))
     first: Position | None = None
@@ -99,17 +102,17 @@ def judge_rows(target_tokens: Sequence[int], dflash_tokens: Sequence[int], margi
             continue  # (a NaN row makes its argmax meaningless: judged below, never a tie)
         pos = Position(j, int(target_tokens[j]), int(dflash_tokens[j]), float(margins[j]), int(ranks[j]))
         if not pos.margin <= tolerance:  # NaN margins are no tie
-            return Verdict("differs", n, list(target_tokens), pos, ties, largest)
+            return Judgement("differs", n, list(target_tokens), pos, ties, largest)
         ties += 1
         first = first or pos
         largest = pos.margin if largest is None else max(largest, pos.margin)
-    return Verdict("tie" if ties else "identical", n, list(target_tokens), first, ties, largest)
+    return Judgement("tie" if ties else "identical", n, list(target_tokens), first, ties, largest)
 
 
-def judge_logits(logits: torch.Tensor, dflash_tokens: Sequence[int], tolerance: float) -> Verdict:
+def judge_logits(logits: torch.Tensor, dflash_tokens: Sequence[int], tolerance: float) -> Judgement:
     """``judge_rows`` over ``row_figures`` of teacher-forced ``logits [n, V]``."""
     if not dflash_tokens:
-        return Verdict("identical", 0, [])
+        return Judgement("identical", 0, [])
     argmax, margins, ranks = row_figures(logits, dflash_tokens)
     tied, flat = tie_counts(logits)
     return dataclasses.replace(judge_rows(argmax, dflash_tokens, margins, ranks, tolerance), tied_rows=tied, flat_rows=flat)

@@ -64,7 +64,7 @@ def open_private_dir(path: Path) -> tuple[int, str]:
     fd = os.open("/", _DIR_FLAGS)
     here, links = "", 0
     try:
-        _check_dir(fd, "/", uid, last=not todo, created=False)
+        _require_dir(fd, "/", uid, last=not todo, created=False)
         while todo:
             name = todo.pop(0)
             where = f"{here}/{name}"
@@ -92,7 +92,7 @@ def open_private_dir(path: Path) -> tuple[int, str]:
                 continue
             os.close(fd)
             fd, here = nfd, where
-            _check_dir(fd, here, uid, last=not todo, created=created)
+            _require_dir(fd, here, uid, last=not todo, created=created)
     except BaseException:
         os.close(fd)
         raise
@@ -133,7 +133,7 @@ def _followable_link(parent: int, name: str, where: str, exc: OSError, *, last: 
     return os.readlink(name, dir_fd=parent)
 
 
-def _check_dir(fd: int, where: str, uid: int, *, last: bool, created: bool) -> None:
+def _require_dir(fd: int, where: str, uid: int, *, last: bool, created: bool) -> None:
     st = os.fstat(fd)
     mine = last or created
     if mine:

@@ -201,33 +201,6 @@ def folded_gqa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask
     return out.view(b, h, n, d)
 
 
-def init_random_(module: nn.Module, seed: int, std: float | None = None) -> nn.Module:
-    """Fill every parameter with random values (benchmarks and tests; real runs load weights).
-
-    Linear weights get ``std`` (default ``1/sqrt(fan_in)``, which keeps activations of order
-    one), embeddings and lm_head ``std`` or 1, norms 1 + a little noise.
-    """
-    gens: dict[torch.device, torch.Generator] = {}
-    for name, p in module.named_parameters():
-        if p.device not in gens:
-            gens[p.device] = torch.Generator(device=p.device).manual_seed(seed)
-
-        def randn(scale: float, shift: float = 0.0) -> torch.Tensor:
-            return torch.randn(p.shape, generator=gens[p.device], device=p.device) * scale + shift
-
-        with torch.no_grad():
-            if "norm" in name and p.dim() == 1:
-                vals = randn(0.05, 1.0)
-            elif p.dim() == 1:
-                vals = randn(0.02)
-            elif "embed" in name or "lm_head" in name:
-                vals = randn(std or 1.0)
-            else:
-                vals = randn(std or p.shape[1] ** -0.5)
-            p.copy_(vals.to(p.dtype))
-    return module
-
-
 class KVCache:
     """Keys and values of every layer, preallocated once; ``length`` positions are valid.
 

@@ -40,9 +40,9 @@ class EagerLoop:
         self.tcache, self.dcache = target.new_cache(capacity), draft.new_cache(capacity)
 
     def decode(self, prompt_ids: Sequence[int], *, max_new_tokens: int, stop_ids: Sequence[int] = (),
-               on_tokens: Callable[[int], None] | None = None) -> Generation:
+               on_tokens: Callable[[int], None] | None = None, top2: bool = False) -> Generation:
         return decode(self.target, prompt_ids, max_new_tokens=max_new_tokens, stop_ids=stop_ids, cache=self.tcache,
-                      on_tokens=on_tokens, sampler=self.sampler)
+                      on_tokens=on_tokens, sampler=self.sampler, top2=top2)
 
     def dflash(self, prompt_ids: Sequence[int], *, max_new_tokens: int, stop_ids: Sequence[int] = (),
                on_tokens: Callable[[int], None] | None = None) -> Generation:

@@ -33,7 +33,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from dflash_ckpt.runtime.generate import Generation
-from dflash_ckpt.runtime.judge import TIE_TOLERANCE, Verdict, judge_logits
+from dflash_ckpt.runtime.judge import TIE_TOLERANCE, Judgement, judge_logits
 from dflash_ckpt.sources.prompts import Prompt
 WARMUP_TOKENS = 4
 #: Target-only tokens timed per prompt (the first comes with the prefill and is not a step).
@@ -67,7 +67,7 @@ class Lossless:
     flat_rows: int = 0
 
     @classmethod
-    def of(cls, verdict: Verdict) -> Lossless:
+    def of(cls, verdict: Judgement) -> Lossless:
         """From the judge's verdict (``runtime/judge.py``); ``runner_up`` is kept for readers
         of the JSON as the DFlash token when it is the target's second choice."""
         p = verdict.position

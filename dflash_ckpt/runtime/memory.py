@@ -281,13 +281,7 @@ def memory_limits(device: torch.device) -> dict[str, int]:
     return out
 
 
-def available_bytes(device: torch.device) -> int:
-    """The tightest of ``memory_limits``."""
-    limits = memory_limits(device)
-    return min(limits.values()) if limits else 1 << 62
-
-
-def check_fits(needed: int | RunEstimate, device: torch.device, where: str | None, *,
+def require_fits(needed: int | RunEstimate, device: torch.device, where: str | None, *,
                target_dtype: torch.dtype | None = None, lead: str = "") -> None:
     """Refuse (DF407, exit 2) before loading a run whose peak does not fit every limit; the
     refusal is located at ``where`` (``None``: at no file), ``lead`` starts its text."""

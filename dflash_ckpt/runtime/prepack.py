@@ -17,6 +17,14 @@ shares) keeps its plain copy. ``unpack(model)`` restores every plain weight from
 one and drops the packs: the model is then exactly the loaded one again (training, or code
 that reads the weights' values after a packed run, needs that).
 
+Why private ops (``torch.ops.mkldnn._reorder_linear_weight``, ``_linear_pointwise``): torch has
+no public call that keeps a weight in oneDNN's blocked layout for a plain tensor input.
+``torch.utils.mkldnn.MkldnnLinear`` converts every input to and from an mkldnn tensor and
+measured 1.4-2x slower than this path (28 bf16 3072 x 1024 layers at one row, one thread, this
+AMX Xeon, 2026-12-06: plain 151-162 ms, packed 78 ms, MkldnnLinear 110-154 ms); inductor's
+freezing pass packs the same way, behind a private config. ``can_pack`` asks first, so a torch
+without them keeps the plain path.
+
 Only bf16 weights on a CPU with oneDNN are packed (fp16 needs AVX512-FP16 or AVX-NE-CONVERT,
 and fp32 gains nothing measured here). Where this CPU's oneDNN has no bf16 path (AVX2-only x86),
 ``prepack`` instead marks each such weight for the runtime's own AVX2 kernel (``cpu_kernel``,
@@ -74,10 +82,11 @@ def can_pack(weight: torch.Tensor) -> bool:
 def onednn_packs_bf16() -> bool:
     """Whether this CPU's oneDNN has the bf16 linear path at all: it needs AVX-512 (BW, VL, DQ)
     or AVX-NE-CONVERT, so an AVX2-only CPU (seen on an AMD EPYC of this project's machines) has
-    mkldnn but refuses the reorder. Asked once, of a 2 x 2 weight."""
+    mkldnn but refuses the reorder; a torch that dropped the private op has no path either.
+    Asked once, of a 2 x 2 weight."""
     try:
         torch.ops.mkldnn._reorder_linear_weight(torch.zeros(2, 2, dtype=torch.bfloat16), 1)
-    except RuntimeError:
+    except (RuntimeError, AttributeError):
         return False
     return True
 

@@ -6,7 +6,7 @@ are drafts (shared DESIGN section 12), so the same loaded draft can be run eithe
 position off: the target accepts almost none and tau falls to about 1 with nothing failing. So
 the layout is measured the way the taps are: tau of each layout over the prompts, by smoke-run's
 own loop (``loops.make_loop``), and the same evidence rule: the leader must lead the other by at
-least ``LIKELY_Z`` standard errors of the difference (``ranking.verdict``), else no
+least ``LIKELY_Z`` standard errors of the difference (``stats.ranking.verdict``), else no
 layout is claimed.
 
 Two measurements: a quick one before the tap search, with the taps the search starts from (the
@@ -70,7 +70,7 @@ class LayoutMeasurement:
         return r[0][1].z_over(r[1][1]) if len(r) > 1 else None
 
     def verdict(self) -> str:
-        from dflash_ckpt.ranking import verdict
+        from dflash_ckpt.stats.ranking import verdict
 
         return verdict(self.z)
 

@@ -54,7 +54,7 @@ from dataclasses import dataclass
 
 import torch
 
-#: The pad of ``Verified.tokens`` past a step's output.
+#: The pad of ``Verification.tokens`` past a step's output.
 PAD = -1
 
 
@@ -112,7 +112,7 @@ def sample_from(probs: torch.Tensor, generator: torch.Generator | None = None) -
 
 
 @dataclass
-class Verified:
+class Verification:
     """One verification of ``N`` blocks.
 
     ``tokens`` ``[N, B]``: each step's output (``accepted[n] + 1`` tokens, then ``PAD``);
@@ -127,13 +127,13 @@ class Verified:
         return self.accepted + 1
 
 
-def _check(target_logits: torch.Tensor, drafts: torch.Tensor) -> None:
+def _require_shapes(target_logits: torch.Tensor, drafts: torch.Tensor) -> None:
     if target_logits.dim() != 3 or drafts.dim() != 2 or drafts.shape != (target_logits.shape[0], target_logits.shape[1] - 1):
         raise ValueError(f"want target_logits [N, B, V] and drafts [N, B-1], got {tuple(target_logits.shape)} "
                          f"and {tuple(drafts.shape)}")
 
 
-def _assemble(drafts: torch.Tensor, accepted: torch.Tensor, last: torch.Tensor) -> Verified:
+def _assemble(drafts: torch.Tensor, accepted: torch.Tensor, last: torch.Tensor) -> Verification:
     """``[d1..d_a, last[a], PAD...]`` per row: the accepted drafts, then the row's final token
     (``last`` ``[N, B]``: the token to emit if the first rejection is at slot ``a``)."""
     n, width = last.shape
@@ -141,7 +141,7 @@ def _assemble(drafts: torch.Tensor, accepted: torch.Tensor, last: torch.Tensor) 
     padded = torch.cat([drafts, drafts.new_full((n, 1), PAD)], dim=1)
     a = accepted.unsqueeze(1)
     tokens = torch.where(slot < a, padded, torch.where(slot == a, last, torch.full_like(last, PAD)))
-    return Verified(tokens, accepted)
+    return Verification(tokens, accepted)
 
 
 def _prefix(ok: torch.Tensor) -> torch.Tensor:
@@ -149,28 +149,28 @@ def _prefix(ok: torch.Tensor) -> torch.Tensor:
     return ok.long().cumprod(dim=1).sum(dim=1)
 
 
-def verify_greedy(target_logits: torch.Tensor, drafts: torch.Tensor) -> Verified:
+def verify_greedy(target_logits: torch.Tensor, drafts: torch.Tensor) -> Verification:
     """Temperature 0, both rules: accept while the draft is the target's argmax; the argmax after
     the accepted prefix is the bonus. No random number is drawn."""
-    _check(target_logits, drafts)
+    _require_shapes(target_logits, drafts)
     best = target_logits.argmax(dim=-1)
     return _assemble(drafts, _prefix(drafts == best[:, :-1]), best)
 
 
 def verify_match(target_logits: torch.Tensor, drafts: torch.Tensor, temperature: float, top_p: float = 1.0,
-                 top_k: int = 0, generator: torch.Generator | None = None) -> Verified:
+                 top_k: int = 0, generator: torch.Generator | None = None) -> Verification:
     """The ``match`` rule: the target samples every row; accepted = the drafts equal to those
     samples, in order; the output is the samples up to and including the first mismatch."""
     if temperature == 0.0:
         return verify_greedy(target_logits, drafts)
-    _check(target_logits, drafts)
+    _require_shapes(target_logits, drafts)
     samples = sample_from(processed_probs(target_logits, temperature, top_p, top_k), generator)
     return _assemble(drafts, _prefix(drafts == samples[:, :-1]), samples)
 
 
 def verify_rejection(target_logits: torch.Tensor, drafts: torch.Tensor, temperature: float, top_p: float = 1.0,
                      top_k: int = 0, generator: torch.Generator | None = None,
-                     draft_probs: torch.Tensor | None = None) -> Verified:
+                     draft_probs: torch.Tensor | None = None) -> Verification:
     """The ``rejection`` rule (speculative sampling as vLLM runs it; module docstring).
 
     ``draft_probs`` ``[N, B-1, V]`` is the draft's distribution at each slot, or ``None`` for
@@ -179,7 +179,7 @@ def verify_rejection(target_logits: torch.Tensor, drafts: torch.Tensor, temperat
     whatever is accepted, so a seed gives the same stream on every device and batch size."""
     if temperature == 0.0:
         return verify_greedy(target_logits, drafts)
-    _check(target_logits, drafts)
+    _require_shapes(target_logits, drafts)
     p = processed_probs(target_logits, temperature, top_p, top_k)  # [N, B, V]
     p_slots = p[:, :-1]
     if draft_probs is None:
@@ -200,8 +200,8 @@ def verify_rejection(target_logits: torch.Tensor, drafts: torch.Tensor, temperat
 
 
 def verify(rule: str, target_logits: torch.Tensor, drafts: torch.Tensor, temperature: float, top_p: float = 1.0,
-           top_k: int = 0, generator: torch.Generator | None = None) -> Verified:
-    """The rule by name (``runtime/sampling_settings.RULES``), with DFlash's one-hot drafts."""
+           top_k: int = 0, generator: torch.Generator | None = None) -> Verification:
+    """The rule by name (``run/sampling_settings.RULES``), with DFlash's one-hot drafts."""
     if rule == "match":
         return verify_match(target_logits, drafts, temperature, top_p, top_k, generator)
     if rule == "rejection":
@@ -231,7 +231,7 @@ class Sampler:
         """Tokens ``[...]`` for logits ``[..., V]``, after temperature, top-k and top-p."""
         return sample_from(processed_probs(logits, self.temperature, self.top_p, self.top_k), self.generator)
 
-    def verify(self, logits: torch.Tensor, drafts: torch.Tensor) -> Verified:
+    def verify(self, logits: torch.Tensor, drafts: torch.Tensor) -> Verification:
         """The rule on one block: ``logits`` ``[size, V]`` of the verify pass, ``drafts`` ``[size - 1]``."""
         return verify(self.rule, logits[None], drafts[None], self.temperature, self.top_p, self.top_k, self.generator)
 

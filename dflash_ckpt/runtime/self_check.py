@@ -81,7 +81,7 @@ class SelfCheck:
 
 
 @dataclass
-class Step:
+class TracedStep:
     """One DFlash step as the host saw it, with each verified row's top logit."""
 
     size: int
@@ -97,7 +97,7 @@ class Trace:
     """One executor's run of the check's input."""
 
     first: int = -1
-    steps: list[Step] = field(default_factory=list)
+    steps: list[TracedStep] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
     acceptance: list[int] = field(default_factory=list)
     decode_tokens: list[int] = field(default_factory=list)
@@ -148,7 +148,7 @@ class _TracedEager(EagerExecutor):
         v = super().verify(start, last, size)
         rows = self.tap_t.logits[-1][:size]
         top = rows.float().max(dim=-1).values.tolist()
-        self.trace.steps.append(Step(size, v.drafts[: size - 1], v.posterior[:size], v.accepted, v.overflow, top))
+        self.trace.steps.append(TracedStep(size, v.drafts[: size - 1], v.posterior[:size], v.accepted, v.overflow, top))
         self.trace.verify_logits.append(rows)
         self.trace.draft_logits.append(self.tap_d.logits[-1] if size > 1 else rows[:0])
         return v
@@ -162,7 +162,7 @@ class _TracedStatic(StaticExecutor):
     def verify(self, start: int, last: int, size: int) -> Verified:
         v = super().verify(start, last, size)
         top = self.r.vtop[:size].tolist()
-        self.trace.steps.append(Step(size, v.drafts[: size - 1], v.posterior[:size], v.accepted, v.overflow, top))
+        self.trace.steps.append(TracedStep(size, v.drafts[: size - 1], v.posterior[:size], v.accepted, v.overflow, top))
         return v
 
 
@@ -176,7 +176,7 @@ def trace_static(runner: StaticRunner, prompt: Sequence[int], max_new_tokens: in
         gen = run_dflash(_TracedStatic(runner, trace), prompt, max_new_tokens=max_new_tokens, max_steps=CHECK_STEPS)
     trace.tokens, trace.acceptance = gen.tokens, gen.acceptance_lengths
     trace.first = gen.tokens[0] if gen.tokens else -1
-    dec = runner.decode(prompt, max_new_tokens=min(DECODE_TOKENS, max_new_tokens))
+    dec = runner.decode(prompt, max_new_tokens=min(DECODE_TOKENS, max_new_tokens), top2=True)
     trace.decode_tokens, trace.decode_top2, trace.decode_top2_ids = dec.tokens, dec.top2_values, dec.top2_ids
     return trace
 
@@ -193,7 +193,7 @@ def trace_eager(target: Any, draft: Any, prompt: Sequence[int], max_new_tokens: 
         trace.prefill_logits = ex.tap_t.logits[0][-1]
     trace.tokens, trace.acceptance = gen.tokens, gen.acceptance_lengths
     trace.first = gen.tokens[0] if gen.tokens else -1
-    dec = decode(target, prompt, max_new_tokens=min(DECODE_TOKENS, max_new_tokens), cache=tcache)
+    dec = decode(target, prompt, max_new_tokens=min(DECODE_TOKENS, max_new_tokens), cache=tcache, top2=True)
     trace.decode_tokens, trace.decode_top2, trace.decode_top2_ids = dec.tokens, dec.top2_values, dec.top2_ids
     return trace
 

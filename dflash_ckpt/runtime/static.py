@@ -237,7 +237,7 @@ class StaticRunner:
         return self.target.forward_static(x, torch.arange(x.shape[1], device=dev), self.tcache, logits="all",
                                           span=x.shape[1]).logits
 
-    def _check_room(self, prompt_ids: Sequence[int], max_new_tokens: int) -> None:
+    def _require_room(self, prompt_ids: Sequence[int], max_new_tokens: int) -> None:
         need = len(prompt_ids) + max_new_tokens + self.width
         if need > self.capacity:
             raise ValueError(f"static caches hold {self.capacity} positions; this run needs {need}")
@@ -246,9 +246,10 @@ class StaticRunner:
 
     @torch.inference_mode()
     def decode(self, prompt_ids: Sequence[int], *, max_new_tokens: int, stop_ids: Sequence[int] = (),
-               on_tokens: Callable[[int], None] | None = None) -> Generation:
-        """Target-only greedy decoding on the static path; the same tokens as ``generate.decode``."""
-        self._check_room(prompt_ids, max_new_tokens)
+               on_tokens: Callable[[int], None] | None = None, top2: bool = False) -> Generation:
+        """Target-only greedy decoding on the static path; the same tokens as ``generate.decode``
+        (and, with ``top2``, the same top-2 logits: they come in the step's one host read anyway)."""
+        self._require_room(prompt_ids, max_new_tokens)
         dev = self.target.device
         gen = Generation()
         t0 = now(dev)
@@ -267,8 +268,9 @@ class StaticRunner:
             if not finite:
                 gen.overflow = "logits"
                 break
-            gen.top2_values.append([v0, v1])
-            gen.top2_ids.append([int(i0), int(i1)])
+            if top2:
+                gen.top2_values.append([v0, v1])
+                gen.top2_ids.append([int(i0), int(i1)])
             rec.add([int(tok)], step=False)
             if first:
                 gen.step_s.clear()
@@ -288,7 +290,7 @@ class StaticRunner:
                on_tokens: Callable[[int], None] | None = None) -> Generation:
         """Greedy DFlash decoding on the static path (``run_dflash`` with a ``StaticExecutor``);
         the same tokens as ``eager_dflash.dflash_decode``."""
-        self._check_room(prompt_ids, max_new_tokens)
+        self._require_room(prompt_ids, max_new_tokens)
         return run_dflash(StaticExecutor(self), prompt_ids, max_new_tokens=max_new_tokens, stop_ids=stop_ids,
                           on_tokens=on_tokens)
 

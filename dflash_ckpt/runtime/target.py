@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from dflash_ckpt.draftspec.target_settings import TargetSettings

@@ -88,12 +88,6 @@ def os_problem(err: OSError, path: str) -> tuple[str, str]:
     return path, f"{err.strerror or err}"
 
 
-def describe_os_error(err: OSError, path: str) -> str:
-    """One line for an OS error, naming the path and what to do."""
-    where, what = os_problem(err, path)
-    return f"{where}: {what}"
-
-
 def os_error(err: OSError, path: str | os.PathLike[str], *, then: str = "", code: str | None = None) -> InputError:
     """An OS error as the ``InputError`` that reports it, located at ``path``; ``then`` goes on
     with the sentence (what it means for the command)."""

@@ -51,7 +51,7 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _check_binop(op: str, left: Any, right: Any) -> None:
+def _require_binop(op: str, left: Any, right: Any) -> None:
     cap = limits.MAX_TEMPLATE_OUTPUT
     if op == "*":
         for seq, n in ((left, right), (right, left)):
@@ -73,7 +73,7 @@ def _check_binop(op: str, left: Any, right: Any) -> None:
         raise TemplateLimit("'%' formatting with a width of a million or more")
 
 
-def _check_args(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+def _require_args(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     cap = limits.MAX_TEMPLATE_OUTPUT
     for value in (*args, *kwargs.values()):
         n = _int(value)
@@ -102,7 +102,7 @@ def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @pass_context
     def guarded(context: Any, *args: Any, **kwargs: Any) -> Any:
-        _check_args(fn, args, kwargs)
+        _require_args(fn, args, kwargs)
         if kind is _PassArg.context:
             return fn(context, *args, **kwargs)
         if kind is _PassArg.eval_context:
@@ -118,7 +118,7 @@ def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
 def _guard_global(fn: Callable[..., Any]) -> Callable[..., Any]:
     """A global function (``range``, ``raise_exception``...) with its arguments checked first."""
     def guarded(*args: Any, **kwargs: Any) -> Any:
-        _check_args(fn, args, kwargs)
+        _require_args(fn, args, kwargs)
         return fn(*args, **kwargs)
 
     guarded.__name__ = getattr(fn, "__name__", "function")
@@ -171,11 +171,11 @@ def compile_template(source: str, where: str = "chat template", *, path: str | N
         intercepted_binops = frozenset({"*", "**", "+", "%"})
 
         def call_binop(self, context: Any, op: str, left: Any, right: Any) -> Any:
-            _check_binop(op, left, right)
+            _require_binop(op, left, right)
             return super().call_binop(context, op, left, right)
 
         def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
-            _check_args(__obj, args, kwargs)
+            _require_args(__obj, args, kwargs)
             return super().call(__context, __obj, *args, **kwargs)
 
     def raise_exception(message: str) -> None:

@@ -21,7 +21,6 @@ from typing import Any
 
 from dflash_ckpt import limits
 from dflash_ckpt.errors import InputError, UsageError
-from dflash_ckpt.sources.chat_template import compile_template  # noqa: F401 - re-exported (tests, callers)
 from dflash_ckpt.sources.files import read_capped, read_capped_text
 from dflash_ckpt.sources.jsonfile import decode_json_bytes
 from dflash_ckpt.sources.template_process import render_all
@@ -101,7 +100,7 @@ def parse_conversation(turns: Any, where: str, key: str) -> tuple[dict[str, str]
                 f"'{key}' turn {number} is from {speaker!r}; use one of {', '.join(sorted(ROLE_ALIASES))}",
                 code="DF002", path=where,
             )
-        out.append({"role": role, "content": check_text(text, f"'{key}' turn {number}", path=where)})
+        out.append({"role": role, "content": require_text(text, f"'{key}' turn {number}", path=where)})
     while out and out[-1]["role"] == "assistant":
         out.pop()
     if not any(t["role"] == "user" for t in out):
@@ -113,7 +112,7 @@ def parse_conversation(turns: Any, where: str, key: str) -> tuple[dict[str, str]
 _PROMPT_LINE = re.compile(r"^[ \t\r\f\v]*\S", re.M)
 
 
-def check_text(text: str, where: str = "", *, path: str | None = None) -> str:
+def require_text(text: str, where: str = "", *, path: str | None = None) -> str:
     """``text`` if it is valid Unicode; a lone surrogate (``"\\ud800"`` in JSON, or invalid UTF-8
     from the command line, which Python carries as surrogates) is one DF002 line, not a
     TypeError from the tokenizer. ``where`` names the text in the message (``-p prompt 2``),
@@ -129,7 +128,7 @@ def check_text(text: str, where: str = "", *, path: str | None = None) -> str:
     return text
 
 
-def _check_count(count: int, where: str) -> None:
+def _require_count(count: int, where: str) -> None:
     if count > limits.MAX_PROMPTS:
         raise InputError(
             f"more than {limits.MAX_PROMPTS:,} prompts (each is decoded twice); split the file, "
@@ -144,7 +143,7 @@ def read_prompts_file(path: str, first_position: int = 1) -> list[Prompt]:
     text = read_capped_text(path, limits.MAX_PROMPTS_BYTES, what="prompts file")
     room = limits.MAX_PROMPTS - (first_position - 1)
     # counted before anything is parsed, stopping at the first line past the cap
-    _check_count(first_position - 1 + sum(1 for _ in itertools.islice(_PROMPT_LINE.finditer(text), max(room, 0) + 1)), path)
+    _require_count(first_position - 1 + sum(1 for _ in itertools.islice(_PROMPT_LINE.finditer(text), max(room, 0) + 1)), path)
     lines = text.splitlines()
     del text
     prompts: list[Prompt] = []
@@ -155,7 +154,7 @@ def read_prompts_file(path: str, first_position: int = 1) -> list[Prompt]:
         item = decode_json_bytes(line.encode(), where)
         default_name = default_prompt_name(first_position + len(prompts))
         if isinstance(item, str):
-            prompts.append(Prompt(default_name, check_text(item, path=where)))
+            prompts.append(Prompt(default_name, require_text(item, path=where)))
             continue
         if not isinstance(item, dict):
             raise InputError(f"each line must be a JSON object or string, found {type(item).__name__}", code="DF002",
@@ -164,7 +163,7 @@ def read_prompts_file(path: str, first_position: int = 1) -> list[Prompt]:
         if name is not None and not isinstance(name, (str, int)) or isinstance(name, bool):
             raise InputError(f"'name' must be a string (or an integer id), found {type(name).__name__}", code="DF002",
                              path=where)
-        name = default_name if name is None else check_text(str(name), "'name'", path=where)
+        name = default_name if name is None else require_text(str(name), "'name'", path=where)
         if len(name) > 200:
             raise InputError(f"'name' has {len(name):,} characters; keep names under 200", code="DF002", path=where)
         text = item.get("prompt", item.get("text"))
@@ -172,7 +171,7 @@ def read_prompts_file(path: str, first_position: int = 1) -> list[Prompt]:
         if conv_key is not None:
             prompts.append(Prompt(name, None, parse_conversation(item[conv_key], where, conv_key)))
         elif isinstance(text, str):
-            prompts.append(Prompt(name, check_text(text, path=where)))
+            prompts.append(Prompt(name, require_text(text, path=where)))
         else:
             raise InputError("give 'prompt' (a string), 'messages' or 'conversations' (a list)", code="DF002",
                              path=where)
@@ -183,15 +182,15 @@ def read_prompts_file(path: str, first_position: int = 1) -> list[Prompt]:
 
 def gather_prompts(texts: list[str], prompts_file: str | None) -> list[Prompt]:
     """``-p`` texts, then the file's prompts, named by position where unnamed; else the built-in set."""
-    _check_count(len(texts), "-p")
-    prompts = [Prompt(default_prompt_name(i), check_text(text, f"-p prompt {i}")) for i, text in enumerate(texts, 1)]
+    _require_count(len(texts), "-p")
+    prompts = [Prompt(default_prompt_name(i), require_text(text, f"-p prompt {i}")) for i, text in enumerate(texts, 1)]
     if prompts_file:
         prompts += read_prompts_file(prompts_file, first_position=len(prompts) + 1)
-    check_unique_names(prompts)
+    require_unique_names(prompts)
     return prompts or list(BUILTIN_PROMPTS)
 
 
-def check_unique_names(prompts: list[Prompt]) -> None:
+def require_unique_names(prompts: list[Prompt]) -> None:
     """Names identify prompts in the report and the JSON, so each must be used once."""
     seen: set[str] = set()
     for p in prompts:
@@ -318,7 +317,7 @@ class PromptEncoder:
             self._rendered[_key(p)] = text
 
     def encode(self, prompt: Prompt) -> list[int]:
-        text = check_text(self.render(prompt), f"prompt {prompt.name!r} after the chat template")
+        text = require_text(self.render(prompt), f"prompt {prompt.name!r} after the chat template")
         if len(text) > limits.MAX_PROMPT_CHARS:
             raise InputError(
                 f"prompt {prompt.name!r}: {len(text):,} characters after the template, more than the "

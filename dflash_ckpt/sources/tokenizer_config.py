@@ -13,11 +13,6 @@ from dflash_ckpt.sources.jsonfile import decode_json_bytes, require_object
 NAME = "tokenizer_config.json"
 
 
-def max_added_token_id(source: Source) -> int | None:
-    ids = added_token_ids(source)
-    return max(ids) if ids else None
-
-
 def added_token_ids(source: Source) -> tuple[int, ...] | None:
     """The ids of the tokenizer's special and added tokens (``added_tokens_decoder``), sorted; None
     without a readable tokenizer config that lists them. Every id below the first is an ordinary

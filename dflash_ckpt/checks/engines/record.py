@@ -50,9 +50,6 @@ class Engine(NamedTuple):
     #: Whether it serves drafts itself (speculators converts them for vLLM and serves nothing):
     #: an engine that serves is counted among those that ignore an acceptance key (DF150).
     serves: bool = True
-    #: Its runner for ``smoke-run --engine``, as ``module:attribute`` (imported only when run: the
-    #: runner's modules are above the checks, and inspect must not load them).
-    runner: str | None = None
     #: The codes of the rules it owns (rows in ``rule_tables/<engine>.py``).
     rules: tuple[str, ...] = ()
     #: What it does with the speculators-native format (``draftspec.speculators_format``): the

@@ -223,7 +223,7 @@ ENGINE = Engine(
     "vllm", "vLLM", judge, path, dspark_launch=DSPARK_LAUNCH,
     families=frozenset({LILICORR, LAGUNA}), family_gate=laguna_gate, renames_muse_glimmer=True,
     dflash2_gate=dflash2_gate, loading_note=loading_note, serve=serve, serve_rank=1,
-    runner="dflash_ckpt.engine_runners.smoke_engine:EngineRun", rules=tuple(row[0] for row in RULE_ROWS),
+    rules=tuple(row[0] for row in RULE_ROWS),
     speculators_reader="read natively through its speculators adapter (transformers_utils/configs/speculators/"
                        "algos.py: dflash_config from the top-level keys, target_layer_ids = aux_hidden_state_layer_ids - 1)",
     speculators_fact="vLLM's speculators adapter, algos.py:58-117 (0.32.0-0.34.0)",

@@ -1,7 +1,7 @@
 """How sure a measured ranking is: the gap between two taus in standard errors of their
 difference, named ``clear``, ``likely`` or ``narrow``.
 
-Its own module, below both the runtime (``probe_result``, ``probe_layout`` name the verdict in
+In ``stats``, below both the runtime (``probe_result``, ``probe_layout`` name the verdict in
 their JSON) and the checks (``run_findings``, ``layout_findings`` gate findings on it), so that
 neither package imports the other for a threshold. No torch.
 """
