@@ -17,8 +17,9 @@ import typer
 
 from dflash_ckpt._version import __version__
 from dflash_ckpt.commands.options import (Annotations, AnnotationsOpt, JsonOpt, PlainJsonOpt, QuietOpt, ReportOpt, RevisionOpt,
-                                          TokenOpt, check_report, silence_progress, want_json)
+                                          DEFAULT, TokenOpt, check_report, silence_progress, take_defaults, want_json)
 from dflash_ckpt.errors import PROGRAM, DFlashCkptError, UsageError, error_line
+from dflash_ckpt.run.options import InspectOptions
 from dflash_ckpt.terminal import reflow_help, set_argv, set_quiet
 
 OutputFormat = Literal["text", "json", "github", "sarif"]  # output_formats.OUTPUT_FORMATS, without importing it at start-up
@@ -65,7 +66,7 @@ def _root(
 
 def inspect(
     drafts: List[str] = typer.Argument(None, metavar="DRAFT...", help="Draft folders or Hub repo ids (org/name, or org/name@rev).", show_default=False),
-    target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model folder or Hub repo id, to check the pairing."),
+    target: Optional[str] = typer.Option(DEFAULT, "--target", "-t", help="Target model folder or Hub repo id, to check the pairing."),
     from_file: Optional[str] = typer.Option(None, "--from-file", help="Read more DRAFT arguments from a file (- for stdin), one per line (# comments)."),
     revision: Optional[str] = RevisionOpt,
     token: Optional[str] = TokenOpt,
@@ -74,11 +75,11 @@ def inspect(
         "text", "--output-format", help="text (the report), json (as --json), github (workflow annotations) or sarif (SARIF 2.1.0)."),
     annotations: Annotations = AnnotationsOpt,
     quiet: bool = QuietOpt,
-    strict: bool = typer.Option(False, "--strict", help="Warnings count as errors."),
-    select: Optional[List[str]] = typer.Option(None, "--select", help="Report only these rule codes or prefixes (DF2, DF101,DF3; repeatable).", show_default=False),
-    ignore: Optional[List[str]] = typer.Option(None, "--ignore", help="Do not report these rule codes or prefixes (repeatable).", show_default=False),
+    strict: bool = typer.Option(DEFAULT, "--strict", help="Warnings count as errors."),
+    select: Optional[List[str]] = typer.Option(DEFAULT, "--select", help="Report only these rule codes or prefixes (DF2, DF101,DF3; repeatable).", show_default=False),
+    ignore: Optional[List[str]] = typer.Option(DEFAULT, "--ignore", help="Do not report these rule codes or prefixes (repeatable).", show_default=False),
     require_engines: Optional[List[str]] = typer.Option(
-        None, "--require-engines",
+        DEFAULT, "--require-engines",
         help="Fail (exit 1, DF144) unless these readers would load the config: zlab-legacy, zlab, sglang, vllm, "
              "lmdeploy, speculators, tensorrt-llm, zlab-mlx, mlx-vlm, exllamav3-legacy, exllamav3, or all "
              "(comma list, repeatable).",
@@ -93,8 +94,6 @@ def inspect(
     """
     from dflash_ckpt.commands.inspect_cmd import report_inspect
     from dflash_ckpt.run.inspect import parse_codes, parse_engines, run_inspect
-    from dflash_ckpt.run.options import InspectOptions
-
     fmt = "json" if json_out else output_format
     want_json("inspect", fmt != "text", fmt)
     parse_codes(select or [], "--select"), parse_codes(ignore or [], "--ignore"), parse_engines(require_engines or [])
@@ -109,6 +108,9 @@ def inspect(
         lambda: run_inspect(InspectOptions(args, target, revision=revision, token=token, strict=strict, select=select or [],
                                            ignore=ignore or [], require_engines=require_engines or [])),
         json_out=fmt != "text", quiet=quiet, strict=strict, output_format=fmt, annotations=annotations, report=report))
+
+
+take_defaults(inspect, InspectOptions)
 
 
 def rules(
