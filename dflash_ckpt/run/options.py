@@ -16,9 +16,12 @@ import os
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Sequence, TypeVar
+from typing import Any, ClassVar, NewType, Sequence, TypeVar
 
 O = TypeVar("O")
+#: A file or folder named as text (or a Hub repo id): what the run reads is a ``str``; the API
+#: takes an ``os.PathLike`` there too (``api_types.api_hint``).
+PathText = NewType("PathText", str)
 
 #: Why 2.0: see ``dflash_ckpt/runtime/measure.py``'s docstring.
 DEFAULT_MIN_ACCEPTANCE = 2.0
@@ -61,8 +64,8 @@ class InspectOptions:
     """``dflash-ckpt inspect DRAFT... [--target T]``: ``select``, ``ignore`` and
     ``require_engines`` are lists of codes or names (comma lists allowed)."""
 
-    draft: str | Sequence[str]
-    target: str | None = None
+    draft: PathText | Sequence[PathText]
+    target: PathText | None = None
     revision: str | None = None
     token: str | None = None
     strict: bool = False
@@ -75,7 +78,7 @@ class InspectOptions:
 class NormalizeOptions:
     """``dflash-ckpt normalize DRAFT [OUT]``; checked against each other by ``run/normalize.make_request``."""
 
-    draft: str
+    draft: PathText
     out: str | Path | None = None
     in_place: bool = False
     no_backup: bool = False
@@ -91,7 +94,7 @@ class NormalizeOptions:
     layer_types: str | list[str] | None = None
     prefer: str | None = None
     no_mirrors: bool = False
-    target: str | None = None
+    target: PathText | None = None
     revision: str | None = None
     token: str | None = None
 
@@ -102,10 +105,10 @@ class RunOptions:
     the same flags, spelled and defaulted alike). ``prompt``: the ``-p`` texts; ``prompts``: the
     JSONL file."""
 
-    draft: str
-    target: str
+    draft: PathText
+    target: PathText
     prompt: list[str] = field(default_factory=list)
-    prompts: str | None = None
+    prompts: PathText | None = None
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     min_acceptance: float = DEFAULT_MIN_ACCEPTANCE
     draft_dtype: str = "bfloat16"
@@ -116,7 +119,7 @@ class RunOptions:
     block_size: int | None = None
     thinking: bool = False
     no_chat_template: bool = False
-    tokenizer: str | None = None
+    tokenizer: PathText | None = None
     ignore_eos: bool = False
     revision: str | None = None
     token: str | None = None
@@ -273,5 +276,5 @@ class ProbeOptions(RunOptions):
             raise UsageError(f"--top {self.top}: must be at least 1")
 
 
-__all__ = ["SAMPLING_SOURCES", "STORED", "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_MIN_ACCEPTANCE", "DEFAULT_TOP", "InspectOptions", "NormalizeOptions",
+__all__ = ["PathText", "SAMPLING_SOURCES", "STORED", "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_MIN_ACCEPTANCE", "DEFAULT_TOP", "InspectOptions", "NormalizeOptions",
            "ProbeOptions", "RunOptions", "SmokeOptions", "fill", "require_run_extra"]
