@@ -11,7 +11,7 @@ import functools
 import os
 import shlex
 import sys
-from typing import Any, List, Literal, Optional
+from typing import Any, List, Optional
 
 import typer
 
@@ -19,10 +19,11 @@ from dflash_ckpt._version import __version__
 from dflash_ckpt.commands.options import (Annotations, AnnotationsOpt, JsonOpt, PlainJsonOpt, QuietOpt, ReportOpt, RevisionOpt,
                                           DEFAULT, TokenOpt, check_report, silence_progress, take_defaults, want_json)
 from dflash_ckpt.errors import PROGRAM, DFlashCkptError, UsageError, error_line
+from dflash_ckpt.output_formats import choices
 from dflash_ckpt.run.options import InspectOptions
 from dflash_ckpt.terminal import reflow_help, set_argv, set_quiet
 
-OutputFormat = Literal["text", "json", "github", "sarif"]  # output_formats.OUTPUT_FORMATS, without importing it at start-up
+OutputFormat, OUTPUT_FORMAT_HELP = choices()
 
 _SETTINGS: dict[str, Any] = dict(
     name="dflash-ckpt",
@@ -71,8 +72,7 @@ def inspect(
     revision: Optional[str] = RevisionOpt,
     token: Optional[str] = TokenOpt,
     json_out: bool = JsonOpt,
-    output_format: OutputFormat = typer.Option(
-        "text", "--output-format", help="text (the report), json (as --json), github (workflow annotations) or sarif (SARIF 2.1.0)."),
+    output_format: OutputFormat = typer.Option("text", "--output-format", help=OUTPUT_FORMAT_HELP),
     annotations: Annotations = AnnotationsOpt,
     quiet: bool = QuietOpt,
     strict: bool = typer.Option(DEFAULT, "--strict", help="Warnings count as errors."),

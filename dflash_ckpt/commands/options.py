@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterator, Literal
 import typer
 
 from dflash_ckpt.json_out import want_json  # noqa: F401  (each command body says whether it owes a document)
+from dflash_ckpt.output_formats import ANNOTATIONS, choices
 from dflash_ckpt.run.options import require_run_extra
 
 
@@ -63,8 +64,8 @@ JsonOpt = typer.Option(False, "--json", help="Print one JSON document instead of
 PlainJsonOpt = typer.Option(False, "--json", help="Print one JSON document instead of the text.")
 QuietOpt = typer.Option(False, "-q", "--quiet", help="Print errors only (progress bars off).")
 RevisionOpt = typer.Option(DEFAULT, "--revision", help="Hub revision (branch, tag or commit) of DRAFT; or write org/name@rev.", show_default=False)
-#: ``--annotations`` values (``output_formats.ANNOTATIONS``, without importing it at start-up).
-Annotations = Literal["warnings", "all", "errors"]
+#: ``--annotations`` values (``output_formats.ANNOTATIONS``).
+Annotations = Literal[tuple(ANNOTATIONS)]  # type: ignore[valid-type]
 AnnotationsOpt = typer.Option(
     "warnings", "--annotations",
     help="With --output-format github: the findings that become annotations: warnings (errors and warnings), "
@@ -131,11 +132,9 @@ TokenizerOpt = typer.Option(DEFAULT, "--tokenizer", help="Folder with tokenizer.
 IgnoreEosOpt = typer.Option(DEFAULT, "--ignore-eos", help="Do not stop at end-of-sequence tokens (always generate --max-new-tokens).")
 
 
-#: ``--output-format`` of smoke-run and probe-taps (inspect's, less SARIF: a run's findings name no file lines).
-RunOutputFormat = Literal["text", "json", "github"]
-RunOutputFormatOpt = typer.Option(
-    "text", "--output-format",
-    help="text (the report), json (as --json) or github (workflow annotations of the findings; see --annotations).")
+#: ``--output-format`` of smoke-run and probe-taps (``output_formats.FORMATS``: those a run's findings fit).
+RunOutputFormat, _RUN_FORMATS_HELP = choices(runs=True)
+RunOutputFormatOpt = typer.Option("text", "--output-format", help=_RUN_FORMATS_HELP)
 
 
 #: The help panels of a run's options, in the order ``--help`` shows them (``group_options``).
