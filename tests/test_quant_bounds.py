@@ -22,10 +22,10 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from conftest import one_error_line, smoke
-from dflash_ckpt.draftspec.quant_layers import DEQUANT_BYTES_PER_ELEMENT, check_headers, dequant_peak_bytes, stored_dims
-from dflash_ckpt.draftspec.quant_scheme import read_scheme
+from dflash_ckpt.draftspec.quant import DEQUANT_BYTES_PER_ELEMENT, check_headers, dequant_peak_bytes, stored_dims
+from dflash_ckpt.draftspec.quant import read_scheme
 from dflash_ckpt.runtime.memory import estimate_run
-from dflash_ckpt.runtime.quant.fp8 import scale_blocks
+from dflash_ckpt.draftspec.quant.packing import scale_blocks
 from dflash_ckpt.sources.local import LocalSource
 from dflash_ckpt.sources.weights import load_inventory
 
