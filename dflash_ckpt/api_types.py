@@ -43,6 +43,9 @@ class ProgressBar(typing.Protocol):
     def update(self, task_id: Any, *args: Any, **kwargs: Any) -> None: ...  # noqa: D102
 
 
+_SEQUENCES = (collections.abc.Sequence, list, tuple)
+
+
 def _describe(hint: Any) -> str:
     """``hint`` as a person writes it: ``a str or os.PathLike``, ``a list of str``."""
     origin = typing.get_origin(hint)
@@ -50,16 +53,13 @@ def _describe(hint: Any) -> str:
         return " or ".join(_describe(a) for a in typing.get_args(hint))
     if hint is type(None):
         return "None"
-    if origin in (collections.abc.Sequence, list, tuple):
-        args = typing.get_args(hint)
-        inner = _describe(args[0]) if args else "values"
+    if origin in _SEQUENCES:
+        inner = _describe(typing.get_args(hint)[0])
         return f"a list of ({inner})" if " or " in inner else f"a list of {inner.removeprefix('a ').removeprefix('an ')}s"
-    if origin is collections.abc.Callable or hint is collections.abc.Callable:
+    if origin is collections.abc.Callable:
         return "a callable"
-    if origin is os.PathLike or hint is os.PathLike:
+    if origin is os.PathLike:
         return "a path"
-    if hint is Any:
-        return "anything"
     if hint is ProgressBar:
         return "a rich Progress (an object with add_task, advance and update)"
     named = {str: "a str", int: "an int", float: "a number", bool: "True or False"}
@@ -69,24 +69,17 @@ def _describe(hint: Any) -> str:
 
 
 def _fits(value: Any, hint: Any) -> bool:
-    """Whether ``value`` is of type ``hint`` (the few forms api.py uses; bool is not an int)."""
-    if hint is Any:
-        return True
+    """Whether ``value`` is of type ``hint`` (the few forms ``api_hint`` makes; bool is not an int)."""
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         return any(_fits(value, a) for a in typing.get_args(hint))
     if hint is type(None):
         return value is None
-    if origin is typing.Literal:
-        return value in typing.get_args(hint)
-    if origin in (collections.abc.Sequence, list, tuple):
-        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
-            return False
-        args = typing.get_args(hint)
-        return not args or all(_fits(v, args[0]) for v in value)
-    if origin is collections.abc.Callable or hint is collections.abc.Callable:
+    if origin in _SEQUENCES:
+        return isinstance(value, (list, tuple)) and all(_fits(v, typing.get_args(hint)[0]) for v in value)
+    if origin is collections.abc.Callable:
         return callable(value)
-    if origin is os.PathLike or hint is os.PathLike:
+    if origin is os.PathLike:
         return isinstance(value, os.PathLike) and isinstance(os.fspath(value), str)
     if hint is float:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -103,9 +96,6 @@ def _shown(value: Any) -> str:
 #: What a wrong type of these keywords usually means.
 NOTES = {"prompts": " (prompts is the JSONL file; the texts themselves go in prompt=)",
          "prompt": " (one text, or a list of texts)"}
-
-
-_SEQUENCES = (collections.abc.Sequence, list, tuple)
 
 
 def api_hint(hint: Any, default: Any) -> Any:
