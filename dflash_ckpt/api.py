@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 from dflash_ckpt.api_types import ProgressBar, api_command
 from dflash_ckpt.errors import DFlashCkptError
-from dflash_ckpt.run.options import InspectOptions, NormalizeOptions, ProbeOptions, SmokeOptions
+from dflash_ckpt.run.options import InspectOptions, NormalizeOptions, ProbeOptions, SmokeOptions, require_run_extra
 
 if TYPE_CHECKING:
     from dflash_ckpt.canonical.run import Outcome
@@ -53,14 +53,6 @@ def _call() -> Iterator[None]:
         yield
     finally:
         os.environ.pop("HF_HUB_DISABLE_PROGRESS_BARS", None)
-
-
-def _need_run_extra(command: str) -> None:
-    """The ``run`` extra's check, made before any module that imports torch: DF004 naming the
-    install line, not a ``ModuleNotFoundError``."""
-    from dflash_ckpt.run.options import require_run_extra
-
-    require_run_extra(command)
 
 
 @api_command(InspectOptions)
@@ -120,7 +112,7 @@ def smoke_run(options: SmokeOptions, *, progress: ProgressBar | None = None,
     ``engine="vllm-serve"`` runs the printed serve line in vLLM's server, ``concurrency`` requests at
     once in its load phase.
     """
-    _need_run_extra("smoke-run")
+    require_run_extra("smoke-run")
     from dflash_ckpt.run.smoke import run_smoke_run
 
     with _call(), _caller_torch_threads():
@@ -135,7 +127,7 @@ def probe_taps(options: ProbeOptions, *, log: Callable[[str], None] | None = Non
     a normalized copy with the winner (``copy_progress=True`` shows a copy bar); a refused ``write``
     is in ``.to_dict()["write"]`` and the exit code.
     """
-    _need_run_extra("probe-taps")
+    require_run_extra("probe-taps")
     from dflash_ckpt.run.probe import run_probe_taps
 
     with _call(), _caller_torch_threads():

@@ -84,10 +84,6 @@ class QuantScheme:
 LayerCheck = Callable[[QuantScheme, str, dict[str, str], Mapping[str, Any], int, int], None]
 
 
-def _no_optional(scheme: QuantScheme) -> frozenset[str]:
-    return frozenset()
-
-
 @dataclass(frozen=True)
 class QuantFormat:
     """One ``quant_method`` the runtime dequantizes, as engines are records: how its config is
@@ -107,7 +103,8 @@ class QuantFormat:
     check_layer: LayerCheck
     #: ``(scheme, tensors by role, (out, in)) -> float32 [out, in]`` (imports torch when called).
     dequantize: Callable[[QuantScheme, dict[str, Any], tuple[int, int]], Any]
-    optional: Callable[[QuantScheme], frozenset[str]] = _no_optional
+    #: Roles a layer may lack.
+    optional: Callable[[QuantScheme], frozenset[str]] = lambda scheme: frozenset()
     #: The config key a scale block comes from, as a DF181 line names it.
     block_key: str = "block_structure"
 
