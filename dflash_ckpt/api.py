@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 from dflash_ckpt.api_types import ProgressBar, api_command
 from dflash_ckpt.errors import DFlashCkptError
-from dflash_ckpt.run.options import InspectOptions, NormalizeOptions, ProbeOptions, SmokeOptions, require_run_extra
+from dflash_ckpt.run.inspect_options import InspectOptions
+from dflash_ckpt.run.options import NormalizeOptions, ProbeOptions, SmokeOptions, require_run_extra
 
 if TYPE_CHECKING:
     from dflash_ckpt.canonical.run import Outcome

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from dflash_ckpt.errors import DFlashCkptError
-from dflash_ckpt.run.options import PathText
+from dflash_ckpt.run.inspect_options import PathText
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -20,7 +20,7 @@ from dflash_ckpt.commands.options import (Annotations, AnnotationsOpt, JsonOpt, 
                                           DEFAULT, TokenOpt, check_report, silence_progress, take_defaults, want_json)
 from dflash_ckpt.errors import PROGRAM, DFlashCkptError, UsageError, error_line
 from dflash_ckpt.output_formats import choices
-from dflash_ckpt.run.options import InspectOptions
+from dflash_ckpt.run.inspect_options import InspectOptions
 from dflash_ckpt.terminal import reflow_help, set_argv, set_quiet
 
 OutputFormat, OUTPUT_FORMAT_HELP = choices()

@@ -14,7 +14,8 @@ import typer
 
 import dflash_ckpt
 from dflash_ckpt.cli import app
-from dflash_ckpt.run.options import InspectOptions, NormalizeOptions, ProbeOptions, SmokeOptions
+from dflash_ckpt.run.inspect_options import InspectOptions
+from dflash_ckpt.run.options import NormalizeOptions, ProbeOptions, SmokeOptions
 
 COMMANDS = [("inspect", InspectOptions, dflash_ckpt.inspect), ("normalize", NormalizeOptions, dflash_ckpt.normalize),
             ("smoke-run", SmokeOptions, dflash_ckpt.smoke_run), ("probe-taps", ProbeOptions, dflash_ckpt.probe_taps)]

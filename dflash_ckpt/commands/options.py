@@ -18,7 +18,6 @@ import typer
 
 from dflash_ckpt.json_out import want_json  # noqa: F401  (each command body says whether it owes a document)
 from dflash_ckpt.output_formats import ANNOTATIONS, choices
-from dflash_ckpt.run.options import require_run_extra
 
 
 class _FieldDefault:
@@ -200,6 +199,8 @@ def starting_run(command: str, draft: str, target: str, *, json_out: bool, quiet
     """The start smoke-run and probe-taps share, around the caller's runtime imports: owe a JSON
     document with ``--json``, need the ``run`` extra, silence progress bars, and say on a terminal
     what loads while torch is imported (``terminal.loading_note``)."""
+    from dflash_ckpt.run.options import require_run_extra
+
     want_json(command, json_out, output_format)
     require_run_extra(command)
     silence_progress(json_out or quiet, quiet=quiet)

@@ -1,4 +1,5 @@
-"""Each command's options and every default, once: one dataclass per command, torch-free.
+"""Each command's options and every default, once: one dataclass per command, torch-free
+(inspect's in ``run/inspect_options.py``, so that inspect starts without building these).
 
 The fields are the CLI's long options (``--no-chat-template`` is ``no_chat_template``, ``-p`` is
 ``prompt``, ``--prompts`` the JSONL file), with the CLI's defaults: ``commands/`` fills these
@@ -16,12 +17,11 @@ import os
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, NewType, Sequence, TypeVar
+from typing import Any, ClassVar, Sequence, TypeVar
+
+from dflash_ckpt.run.inspect_options import PathText
 
 O = TypeVar("O")
-#: A file or folder named as text (or a Hub repo id): what the run reads is a ``str``; the API
-#: takes an ``os.PathLike`` there too (``api_types.api_hint``).
-PathText = NewType("PathText", str)
 
 #: Why 2.0: see ``dflash_ckpt/runtime/measure.py``'s docstring.
 DEFAULT_MIN_ACCEPTANCE = 2.0
@@ -57,21 +57,6 @@ def fill(cls: type[O], given: dict[str, Any], **converted: Any) -> O:
     place of the values the caller holds in another form (a path object, a tuple, an enum)."""
     return cls(**{f.name: converted[f.name] if f.name in converted else given[f.name]
                   for f in dataclasses.fields(cls)})  # type: ignore[arg-type]
-
-
-@dataclass
-class InspectOptions:
-    """``dflash-ckpt inspect DRAFT... [--target T]``: ``select``, ``ignore`` and
-    ``require_engines`` are lists of codes or names (comma lists allowed)."""
-
-    draft: PathText | Sequence[PathText]
-    target: PathText | None = None
-    revision: str | None = None
-    token: str | None = None
-    strict: bool = False
-    select: Sequence[str] = ()
-    ignore: Sequence[str] = ()
-    require_engines: Sequence[str] = ()
 
 
 @dataclass
@@ -276,5 +261,5 @@ class ProbeOptions(RunOptions):
             raise UsageError(f"--top {self.top}: must be at least 1")
 
 
-__all__ = ["PathText", "SAMPLING_SOURCES", "STORED", "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_MIN_ACCEPTANCE", "DEFAULT_TOP", "InspectOptions", "NormalizeOptions",
+__all__ = ["SAMPLING_SOURCES", "STORED", "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_MIN_ACCEPTANCE", "DEFAULT_TOP", "NormalizeOptions",
            "ProbeOptions", "RunOptions", "SmokeOptions", "fill", "require_run_extra"]
