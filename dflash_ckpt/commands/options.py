@@ -20,16 +20,9 @@ from dflash_ckpt.json_out import want_json  # noqa: F401  (each command body say
 from dflash_ckpt.output_formats import ANNOTATIONS, choices
 
 
-class _FieldDefault:
-    """The default of an option that is a field of its command's options dataclass."""
-
-    def __repr__(self) -> str:
-        return "DEFAULT"
-
-
 #: Written as the default of every option that is a field of the command's options dataclass
 #: (``run/options.py``): ``take_defaults`` puts the field's default there, so it is written once.
-DEFAULT: Any = _FieldDefault()
+DEFAULT: Any = object()
 
 
 def take_defaults(command: Callable[..., Any], options: type) -> Callable[..., Any]:
