@@ -69,4 +69,4 @@ def dequantize(scheme: QuantScheme, parts: dict[str, Any], shape: tuple[int, int
 
 FORMAT = QuantFormat("awq", SUPPORTED, parse, components=lambda s: {"qweight": "qweight", "qzeros": "qzeros", "scales": "scales"},
                      stored=lambda s: "qweight", dims=lambda s, rows, cols: (cols * (32 // s.bits), rows),
-                     check_layer=check_layer, dequantize=dequantize)
+                     check_layer=check_layer, dequantize=dequantize, labels={"awq-gemm": "awq GEMM"})

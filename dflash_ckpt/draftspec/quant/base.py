@@ -48,7 +48,7 @@ class QuantScheme:
 
     def describe(self) -> str:
         """``gptq 4-bit, group 128, act-order, asymmetric`` and the like."""
-        label = {"awq-gemm": "awq GEMM", "gptq_v2": "gptq (gptq_v2)"}.get(self.format, self.method if self.format == self.method else f"{self.method} {self.format}")
+        label = self.record.labels.get(self.format, self.method if self.format == self.method else f"{self.method} {self.format}")
         parts = [label, f"{self.bits}-bit"]
         if self.strategy == "group":
             parts.append(f"group {self.group_size}")
@@ -107,6 +107,8 @@ class QuantFormat:
     optional: Callable[[QuantScheme], frozenset[str]] = lambda scheme: frozenset()
     #: The config key a scale block comes from, as a DF181 line names it.
     block_key: str = "block_structure"
+    #: How ``describe`` names a stored layout, where not ``method layout``.
+    labels: Mapping[str, str] = field(default_factory=dict)
 
 
 def bad(where: str, key: str, value: Any, supported: str) -> InputError:

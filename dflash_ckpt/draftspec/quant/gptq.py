@@ -67,4 +67,5 @@ FORMAT = QuantFormat("gptq", SUPPORTED, parse,
                      components=lambda s: {"qweight": "qweight", "qzeros": "qzeros", "scales": "scales", "g_idx": "g_idx"},
                      stored=lambda s: "qweight", dims=lambda s, rows, cols: (cols, rows * (32 // s.bits)),
                      check_layer=check_layer, dequantize=dequantize,
-                     optional=lambda s: frozenset() if s.act_order else frozenset({"g_idx"}))
+                     optional=lambda s: frozenset() if s.act_order else frozenset({"g_idx"}),
+                     labels={"gptq_v2": "gptq (gptq_v2)"})
