@@ -27,7 +27,7 @@ CHILD = r"""
 import json, sys, time
 from pathlib import Path
 import torch
-from dflash_ckpt.draftspec.quant_scheme import read_scheme
+from dflash_ckpt.draftspec.quant import read_scheme
 from dflash_ckpt.draftspec.target_settings import TargetSettings
 from dflash_ckpt.runtime.loading import load_target, parse_dtype
 

@@ -52,7 +52,7 @@ def main() -> int:
     sys.path.insert(0, str(ROOT))
     import torch
 
-    from dflash_ckpt.draftspec.quant_scheme import read_scheme
+    from dflash_ckpt.draftspec.quant import read_scheme
     from dflash_ckpt.draftspec.target_settings import TargetSettings
     from dflash_ckpt.runtime.loading import load_target
     from dflash_ckpt.sources.prompts import PromptEncoder, gather_prompts

@@ -1,26 +1,29 @@
 """The ``dflash-ckpt`` command line.
 
-Commands live in small modules that register themselves on ``app``; heavy imports (torch,
+Commands live in small modules that register themselves on ``app`` (built on first use); heavy imports (torch,
 huggingface_hub's HTTP stack) happen inside the command bodies, so ``inspect`` starts fast.
 Exit codes: 0 clean, 1 findings/check failed, 2 usage error or unreadable input.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 import sys
-from typing import Any, List, Literal, Optional
+from typing import Any, List, Optional
 
 import typer
 
 from dflash_ckpt._version import __version__
 from dflash_ckpt.commands.options import (Annotations, AnnotationsOpt, JsonOpt, PlainJsonOpt, QuietOpt, ReportOpt, RevisionOpt,
-                                          TokenOpt, check_report, silence_progress, want_json)
+                                          DEFAULT, TokenOpt, check_report, silence_progress, take_defaults, want_json)
 from dflash_ckpt.errors import PROGRAM, DFlashCkptError, UsageError, error_line
+from dflash_ckpt.output_formats import choices
+from dflash_ckpt.run.inspect_options import InspectOptions
 from dflash_ckpt.terminal import reflow_help, set_argv, set_quiet
 
-OutputFormat = Literal["text", "json", "github", "sarif"]  # output_formats.OUTPUT_FORMATS, without importing it at start-up
+OutputFormat, OUTPUT_FORMAT_HELP = choices()
 
 _SETTINGS: dict[str, Any] = dict(
     name="dflash-ckpt",
@@ -41,10 +44,9 @@ COMMANDS: dict[str, tuple[str | None, bool]] = {
     "probe-taps": ("probe_cmd", False),
     "env": ("env_cmd", False),
 }
-#: Every command, and shell completion (``--install-completion``, ``--show-completion``).
-app = typer.Typer(add_completion=True, **_SETTINGS)
 #: ``inspect`` and ``rules`` alone: turning a command's signature into click options costs about
-#: a millisecond an option, so a run of these builds only them (``run``), not smoke-run's forty.
+#: a millisecond an option, so a run of these builds only them (``run``), not smoke-run's forty,
+#: nor imports the other commands' modules (``app``, built on first use).
 _core = typer.Typer(add_completion=False, **_SETTINGS)
 #: Commands ``_core`` holds.
 _CORE_COMMANDS = tuple(name for name, (_, core) in COMMANDS.items() if core)
@@ -57,7 +59,6 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _root(
     version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True, help="Show the version and exit."),
 ) -> None:
@@ -66,20 +67,19 @@ def _root(
 
 def inspect(
     drafts: List[str] = typer.Argument(None, metavar="DRAFT...", help="Draft folders or Hub repo ids (org/name, or org/name@rev).", show_default=False),
-    target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model folder or Hub repo id, to check the pairing."),
+    target: Optional[str] = typer.Option(DEFAULT, "--target", "-t", help="Target model folder or Hub repo id, to check the pairing."),
     from_file: Optional[str] = typer.Option(None, "--from-file", help="Read more DRAFT arguments from a file (- for stdin), one per line (# comments)."),
     revision: Optional[str] = RevisionOpt,
     token: Optional[str] = TokenOpt,
     json_out: bool = JsonOpt,
-    output_format: OutputFormat = typer.Option(
-        "text", "--output-format", help="text (the report), json (as --json), github (workflow annotations) or sarif (SARIF 2.1.0)."),
+    output_format: OutputFormat = typer.Option("text", "--output-format", help=OUTPUT_FORMAT_HELP),
     annotations: Annotations = AnnotationsOpt,
     quiet: bool = QuietOpt,
-    strict: bool = typer.Option(False, "--strict", help="Warnings count as errors."),
-    select: Optional[List[str]] = typer.Option(None, "--select", help="Report only these rule codes or prefixes (DF2, DF101,DF3; repeatable).", show_default=False),
-    ignore: Optional[List[str]] = typer.Option(None, "--ignore", help="Do not report these rule codes or prefixes (repeatable).", show_default=False),
+    strict: bool = typer.Option(DEFAULT, "--strict", help="Warnings count as errors."),
+    select: Optional[List[str]] = typer.Option(DEFAULT, "--select", help="Report only these rule codes or prefixes (DF2, DF101,DF3; repeatable).", show_default=False),
+    ignore: Optional[List[str]] = typer.Option(DEFAULT, "--ignore", help="Do not report these rule codes or prefixes (repeatable).", show_default=False),
     require_engines: Optional[List[str]] = typer.Option(
-        None, "--require-engines",
+        DEFAULT, "--require-engines",
         help="Fail (exit 1, DF144) unless these readers would load the config: zlab-legacy, zlab, sglang, vllm, "
              "lmdeploy, speculators, tensorrt-llm, zlab-mlx, mlx-vlm, exllamav3-legacy, exllamav3, or all "
              "(comma list, repeatable).",
@@ -94,8 +94,6 @@ def inspect(
     """
     from dflash_ckpt.commands.inspect_cmd import report_inspect
     from dflash_ckpt.run.inspect import parse_codes, parse_engines, run_inspect
-    from dflash_ckpt.run.options import InspectOptions
-
     fmt = "json" if json_out else output_format
     want_json("inspect", fmt != "text", fmt)
     parse_codes(select or [], "--select"), parse_codes(ignore or [], "--ignore"), parse_engines(require_engines or [])
@@ -110,6 +108,9 @@ def inspect(
         lambda: run_inspect(InspectOptions(args, target, revision=revision, token=token, strict=strict, select=select or [],
                                            ignore=ignore or [], require_engines=require_engines or [])),
         json_out=fmt != "text", quiet=quiet, strict=strict, output_format=fmt, annotations=annotations, report=report))
+
+
+take_defaults(inspect, InspectOptions)
 
 
 def rules(
@@ -189,23 +190,34 @@ def read_arg_file(path: str) -> list[str]:
     return [line for line in lines if line]
 
 
-def _register_commands() -> None:
-    """``COMMANDS`` onto ``app`` (and ``_core``), in order; a module of ``commands/`` imports only
-    typer at import time."""
+_core.callback()(_root)
+for _name in _CORE_COMMANDS:
+    _core.command(_name)(globals()[_name])
+reflow_help(_core)
+
+
+@functools.lru_cache(maxsize=None)
+def _full_app() -> typer.Typer:
+    """Every command of ``COMMANDS``, in order, and shell completion (``--install-completion``);
+    a module of ``commands/`` imports only typer at import time."""
     import importlib
 
-    _core.callback()(_root)
-    for name, (module, core) in COMMANDS.items():
-        if module is not None:
-            importlib.import_module(f"dflash_ckpt.commands.{module}").register(app)
-            continue
-        for target in (app, _core) if core else (app,):
-            target.command(name)(globals()[name])
+    full = typer.Typer(add_completion=True, **_SETTINGS)
+    full.callback()(_root)
+    for name, (module, _) in COMMANDS.items():
+        if module is None:
+            full.command(name)(globals()[name])
+        else:
+            importlib.import_module(f"dflash_ckpt.commands.{module}").register(full)
+    reflow_help(full)
+    return full
 
 
-_register_commands()
-reflow_help(app)
-reflow_help(_core)
+def __getattr__(name: str) -> Any:
+    """``cli.app``: the whole CLI (``_full_app``), built when first asked for."""
+    if name == "app":
+        return _full_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -272,9 +284,9 @@ def run(argv: list[str] | None = None) -> int:
 def _app_for(args: list[str]) -> typer.Typer:
     """``_core`` when the command named is one of its own (and no shell completion is asked), else ``app``."""
     if any(k.startswith("_DFLASH_CKPT_COMPLETE") for k in os.environ):
-        return app
+        return _full_app()
     first = next((a for a in args if not a.startswith("-")), None)
-    return _core if first in _CORE_COMMANDS else app
+    return _core if first in _CORE_COMMANDS else _full_app()
 
 
 def _owe_from_argv(args: list[str]) -> None:
@@ -304,13 +316,8 @@ def _command_path(args: list[str]) -> str:
     """``dflash-ckpt inspect`` for a line about the command line itself (the first command named)."""
     for arg in args:
         if not arg.startswith("-"):
-            return f"{PROGRAM} {arg}" if arg in _command_names() else PROGRAM
+            return f"{PROGRAM} {arg}" if arg in COMMANDS else PROGRAM
     return PROGRAM
-
-
-def _command_names() -> set[str]:
-    """The registered commands' names (read on an error only: it builds click's command group)."""
-    return set(getattr(typer.main.get_command(app), "commands", {}))
 
 
 def _click_exceptions() -> Any:

@@ -6,8 +6,10 @@ readers a rewrite would fix (``normalize_fixes``), and the engines what vLLM is 
 
 from __future__ import annotations
 
+import os
 import shlex
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from dflash_ckpt.checks import run_checks
@@ -197,6 +199,9 @@ def _hub_commit(source: Source) -> str | None:
 
 def cached_layout_findings(source: Source, spec: DraftSpec) -> list[Finding]:
     """DF319: other cached commits of the draft's Hub repo that are another draft (no request made)."""
+    folder = getattr(source, "folder", None)
+    if source.kind != "hub" and not (isinstance(folder, Path) and Path(os.path.realpath(folder)).parent.name == "snapshots"):
+        return []  # a local folder outside any Hub cache (``.../snapshots/<commit>``): the Hub layer stays unimported
     from dflash_ckpt.checks.hub_layout import hub_layout_findings
     from dflash_ckpt.sources.hub.snapshots import other_cached_configs
 

@@ -10,7 +10,6 @@ and every command of ``commands/``, which all write through it.
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
@@ -37,21 +36,16 @@ def pending() -> tuple[str, str] | None:
 
 def print_json(doc: Any) -> None:
     """One JSON document on stdout."""
-    from dflash_ckpt.neutral import json_safe
+    from dflash_ckpt.output_formats import json_text
 
     _pending.clear()
-    sys.stdout.write(json_safe(json.dumps(doc, indent=2)) + "\n")
+    sys.stdout.write(json_text(doc))
 
 
 def print_document(doc: dict[str, Any], output_format: str = "json", annotations: str = "warnings") -> None:
-    """The run's document on stdout: as JSON, or as GitHub annotations (of the severities
-    ``annotations`` names) or SARIF (``output_formats``)."""
-    if output_format == "json":
-        print_json(doc)
-        return
-    from dflash_ckpt.neutral import json_safe
-    from dflash_ckpt.output_formats import render
+    """The run's document on stdout, rendered by its ``--output-format`` (``output_formats.FORMATS``:
+    JSON, GitHub annotations of the severities ``annotations`` names, or SARIF)."""
+    from dflash_ckpt.output_formats import FORMATS
 
     _pending.clear()
-    text = render(doc, output_format, annotations)
-    sys.stdout.write(json_safe(text) if output_format == "sarif" else text)
+    sys.stdout.write(FORMATS[output_format].render(doc, annotations))  # type: ignore[misc]

@@ -1,8 +1,11 @@
-"""CI output formats of ``inspect``, as ruff writes them: GitHub annotations and SARIF 2.1.0.
+"""The ``--output-format`` values, one record each in ``FORMATS``: JSON, GitHub annotations and
+SARIF 2.1.0 (as ruff writes them) beside the text report.
 
-Pure functions over inspect's JSON document (the dict ``--json`` prints), so every format says
-exactly what the JSON says: a finding the JSON holds is an annotation or a SARIF result, nothing
-is re-checked and nothing is dropped. Neither rich nor torch is imported on this path.
+Each renderer is a pure function over the command's JSON document (the dict ``--json`` prints),
+so every format says exactly what the JSON says: a finding the JSON holds is an annotation or a
+SARIF result, nothing is re-checked and nothing is dropped. The CLI's choices and their help are
+read from the table at start-up (this module imports the standard library only); neither rich nor
+torch is imported on this path.
 """
 
 from __future__ import annotations
@@ -10,15 +13,14 @@ from __future__ import annotations
 import json
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Literal
 from urllib.parse import quote
 
 from dflash_ckpt._version import __version__
 from dflash_ckpt.errors import inert
-
-#: ``--output-format`` values; ``--json`` is the ``json`` alias.
-OUTPUT_FORMATS = ("text", "json", "github", "sarif")
+from dflash_ckpt.neutral import json_safe
 
 SARIF_VERSION = "2.1.0"
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -240,11 +242,40 @@ def sarif_document(doc: dict[str, Any], root: str | None = None) -> dict[str, An
     }
 
 
-def render(doc: dict[str, Any], output_format: str, annotations: str = "warnings") -> str:
-    """The text to print for ``doc`` in a machine format (``json``, ``github`` or ``sarif``);
-    ``annotations``: the severities the github format prints (``ANNOTATIONS``)."""
-    if output_format == "github":
-        return github_annotations(doc, annotations)
-    if output_format == "sarif":
-        return json.dumps(sarif_document(doc), indent=2) + "\n"
-    return json.dumps(doc, indent=2) + "\n"
+def json_text(doc: dict[str, Any], annotations: str = "warnings") -> str:
+    """The document as JSON (``--json``), every string JSON-escaped safe for a terminal."""
+    return json_safe(json.dumps(doc, indent=2)) + "\n"
+
+
+def sarif_text(doc: dict[str, Any], annotations: str = "warnings") -> str:
+    """The document as a SARIF 2.1.0 log (``sarif_document``)."""
+    return json_text(sarif_document(doc))
+
+
+@dataclass(frozen=True)
+class OutputFormat:
+    """One ``--output-format``: its name, its words in ``--help``, and how a document prints in
+    it (``render(doc, annotations)``; ``None`` for the text report each command draws with rich)."""
+
+    name: str
+    help: str
+    render: Callable[[dict[str, Any], str], str] | None
+    #: smoke-run and probe-taps offer it too (SARIF: a run's findings name no file lines).
+    runs: bool = True
+
+
+#: Every ``--output-format``, in the order ``--help`` names them; ``--json`` is ``json``'s alias.
+FORMATS = {f.name: f for f in (
+    OutputFormat("text", "text (the report)", None),
+    OutputFormat("json", "json (as --json)", json_text),
+    OutputFormat("github", "github (workflow annotations of the findings; see --annotations)", github_annotations),
+    OutputFormat("sarif", "sarif (SARIF 2.1.0)", sarif_text, runs=False),
+)}
+
+
+def choices(runs: bool = False) -> tuple[Any, str]:
+    """The ``Literal`` of the format names a command offers (a run's, or inspect's: all), and the
+    ``--output-format`` help that names them."""
+    names = [f for f in FORMATS.values() if f.runs or not runs]
+    words = ", ".join(f.help for f in names[:-1]) + " or " + names[-1].help
+    return Literal[tuple(f.name for f in names)], words + "."  # type: ignore[valid-type]

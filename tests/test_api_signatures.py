@@ -58,7 +58,8 @@ def test_the_signatures_are_the_options_and_their_defaults() -> None:
 
     from dflash_ckpt.run.inspect import run_inspect
     from dflash_ckpt.run.normalize import run_normalize
-    from dflash_ckpt.run.options import InspectOptions, NormalizeOptions, ProbeOptions, SmokeOptions
+    from dflash_ckpt.run.inspect_options import InspectOptions
+    from dflash_ckpt.run.options import NormalizeOptions, ProbeOptions, SmokeOptions
     from dflash_ckpt.run.probe import run_probe_taps
     from dflash_ckpt.run.smoke import run_smoke_run
 

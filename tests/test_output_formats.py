@@ -166,3 +166,19 @@ def test_output_format_json_is_the_json_alias_and_a_bad_one_is_one_line(cli: Any
     bad = cli("inspect", draft, "--output-format", "xml")
     assert bad.code == 2 and bad.stdout == ""
     assert bad.stderr.count("\n") == 1 and bad.stderr.startswith("dflash-ckpt inspect: DF004 error: ") and "'github'" in bad.stderr
+
+
+def test_the_cli_choices_are_the_format_table() -> None:
+    """``--output-format``'s choices come from ``output_formats.FORMATS`` (issue 40): inspect offers
+    every format, smoke-run and probe-taps those a run's findings fit (all but SARIF)."""
+    import typer
+
+    from dflash_ckpt.cli import app
+    from dflash_ckpt.output_formats import FORMATS
+
+    commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+    choices = {name: next(p.type.choices for p in commands[name].params if p.name == "output_format")
+               for name in ("inspect", "smoke-run", "probe-taps")}
+    assert list(choices["inspect"]) == list(FORMATS)
+    assert list(choices["smoke-run"]) == list(choices["probe-taps"]) == [f.name for f in FORMATS.values() if f.runs]
+    assert "sarif" not in choices["smoke-run"] and all(f.render is not None for f in FORMATS.values() if f.name != "text")

@@ -22,10 +22,10 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from conftest import one_error_line, smoke
-from dflash_ckpt.draftspec.quant_layers import DEQUANT_BYTES_PER_ELEMENT, check_headers, dequant_peak_bytes, stored_dims
-from dflash_ckpt.draftspec.quant_scheme import read_scheme
+from dflash_ckpt.draftspec.quant import DEQUANT_BYTES_PER_ELEMENT, check_headers, dequant_peak_bytes, stored_dims
+from dflash_ckpt.draftspec.quant import read_scheme
 from dflash_ckpt.runtime.memory import estimate_run
-from dflash_ckpt.runtime.quant.fp8 import scale_blocks
+from dflash_ckpt.draftspec.quant.packing import scale_blocks
 from dflash_ckpt.sources.local import LocalSource
 from dflash_ckpt.sources.weights import load_inventory
 
@@ -212,3 +212,22 @@ def test_the_pre_check_refuses_a_quantized_run_naming_its_dequantization(cli: An
     dequant = 256 * 128 * DEQUANT_BYTES_PER_ELEMENT / 2**30
     one_error_line(res, f"dequantization {dequant:.2f} GiB", "MemAvailable", code="DF407")
     assert never_dequantized == []
+
+
+def test_each_quantization_format_is_one_record_in_its_own_module() -> None:
+    """Issue 40: ``draftspec/quant/`` holds one module per ``quant_method`` whose record reads the
+    config, names and checks one layer's tensors and dequantizes it; ``read_scheme`` dispatches
+    through the table, and the scheme it returns carries its record."""
+    from dflash_ckpt.draftspec.quant import FORMATS, SUPPORTED
+
+    assert list(FORMATS) == ["fp8", "awq", "gptq", "compressed-tensors"]
+    files = {"fp8": "fp8", "awq": "awq", "gptq": "gptq", "compressed-tensors": "compressed"}
+    for method, record in FORMATS.items():
+        module = record.parse.__module__
+        assert module == f"dflash_ckpt.draftspec.quant.{files[method]}"
+        assert record.check_layer.__module__ in (module, "dflash_ckpt.draftspec.quant.base")
+        assert record.dequantize.__module__ == module
+    assert SUPPORTED == tuple(r.supported for r in FORMATS.values())
+    scheme = read_scheme({"quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 128}}, "c.json")
+    assert scheme is not None and scheme.record is FORMATS["gptq"] and scheme.components("l") == {
+        "qweight": "l.qweight", "qzeros": "l.qzeros", "scales": "l.scales", "g_idx": "l.g_idx"}

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dflash_ckpt.draftspec.quant_scheme import read_scheme
+from dflash_ckpt.draftspec.quant import read_scheme
 
 ROOT = Path(__file__).resolve().parents[1]
 QUANT = ROOT / "fixtures" / "tiny-quant"

@@ -21,7 +21,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from conftest import error_line, no_traceback, smoke
-from dflash_ckpt.draftspec.quant_scheme import read_scheme
+from dflash_ckpt.draftspec.quant import read_scheme
 from dflash_ckpt.errors import InputError
 from tiny_models import load_target_only
 

@@ -23,14 +23,15 @@ RENDERING = {"json", "output_format", "annotations", "quiet", "show_text", "repo
 
 
 def option_classes() -> dict[str, type]:
-    from dflash_ckpt.run.options import InspectOptions, NormalizeOptions, ProbeOptions, SmokeOptions
+    from dflash_ckpt.run.inspect_options import InspectOptions
+    from dflash_ckpt.run.options import NormalizeOptions, ProbeOptions, SmokeOptions
 
     return {"inspect": InspectOptions, "normalize": NormalizeOptions, "smoke-run": SmokeOptions, "probe-taps": ProbeOptions}
 
 
 def run_inspect(*args: Any, **kw: Any) -> Any:
     from dflash_ckpt.run.inspect import run_inspect
-    from dflash_ckpt.run.options import InspectOptions
+    from dflash_ckpt.run.inspect_options import InspectOptions
 
     return run_inspect(InspectOptions(*args, **kw))
 

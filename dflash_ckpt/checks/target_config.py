@@ -30,8 +30,7 @@ from typing import Any, Mapping
 
 from dflash_ckpt import limits
 from dflash_ckpt.checks.hub_code import require_no_hub_code
-from dflash_ckpt.draftspec.quant_layers import check_headers
-from dflash_ckpt.draftspec.quant_scheme import read_scheme
+from dflash_ckpt.draftspec.quant import check_headers, read_scheme
 from dflash_ckpt.errors import InputError
 
 #: dtype names a config may declare (torch's names, as ``config.json`` spells them).

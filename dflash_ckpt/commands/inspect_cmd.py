@@ -6,6 +6,7 @@ import sys
 from typing import Callable
 
 from dflash_ckpt.json_out import print_document
+from dflash_ckpt.rules import Severity
 from dflash_ckpt.run.inspect import InspectRun
 
 
@@ -21,11 +22,15 @@ def report_inspect(run: Callable[[], InspectRun], *, json_out: bool, quiet: bool
         print_document(result.envelope(), output_format, annotations)
         write_report_for(report, result, quiet=quiet, json_out=True)
         return result.exit_code
+    results = result.results
+    shown = (Severity.ERROR, Severity.WARNING) if strict else (Severity.ERROR,)
+    if quiet and not any(res.fatal is not None or any(f.severity in shown for f in res.findings) for res in results):
+        write_report_for(report, result, quiet=quiet, json_out=False)  # -q with no error line: rich unimported
+        return result.exit_code
     from dflash_ckpt.console import make_console
     from dflash_ckpt.commands.inspect_report import render_result, render_summary  # rich: people only
 
     console = make_console()
-    results = result.results
     if len(results) == 1:
         res = results[0]
         if res.fatal is not None:

@@ -13,7 +13,8 @@ from typing import Any, Optional
 
 import typer
 
-from dflash_ckpt.commands.options import JsonOpt, QuietOpt, RevisionOpt, TokenOpt, silence_progress, want_json
+from dflash_ckpt.commands.options import DEFAULT, JsonOpt, QuietOpt, RevisionOpt, TokenOpt, silence_progress, take_defaults, want_json
+from dflash_ckpt.run.options import NormalizeOptions, fill
 
 
 class Prefer(str, Enum):
@@ -29,25 +30,24 @@ class ExternalLinks(str, Enum):
 def register(app: typer.Typer) -> None:
     """Add ``normalize`` to the CLI."""
 
-    @app.command()
     def normalize(
         draft: str = typer.Argument(..., metavar="DRAFT", help="Draft folder or Hub repo id (org/name, or org/name@rev).", show_default=False),
-        out: Optional[Path] = typer.Argument(None, metavar="[OUT]", help="New folder for the normalized draft (weights hard-linked, or copied across filesystems).", show_default=False),
-        in_place: bool = typer.Option(False, "--in-place", help="Rewrite DRAFT's config.json atomically instead of writing OUT."),
-        no_backup: bool = typer.Option(False, "--no-backup", help="With --in-place: do not keep the old file as config.json.orig."),
-        check: bool = typer.Option(False, "--check", help="Change nothing; exit 1 if the config is not canonical (for CI)."),
-        dry_run: bool = typer.Option(False, "--dry-run", help="Print the diff and verdicts, write nothing."),
-        force: bool = typer.Option(False, "--force", help="Replace an OUT that exists and is not empty (or an old config.json.orig); let --in-place rewrite a Hugging Face cache snapshot."),
-        copy: bool = typer.Option(False, "--copy", help="Copy the weights into OUT even where hard links are possible."),
-        external_links: ExternalLinks = typer.Option(ExternalLinks.copy, "--external-links", help="DRAFT's links to files outside it: give OUT their content (copy) or a link to the same target (link); warned either way.", case_sensitive=False),
-        target_layer_ids: Optional[str] = typer.Option(None, "--target-layer-ids", help="Supply missing tap layers, e.g. 1,9,17,25,33 (checked against fc.weight).", show_default=False),
-        block_size: Optional[int] = typer.Option(None, "--block-size", help="Supply a missing block_size (>= 2).", show_default=False),
-        mask_token_id: Optional[int] = typer.Option(None, "--mask-token-id", help="Supply a missing mask_token_id (below the vocab).", show_default=False),
-        num_target_layers: Optional[int] = typer.Option(None, "--num-target-layers", help="Supply a missing num_target_layers (the target's depth).", show_default=False),
-        layer_types: Optional[str] = typer.Option(None, "--layer-types", help="Supply a missing layer_types list, e.g. sliding*4,full.", show_default=False),
-        prefer: Optional[Prefer] = typer.Option(None, "--prefer", help="Which copy wins where dflash_config and the top level disagree.", show_default=False, case_sensitive=False),
-        no_mirrors: bool = typer.Option(False, "--no-mirrors", help="Write the nested form only (no top-level block_size / num_target_layers)."),
-        target: Optional[str] = typer.Option(None, "--target", "-t", help="Target folder or Hub repo id: its depth, vocab and pad token check the result.", show_default=False),
+        out: Optional[Path] = typer.Argument(DEFAULT, metavar="[OUT]", help="New folder for the normalized draft (weights hard-linked, or copied across filesystems).", show_default=False),
+        in_place: bool = typer.Option(DEFAULT, "--in-place", help="Rewrite DRAFT's config.json atomically instead of writing OUT."),
+        no_backup: bool = typer.Option(DEFAULT, "--no-backup", help="With --in-place: do not keep the old file as config.json.orig."),
+        check: bool = typer.Option(DEFAULT, "--check", help="Change nothing; exit 1 if the config is not canonical (for CI)."),
+        dry_run: bool = typer.Option(DEFAULT, "--dry-run", help="Print the diff and verdicts, write nothing."),
+        force: bool = typer.Option(DEFAULT, "--force", help="Replace an OUT that exists and is not empty (or an old config.json.orig); let --in-place rewrite a Hugging Face cache snapshot."),
+        copy: bool = typer.Option(DEFAULT, "--copy", help="Copy the weights into OUT even where hard links are possible."),
+        external_links: ExternalLinks = typer.Option(DEFAULT, "--external-links", help="DRAFT's links to files outside it: give OUT their content (copy) or a link to the same target (link); warned either way.", case_sensitive=False),
+        target_layer_ids: Optional[str] = typer.Option(DEFAULT, "--target-layer-ids", help="Supply missing tap layers, e.g. 1,9,17,25,33 (checked against fc.weight).", show_default=False),
+        block_size: Optional[int] = typer.Option(DEFAULT, "--block-size", help="Supply a missing block_size (>= 2).", show_default=False),
+        mask_token_id: Optional[int] = typer.Option(DEFAULT, "--mask-token-id", help="Supply a missing mask_token_id (below the vocab).", show_default=False),
+        num_target_layers: Optional[int] = typer.Option(DEFAULT, "--num-target-layers", help="Supply a missing num_target_layers (the target's depth).", show_default=False),
+        layer_types: Optional[str] = typer.Option(DEFAULT, "--layer-types", help="Supply a missing layer_types list, e.g. sliding*4,full.", show_default=False),
+        prefer: Optional[Prefer] = typer.Option(DEFAULT, "--prefer", help="Which copy wins where dflash_config and the top level disagree.", show_default=False, case_sensitive=False),
+        no_mirrors: bool = typer.Option(DEFAULT, "--no-mirrors", help="Write the nested form only (no top-level block_size / num_target_layers)."),
+        target: Optional[str] = typer.Option(DEFAULT, "--target", "-t", help="Target folder or Hub repo id: its depth, vocab and pad token check the result.", show_default=False),
         revision: Optional[str] = RevisionOpt,
         token: Optional[str] = TokenOpt,
         json_out: bool = JsonOpt,
@@ -59,13 +59,14 @@ def register(app: typer.Typer) -> None:
         missing key or a failed check; 2 usage error or unreadable input.
         """
         from dflash_ckpt.run.normalize import make_request
-        from dflash_ckpt.run.options import NormalizeOptions, fill
 
         want_json("normalize", json_out)
         silence_progress(json_out or quiet, quiet=quiet)
         options = fill(NormalizeOptions, locals(), external_links=external_links.value,
                        prefer=prefer.value if prefer is not None else None)
         raise typer.Exit(report_normalize(make_request(options, json_out=json_out, quiet=quiet)))
+
+    app.command()(take_defaults(normalize, NormalizeOptions))
 
 
 def report_normalize(req: Any) -> int:

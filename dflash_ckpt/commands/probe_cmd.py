@@ -11,12 +11,12 @@ from typing import List, Literal, Optional
 
 import typer
 
-from dflash_ckpt.commands.options import (Annotations, AnnotationsOpt, RunOutputFormat, RunOutputFormatOpt, BackendOpt, BlockSizeOpt,
+from dflash_ckpt.commands.options import (DEFAULT, Annotations, AnnotationsOpt, RunOutputFormat, RunOutputFormatOpt, BackendOpt, BlockSizeOpt,
                                           DeviceOpt, DraftArg, DraftDtypeOpt, IgnoreEosOpt, NoChatTemplateOpt,
                                           PairTargetOpt, PromptOpt, PromptsFileOpt, QuietOpt, RevisionOpt,
                                           TargetDtypeOpt, ThinkingOpt, TokenizerOpt, TokenOpt, ReportOpt, check_report,
                                           group_options, starting_run)
-from dflash_ckpt.run.options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_ACCEPTANCE, DEFAULT_TOP, ProbeOptions, fill
+from dflash_ckpt.run.options import ProbeOptions, fill
 
 
 #: probe-taps' help panels (``options.RUN_PANELS``; it decodes greedily: no sampling panel).
@@ -38,14 +38,14 @@ def register(app: typer.Typer) -> None:
         target: str = PairTargetOpt,
         prompt: Optional[List[str]] = PromptOpt,
         prompts: Optional[str] = PromptsFileOpt,
-        budget: Optional[int] = typer.Option(None, "--budget", help="Most candidate tap sets to measure (default: all of them when C(depth, k) <= 256, else 400)."),
-        max_new_tokens: int = typer.Option(DEFAULT_MAX_NEW_TOKENS, "--max-new-tokens", "-n", help="New tokens per prompt (the target's greedy continuation every candidate is measured on)."),
-        min_acceptance: float = typer.Option(DEFAULT_MIN_ACCEPTANCE, "--min-acceptance", help="A winner below this tau is no winner (DF411), and --write refuses it."),
-        write: Optional[Path] = typer.Option(None, "--write", help="Write a normalized copy of DRAFT with the winning target_layer_ids into this new folder.", show_default=False),
-        force: bool = typer.Option(False, "--force", help="With --write: replace an OUT that exists and is not empty, and write a winner that leads only within noise (DF412)."),
-        top: int = typer.Option(DEFAULT_TOP, "--top", help="Candidates listed in the report (the JSON lists all)."),
+        budget: Optional[int] = typer.Option(DEFAULT, "--budget", help="Most candidate tap sets to measure (default: all of them when C(depth, k) <= 256, else 400)."),
+        max_new_tokens: int = typer.Option(DEFAULT, "--max-new-tokens", "-n", help="New tokens per prompt (the target's greedy continuation every candidate is measured on)."),
+        min_acceptance: float = typer.Option(DEFAULT, "--min-acceptance", help="A winner below this tau is no winner (DF411), and --write refuses it."),
+        write: Optional[Path] = typer.Option(DEFAULT, "--write", help="Write a normalized copy of DRAFT with the winning target_layer_ids into this new folder.", show_default=False),
+        force: bool = typer.Option(DEFAULT, "--force", help="With --write: replace an OUT that exists and is not empty, and write a winner that leads only within noise (DF412)."),
+        top: int = typer.Option(DEFAULT, "--top", help="Candidates listed in the report (the JSON lists all)."),
         layout_for: Optional[List[str]] = typer.Option(
-            None, "--layout-for", metavar="ENGINE",
+            DEFAULT, "--layout-for", metavar="ENGINE",
             help="With --write, when the draft measures in the other block layout (DF416): record it in the key "
                  "this engine reads (repeatable): vllm (dflash_config.sample_from_anchor), speculators, vllm-dspark, "
                  "sglang-dspark, mlx-vlm-dspark (sample_from_anchor), specforge (dflash_config.shift_label). "
@@ -90,4 +90,4 @@ def register(app: typer.Typer) -> None:
                                       json_out=json_out, quiet=quiet, output_format=fmt,
                                       annotations=annotations, report=report))
 
-    group_options(probe_taps, PANELS)
+    group_options(probe_taps, PANELS, ProbeOptions)

@@ -10,12 +10,12 @@ from typing import List, Literal, Optional
 
 import typer
 
-from dflash_ckpt.commands.options import (Annotations, AnnotationsOpt, RunOutputFormat, RunOutputFormatOpt, BackendOpt, BlockSizeOpt,
+from dflash_ckpt.commands.options import (DEFAULT, Annotations, AnnotationsOpt, RunOutputFormat, RunOutputFormatOpt, BackendOpt, BlockSizeOpt,
                                           DeviceOpt, DraftArg, DraftDtypeOpt, EngineOpt, IgnoreEosOpt, LayoutOpt, NoChatTemplateOpt,
                                           PairTargetOpt, PromptOpt, PromptsFileOpt, QuietOpt, RevisionOpt,
                                           TargetDtypeOpt, ThinkingOpt, TokenizerOpt, TokenOpt, ReportOpt, check_report,
                                           group_options, starting_run)
-from dflash_ckpt.run.options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_ACCEPTANCE, SmokeOptions, fill
+from dflash_ckpt.run.options import SmokeOptions, fill
 
 
 #: smoke-run's help panels (``options.RUN_PANELS``): what to run, how it samples, what runs it, what it prints.
@@ -39,12 +39,12 @@ def register(app: typer.Typer) -> None:
         prompt: Optional[List[str]] = PromptOpt,
         prompts: Optional[str] = PromptsFileOpt,
         suite: Optional[str] = typer.Option(
-            None, "--suite", metavar="SUITE",
+            DEFAULT, "--suite", metavar="SUITE",
             help="math, code, chat, long or all: run a prompt suite of this tool (12-20 prompts per task, written for it) instead of -p/--prompts; "
                  "the report gives tau per suite, beside the published figures of a known draft."),
-        max_new_tokens: int = typer.Option(DEFAULT_MAX_NEW_TOKENS, "--max-new-tokens", "-n", help="New tokens per prompt and decoder (the longest prompt, these and one block must fit the target's max_position_embeddings)."),
+        max_new_tokens: int = typer.Option(DEFAULT, "--max-new-tokens", "-n", help="New tokens per prompt and decoder (the longest prompt, these and one block must fit the target's max_position_embeddings)."),
         min_acceptance: float = typer.Option(
-            DEFAULT_MIN_ACCEPTANCE, "--min-acceptance",
+            DEFAULT, "--min-acceptance",
             help="Fail when the mean acceptance length tau (tokens per step, bonus included) is below this. "
                  "A draft reading the wrong tap layers stays near 1; working drafts reach 4 and more."),
         draft_dtype: str = DraftDtypeOpt,
@@ -58,35 +58,35 @@ def register(app: typer.Typer) -> None:
         tokenizer: Optional[str] = TokenizerOpt,
         ignore_eos: bool = IgnoreEosOpt,
         tie_tolerance: Optional[float] = typer.Option(
-            None, "--tie-tolerance",
+            DEFAULT, "--tie-tolerance",
             help="Top-2 logit margin under which a divergence counts as a tie (default by target dtype: "
                  "fp32 1e-3, fp16 0.0625, bf16 0.5)."),
         revision: Optional[str] = RevisionOpt,
         token: Optional[str] = TokenOpt,
         threads: Optional[int] = typer.Option(
-            None, "--threads",
+            DEFAULT, "--threads",
             help="CPU threads for torch (default: 1 on CPUs with up to 4 logical cores, where spin-waiting "
                  "threads slow tiny models down, unless OMP_NUM_THREADS is set; else torch's default; at most 4 "
                  "per logical CPU)."),
         no_compile: bool = typer.Option(
-            False, "--no-compile",
+            DEFAULT, "--no-compile",
             help="On CUDA, run eagerly instead of replaying CUDA graphs of the decode, draft and verify steps "
                  "(captured once; the capture time is reported apart). On a CPU, run torch's plain bf16 matrix "
                  "products instead of weights reordered once into oneDNN's layout (the same values, about 2x "
                  "slower at decode)."),
         engine: Literal["reference", "vllm", "both", "vllm-serve"] = EngineOpt,
-        concurrency: Optional[int] = typer.Option(None, "--concurrency", help="vLLM's server (--engine vllm-serve): requests at once in the load phase (default 4).", show_default=False),
-        tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", help="vLLM: GPUs the target is split over (--engine vllm|both)."),
-        pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", help="vLLM: pipeline stages (--engine vllm|both)."),
-        max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="vLLM: positions per sequence (default: what the prompts, -n and one block need, at least 256).", show_default=False),
-        engine_arg: Optional[List[str]] = typer.Option(None, "--engine-arg", metavar="KEY=VALUE", help="vLLM: an allow-listed keyword of vllm.LLM that changes how it runs, not what it runs (repeatable), e.g. gpu_memory_utilization=0.85; docs/engines.md lists them."),
-        engine_timeout: Optional[float] = typer.Option(None, "--engine-timeout", help="vLLM: seconds the whole engine run may take before it is stopped (default 900, at most 86400).", show_default=False),
-        temperature: float = typer.Option(0.0, "--temperature", help="Sample at this temperature (0: greedy, the default, with the exact lossless check; Qwen3 is served at 0.6). Sampled runs run eagerly."),
-        top_p: float = typer.Option(1.0, "--top-p", help="Sampling: keep the most probable tokens up to this mass (1: off)."),
-        top_k: int = typer.Option(0, "--top-k", help="Sampling: keep the k most probable tokens (0: off)."),
-        seed: int = typer.Option(0, "--seed", help="Sampling: the seed of the run's one random generator (the same seed, device and options give the same tokens)."),
-        verify: Literal["match", "rejection"] = typer.Option("match", "--verify", help="Sampling: how drafts are accepted: match (draft == the target's sample: the z-lab reference and the paper's tables) or rejection (speculative sampling as vLLM and SGLang run it)."),
-        sampling: Literal["options", "generation-config"] = typer.Option("options", "--sampling", metavar="SOURCE", help="options (--temperature, --top-p, --top-k) or generation-config (the target's generation_config.json, as vLLM serves it)."),
+        concurrency: Optional[int] = typer.Option(DEFAULT, "--concurrency", help="vLLM's server (--engine vllm-serve): requests at once in the load phase (default 4).", show_default=False),
+        tensor_parallel_size: int = typer.Option(DEFAULT, "--tensor-parallel-size", help="vLLM: GPUs the target is split over (--engine vllm|both)."),
+        pipeline_parallel_size: int = typer.Option(DEFAULT, "--pipeline-parallel-size", help="vLLM: pipeline stages (--engine vllm|both)."),
+        max_model_len: Optional[int] = typer.Option(DEFAULT, "--max-model-len", help="vLLM: positions per sequence (default: what the prompts, -n and one block need, at least 256).", show_default=False),
+        engine_arg: Optional[List[str]] = typer.Option(DEFAULT, "--engine-arg", metavar="KEY=VALUE", help="vLLM: an allow-listed keyword of vllm.LLM that changes how it runs, not what it runs (repeatable), e.g. gpu_memory_utilization=0.85; docs/engines.md lists them."),
+        engine_timeout: Optional[float] = typer.Option(DEFAULT, "--engine-timeout", help="vLLM: seconds the whole engine run may take before it is stopped (default 900, at most 86400).", show_default=False),
+        temperature: float = typer.Option(DEFAULT, "--temperature", help="Sample at this temperature (0: greedy, the default, with the exact lossless check; Qwen3 is served at 0.6). Sampled runs run eagerly."),
+        top_p: float = typer.Option(DEFAULT, "--top-p", help="Sampling: keep the most probable tokens up to this mass (1: off)."),
+        top_k: int = typer.Option(DEFAULT, "--top-k", help="Sampling: keep the k most probable tokens (0: off)."),
+        seed: int = typer.Option(DEFAULT, "--seed", help="Sampling: the seed of the run's one random generator (the same seed, device and options give the same tokens)."),
+        verify: Literal["match", "rejection"] = typer.Option(DEFAULT, "--verify", help="Sampling: how drafts are accepted: match (draft == the target's sample: the z-lab reference and the paper's tables) or rejection (speculative sampling as vLLM and SGLang run it)."),
+        sampling: Literal["options", "generation-config"] = typer.Option(DEFAULT, "--sampling", metavar="SOURCE", help="options (--temperature, --top-p, --top-k) or generation-config (the target's generation_config.json, as vLLM serves it)."),
         show_text: bool = typer.Option(False, "--show-text", help="Print each prompt's generated text under the table (the JSON always has it)."),
         json_out: bool = typer.Option(False, "--json", help="Print one JSON document with every figure, ids, texts and acceptance lengths."),
         output_format: RunOutputFormat = RunOutputFormatOpt,
@@ -116,4 +116,4 @@ def register(app: typer.Typer) -> None:
                                 output_format=fmt, annotations=annotations, report=report)
         raise typer.Exit(code)
 
-    group_options(smoke_run, PANELS)
+    group_options(smoke_run, PANELS, SmokeOptions)

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from dflash_ckpt.draftspec.quant_layers import summary_line
+from dflash_ckpt.draftspec.quant import summary_line
 from dflash_ckpt.console import indented, print_error_lines, print_line, print_stacked, render_findings, safe, table_width
 from dflash_ckpt.commands.inspect_report import render_result, render_serve
 from dflash_ckpt.checks.run_findings import missing_taps, probe_taps_command

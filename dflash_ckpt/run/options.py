@@ -1,4 +1,5 @@
-"""Each command's options and every default, once: one dataclass per command, torch-free.
+"""Each command's options and every default, once: one dataclass per command, torch-free
+(inspect's in ``run/inspect_options.py``, so that inspect starts without building these).
 
 The fields are the CLI's long options (``--no-chat-template`` is ``no_chat_template``, ``-p`` is
 ``prompt``, ``--prompts`` the JSONL file), with the CLI's defaults: ``commands/`` fills these
@@ -17,6 +18,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Sequence, TypeVar
+
+from dflash_ckpt.run.inspect_options import PathText
 
 O = TypeVar("O")
 
@@ -57,25 +60,10 @@ def fill(cls: type[O], given: dict[str, Any], **converted: Any) -> O:
 
 
 @dataclass
-class InspectOptions:
-    """``dflash-ckpt inspect DRAFT... [--target T]``: ``select``, ``ignore`` and
-    ``require_engines`` are lists of codes or names (comma lists allowed)."""
-
-    draft: str | Sequence[str]
-    target: str | None = None
-    revision: str | None = None
-    token: str | None = None
-    strict: bool = False
-    select: Sequence[str] = ()
-    ignore: Sequence[str] = ()
-    require_engines: Sequence[str] = ()
-
-
-@dataclass
 class NormalizeOptions:
     """``dflash-ckpt normalize DRAFT [OUT]``; checked against each other by ``run/normalize.make_request``."""
 
-    draft: str
+    draft: PathText
     out: str | Path | None = None
     in_place: bool = False
     no_backup: bool = False
@@ -91,7 +79,7 @@ class NormalizeOptions:
     layer_types: str | list[str] | None = None
     prefer: str | None = None
     no_mirrors: bool = False
-    target: str | None = None
+    target: PathText | None = None
     revision: str | None = None
     token: str | None = None
 
@@ -102,10 +90,10 @@ class RunOptions:
     the same flags, spelled and defaulted alike). ``prompt``: the ``-p`` texts; ``prompts``: the
     JSONL file."""
 
-    draft: str
-    target: str
+    draft: PathText
+    target: PathText
     prompt: list[str] = field(default_factory=list)
-    prompts: str | None = None
+    prompts: PathText | None = None
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     min_acceptance: float = DEFAULT_MIN_ACCEPTANCE
     draft_dtype: str = "bfloat16"
@@ -116,7 +104,7 @@ class RunOptions:
     block_size: int | None = None
     thinking: bool = False
     no_chat_template: bool = False
-    tokenizer: str | None = None
+    tokenizer: PathText | None = None
     ignore_eos: bool = False
     revision: str | None = None
     token: str | None = None
@@ -273,5 +261,5 @@ class ProbeOptions(RunOptions):
             raise UsageError(f"--top {self.top}: must be at least 1")
 
 
-__all__ = ["SAMPLING_SOURCES", "STORED", "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_MIN_ACCEPTANCE", "DEFAULT_TOP", "InspectOptions", "NormalizeOptions",
+__all__ = ["SAMPLING_SOURCES", "STORED", "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_MIN_ACCEPTANCE", "DEFAULT_TOP", "NormalizeOptions",
            "ProbeOptions", "RunOptions", "SmokeOptions", "fill", "require_run_extra"]

@@ -100,8 +100,8 @@ class OpenPair:
         device (``runtime/memory.py``), before anything is loaded; returns the estimate and the
         free memory it was held against (named again if the run later runs out of memory); a
         quantized target's dequantization is counted from its headers."""
-        from dflash_ckpt.draftspec.quant_layers import dequant_peak_bytes
-        from dflash_ckpt.draftspec.quant_scheme import read_scheme
+        from dflash_ckpt.draftspec.quant import dequant_peak_bytes
+        from dflash_ckpt.draftspec.quant import read_scheme
         from dflash_ckpt.runtime.device_errors import MemoryBudget
         from dflash_ckpt.runtime.memory import require_fits, estimate_run, memory_limits, needed_bytes
 

@@ -51,8 +51,8 @@ from dflash_ckpt.checks.precision import precision_findings
 from dflash_ckpt.checks.run_findings import prompt_format_causes, smoke_findings, special_token_texts
 from dflash_ckpt.checks.target_config import require_target_config
 from dflash_ckpt.draftspec.layout import resolve_layout
-from dflash_ckpt.draftspec.quant_layers import summarize
-from dflash_ckpt.draftspec.quant_scheme import read_scheme
+from dflash_ckpt.draftspec.quant import summarize
+from dflash_ckpt.draftspec.quant import read_scheme
 from dflash_ckpt.engine_runners.smoke_engine import EngineRun
 from dflash_ckpt.engine_runners.vllm_facts import version_findings as vllm_version_findings
 from dflash_ckpt.errors import UsageError

@@ -64,7 +64,7 @@ class SmokeResult(ResultShape):
     #: ``--engine both``: vLLM's runs and their comparison with ``runs`` (in ``engine_run`` as JSON).
     engine_runs: list[PromptRun] = field(default_factory=list)
     comparisons: list[Any] = field(default_factory=list)
-    #: A quantized target's format and what was dequantized (``quant_layers.summarize``), else None.
+    #: A quantized target's format and what was dequantized (``draftspec.quant.summarize``), else None.
     quantization: dict[str, Any] | None = None
     #: The block layout that ran (``1+N`` or ``anchor-first``), what decided it (a config key,
     #: ``architectures``, ``default`` or ``--layout``) and the verify width it gives.

@@ -21,7 +21,7 @@ from typing import Any, Callable
 import torch
 
 from dflash_ckpt.draftspec.families import Unsupported, hf_family_of
-from dflash_ckpt.draftspec.quant_scheme import read_scheme
+from dflash_ckpt.draftspec.quant import read_scheme
 from dflash_ckpt.draftspec.specs import TargetSpec, target_from_config, target_model_type
 from dflash_ckpt.draftspec.target_settings import TargetSettings, ensure_supported
 from dflash_ckpt.errors import InputError, UsageError

@@ -25,8 +25,8 @@ from typing import Any, BinaryIO
 import torch
 from torch import nn
 
-from dflash_ckpt.draftspec.quant_layers import check_layer
-from dflash_ckpt.draftspec.quant_scheme import QuantScheme
+from dflash_ckpt.draftspec.quant import check_layer
+from dflash_ckpt.draftspec.quant import QuantScheme
 from dflash_ckpt.errors import InputError, UsageError
 from dflash_ckpt.draftspec.draft_settings import DraftSettings
 from dflash_ckpt.draftspec.target_settings import TargetSettings
@@ -231,7 +231,7 @@ def _find_target_prefix(inv: WeightInventory, folder: Path) -> str:
 def load_target(folder: Path, args: TargetSettings, *, dtype: torch.dtype, device: torch.device,
                 label: str | None = None, inv: WeightInventory | None = None,
                 scheme: QuantScheme | None = None) -> TargetModel:
-    """The target, its quantized layers (``scheme``, from ``quant_scheme.read_scheme``)
+    """The target, its quantized layers (``scheme``, from ``draftspec.quant.read_scheme``)
     dequantized into ``dtype`` while loading."""
     inv = inv or inventory(folder, label or str(folder))
     where = str(folder / "config.json")

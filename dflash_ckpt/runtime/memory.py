@@ -12,7 +12,7 @@ one line (DF407, exit 2) naming the bytes needed and available, instead of dying
   states, q/k/v, the MLP, attention scores over the whole cache as CPU SDPA materialises them)
   and logits over the vocabulary (in the run dtype plus the float32 copy the judge makes);
 - a quantized target's dequantization temporaries: layers are dequantized one at a time, the
-  largest one's peak counted from the headers (``quant_layers.dequant_peak_bytes``), which the
+  largest one's peak counted from the headers (``draftspec.quant.dequant_peak_bytes``), which the
   header checks bound by the layer's own size before anything is expanded;
 - the transformers backend's overhead (its cache objects and temporaries; measured 0.10x the
   weights on the Qwen3-4B shape, counted as 0.15x) and, against an address-space limit, the
@@ -161,7 +161,7 @@ def estimate_run(*, target_config: Mapping[str, Any], target_file_bytes: int, ta
     ``prepacked``: the weights are reordered for oneDNN (``runtime/prepack.py``), which holds one
     more copy of the lm_head (the tied embedding table keeps its plain copy; an untied head's
     plain copy is freed only after its packed one is made). ``dequant_bytes``: a quantized
-    target's largest layer's dequantization temporaries (``quant_layers.dequant_peak_bytes``)."""
+    target's largest layer's dequantization temporaries (``draftspec.quant.dequant_peak_bytes``)."""
     t_elt = torch.empty((), dtype=target_dtype).element_size()
     d_elt = torch.empty((), dtype=draft_dtype).element_size()
     ts, ds = Shapes.of(target_config), Shapes.of(draft_config)

@@ -1,4 +1,6 @@
-"""Bit unpacking shared by the integer formats: ``32 // bits`` values in one int32, lowest bits first."""
+"""The torch half the formats' dequantizers share: bit unpacking (``32 // bits`` values in one int32,
+lowest bits first), group indices, scale blocks. Imported only by a ``dequantize`` when it runs.
+"""
 
 from __future__ import annotations
 
@@ -40,3 +42,17 @@ def checked_groups(g_idx: torch.Tensor, in_features: int, groups: int, where: st
                          f"(and {g.numel()} entries for {in_features} input columns); the quantized files are corrupt, "
                          "re-download or re-quantize them", code="DF181", path=where)
     return g
+
+
+def scale_blocks(weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int] | None) -> torch.Tensor:
+    """``weight`` (float32 ``[out, in]``) times its scale grid: one value per ``block`` (partial
+    blocks at the edges), or a single value. The grid is gathered by each row's and column's
+    block, so nothing larger than the weight is allocated whatever the block size (repeating
+    each scale ``block`` times would make ``[out, 2**24]`` of a ``[1, 2**24]`` block)."""
+    scale = scale.to(torch.float32)
+    if block is None or scale.numel() == 1:
+        return weight * scale.reshape(())
+    rows, cols = weight.shape
+    row_block = torch.div(torch.arange(rows), block[0], rounding_mode="floor")
+    col_block = torch.div(torch.arange(cols), block[1], rounding_mode="floor")
+    return weight * scale[row_block][:, col_block]

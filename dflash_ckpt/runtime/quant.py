@@ -1,10 +1,10 @@
-"""Dequantize a quantized target's linear layers on load: one function per format, one registry.
+"""Dequantize a quantized target's linear layer on load, checked.
 
-``draftspec/quant_scheme.py`` reads the format from ``quantization_config`` and checks the headers
-(pure); the functions here turn one layer's stored tensors into its ``[out, in]`` float32 weight,
-which the loader (``runtime/loading.py``) casts into its place in the fused buffers. One layer is
-dequantized at a time, so the peak is the dequantized model plus one layer's temporaries. torch
-is imported here, and this package only by the run path.
+The format's record (``draftspec/quant/``) turns one layer's stored tensors into its ``[out, in]``
+float32 weight; here its result is checked (shape, finite values) before the loader
+(``runtime/loading.py``) casts it into its place in the fused buffers. One layer is dequantized
+at a time, so the peak is the dequantized model plus one layer's temporaries. torch is imported
+here, and this module only by the run path.
 """
 
 from __future__ import annotations
@@ -13,17 +13,8 @@ from typing import Callable
 
 import torch
 
-from dflash_ckpt.draftspec.quant_scheme import QuantScheme
+from dflash_ckpt.draftspec.quant import QuantScheme
 from dflash_ckpt.errors import InputError
-from dflash_ckpt.runtime.quant import awq, compressed, fp8, gptq
-
-#: ``(scheme, tensors by role, (out, in)) -> float32 [out, in]``, by ``QuantScheme.method``.
-DEQUANTIZERS: dict[str, Callable[[QuantScheme, dict[str, torch.Tensor], tuple[int, int]], torch.Tensor]] = {
-    "fp8": fp8.dequantize,
-    "awq": awq.dequantize,
-    "gptq": gptq.dequantize,
-    "compressed-tensors": compressed.dequantize,
-}
 
 
 def dequantize_layer(scheme: QuantScheme, base: str, read: Callable[[str], torch.Tensor],
@@ -38,7 +29,7 @@ def dequantize_layer(scheme: QuantScheme, base: str, read: Callable[[str], torch
         except KeyError:
             if role not in scheme.optional():
                 raise
-    weight = DEQUANTIZERS[scheme.method](scheme, parts, shape)
+    weight = scheme.record.dequantize(scheme, parts, shape)
     if tuple(weight.shape) != tuple(shape):
         raise InputError(f"layer '{base}' dequantizes to {list(weight.shape)} but the model config "
                          f"implies {list(shape)}; the quantization_config or the tensors are not this model's",
@@ -50,4 +41,4 @@ def dequantize_layer(scheme: QuantScheme, base: str, read: Callable[[str], torch
     return weight
 
 
-__all__ = ["DEQUANTIZERS", "dequantize_layer"]
+__all__ = ["dequantize_layer"]
