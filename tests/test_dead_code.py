@@ -43,10 +43,6 @@ ALLOWED: dict[str, str] = {
         "the engine's own runs for API callers; benchmarks/bench_engines.py times them",
     # Transitional, in files other branches of issue 40 rewrite (remove each once merged):
     "dflash_ckpt.commands.options:RUN_PANELS": "i40-opts rewrites the command options (the help panels' table)",
-    "dflash_ckpt.output_formats:OUTPUT_FORMATS": "i40-opts makes output formats records the CLI's choices come from",
-    "dflash_ckpt.draftspec.quant_scheme:QuantScheme.excluded": "i40-opts splits quantization formats into records",
-    "dflash_ckpt.draftspec.quant_scheme:excluded_by_config": "i40-opts splits quantization formats into records",
-    "dflash_ckpt.sources.hub.source:HubSource.bytes_fetched": "i40-hub moves sources/hub/ onto huggingface_hub",
 }
 
 

@@ -137,7 +137,7 @@ def test_a_snapshot_that_cannot_fit_is_refused_before_downloading(monkeypatch: p
                                api_timeout=1, download_timeout=1, retries=0, backoff=0)
     ctx = HubContext(RepoRef("tiny/draft", None), "draft", settings.endpoint, None)
     with pytest.raises(DFlashCkptError) as err:
-        net._check_cache_space(ctx, settings, 5 << 30)
+        net._require_cache_space(ctx, settings, 5 << 30)
     msg = str(err.value)
     assert "take 5 GiB" in msg and "10 MiB free" in msg and "a margin of 64 MiB" in msg and "HF_HUB_CACHE" in msg
 

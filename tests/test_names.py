@@ -10,20 +10,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "dflash_ckpt"
 
-#: ``path:function`` -> why it keeps its name for now. Transitional: files other branches of
-#: issue 40 rewrite (remove each entry once that branch is merged and the name is fixed there).
-RAISING_CHECKS_ALLOWED = {
-    "dflash_ckpt/draftspec/quant_layers.py:check_layer": "i40-opts splits quantization formats into records",
-    "dflash_ckpt/draftspec/quant_layers.py:check_headers": "i40-opts splits quantization formats into records",
-    "dflash_ckpt/draftspec/quant_layers.py:_check_block": "i40-opts splits quantization formats into records",
-    "dflash_ckpt/draftspec/quant_layers.py:_check_index": "i40-opts splits quantization formats into records",
-    "dflash_ckpt/draftspec/quant_layers.py:_check_index_dtype": "i40-opts splits quantization formats into records",
-    "dflash_ckpt/draftspec/quant_layers.py:_check_scale": "i40-opts splits quantization formats into records",
-    "dflash_ckpt/sources/hub/budget.py:check": "i40-hub moves sources/hub/ onto huggingface_hub",
-    "dflash_ckpt/sources/hub/net.py:_check_cache_space": "i40-hub moves sources/hub/ onto huggingface_hub",
-    "dflash_ckpt/sources/hub/net.py:_check_content_range": "i40-hub moves sources/hub/ onto huggingface_hub",
-    "dflash_ckpt/sources/safetensors_header.py:_check_layout": "i40-hub reads local headers with safetensors",
-}
+#: ``path:function`` -> why a raising function keeps a ``check_`` name (none now: add one only
+#: with its reason).
+RAISING_CHECKS_ALLOWED: dict[str, str] = {}
 #: Class names two modules define, each a different thing (rename one when you touch it).
 SHARED_CLASS_NAMES = {
     "RunOptions": "run/options.py and runtime/plan.py: i40-pair and i40-opts reshape both",

@@ -22,7 +22,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from conftest import one_error_line, smoke
-from dflash_ckpt.draftspec.quant import DEQUANT_BYTES_PER_ELEMENT, check_headers, dequant_peak_bytes, stored_dims
+from dflash_ckpt.draftspec.quant import DEQUANT_BYTES_PER_ELEMENT, require_headers, dequant_peak_bytes, stored_dims
 from dflash_ckpt.draftspec.quant import read_scheme
 from dflash_ckpt.runtime.memory import estimate_run
 from dflash_ckpt.draftspec.quant.packing import scale_blocks
@@ -97,7 +97,7 @@ def test_a_block_within_the_weight_with_matching_scales_still_passes_the_headers
     folder = _mutant(tmp_path, "fp8-block", {"weight_block_size": [64, 128]}, every_other_column)
     cfg = json.loads((folder / "config.json").read_text())
     inv = load_inventory(LocalSource(folder))
-    check_headers(read_scheme(cfg, "config.json"), inv.tensors)  # no error
+    require_headers(read_scheme(cfg, "config.json"), inv.tensors)  # no error
 
 
 def test_scale_blocks_allocates_no_more_than_the_weight() -> None:
@@ -225,7 +225,7 @@ def test_each_quantization_format_is_one_record_in_its_own_module() -> None:
     for method, record in FORMATS.items():
         module = record.parse.__module__
         assert module == f"dflash_ckpt.draftspec.quant.{files[method]}"
-        assert record.check_layer.__module__ in (module, "dflash_ckpt.draftspec.quant.base")
+        assert record.require_layer.__module__ in (module, "dflash_ckpt.draftspec.quant.base")
         assert record.dequantize.__module__ == module
     assert SUPPORTED == tuple(r.supported for r in FORMATS.values())
     scheme = read_scheme({"quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 128}}, "c.json")

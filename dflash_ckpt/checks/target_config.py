@@ -30,7 +30,7 @@ from typing import Any, Mapping
 
 from dflash_ckpt import limits
 from dflash_ckpt.checks.hub_code import require_no_hub_code
-from dflash_ckpt.draftspec.quant import check_headers, read_scheme
+from dflash_ckpt.draftspec.quant import require_headers, read_scheme
 from dflash_ckpt.errors import InputError
 
 #: dtype names a config may declare (torch's names, as ``config.json`` spells them).
@@ -103,7 +103,7 @@ def require_target_config(config: Mapping[str, Any], where: str,
     require_no_hub_code(config, where)  # DF321: a Hub kernel transformers would fetch and load
     scheme = read_scheme(config, where)  # DF180: a format the runtime does not dequantize
     if scheme is not None and tensors:
-        check_headers(scheme, tensors)  # DF181: the config names a quantization the tensors lack
+        require_headers(scheme, tensors)  # DF181: the config names a quantization the tensors lack
     if tensors:
         _require_shapes(inner, where, pre, tensors, hidden=hidden, vocab=vocab, layers=layers,
                       quantized=_quantized(config, inner))

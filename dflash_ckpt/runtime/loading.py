@@ -25,7 +25,7 @@ from typing import Any, BinaryIO
 import torch
 from torch import nn
 
-from dflash_ckpt.draftspec.quant import check_layer
+from dflash_ckpt.draftspec.quant import require_layer
 from dflash_ckpt.draftspec.quant import QuantScheme
 from dflash_ckpt.errors import InputError, UsageError
 from dflash_ckpt.draftspec.draft_settings import DraftSettings
@@ -122,7 +122,7 @@ def _load_into(
         if scheme is not None and key.endswith(".weight") and (info is None or info.dtype in _QUANTIZED_DTYPES) \
                 and scheme.is_quantized(base, inv.tensors):
             out_features, in_features = tuple(expected[param].shape)
-            check_layer(scheme, base, inv.tensors, out_features, in_features)
+            require_layer(scheme, base, inv.tensors, out_features, in_features)
             quantized.append((param, base))
             continue
         if info is None:

@@ -127,7 +127,7 @@ def read_header(source: Source, name: str, *, max_tensors: int = MAX_TENSORS) ->
             header.metadata = _metadata(entry, where)
             continue
         header.tensors[key] = _tensor_info(key, entry, name, where)
-    _check_layout(header, where)
+    _require_layout(header, where)
     data_avail = size - 8 - header_len
     if header.data_len > data_avail:
         raise HeaderError(
@@ -263,7 +263,7 @@ def _tensor_info(key: str, entry: Any, file: str, where: str) -> TensorInfo:
     return TensorInfo(key, DTYPE_INTERN[dtype], tuple(shape), file, offsets[0], offsets[1])
 
 
-def _check_layout(header: SafetensorsHeader, where: str) -> None:
+def _require_layout(header: SafetensorsHeader, where: str) -> None:
     """Sorted by offsets, each tensor starts where the previous one ends (from byte 0): no gap, no
     overlap, as the library requires."""
     end = 0

@@ -3,7 +3,7 @@
 Production targets are served quantized; the reference runtime runs them by dequantizing each
 quantized linear layer into the compute dtype while loading. Each format's module holds its whole
 story: how its ``quantization_config`` is read (``parse``), which tensors make one layer and how
-their headers are checked (``components``, ``check_layer``), and how one layer is dequantized
+their headers are checked (``components``, ``require_layer``), and how one layer is dequantized
 (``dequantize``, which imports torch when called). Formats read (each from its producer's own
 code, docs/quantized-targets.md): ``fp8`` (transformers' fine-grained FP8), ``awq`` (AutoAWQ's
 GEMM), ``gptq`` (AutoGPTQ / GPTQModel, ``gptq`` and ``gptq_v2``) and ``compressed-tensors``
@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 from dflash_ckpt.draftspec.quant import awq, compressed, fp8, gptq
 from dflash_ckpt.draftspec.quant.base import QuantFormat, QuantScheme, bad
-from dflash_ckpt.draftspec.quant.layers import (DEQUANT_BYTES_PER_ELEMENT, LINEARS, check_headers, check_layer,
+from dflash_ckpt.draftspec.quant.layers import (DEQUANT_BYTES_PER_ELEMENT, LINEARS, require_headers, require_layer,
                                                 dequant_peak_bytes, quantized_layers, stored_dims, summarize,
                                                 summary_line)
 
@@ -46,6 +46,6 @@ def read_scheme(config: Mapping[str, Any], where: str) -> QuantScheme | None:
     return record.parse(q, where)
 
 
-__all__ = ["DEQUANT_BYTES_PER_ELEMENT", "FORMATS", "LINEARS", "SUPPORTED", "QuantFormat", "QuantScheme", "check_headers",
-           "check_layer", "dequant_peak_bytes", "quantized_layers", "read_scheme", "stored_dims", "summarize",
+__all__ = ["DEQUANT_BYTES_PER_ELEMENT", "FORMATS", "LINEARS", "SUPPORTED", "QuantFormat", "QuantScheme", "require_headers",
+           "require_layer", "dequant_peak_bytes", "quantized_layers", "read_scheme", "stored_dims", "summarize",
            "summary_line"]

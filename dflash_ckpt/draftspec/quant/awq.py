@@ -29,7 +29,7 @@ def parse(q: Mapping[str, Any], where: str) -> QuantScheme:
     return QuantScheme("awq", "awq-gemm", bits, group, "group" if group else "channel", symmetric=False, where=where, record=FORMAT)
 
 
-def check_layer(scheme: QuantScheme, base: str, parts: dict[str, str], tensors: Mapping[str, Any],
+def require_layer(scheme: QuantScheme, base: str, parts: dict[str, str], tensors: Mapping[str, Any],
                 out_features: int, in_features: int) -> None:
     per = 32 // scheme.bits
     qw, sc = shape(tensors, parts["qweight"]), shape(tensors, parts["scales"])
@@ -69,4 +69,4 @@ def dequantize(scheme: QuantScheme, parts: dict[str, Any], shape: tuple[int, int
 
 FORMAT = QuantFormat("awq", SUPPORTED, parse, components=lambda s: {"qweight": "qweight", "qzeros": "qzeros", "scales": "scales"},
                      stored=lambda s: "qweight", dims=lambda s, rows, cols: (cols * (32 // s.bits), rows),
-                     check_layer=check_layer, dequantize=dequantize, labels={"awq-gemm": "awq GEMM"})
+                     require_layer=require_layer, dequantize=dequantize, labels={"awq-gemm": "awq GEMM"})

@@ -100,7 +100,7 @@ class QuantFormat:
     stored: Callable[[QuantScheme], str]
     #: ``(scheme, rows, cols)`` of that tensor -> the layer's ``(out, in)`` (packed widths unpacked).
     dims: Callable[[QuantScheme, int, int], tuple[int, int]]
-    check_layer: LayerCheck
+    require_layer: LayerCheck
     #: ``(scheme, tensors by role, (out, in)) -> float32 [out, in]`` (imports torch when called).
     dequantize: Callable[[QuantScheme, dict[str, Any], tuple[int, int]], Any]
     #: Roles a layer may lack.
@@ -146,7 +146,7 @@ def contradiction(scheme: QuantScheme, name: str, key: str, got: tuple[int, ...]
                       code="DF181", path=scheme.where)
 
 
-def check_block(scheme: QuantScheme, base: str, out_features: int, in_features: int) -> None:
+def require_block(scheme: QuantScheme, base: str, out_features: int, in_features: int) -> None:
     """A scale block larger than the weight it scales: a scale grid of one row or column then
     matches the headers whatever the block says, and the block is what the dequantizer would
     spread each scale over (``[1, 16777216]`` on a 128-column weight). Refused (DF181)."""
@@ -159,15 +159,15 @@ def check_block(scheme: QuantScheme, base: str, out_features: int, in_features: 
                          "config the quantizer wrote (or re-quantize)", code="DF181", path=scheme.where)
 
 
-def check_index(scheme: QuantScheme, tensors: Mapping[str, Any], name: str, want: tuple[int, ...]) -> None:
+def require_index(scheme: QuantScheme, tensors: Mapping[str, Any], name: str, want: tuple[int, ...]) -> None:
     """An index tensor (``g_idx``, ``weight_g_idx``, ``weight_shape``) of integers and of the
     length the layer implies: a float one (NaN) or a longer one would be read as indices."""
     if shape(tensors, name) != want:
         raise contradiction(scheme, name, "(with the model config)", shape(tensors, name), str(list(want)))
-    check_index_dtype(scheme, tensors, name)
+    require_index_dtype(scheme, tensors, name)
 
 
-def check_index_dtype(scheme: QuantScheme, tensors: Mapping[str, Any], name: str) -> None:
+def require_index_dtype(scheme: QuantScheme, tensors: Mapping[str, Any], name: str) -> None:
     info = tensors[name]
     if info.dtype not in INDEX_DTYPES:
         raise InputError(f"tensor '{name}' is stored as {info.dtype}; it holds indices or a shape, so it is an "
@@ -186,7 +186,7 @@ def scale_shape(scheme: QuantScheme, out_features: int, in_features: int) -> tup
     return (1,)
 
 
-def check_scale(scheme: QuantScheme, name: str, got: tuple[int, ...], out_features: int, in_features: int) -> None:
+def require_scale(scheme: QuantScheme, name: str, got: tuple[int, ...], out_features: int, in_features: int) -> None:
     want = scale_shape(scheme, out_features, in_features)
     if scheme.strategy == "tensor" and math.prod(got) == 1:
         return
@@ -196,14 +196,14 @@ def check_scale(scheme: QuantScheme, name: str, got: tuple[int, ...], out_featur
         raise contradiction(scheme, name, key, got, str(list(want)))
 
 
-def check_scaled_weight(scheme: QuantScheme, base: str, parts: dict[str, str], tensors: Mapping[str, Any],
+def require_scaled_weight(scheme: QuantScheme, base: str, parts: dict[str, str], tensors: Mapping[str, Any],
                         out_features: int, in_features: int) -> None:
     """A layer stored as an e4m3 or int8 ``weight`` and its scale grid (FP8, compressed-tensors'
     float- and int-quantized)."""
     w = shape(tensors, parts["weight"])
     if w != (out_features, in_features):
         raise contradiction(scheme, parts["weight"], "(with the model config)", w, f"[{out_features}, {in_features}]")
-    check_scale(scheme, parts["scale"], shape(tensors, parts["scale"]), out_features, in_features)
-    check_block(scheme, base, out_features, in_features)
+    require_scale(scheme, parts["scale"], shape(tensors, parts["scale"]), out_features, in_features)
+    require_block(scheme, base, out_features, in_features)
     if "g_idx" in parts:
-        check_index(scheme, tensors, parts["g_idx"], (in_features,))
+        require_index(scheme, tensors, parts["g_idx"], (in_features,))

@@ -16,8 +16,8 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from dflash_ckpt.draftspec.quant.base import (QuantFormat, QuantScheme, bad, check_block, check_index, check_scale,
-                                              check_scaled_weight, contradiction, scale_shape, shape)
+from dflash_ckpt.draftspec.quant.base import (QuantFormat, QuantScheme, bad, require_block, require_index, require_scale,
+                                              require_scaled_weight, contradiction, scale_shape, shape)
 from dflash_ckpt.errors import InputError
 
 SUPPORTED = "compressed-tensors (pack-quantized, float-quantized, int-quantized)"
@@ -81,19 +81,19 @@ def components(scheme: QuantScheme) -> dict[str, str]:
     return out
 
 
-def check_layer(scheme: QuantScheme, base: str, parts: dict[str, str], tensors: Mapping[str, Any],
+def require_layer(scheme: QuantScheme, base: str, parts: dict[str, str], tensors: Mapping[str, Any],
                 out_features: int, in_features: int) -> None:
     if scheme.format != "pack-quantized":
-        return check_scaled_weight(scheme, base, parts, tensors, out_features, in_features)
+        return require_scaled_weight(scheme, base, parts, tensors, out_features, in_features)
     per = 32 // scheme.bits
     pk = shape(tensors, parts["packed"])
     if pk != (out_features, math.ceil(in_features / per)):
         raise contradiction(scheme, parts["packed"], f"num_bits {scheme.bits}", pk, f"[{out_features}, {math.ceil(in_features / per)}]")
-    check_scale(scheme, parts["scale"], shape(tensors, parts["scale"]), out_features, in_features)
-    check_block(scheme, base, out_features, in_features)
-    check_index(scheme, tensors, parts["shape"], (2,))
+    require_scale(scheme, parts["scale"], shape(tensors, parts["scale"]), out_features, in_features)
+    require_block(scheme, base, out_features, in_features)
+    require_index(scheme, tensors, parts["shape"], (2,))
     if "g_idx" in parts:
-        check_index(scheme, tensors, parts["g_idx"], (in_features,))
+        require_index(scheme, tensors, parts["g_idx"], (in_features,))
     if "zero" in parts:
         zp = shape(tensors, parts["zero"])
         grid = scale_shape(scheme, out_features, in_features)
@@ -158,4 +158,4 @@ def dequantize(scheme: QuantScheme, parts: dict[str, Any], shape: tuple[int, int
 FORMAT = QuantFormat("compressed-tensors", SUPPORTED, parse, components,
                      stored=lambda s: "packed" if s.format == "pack-quantized" else "weight",
                      dims=lambda s, rows, cols: (rows, cols * (32 // s.bits)) if s.format == "pack-quantized" else (rows, cols),
-                     check_layer=check_layer, dequantize=dequantize)
+                     require_layer=require_layer, dequantize=dequantize)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from dflash_ckpt.draftspec.quant.base import QuantFormat, QuantScheme, bad, check_scaled_weight
+from dflash_ckpt.draftspec.quant.base import QuantFormat, QuantScheme, bad, require_scaled_weight
 
 SUPPORTED = "fp8 (e4m3, per-tensor or block scales)"
 
@@ -38,5 +38,5 @@ def dequantize(scheme: QuantScheme, parts: dict[str, Any], shape: tuple[int, int
 
 
 FORMAT = QuantFormat("fp8", SUPPORTED, parse, components=lambda s: {"weight": "weight", "scale": "weight_scale_inv"},
-                     stored=lambda s: "weight", dims=lambda s, rows, cols: (rows, cols), check_layer=check_scaled_weight,
+                     stored=lambda s: "weight", dims=lambda s, rows, cols: (rows, cols), require_layer=require_scaled_weight,
                      dequantize=dequantize, block_key="weight_block_size")

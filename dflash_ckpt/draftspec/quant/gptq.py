@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from dflash_ckpt.draftspec.quant.base import (QuantFormat, QuantScheme, bad, check_index, contradiction, group_size,
+from dflash_ckpt.draftspec.quant.base import (QuantFormat, QuantScheme, bad, require_index, contradiction, group_size,
                                               int_key, shape)
 
 SUPPORTED = "gptq (4/8-bit, gptq or gptq_v2)"
@@ -30,7 +30,7 @@ def parse(q: Mapping[str, Any], where: str) -> QuantScheme:
                        symmetric=q.get("sym", True) is not False, act_order=q.get("desc_act") is True, where=where, record=FORMAT)
 
 
-def check_layer(scheme: QuantScheme, base: str, parts: dict[str, str], tensors: Mapping[str, Any],
+def require_layer(scheme: QuantScheme, base: str, parts: dict[str, str], tensors: Mapping[str, Any],
                 out_features: int, in_features: int) -> None:
     per = 32 // scheme.bits
     qw, sc = shape(tensors, parts["qweight"]), shape(tensors, parts["scales"])
@@ -43,7 +43,7 @@ def check_layer(scheme: QuantScheme, base: str, parts: dict[str, str], tensors: 
     if qz != (groups, math.ceil(out_features / per)):
         raise contradiction(scheme, parts["qzeros"], f"bits {scheme.bits}", qz, f"[{groups}, {math.ceil(out_features / per)}]")
     if parts["g_idx"] in tensors:
-        check_index(scheme, tensors, parts["g_idx"], (in_features,))
+        require_index(scheme, tensors, parts["g_idx"], (in_features,))
 
 
 def dequantize(scheme: QuantScheme, parts: dict[str, Any], shape: tuple[int, int]) -> Any:
@@ -66,6 +66,6 @@ def dequantize(scheme: QuantScheme, parts: dict[str, Any], shape: tuple[int, int
 FORMAT = QuantFormat("gptq", SUPPORTED, parse,
                      components=lambda s: {"qweight": "qweight", "qzeros": "qzeros", "scales": "scales", "g_idx": "g_idx"},
                      stored=lambda s: "qweight", dims=lambda s, rows, cols: (cols, rows * (32 // s.bits)),
-                     check_layer=check_layer, dequantize=dequantize,
+                     require_layer=require_layer, dequantize=dequantize,
                      optional=lambda s: frozenset() if s.act_order else frozenset({"g_idx"}),
                      labels={"gptq_v2": "gptq (gptq_v2)"})

@@ -2,7 +2,7 @@
 what the report says.
 
 Each quantized layer's tensors are checked against the scheme from the safetensors headers alone
-(DF182 a missing tensor, DF181 a contradiction: the format's own ``check_layer``), before anything
+(DF182 a missing tensor, DF181 a contradiction: the format's own ``require_layer``), before anything
 is allocated, and the run's ``quantization`` summary is made. Every size the dequantizers allocate
 follows from what is checked here: a block or scale grid no larger than the weight it scales,
 index tensors (``g_idx``, ``weight_shape``) of integers and of the weight's length, so one layer's
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from dflash_ckpt.draftspec.quant.base import QuantScheme, check_block, check_index, check_index_dtype, check_scale, shape
+from dflash_ckpt.draftspec.quant.base import QuantScheme, require_block, require_index, require_index_dtype, require_scale, shape
 from dflash_ckpt.errors import InputError
 
 #: The linear layers of a dense decoder layer (what a quantizer converts).
@@ -29,7 +29,7 @@ LINEARS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_att
 DEQUANT_BYTES_PER_ELEMENT = 32
 
 
-def check_layer(scheme: QuantScheme, base: str, tensors: Mapping[str, Any], out_features: int,
+def require_layer(scheme: QuantScheme, base: str, tensors: Mapping[str, Any], out_features: int,
                 in_features: int) -> None:
     """Refuse (DF182 a missing tensor, DF181 a config contradicting the shapes, exit 2) quantized
     layer ``base`` whose tensors do not make an ``[out_features, in_features]`` weight under
@@ -42,7 +42,7 @@ def check_layer(scheme: QuantScheme, base: str, tensors: Mapping[str, Any], out_
             raise InputError(f"tensor '{name}' is missing from the safetensors files: a "
                              f"{scheme.method} layer needs {need} (found {have}); the checkpoint is incomplete "
                              f"or not {scheme.method}", code="DF182", path=scheme.where)
-    scheme.record.check_layer(scheme, base, parts, tensors, out_features, in_features)
+    scheme.record.require_layer(scheme, base, parts, tensors, out_features, in_features)
 
 
 def quantized_layers(scheme: QuantScheme, tensors: Mapping[str, Any]) -> list[str]:
@@ -63,25 +63,25 @@ def stored_dims(scheme: QuantScheme, base: str, tensors: Mapping[str, Any]) -> t
     return scheme.record.dims(scheme, rows, cols)
 
 
-def check_headers(scheme: QuantScheme, tensors: Mapping[str, Any]) -> None:
+def require_headers(scheme: QuantScheme, tensors: Mapping[str, Any]) -> None:
     """The whole checkpoint against ``scheme``, before anything is allocated: at least one layer
     stored quantized (else the config names a quantization the tensors do not have, DF181); each
     quantized layer's block within its stored weight and, where the weight's header gives its
     exact shape (FP8, float- and int-quantized), its scale grid that block's; and its index
-    tensors (``g_idx``, ``weight_g_idx``, ``weight_shape``) integers. The rest of ``check_layer``
+    tensors (``g_idx``, ``weight_g_idx``, ``weight_shape``) integers. The rest of ``require_layer``
     (bits, group sizes) needs the model config's dimensions and runs when the layer is loaded."""
     layers = quantized_layers(scheme, tensors)
     for base in layers:
         parts = scheme.components(base)
         dims = stored_dims(scheme, base, tensors)
         if dims is not None and "weight" in parts and parts["scale"] in tensors:
-            check_scale(scheme, parts["scale"], shape(tensors, parts["scale"]), *dims)
+            require_scale(scheme, parts["scale"], shape(tensors, parts["scale"]), *dims)
         if dims is not None:
-            check_block(scheme, base, *dims)
+            require_block(scheme, base, *dims)
         if parts.get("shape") in tensors:
-            check_index(scheme, tensors, parts["shape"], (2,))
+            require_index(scheme, tensors, parts["shape"], (2,))
         if parts.get("g_idx") in tensors:
-            check_index_dtype(scheme, tensors, parts["g_idx"])  # its length: against the config, on load
+            require_index_dtype(scheme, tensors, parts["g_idx"])  # its length: against the config, on load
     if layers:
         return
     example = next(iter(scheme.components("model.layers.0.mlp.down_proj").values()))
@@ -93,7 +93,7 @@ def check_headers(scheme: QuantScheme, tensors: Mapping[str, Any]) -> None:
 def dequant_peak_bytes(scheme: QuantScheme, tensors: Mapping[str, Any]) -> int:
     """The most memory dequantizing one layer takes on top of the loaded model, from the headers:
     its largest quantized layer's ``out * in`` elements at ``DEQUANT_BYTES_PER_ELEMENT`` (layers
-    are dequantized one at a time; what ``check_headers`` admits keeps every temporary within
+    are dequantized one at a time; what ``require_headers`` admits keeps every temporary within
     the layer's own size)."""
     largest = 0
     for base in quantized_layers(scheme, tensors):

@@ -41,9 +41,9 @@ class Budget:
         """Count ``n`` bytes received, then stop if the time is up (called between chunks)."""
         with self._lock:
             self.received += n
-        self.check()
+        self.require_left()
 
-    def check(self) -> None:
+    def require_left(self) -> None:
         if self.left() <= 0:
             raise DeadlineExceeded(self.allowed())
 

@@ -166,7 +166,7 @@ def within(fn: Callable[[Budget], T], budget: Budget) -> T:
     writing), and the wait here bounds what they cannot check: a server that drips the response
     head. The abandoned thread is a daemon blocked on its socket; it ends with the process.
     """
-    budget.check()
+    budget.require_left()
     box: dict[str, Any] = {}
     done = threading.Event()
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import re
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,8 +127,6 @@ class HubClient:
         self.settings = settings
         self.token = token
         self.commit = commit
-        self.bytes_fetched = 0
-        self._lock = threading.Lock()
 
     def download(self, name: str, size: int, sha256: str | None = None, blob_id: str | None = None) -> Path:
         """``name`` (``size`` bytes, as listed) in the Hugging Face cache, downloaded unless there.
@@ -183,17 +180,12 @@ class HubClient:
                 f"{name} cannot be stored in the Hugging Face cache at "
                 f"{self.settings.cache_dir} ({err.strerror or err})", path=self.ctx.ref.label
             ) from None
-        with self._lock:
-            self.bytes_fetched += size
         return path
 
     def fetch_range(self, name: str, start: int, end: int, size: int) -> bytes:
         """Bytes ``start..end`` (inclusive) of ``name``, whose listed size is ``size``."""
         what = f"bytes {start}-{end} of {name}"
-        data = with_retries(lambda budget: self._get_range(name, start, end, size, budget), self.settings, self.ctx, what)
-        with self._lock:
-            self.bytes_fetched += len(data)
-        return data
+        return with_retries(lambda budget: self._get_range(name, start, end, size, budget), self.settings, self.ctx, what)
 
     def _get_range(self, name: str, start: int, end: int, size: int, budget: Budget) -> bytes:
         from huggingface_hub import hf_hub_url  # noqa: PLC0415
@@ -208,7 +200,7 @@ class HubClient:
         ) as resp:
             hf_raise_for_status(resp)
             if resp.status_code == 206:
-                self._check_content_range(resp.headers.get("Content-Range"), start, end, size)
+                self._require_content_range(resp.headers.get("Content-Range"), start, end, size)
             elif resp.status_code == 200 and start == 0:
                 # The server ignored the range: take the first bytes of the body and hang up.
                 length = resp.headers.get("Content-Length")
@@ -230,7 +222,7 @@ class HubClient:
         return bytes(body[:want])
 
     @staticmethod
-    def _check_content_range(value: str | None, start: int, end: int, size: int) -> None:
+    def _require_content_range(value: str | None, start: int, end: int, size: int) -> None:
         m = CONTENT_RANGE_RE.match((value or "").strip())
         if m is None:
             raise ProtocolError(f"Content-Range {value!r} (expected 'bytes {start}-{end}/{size}')")
@@ -275,7 +267,7 @@ def snapshot(
             "(or the repo's folder: hf cache rm) and run again", path=snap
         )
     missing = [listing.files[n] for n in names if not (snap / n).is_file()]
-    _check_cache_space(ctx, settings, sum(f.size for f in missing))
+    _require_cache_space(ctx, settings, sum(f.size for f in missing))
     client = HubClient(ctx, settings, token, commit)
     for f in missing:
         client.download(f.name, f.size, f.lfs_sha256, f.blob_id)
@@ -288,7 +280,7 @@ def snapshot(
     return snap
 
 
-def _check_cache_space(ctx: HubContext, settings: HubSettings, needed: int) -> None:
+def _require_cache_space(ctx: HubContext, settings: HubSettings, needed: int) -> None:
     """Refuse a download that cannot fit in the cache, before fetching a byte of it."""
     import shutil  # noqa: PLC0415
 

@@ -55,11 +55,6 @@ class HubSource(Source):
         self._prefetch = max(PREFETCH_MIN, PREFETCH_FIRST // max(1, shards))
         self._used = 0
 
-    @property
-    def bytes_fetched(self) -> int:
-        """Bytes received from the network (bodies only); zero when everything came from the cache."""
-        return self.client.bytes_fetched if self.client is not None else 0
-
     def where(self, name: str) -> str:
         return f"{self.label}:{name}"
 
