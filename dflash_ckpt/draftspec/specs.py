@@ -29,6 +29,9 @@ DFLASH2_KEYS = ("conv_kernel_size", "conv_group_size", "selector_rank", "selecto
 #: Optional scaling keys that SGLang reads only from dflash_config.
 SCALING_KEYS = ("output_multiplier", "final_logit_softcapping", "input_embedding_scale")
 
+#: Keys of a decoder that routes tokens to experts.
+MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_intermediate_size")
+
 NESTED, TOP_LEVEL, MISSING = "dflash_config", "top_level", "missing"
 
 
@@ -99,6 +102,12 @@ def lookup(config: dict[str, Any], name: str) -> Any:
 def as_int(value: Any) -> int | None:
     """``value`` if it is a JSON integer (not a bool, not a float), else ``None``."""
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def default_head_dim(hidden: int | None, heads: int | None) -> int | None:
+    """The head size loaders take when ``head_dim`` is absent: ``hidden_size / num_attention_heads``
+    when it divides (``None`` otherwise). The one place the derivation is written."""
+    return hidden // heads if hidden and heads and hidden % heads == 0 else None
 
 
 def as_int_list(value: Any) -> list[int] | None:
@@ -175,8 +184,7 @@ class DraftDims(NamedTuple):
         hidden = pos("hidden_size")
         heads = pos("num_attention_heads")
         kv = pos("num_key_value_heads", heads)
-        head_dim_default = hidden // heads if hidden and heads and hidden % heads == 0 else None
-        head_dim = pos("head_dim", head_dim_default)
+        head_dim = pos("head_dim", default_head_dim(hidden, heads))
         if head_dim is None and "head_dim" not in invalid and hidden and heads:
             invalid["head_dim"] = f"absent, and hidden_size {hidden} is not divisible by {heads} heads"
         return cls(
@@ -380,6 +388,79 @@ class TargetSpec(NamedTuple):
     tokenizer_max_id: int | None = None
     #: Every id ``added_tokens_decoder`` names (the special and added tokens), sorted, when it has any.
     tokenizer_added_ids: tuple[int, ...] | None = None
+
+    @property
+    def decoder(self) -> dict[str, Any]:
+        """The decoder's settings: a multimodal wrapper's ``text_config``, else the config itself."""
+        return decoder_config(self.config)
+
+    def setting(self, key: str, default: Any = None) -> Any:
+        """``key`` as loaders read it: the decoder's value first, then the wrapper's."""
+        inner = self.decoder
+        return inner[key] if key in inner else self.config.get(key, default)
+
+    @property
+    def dims(self) -> DraftDims:
+        """The decoder's shapes, read as a draft's are (``None`` where missing or invalid); the
+        vocabulary falls back to the wrapper's."""
+        dims = DraftDims.from_config(self.decoder)
+        return dims if dims.vocab_size is not None else dims._replace(vocab_size=as_int(self.config.get("vocab_size")))
+
+    @property
+    def max_position_embeddings(self) -> int | None:
+        """The positions rope is defined for (the decoder's value first), ``None`` when not an integer."""
+        return as_int(self.setting("max_position_embeddings"))
+
+    def tie_word_embeddings(self, default: bool = False) -> bool:
+        """Whether ``lm_head`` shares ``embed_tokens`` (the decoder's key first, then the wrapper's)."""
+        return self.setting("tie_word_embeddings", default) is True
+
+    @property
+    def eos_values(self) -> list[Any]:
+        """The raw ``eos_token_id`` values of config.json (the wrapper's, then the decoder's)."""
+        inner = self.decoder
+        return [self.config.get("eos_token_id")] + ([inner.get("eos_token_id")] if inner is not self.config else [])
+
+    @property
+    def architectures_stated(self) -> bool:
+        """Whether config.json's ``architectures`` is a non-empty list of names (engines pick the
+        model class from it; without one vLLM loads a pooling model)."""
+        archs = self.config.get("architectures")
+        return isinstance(archs, list) and bool(archs) and all(isinstance(a, str) and a for a in archs)
+
+    @property
+    def dense(self) -> bool:
+        """Whether the decoder has no experts (none of the MoE keys set): its parameters are then
+        counted from its shapes."""
+        return not any(self.decoder.get(k) for k in MOE_KEYS)
+
+    @property
+    def dtype(self) -> str | None:
+        """The dtype the config declares (the decoder's first), if any."""
+        from dflash_ckpt.draftspec.config_values import config_dtype
+
+        return config_dtype(self.decoder) or config_dtype(self.config)
+
+    @property
+    def quant_method(self) -> Any:
+        """``quantization_config.quant_method`` (the wrapper's block first), ``None`` when unquantized."""
+        q = self.config.get("quantization_config") or self.decoder.get("quantization_config")
+        return q.get("quant_method") if isinstance(q, dict) else None
+
+    @property
+    def hf_family(self) -> Any:
+        """The transformers backend's family of this target (``families.HF_FAMILIES``), ``None``
+        where that backend is not verified for it."""
+        from dflash_ckpt.draftspec.families import hf_family_of
+
+        return hf_family_of(self.config)
+
+    def quant_scheme(self) -> Any:
+        """The target's quantization scheme (``None`` when not quantized); a format the runtime
+        does not read is one DF180 line (``quant_scheme.read_scheme``)."""
+        from dflash_ckpt.draftspec.quant_scheme import read_scheme
+
+        return read_scheme(self.config, self.where)
 
     def to_json(self) -> dict[str, Any]:
         return {
