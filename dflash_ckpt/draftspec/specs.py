@@ -110,6 +110,15 @@ def default_head_dim(hidden: int | None, heads: int | None) -> int | None:
     return hidden // heads if hidden and heads and hidden % heads == 0 else None
 
 
+def config_dtype(cfg: dict[str, Any]) -> str | None:
+    """The dtype a config declares (``torch_dtype`` in older files, ``dtype`` in newer), if any."""
+    for key in ("dtype", "torch_dtype"):
+        val = cfg.get(key)
+        if isinstance(val, str) and val in ("float32", "float16", "bfloat16"):
+            return val
+    return None
+
+
 def as_int_list(value: Any) -> list[int] | None:
     if isinstance(value, list) and all(as_int(v) is not None for v in value):
         return list(value)
@@ -437,8 +446,6 @@ class TargetSpec(NamedTuple):
     @property
     def dtype(self) -> str | None:
         """The dtype the config declares (the decoder's first), if any."""
-        from dflash_ckpt.draftspec.config_values import config_dtype
-
         return config_dtype(self.decoder) or config_dtype(self.config)
 
     @property
@@ -446,14 +453,6 @@ class TargetSpec(NamedTuple):
         """``quantization_config.quant_method`` (the wrapper's block first), ``None`` when unquantized."""
         q = self.config.get("quantization_config") or self.decoder.get("quantization_config")
         return q.get("quant_method") if isinstance(q, dict) else None
-
-    @property
-    def hf_family(self) -> Any:
-        """The transformers backend's family of this target (``families.HF_FAMILIES``), ``None``
-        where that backend is not verified for it."""
-        from dflash_ckpt.draftspec.families import hf_family_of
-
-        return hf_family_of(self.config)
 
     def quant_scheme(self) -> Any:
         """The target's quantization scheme (``None`` when not quantized); a format the runtime

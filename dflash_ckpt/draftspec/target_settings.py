@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dflash_ckpt.draftspec.config_values import config_dtype, get_bool
+from dflash_ckpt.draftspec.config_values import get_bool
 from dflash_ckpt.draftspec.decoder_dims import Dims, read_dims
 from dflash_ckpt.draftspec.families import FAMILIES, Family, Unsupported
 from dflash_ckpt.draftspec.layer_kinds import FULL
 from dflash_ckpt.draftspec.rope_spec import RopeSpec, rope_specs
-from dflash_ckpt.draftspec.specs import TargetSpec, target_from_config, target_model_type
+from dflash_ckpt.draftspec.specs import TargetSpec, config_dtype, target_from_config, target_model_type
 
 
 def native_family(spec: TargetSpec) -> Family | None:

@@ -67,7 +67,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache
 from transformers.cache_utils import LinearAttentionCacheLayerMixin
 from transformers.utils import logging as _hf_logging
 
-from dflash_ckpt.draftspec.families import HF_FAMILIES, HF_SUPPORTED_TEXT
+from dflash_ckpt.draftspec.families import HF_FAMILIES, HF_SUPPORTED_TEXT, hf_family_of
 from dflash_ckpt.draftspec.specs import TargetSpec
 from dflash_ckpt.errors import InputError, UsageError
 from dflash_ckpt.runtime.hf_config import attribute_problem, clean_config, pinned_attention
@@ -98,7 +98,7 @@ def hf_target_info(spec: TargetSpec) -> HFTargetInfo:
         custom = " (its auto_map names custom code, which is never run)" if config.get("auto_map") else ""
         raise UsageError(f"model_type {model_type!r} is not implemented by transformers "
                          f"{transformers.__version__}{custom}; {HF_SUPPORTED_TEXT}", path=where)
-    family = spec.hf_family
+    family = hf_family_of(spec.config)
     if family is None:
         text_type = inner.get("model_type", model_type)
         raise UsageError(f"target model_type {model_type!r} (decoder {text_type!r}) is not one the "
