@@ -438,6 +438,32 @@ class TargetSpec(NamedTuple):
         return isinstance(archs, list) and bool(archs) and all(isinstance(a, str) and a for a in archs)
 
     @property
+    def quantization_blocks(self) -> list[dict[str, Any]]:
+        """Each ``quantization_config`` object the config carries (the wrapper's, then its
+        decoder's); empty when the target is not quantized."""
+        levels = [self.config] + ([self.decoder] if self.decoder is not self.config else [])
+        return [q for cfg in levels if isinstance(q := cfg.get("quantization_config"), dict)]
+
+    @property
+    def served_context(self) -> int | None:
+        """The context the target serves: the decoder's ``max_position_embeddings``, or the
+        YaRN/rope scaling's ``original_max_position_embeddings * factor`` when that is larger."""
+        cfg = self.decoder
+        mpe = as_int(cfg.get("max_position_embeddings"))
+        scaling = cfg.get("rope_scaling") or cfg.get("rope_parameters")
+        if isinstance(scaling, dict):
+            orig, factor = as_int(scaling.get("original_max_position_embeddings")), scaling.get("factor")
+            if orig and isinstance(factor, (int, float)) and not isinstance(factor, bool) and 1 < factor < 1e6:
+                mpe = max(mpe or 0, int(orig * factor))
+        return mpe
+
+    def stated(self, key: str) -> list[tuple[Any, str]]:
+        """``key``'s raw values where loaders look for a token id, each with its file: the
+        decoder's, the wrapper's (config.json), then generation_config.json's."""
+        return [(self.decoder.get(key), "config.json"), (self.config.get(key), "config.json"),
+                (self.generation_config.get(key), "generation_config.json")]
+
+    @property
     def dense(self) -> bool:
         """Whether the decoder has no experts (none of the MoE keys set): its parameters are then
         counted from its shapes."""
