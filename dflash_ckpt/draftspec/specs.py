@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+from functools import partial
 from typing import Any, NamedTuple, Sequence
 
 from dflash_ckpt.draftspec.architectures import DFLASH2_ARCHITECTURES, DFLASH_ARCHITECTURES
@@ -405,8 +406,7 @@ class TargetSpec(NamedTuple):
 
     def setting(self, key: str, default: Any = None) -> Any:
         """``key`` as loaders read it: the decoder's value first, then the wrapper's."""
-        inner = self.decoder
-        return inner[key] if key in inner else self.config.get(key, default)
+        return decoder_setting(self.config, key, default)
 
     @property
     def dims(self) -> DraftDims:
@@ -505,6 +505,12 @@ def decoder_config(config: dict[str, Any]) -> dict[str, Any]:
     return text if isinstance(text, dict) else config
 
 
+def decoder_setting(config: dict[str, Any], key: str, default: Any = None) -> Any:
+    """A target's ``key`` as loaders read it: the decoder's value first, then the wrapper's."""
+    inner = decoder_config(config)
+    return inner[key] if key in inner else config.get(key, default)
+
+
 def target_model_type(config: dict[str, Any]) -> Any:
     """The decoder's ``model_type`` (``text_config`` first, then the wrapper's)."""
     return decoder_config(config).get("model_type") or config.get("model_type")
@@ -513,12 +519,7 @@ def target_model_type(config: dict[str, Any]) -> Any:
 def target_from_config(config: dict[str, Any], *, label: str, where: str) -> TargetSpec:
     """Dimensions from a target config; multimodal wrappers keep them in ``text_config``."""
     inner = decoder_config(config)
-
-    def pick(key: str) -> Any:
-        if key in inner:
-            return inner[key]
-        return config.get(key)
-
+    pick = partial(decoder_setting, config)
     archs = config.get("architectures")
     model_type = target_model_type(config)
     return TargetSpec(
