@@ -45,6 +45,7 @@ from dflash_ckpt.runtime.hf_target import hf_target_info, load_hf_target  # noqa
 from dflash_ckpt.runtime.loading import inventory, load_draft, load_target  # noqa: E402
 from dflash_ckpt.sources.local import LocalSource  # noqa: E402
 from dflash_ckpt.draftspec.specs import read_draft_spec as read_draft  # noqa: E402
+from dflash_ckpt.draftspec.specs import target_from_config  # noqa: E402
 
 SMALL = dict(vocab_size=32000, hidden_size=512, intermediate_size=1536, num_hidden_layers=12, num_attention_heads=8,
              num_key_value_heads=2, head_dim=64, max_position_embeddings=4096, tie_word_embeddings=True,
@@ -134,7 +135,7 @@ def main() -> int:
     where = str(target_dir / "config.json")
     inv = inventory(target_dir, str(target_dir))
     targs = TargetSettings.from_config(cfg, where)
-    info = hf_target_info(cfg, where)
+    info = hf_target_info(target_from_config(cfg, label=where, where=where))
     loaders = {
         "native": lambda: load_target(target_dir, targs, dtype=dtype, device=dev, inv=inv),
         "transformers": lambda: load_hf_target(target_dir, info, dtype=dtype, device=dev, tensor_names=list(inv.tensors)),

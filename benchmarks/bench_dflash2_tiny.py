@@ -36,6 +36,7 @@ from dflash_ckpt.runtime.loading import load_draft, load_target  # noqa: E402
 from dflash_ckpt.sources.local import LocalSource  # noqa: E402
 from dflash_ckpt.sources.prompts import BUILTIN_PROMPTS, PromptEncoder, stop_token_ids  # noqa: E402
 from dflash_ckpt.draftspec.specs import read_draft_spec as read_draft  # noqa: E402
+from dflash_ckpt.draftspec.specs import target_from_config  # noqa: E402
 
 PAIR = ROOT / "fixtures" / "tiny-pair"
 
@@ -51,7 +52,7 @@ def main() -> int:
     tcfg = json.loads((tdir / "config.json").read_text())
     target = load_target(tdir, TargetSettings.from_config(tcfg, str(tdir / "config.json")), dtype=torch.bfloat16, device=cpu)
     enc = PromptEncoder(tdir, chat_template=True, thinking=False)
-    stops = stop_token_ids(tdir, tcfg, enc.eos_token_id)
+    stops = stop_token_ids(tdir, target_from_config(tcfg, label="t", where="t").eos_values, enc.eos_token_id)
     prompts = [(p.name, enc.encode(p)) for p in BUILTIN_PROMPTS]
     drafts = {}
     for name in ("draft", "draft2"):

@@ -52,7 +52,7 @@ def main() -> None:
     draft = load_draft(PAIR / "draft", DraftSettings.from_spec(spec), dtype=torch.bfloat16, device=dev)
     enc = PromptEncoder(PAIR / "target")
     prompts = [enc.encode(p) for p in gather_prompts([], None)]
-    stops = stop_token_ids(PAIR / "target", tspec.config, enc.eos_token_id)
+    stops = stop_token_ids(PAIR / "target", tspec.eos_values, enc.eos_token_id)
     depth, block = targs.dims.num_layers, draft.args.block_size
     tcache, dcache = target.new_cache(512), draft.new_cache(512)
     t0 = time.perf_counter()

@@ -98,9 +98,10 @@ def child(backend: str, shape: str, tokens: int, sweep: bool, threads: int) -> d
     if backend == "native":
         target = load_target(target_dir, TargetSettings.from_config(cfg, "t"), dtype=bf16, device=cpu, inv=inv)
     else:
+        from dflash_ckpt.draftspec.specs import target_from_config
         from dflash_ckpt.runtime.hf_target import hf_target_info, load_hf_target
 
-        target = load_hf_target(target_dir, hf_target_info(cfg, "t"), dtype=bf16, device=cpu, tensor_names=list(inv.tensors))
+        target = load_hf_target(target_dir, hf_target_info(target_from_config(cfg, label="t", where="t")), dtype=bf16, device=cpu, tensor_names=list(inv.tensors))
     draft = load_draft(draft_dir, dargs, dtype=bf16, device=cpu)
     with torch.inference_mode():  # make every weight resident (transformers maps lazily)
         if backend != "native":

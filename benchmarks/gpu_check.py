@@ -126,7 +126,8 @@ def check_pair(name: str, draft_dir: Path, target_dir: Path, dev: Any, table: Ta
 
     from dflash_ckpt.runtime.eager_dflash import dflash_decode
     from dflash_ckpt.runtime.judge import TIE_TOLERANCE, judge_logits
-    from dflash_ckpt.runtime.memory import estimate_run
+    from dflash_ckpt.draftspec.specs import build_spec, target_from_config
+    from dflash_ckpt.runtime.memory import Shapes, estimate_run
     from dflash_ckpt.runtime.static import StaticRunner
 
     torch.cuda.reset_peak_memory_stats(dev)
@@ -154,7 +155,8 @@ def check_pair(name: str, draft_dir: Path, target_dir: Path, dev: Any, table: Ta
     weights = sum(p.numel() * p.element_size() for m in (target, draft) for p in m.parameters())
     cfg_t = json.loads((target_dir / "config.json").read_text())
     cfg_d = json.loads((draft_dir / "config.json").read_text())
-    est = estimate_run(target_config=cfg_t, target_file_bytes=0, target_dtype=torch.bfloat16, draft_config=cfg_d,
+    est = estimate_run(target=Shapes.of_target(target_from_config(cfg_t, label="t", where="t")), target_file_bytes=0,
+                       target_dtype=torch.bfloat16, draft=Shapes.of_draft(build_spec(cfg_d, label="d")),
                        draft_file_bytes=0, draft_dtype=torch.bfloat16, capacity=cap, longest=len(prompt) + tokens,
                        block=block, backend="native", taps=len(draft.args.target_layer_ids))
     table.add(name, "peak device memory <= pre-check estimate",

@@ -234,10 +234,13 @@ def test_tensor_parallel_needs_heads_that_divide() -> None:
     from dflash_ckpt.engine_runners.tensor_parallel import refuse_heads
     from dflash_ckpt.errors import UsageError
 
-    tiny = {"num_attention_heads": 4, "num_key_value_heads": 2}
-    refuse_heads(2, [("t", tiny), ("d", {"text_config": tiny})])
+    from dflash_ckpt.draftspec.specs import build_spec, target_from_config
+
+    tiny = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2}
+    wrapped = target_from_config({"text_config": tiny}, label="t", where="t").dims
+    refuse_heads(2, [("t", wrapped), ("d", build_spec(tiny, label="d").dims)])
     with pytest.raises(UsageError, match="'num_key_value_heads' is 2, which 4 ranks"):
-        refuse_heads(4, [("t", tiny)])
+        refuse_heads(4, [("t", wrapped)])
 
 
 # -- the server's processes, with a stand-in server (tests/fake_serve.py) ---------------------------

@@ -154,6 +154,7 @@ def test_every_published_layout_loads_as_the_reader_says(measured: dict[str, Any
     """The reader's verdict is vLLM's where the engine can say; drafts mixing sliding and full
     layers (the Qwen3.5/3.6 ones) are refused by the CPU build's V1 runner, and smoke-run
     refuses them up front with the same reason (DF422)."""
+    from dflash_ckpt.draftspec.specs import build_spec, target_from_config
     from dflash_ckpt.engine_runners.vllm_run import refuse_pair
     from dflash_ckpt.errors import UsageError
 
@@ -163,8 +164,9 @@ def test_every_published_layout_loads_as_the_reader_says(measured: dict[str, Any
     if facts.cpu_build and mixed_layers(cfg):
         assert not engine["loads"] and "mixed sliding/full dflash drafts" in engine["error"], engine
         with pytest.raises(UsageError, match="mixes sliding and full attention layers") as info:
-            refuse_pair(facts, generation="DFlash", draft_config=cfg, draft_where=name,
-                        target_config={"architectures": ["Qwen3ForCausalLM"], "head_dim": 32}, target_where="t")
+            refuse_pair(facts, draft=build_spec(cfg, label=name, where=name),
+                        target=target_from_config({"architectures": ["Qwen3ForCausalLM"], "head_dim": 32}, label="t",
+                                                  where="t"))
         assert info.value.code == "DF422"
         return
     assert as_trained(engine, cfg), engine

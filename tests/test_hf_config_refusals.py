@@ -87,6 +87,7 @@ def test_what_transformers_raises_while_loading_is_one_df212_line(tmp_path: Path
     import transformers
 
     from dflash_ckpt.errors import DFlashCkptError
+    from dflash_ckpt.draftspec.specs import target_from_config
     from dflash_ckpt.runtime.hf_target import hf_target_info, load_hf_target
 
     def broken(*args: Any, **kwargs: Any) -> Any:
@@ -94,7 +95,7 @@ def test_what_transformers_raises_while_loading_is_one_df212_line(tmp_path: Path
 
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", broken)
     target = _target(tmp_path / "t", {})
-    info = hf_target_info(BASE, str(target))
+    info = hf_target_info(target_from_config(BASE, label="t", where=str(target)))
     with pytest.raises(DFlashCkptError) as err:
         load_hf_target(target, info, dtype=torch.float32, device=torch.device("cpu"), tensor_names=[])
     assert err.value.code == "DF212" and "TypeError" in err.value.message and err.value.exit_code == 2

@@ -26,6 +26,7 @@ pytest.importorskip("transformers")
 
 import hf_tiny  # noqa: E402
 import tiny_models as tm  # noqa: E402
+from dflash_ckpt.draftspec.specs import target_from_config  # noqa: E402
 from dflash_ckpt.runtime.generate import decode  # noqa: E402
 from loop_oracles import dflash_decode  # noqa: E402
 from dflash_ckpt.runtime.hf_target import hf_target_info, load_hf_target  # noqa: E402
@@ -42,7 +43,7 @@ BLOCK = 8
 
 
 def load(folder: Path) -> Any:
-    info = hf_target_info(json.loads((folder / "config.json").read_text()), str(folder / "config.json"))
+    info = hf_target_info(target_from_config(json.loads((folder / "config.json").read_text()), label="t", where=str(folder / "config.json")))
     inv = inventory(folder, str(folder))
     return load_hf_target(folder, info, dtype=torch.float32, device=torch.device("cpu"), tensor_names=list(inv.tensors))
 
@@ -193,7 +194,7 @@ def test_mxfp4_checkpoint_dequantizes_to_the_same_model(tmp_path: Path) -> None:
     inv_p, inv_q = inventory(plain, "p"), inventory(quant, "q")
     assert any(k.endswith("_blocks") for k in inv_q.tensors)
     assert needed_bytes(inv_q.tensors, torch.bfloat16) == needed_bytes(inv_p.tensors, torch.bfloat16)
-    assert hf_target_info(json.loads((quant / "config.json").read_text()), "q").mxfp4
+    assert hf_target_info(target_from_config(json.loads((quant / "config.json").read_text()), label="q", where="q")).mxfp4
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -6,6 +6,7 @@ when someone next regenerates a fixture)."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -180,3 +181,107 @@ def test_every_fixture_and_benchmark_script_imports(script: Path, monkeypatch: p
     monkeypatch.syspath_prepend(str(ROOT / "fixtures"))
     monkeypatch.syspath_prepend(str(script.parent))
     import_script(script)
+
+
+# -- one typed pair: the specs decode the configs ---------------------------------------------------
+
+#: Packages that run a pair: nothing there reads any spec's raw config (the specs carry it decoded).
+RUN_LAYERS = ("run", "runtime", "engine_runners")
+#: Modules outside draftspec/ that read a target's raw config dict, each with why.
+RAW_CONFIG_READERS = {
+    "checks/target_config.py": "the run's validator of the raw target config: each DF142 line names the key at the "
+                               "level it is written (text_config.hidden_size), so it reads both levels",
+    "runtime/hf_config.py": "transformers' input: every key of the dict, at every level, is judged against "
+                            "transformers' config classes before they see it",
+    "runtime/hf_target.py": "transformers' input: the raw dict is what transformers builds its config from "
+                            "(and model.config is transformers' object, not ours)",
+}
+
+
+def raw_config_reads(source: str, layer: str) -> list[str]:
+    """Where ``source`` (a module of package ``layer``) reads a raw config: ``text_config``
+    subscripted or fetched with ``.get`` from anything; a ``decoder_config`` call; a subscript,
+    ``.get`` or ``in`` on a spec's ``.config``/``.decoder``, or that attribute taken other than as
+    a call's argument (an alias read later). A spec is a target's (``target``/``tspec`` in the
+    expression) anywhere, any object's in the run layers; checks/ otherwise judge a draft's keys as
+    its file writes them."""
+    tree = ast.parse(source)
+    as_argument = {id(a) for n in ast.walk(tree) if isinstance(n, ast.Call)
+                   for a in [*n.args, *(k.value for k in n.keywords)]}
+
+    def spec_config(node: ast.AST) -> bool:
+        if not (isinstance(node, ast.Attribute) and node.attr in ("config", "decoder")):
+            return False
+        owner = ast.unparse(node.value)
+        return layer in RUN_LAYERS or "target" in owner or "tspec" in owner
+
+    def text_key(node: ast.AST) -> bool:
+        return isinstance(node, ast.Constant) and node.value == "text_config"
+
+    found = []
+    for node in ast.walk(tree):
+        read = (
+            (isinstance(node, ast.Subscript) and (spec_config(node.value) or text_key(node.slice)))
+            or (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+                and (spec_config(node.func.value) or bool(node.args) and text_key(node.args[0])))
+            or (isinstance(node, ast.Compare) and any(isinstance(o, (ast.In, ast.NotIn)) for o in node.ops)
+                and any(spec_config(c) for c in node.comparators))
+            or (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "decoder_config")
+            or (spec_config(node) and isinstance(node.ctx, ast.Load) and id(node) not in as_argument)
+        )
+        if read and not any(f.startswith(f"{node.lineno}:") for f in found):
+            found.append(f"{node.lineno}: {ast.unparse(node)[:80]}")
+    return sorted(found, key=lambda f: int(f.split(":")[0]))
+
+
+def test_the_raw_config_scan_finds_planted_reads() -> None:
+    planted = ("a = pre.target.config.get('max_position_embeddings')\n"
+               "b = cfg['text_config']\n"
+               "c = decoder_config(x)\n"
+               "d = 'tie' in tspec.config\n"
+               "config, where = spec.config, spec.where\n"
+               "e = hf_family_of(spec.config)\n")
+    assert [line.split(":")[0] for line in raw_config_reads(planted, "runtime")] == ["1", "2", "3", "4", "5"]
+    assert [line.split(":")[0] for line in raw_config_reads(planted, "checks")] == ["1", "2", "3", "4"]
+    assert raw_config_reads("x = spec.dims.head_dim\ny = target.max_position_embeddings\n", "run") == []
+
+
+def test_no_module_outside_draftspec_reads_a_raw_config() -> None:
+    """The specs decode their configs once (draftspec/): the run layers take the pair or its typed
+    parts, and checks/ a target's decoded settings, never the dict (RAW_CONFIG_READERS: why not)."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE)
+        if rel.parts[0] == "draftspec" or str(rel) in RAW_CONFIG_READERS:
+            continue
+        if reads := raw_config_reads(path.read_text(encoding="utf-8"), rel.parts[0]):
+            found[str(rel)] = reads
+    assert found == {}, f"raw config reads outside draftspec/ (decode it on the spec instead): {found}"
+    for rel in RAW_CONFIG_READERS:  # an entry that no longer reads one goes
+        assert raw_config_reads((PACKAGE / rel).read_text(encoding="utf-8"), rel.split("/")[0]), rel
+
+
+def test_run_smoke_run_and_run_probe_are_short_compositions() -> None:
+    """Each command's run reads as its steps: the opening, the planning and the measuring live in
+    functions of their own (run/pair.py, runtime/plan.py), so each stays under 50 lines."""
+    for rel, name in (("run/smoke.py", "run_smoke_run"), ("run/probe.py", "run_probe")):
+        tree = ast.parse((PACKAGE / rel).read_text(encoding="utf-8"))
+        func = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
+        assert func.end_lineno - func.lineno + 1 < 50, f"{rel}:{name} is {func.end_lineno - func.lineno + 1} lines"
+
+
+def test_capacity_block_size_and_head_dim_are_worked_out_once() -> None:
+    """The cache capacity and the block size are the plan's (runtime/plan.Blocks), the head size
+    the specs' (draftspec/specs.default_head_dim): nowhere else adds ``+ max_new_tokens +`` a
+    block to size a cache, nor divides ``hidden_size`` by the heads."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = str(path.relative_to(PACKAGE))
+        text = path.read_text(encoding="utf-8")
+        if rel != "runtime/plan.py" and ".new_cache(max(" in text:
+            found.append(f"{rel}: a cache sized by hand")
+        if rel != "draftspec/specs.py" and re.search(r"//\s*[\w.]*heads\b", text):
+            found.append(f"{rel}: a head size derived by hand")
+        if rel != "runtime/plan.py" and "opts.block_size if opts.block_size is not None" in text:
+            found.append(f"{rel}: the block size chosen by hand")
+    assert found == []

@@ -22,10 +22,10 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from conftest import one_error_line, smoke
-from dflash_ckpt.draftspec.quant import DEQUANT_BYTES_PER_ELEMENT, require_headers, dequant_peak_bytes, stored_dims
-from dflash_ckpt.draftspec.quant import read_scheme
-from dflash_ckpt.runtime.memory import estimate_run
+from dflash_ckpt.draftspec.quant import DEQUANT_BYTES_PER_ELEMENT, dequant_peak_bytes, read_scheme, require_headers, stored_dims
 from dflash_ckpt.draftspec.quant.packing import scale_blocks
+from dflash_ckpt.draftspec.specs import target_from_config
+from dflash_ckpt.runtime.memory import Shapes, estimate_run
 from dflash_ckpt.sources.local import LocalSource
 from dflash_ckpt.sources.weights import load_inventory
 
@@ -195,8 +195,8 @@ def test_the_dequantization_bound_comes_from_the_headers() -> None:
 
 def test_the_memory_estimate_counts_the_dequantization() -> None:
     cfg = json.loads((QUANT / "fp8-block" / "config.json").read_text())
-    common: dict[str, Any] = dict(target_config=cfg, target_file_bytes=1, target_dtype=torch.bfloat16,
-                                  draft_config={}, draft_file_bytes=1, draft_dtype=torch.bfloat16, capacity=64,
+    common: dict[str, Any] = dict(target=Shapes.of_target(target_from_config(cfg, label="t", where="t")),
+                                  target_file_bytes=1, target_dtype=torch.bfloat16, draft=None, draft_file_bytes=1, draft_dtype=torch.bfloat16, capacity=64,
                                   longest=32, block=16, backend="native", taps=5)
     plain, quantized = estimate_run(**common), estimate_run(**common, dequant_bytes=12345)
     assert quantized.parts["dequantization"] == 12345 and quantized.total == plain.total + 12345

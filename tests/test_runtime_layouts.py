@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import tiny_models as tm
+from dflash_ckpt.draftspec.specs import target_from_config
 from dflash_ckpt.draftspec.layout import ANCHOR_FIRST, ONE_PLUS_N, BlockLayout
 from dflash_ckpt.runtime.generate import decode
 from loop_oracles import dflash_decode, static_dflash
@@ -158,7 +159,7 @@ def test_tap_minus_one_agrees_between_the_backends(pair: tuple[Path, Path]) -> N
 
     _, target_dir = pair
     native, _ = tm.load_runtime_pair(*pair)
-    info = hf_target_info(json.loads((target_dir / "config.json").read_text()), str(target_dir / "config.json"))
+    info = hf_target_info(target_from_config(json.loads((target_dir / "config.json").read_text()), label="t", where=str(target_dir / "config.json")))
     hf = load_hf_target(target_dir, info, dtype=torch.float32, device=torch.device("cpu"),
                         tensor_names=list(inventory(target_dir, str(target_dir)).tensors))
     ids = torch.tensor([PROMPT])

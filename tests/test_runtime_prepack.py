@@ -202,11 +202,13 @@ def test_smoke_run_takes_the_fast_path_on_the_cpu_unless_no_compile() -> None:
 def test_the_memory_estimate_counts_the_packed_lm_head() -> None:
     """A packed tied head is held twice (the embedding lookups read the plain table), so the
     pre-check must count it on a CPU run that packs, and only there."""
-    from dflash_ckpt.runtime.memory import estimate_run
+    from dflash_ckpt.draftspec.specs import build_spec, target_from_config
+    from dflash_ckpt.runtime.memory import Shapes, estimate_run
 
     cfg = {"hidden_size": 1024, "num_hidden_layers": 2, "num_attention_heads": 16, "num_key_value_heads": 8,
            "head_dim": 128, "intermediate_size": 3072, "vocab_size": 151936, "tie_word_embeddings": True}
-    kw = dict(target_config=cfg, target_file_bytes=0, target_dtype=torch.bfloat16, draft_config={**cfg},
+    kw = dict(target=Shapes.of_target(target_from_config(cfg, label="t", where="t")), target_file_bytes=0,
+              target_dtype=torch.bfloat16, draft=Shapes.of_draft(build_spec(cfg, label="d")),
               draft_file_bytes=0, draft_dtype=torch.bfloat16, capacity=256, longest=200, block=16, backend="native",
               taps=2)
     plain, packed = estimate_run(**kw), estimate_run(**kw, prepacked=True)

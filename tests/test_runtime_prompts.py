@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import tiny_models as tm
+from dflash_ckpt.draftspec.specs import target_from_config
 from dflash_ckpt.errors import InputError, UsageError
 from dflash_ckpt.sources.chat_template import compile_template
 from dflash_ckpt.sources.prompts import BUILTIN_PROMPTS, Prompt, PromptEncoder, read_prompts_file, stop_token_ids
@@ -90,5 +91,5 @@ def test_builtin_prompts_cover_math_code_chat() -> None:
 
 def test_stop_tokens_from_every_source(tmp_path: Path) -> None:
     (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [7, 8]}))
-    assert stop_token_ids(tmp_path, {"eos_token_id": 8, "text_config": {"eos_token_id": 9}}, 10) == [7, 8, 9, 10]
-    assert stop_token_ids(tmp_path / "none", {}, None) == []
+    assert stop_token_ids(tmp_path, target_from_config({"eos_token_id": 8, "text_config": {"eos_token_id": 9}}, label="t", where="t").eos_values, 10) == [7, 8, 9, 10]
+    assert stop_token_ids(tmp_path / "none", [], None) == []

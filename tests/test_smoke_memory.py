@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from conftest import ROOT, one_error_line
+from dflash_ckpt.draftspec.specs import build_spec, target_from_config
 from dflash_ckpt.runtime import memory
 from dflash_ckpt.runtime.memory import RunEstimate, Shapes, cgroup_room, require_fits, estimate_run, is_out_of_memory
 
@@ -31,20 +32,24 @@ def sparse_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return build_pair("0.6b", tmp_path_factory.mktemp("q06"), sparse=True)
 
 
-def _estimate(**over) -> RunEstimate:
-    kw = dict(target_config=Q06, target_file_bytes=0, target_dtype=torch.bfloat16,
-              draft_config={**Q06, "num_hidden_layers": 5}, draft_file_bytes=0, draft_dtype=torch.bfloat16,
-              capacity=1024, longest=1000, block=16, backend="native", taps=5)
+def _shapes(config: dict) -> Shapes | None:
+    return Shapes.of_target(target_from_config(config, label="t", where="t"))
+
+
+def _estimate(target_config: dict = Q06, **over) -> RunEstimate:
+    kw = dict(target=_shapes(target_config), target_file_bytes=0, target_dtype=torch.bfloat16,
+              draft=Shapes.of_draft(build_spec({**Q06, "num_hidden_layers": 5}, label="d")), draft_file_bytes=0,
+              draft_dtype=torch.bfloat16, capacity=1024, longest=1000, block=16, backend="native", taps=5)
     return estimate_run(**{**kw, **over})
 
 
 def test_the_estimate_counts_config_shapes_caches_activations_and_logits() -> None:
     est = _estimate()
     # Qwen3-0.6B: 596M parameters with tied embeddings (its model card: 0.6B), bf16.
-    assert Shapes.of(Q06).params() == pytest.approx(596e6, rel=0.01)
+    assert _shapes(Q06).params() == pytest.approx(596e6, rel=0.01)
     draft = (5 * (1024 * (16 + 16) * 128 + 16 * 128 * 1024 + 3 * 1024 * 3072 + 2 * 1024 + 256) + 1024
              + 1024 * 5 * 1024) * 2
-    assert est.parts["weights"] == Shapes.of(Q06).params() * 2 + draft
+    assert est.parts["weights"] == _shapes(Q06).params() * 2 + draft
     assert est.parts["KV caches"] == 2 * (28 + 5) * 8 * 128 * 1024 * 2
     assert est.parts["logits"] == 1000 * 151936 * 10  # bf16 + the judge's float32 copy + compare
     assert est.parts["activations"] > 2 * 16 * 1000 * 1024 * 4  # attention scores over the cache

@@ -117,13 +117,13 @@ def test_chat_template_jinja(tmp_path: Path, tok_src: Path, kind: str) -> None:
 def test_generation_config(tmp_path: Path, kind: str) -> None:
     _hostile(tmp_path / "generation_config.json", kind)
     with pytest.raises(InputError) as err:
-        stop_token_ids(tmp_path, {}, None)
+        stop_token_ids(tmp_path, [], None)
     _one_line(err, tmp_path / "generation_config.json", NEEDLES[kind])
 
 
 def test_stop_ids_outside_any_vocabulary_are_dropped(tmp_path: Path) -> None:
     (tmp_path / "generation_config.json").write_text('{"eos_token_id": [2, -1, %d, 7]}' % 10**40)
-    assert stop_token_ids(tmp_path, {"eos_token_id": 2**70}, None) == [2, 7]
+    assert stop_token_ids(tmp_path, [2**70], None) == [2, 7]
 
 
 @pytest.mark.parametrize("kind", ["fifo", "folder", "dev-zero", "not-utf8"])

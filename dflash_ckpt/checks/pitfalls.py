@@ -15,7 +15,7 @@ from typing import Any
 from dflash_ckpt.checks.config import show_value
 from dflash_ckpt.limits import MAX_VOCAB
 from dflash_ckpt.rules import Finding, finding
-from dflash_ckpt.draftspec.specs import DFLASH2_KEYS, DraftSpec, TargetSpec, as_int, bounded_int, decoder_config
+from dflash_ckpt.draftspec.specs import DFLASH2_KEYS, DraftSpec, TargetSpec, as_int, bounded_int
 
 #: Pickled side files engines load next to the safetensors, and who loads them.
 SIDE_FILES = {"mask_embedding.pt": "vLLM (models/qwen3_dflash.py) loads it with torch.load"}
@@ -53,10 +53,7 @@ _EXCLUDE_KEYS = ("modules_to_not_convert", "ignore", "exclude_modules", "ignored
 def target_lm_head_quantized(target: TargetSpec) -> bool:
     """Whether the target's ``quantization_config`` quantizes ``lm_head``: said outright
     (``lm_head: true``, GPTQ/AWQ style), or an exclusion list exists and does not name it."""
-    for cfg in (target.config, decoder_config(target.config)):
-        q = cfg.get("quantization_config")
-        if not isinstance(q, dict):
-            continue
+    for q in target.quantization_blocks:
         if q.get("lm_head") is True:
             return True
         lists = [q[k] for k in _EXCLUDE_KEYS if isinstance(q.get(k), list)]
@@ -174,12 +171,10 @@ def special_ids(target: TargetSpec) -> dict[str, tuple[int, str]]:
     """Target eos/bos/pad ids from config.json (text_config first) and generation_config.json:
     id -> (name, file) for a message; lists (several eos) give every id."""
     out: dict[str, tuple[int, str]] = {}
-    sources: list[tuple[dict[str, Any], str]] = [(decoder_config(target.config), "config.json"),
-                                                 (target.config, "config.json"),
-                                                 (target.generation_config, "generation_config.json")]
-    for cfg, file in sources:
+    for place in range(3):  # every key of the decoder, then of the wrapper, then of generation_config.json
         for key in ("eos_token_id", "bos_token_id", "pad_token_id"):
-            for i in token_ids(cfg.get(key)):
+            value, file = target.stated(key)[place]
+            for i in token_ids(value):
                 if str(i) not in out:
                     out[str(i)] = (i, f"{key} in {file}")
     return out

@@ -13,7 +13,7 @@ from typing import Any
 from dflash_ckpt.checks.config import show_value
 from dflash_ckpt.checks.pitfalls import special_ids
 from dflash_ckpt.draftspec.siblings import DSPARK, LAGUNA, LILICORR, dspark_value
-from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec, as_int, decoder_config
+from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec, as_int
 from dflash_ckpt.rules import Finding, finding
 
 #: DSpark keys and the JSON type each must have: "int0" a non-negative integer, "int" positive.
@@ -97,26 +97,13 @@ def _speculative_tokens(spec: DraftSpec) -> list[Finding]:
     return out
 
 
-def target_context(target: TargetSpec) -> int | None:
-    """The context the target serves: ``max_position_embeddings``, or the YaRN/rope scaling's
-    ``original_max_position_embeddings * factor`` when that is larger."""
-    cfg = decoder_config(target.config)
-    mpe = as_int(cfg.get("max_position_embeddings"))
-    scaling = cfg.get("rope_scaling") or cfg.get("rope_parameters")
-    if isinstance(scaling, dict):
-        orig, factor = as_int(scaling.get("original_max_position_embeddings")), scaling.get("factor")
-        if orig and isinstance(factor, (int, float)) and not isinstance(factor, bool) and 1 < factor < 1e6:
-            mpe = max(mpe or 0, int(orig * factor))
-    return mpe
-
-
 def check_serving_limits(spec: DraftSpec, target: TargetSpec) -> list[Finding]:
     """DF315 (the draft's context below the target's), DF316 (token ids the embedding has no row
     for), DF317 (a Laguna draft_vocab_size that is not the target's vocabulary)."""
     out: list[Finding] = []
     w = spec.where
     draft_ctx = as_int(spec.config.get("max_position_embeddings"))
-    full = target_context(target)
+    full = target.served_context
     if draft_ctx is not None and full is not None and 0 < draft_ctx < full:
         out.append(finding("DF315", f"key 'max_position_embeddings' is {draft_ctx}, below the {full} tokens the "
                                     f"target serves; vLLM's V2 runner crashes at the first longer request (vllm#57941): "

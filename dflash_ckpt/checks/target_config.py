@@ -30,7 +30,8 @@ from typing import Any, Mapping
 
 from dflash_ckpt import limits
 from dflash_ckpt.checks.hub_code import require_no_hub_code
-from dflash_ckpt.draftspec.quant import require_headers, read_scheme
+from dflash_ckpt.draftspec.quant import read_scheme, require_headers
+from dflash_ckpt.draftspec.specs import TargetSpec
 from dflash_ckpt.errors import InputError
 
 #: dtype names a config may declare (torch's names, as ``config.json`` spells them).
@@ -65,10 +66,11 @@ def _values(config: Mapping[str, Any], inner: Mapping[str, Any], key: str) -> li
     return out
 
 
-def require_target_config(config: Mapping[str, Any], where: str,
-                        tensors: Mapping[str, Any] | None = None) -> None:
+def require_target_config(spec: TargetSpec, tensors: Mapping[str, Any] | None = None) -> None:
     """Refuse (one DF142 line, exit 2) a target config either backend would choke on or
-    over-allocate for; ``tensors`` (name -> info with ``.shape``) adds the shape checks."""
+    over-allocate for; ``tensors`` (name -> info with ``.shape``) adds the shape checks. The raw
+    dict is read here, once per run, because each line names the key at the level it is written."""
+    config, where = spec.config, spec.where
     text = config.get("text_config")
     if text is not None and not isinstance(text, dict):
         raise _bad(where, "text_config", text, "an object")

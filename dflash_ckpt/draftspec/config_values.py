@@ -52,12 +52,3 @@ def get_bool(cfg: dict[str, Any], key: str, where: str, default: bool) -> bool:
     if not isinstance(raw, bool):
         raise bad_value(where, key, raw, "true or false")
     return raw
-
-
-def config_dtype(cfg: dict[str, Any]) -> str | None:
-    """The dtype a config declares (``torch_dtype`` in older files, ``dtype`` in newer), if any."""
-    for key in ("dtype", "torch_dtype"):
-        val = cfg.get(key)
-        if isinstance(val, str) and val in ("float32", "float16", "bfloat16"):
-            return val
-    return None

@@ -12,6 +12,7 @@ from typing import Any
 
 from dflash_ckpt.draftspec.config_values import bad_value, get_bool, get_float, get_int
 from dflash_ckpt.draftspec.families import Unsupported
+from dflash_ckpt.draftspec.specs import default_head_dim
 
 
 @dataclass(frozen=True)
@@ -36,8 +37,7 @@ def read_dims(cfg: dict[str, Any], where: str) -> Dims:
     kv = get_int(cfg, "num_key_value_heads", where, default=heads)
     if heads % kv:
         raise bad_value(where, "num_key_value_heads", kv, f"a divisor of num_attention_heads ({heads})")
-    default_hd = hidden // heads if hidden % heads == 0 else None
-    head_dim = get_int(cfg, "head_dim", where, default=default_hd)
+    head_dim = get_int(cfg, "head_dim", where, default=default_head_dim(hidden, heads))
     if head_dim is None:
         raise bad_value(where, "head_dim", None, f"given (hidden_size {hidden} is not divisible by {heads} heads)")
     if head_dim % 2:

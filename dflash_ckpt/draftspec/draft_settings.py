@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dflash_ckpt.draftspec.config_values import bad_value, config_dtype
+from dflash_ckpt.draftspec.config_values import bad_value
 from dflash_ckpt.draftspec.decoder_dims import Dims, read_dims
 from dflash_ckpt.draftspec.layer_kinds import LAYER_KINDS, SLIDING, derive_layer_kinds, explicit_layer_kinds
 from dflash_ckpt.draftspec.layout import BlockLayout, resolve_layout
 from dflash_ckpt.draftspec.rope_spec import RopeSpec, rope_specs
-from dflash_ckpt.draftspec.specs import ABSENT, DFLASH2_KEYS, DraftSpec, as_int, lookup
+from dflash_ckpt.draftspec.specs import ABSENT, DFLASH2_KEYS, DraftSpec, as_int, config_dtype, lookup
 from dflash_ckpt.errors import InputError
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+from functools import partial
 from typing import Any, NamedTuple, Sequence
 
 from dflash_ckpt.draftspec.architectures import DFLASH2_ARCHITECTURES, DFLASH_ARCHITECTURES
@@ -28,6 +29,9 @@ DFLASH_KEYS = ("block_size", "mask_token_id", "target_layer_ids", "num_target_la
 DFLASH2_KEYS = ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
 #: Optional scaling keys that SGLang reads only from dflash_config.
 SCALING_KEYS = ("output_multiplier", "final_logit_softcapping", "input_embedding_scale")
+
+#: Keys of a decoder that routes tokens to experts.
+MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_intermediate_size")
 
 NESTED, TOP_LEVEL, MISSING = "dflash_config", "top_level", "missing"
 
@@ -99,6 +103,21 @@ def lookup(config: dict[str, Any], name: str) -> Any:
 def as_int(value: Any) -> int | None:
     """``value`` if it is a JSON integer (not a bool, not a float), else ``None``."""
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def default_head_dim(hidden: int | None, heads: int | None) -> int | None:
+    """The head size loaders take when ``head_dim`` is absent: ``hidden_size / num_attention_heads``
+    when it divides (``None`` otherwise). The one place the derivation is written."""
+    return hidden // heads if hidden and heads and hidden % heads == 0 else None
+
+
+def config_dtype(cfg: dict[str, Any]) -> str | None:
+    """The dtype a config declares (``torch_dtype`` in older files, ``dtype`` in newer), if any."""
+    for key in ("dtype", "torch_dtype"):
+        val = cfg.get(key)
+        if isinstance(val, str) and val in ("float32", "float16", "bfloat16"):
+            return val
+    return None
 
 
 def as_int_list(value: Any) -> list[int] | None:
@@ -175,8 +194,7 @@ class DraftDims(NamedTuple):
         hidden = pos("hidden_size")
         heads = pos("num_attention_heads")
         kv = pos("num_key_value_heads", heads)
-        head_dim_default = hidden // heads if hidden and heads and hidden % heads == 0 else None
-        head_dim = pos("head_dim", head_dim_default)
+        head_dim = pos("head_dim", default_head_dim(hidden, heads))
         if head_dim is None and "head_dim" not in invalid and hidden and heads:
             invalid["head_dim"] = f"absent, and hidden_size {hidden} is not divisible by {heads} heads"
         return cls(
@@ -381,6 +399,94 @@ class TargetSpec(NamedTuple):
     #: Every id ``added_tokens_decoder`` names (the special and added tokens), sorted, when it has any.
     tokenizer_added_ids: tuple[int, ...] | None = None
 
+    @property
+    def decoder(self) -> dict[str, Any]:
+        """The decoder's settings: a multimodal wrapper's ``text_config``, else the config itself."""
+        return decoder_config(self.config)
+
+    def setting(self, key: str, default: Any = None) -> Any:
+        """``key`` as loaders read it: the decoder's value first, then the wrapper's."""
+        return decoder_setting(self.config, key, default)
+
+    @property
+    def dims(self) -> DraftDims:
+        """The decoder's shapes, read as a draft's are (``None`` where missing or invalid); the
+        vocabulary falls back to the wrapper's."""
+        dims = DraftDims.from_config(self.decoder)
+        return dims if dims.vocab_size is not None else dims._replace(vocab_size=as_int(self.config.get("vocab_size")))
+
+    @property
+    def max_position_embeddings(self) -> int | None:
+        """The positions rope is defined for (the decoder's value first), ``None`` when not an integer."""
+        return as_int(self.setting("max_position_embeddings"))
+
+    def tie_word_embeddings(self, default: bool = False) -> bool:
+        """Whether ``lm_head`` shares ``embed_tokens`` (the decoder's key first, then the wrapper's)."""
+        return self.setting("tie_word_embeddings", default) is True
+
+    @property
+    def eos_values(self) -> list[Any]:
+        """The raw ``eos_token_id`` values of config.json (the wrapper's, then the decoder's)."""
+        inner = self.decoder
+        return [self.config.get("eos_token_id")] + ([inner.get("eos_token_id")] if inner is not self.config else [])
+
+    @property
+    def architectures_stated(self) -> bool:
+        """Whether config.json's ``architectures`` is a non-empty list of names (engines pick the
+        model class from it; without one vLLM loads a pooling model)."""
+        archs = self.config.get("architectures")
+        return isinstance(archs, list) and bool(archs) and all(isinstance(a, str) and a for a in archs)
+
+    @property
+    def quantization_blocks(self) -> list[dict[str, Any]]:
+        """Each ``quantization_config`` object the config carries (the wrapper's, then its
+        decoder's); empty when the target is not quantized."""
+        levels = [self.config] + ([self.decoder] if self.decoder is not self.config else [])
+        return [q for cfg in levels if isinstance(q := cfg.get("quantization_config"), dict)]
+
+    @property
+    def served_context(self) -> int | None:
+        """The context the target serves: the decoder's ``max_position_embeddings``, or the
+        YaRN/rope scaling's ``original_max_position_embeddings * factor`` when that is larger."""
+        cfg = self.decoder
+        mpe = as_int(cfg.get("max_position_embeddings"))
+        scaling = cfg.get("rope_scaling") or cfg.get("rope_parameters")
+        if isinstance(scaling, dict):
+            orig, factor = as_int(scaling.get("original_max_position_embeddings")), scaling.get("factor")
+            if orig and isinstance(factor, (int, float)) and not isinstance(factor, bool) and 1 < factor < 1e6:
+                mpe = max(mpe or 0, int(orig * factor))
+        return mpe
+
+    def stated(self, key: str) -> list[tuple[Any, str]]:
+        """``key``'s raw values where loaders look for a token id, each with its file: the
+        decoder's, the wrapper's (config.json), then generation_config.json's."""
+        return [(self.decoder.get(key), "config.json"), (self.config.get(key), "config.json"),
+                (self.generation_config.get(key), "generation_config.json")]
+
+    @property
+    def dense(self) -> bool:
+        """Whether the decoder has no experts (none of the MoE keys set): its parameters are then
+        counted from its shapes."""
+        return not any(self.decoder.get(k) for k in MOE_KEYS)
+
+    @property
+    def dtype(self) -> str | None:
+        """The dtype the config declares (the decoder's first), if any."""
+        return config_dtype(self.decoder) or config_dtype(self.config)
+
+    @property
+    def quant_method(self) -> Any:
+        """``quantization_config.quant_method`` (the wrapper's block first), ``None`` when unquantized."""
+        q = self.config.get("quantization_config") or self.decoder.get("quantization_config")
+        return q.get("quant_method") if isinstance(q, dict) else None
+
+    def quant_scheme(self) -> Any:
+        """The target's quantization scheme (``None`` when not quantized); a format the runtime
+        does not read is one DF180 line (``draftspec.quant.read_scheme``)."""
+        from dflash_ckpt.draftspec.quant import read_scheme
+
+        return read_scheme(self.config, self.where)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "label": self.label,
@@ -399,6 +505,12 @@ def decoder_config(config: dict[str, Any]) -> dict[str, Any]:
     return text if isinstance(text, dict) else config
 
 
+def decoder_setting(config: dict[str, Any], key: str, default: Any = None) -> Any:
+    """A target's ``key`` as loaders read it: the decoder's value first, then the wrapper's."""
+    inner = decoder_config(config)
+    return inner[key] if key in inner else config.get(key, default)
+
+
 def target_model_type(config: dict[str, Any]) -> Any:
     """The decoder's ``model_type`` (``text_config`` first, then the wrapper's)."""
     return decoder_config(config).get("model_type") or config.get("model_type")
@@ -407,12 +519,7 @@ def target_model_type(config: dict[str, Any]) -> Any:
 def target_from_config(config: dict[str, Any], *, label: str, where: str) -> TargetSpec:
     """Dimensions from a target config; multimodal wrappers keep them in ``text_config``."""
     inner = decoder_config(config)
-
-    def pick(key: str) -> Any:
-        if key in inner:
-            return inner[key]
-        return config.get(key)
-
+    pick = partial(decoder_setting, config)
     archs = config.get("architectures")
     model_type = target_model_type(config)
     return TargetSpec(

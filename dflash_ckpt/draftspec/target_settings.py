@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dflash_ckpt.draftspec.config_values import config_dtype, get_bool
+from dflash_ckpt.draftspec.config_values import get_bool
 from dflash_ckpt.draftspec.decoder_dims import Dims, read_dims
 from dflash_ckpt.draftspec.families import FAMILIES, Family, Unsupported
 from dflash_ckpt.draftspec.layer_kinds import FULL
 from dflash_ckpt.draftspec.rope_spec import RopeSpec, rope_specs
-from dflash_ckpt.draftspec.specs import TargetSpec, decoder_config, target_from_config, target_model_type
+from dflash_ckpt.draftspec.specs import TargetSpec, config_dtype, target_from_config, target_model_type
 
 
 def native_family(spec: TargetSpec) -> Family | None:
@@ -34,14 +34,8 @@ def ensure_supported(spec: TargetSpec) -> None:
     if native_family(spec) is None:
         arch = f" ({', '.join(spec.architectures)})" if spec.architectures else ""
         raise Unsupported(f"target model_type {target_model_type(spec.config)!r}{arch} in {spec.where}")
-    if any("Moe" in a for a in spec.architectures) or decoder_config(spec.config).get("num_experts"):
+    if any("Moe" in a for a in spec.architectures) or spec.decoder.get("num_experts"):
         raise Unsupported(f"a mixture-of-experts target in {spec.where}")
-
-
-def tie_word_embeddings(spec: TargetSpec, default: bool = False) -> bool:
-    """Whether ``lm_head`` shares ``embed_tokens`` (the decoder's key first, then the wrapper's)."""
-    inner = decoder_config(spec.config)
-    return inner.get("tie_word_embeddings", spec.config.get("tie_word_embeddings", default)) is True
 
 
 @dataclass(frozen=True)
@@ -61,7 +55,7 @@ class TargetSettings:
     def from_spec(cls, spec: TargetSpec) -> TargetSettings:
         """Settings of a target spec; multimodal wrappers keep them in ``text_config``."""
         config, where = spec.config, spec.where
-        inner = decoder_config(config)
+        inner = spec.decoder
         label = f"{where} (text_config)" if spec.text_config_used else where
         family = native_family(spec)
         if family is None:
@@ -79,7 +73,7 @@ class TargetSettings:
             rope=rope_specs(inner, label)[FULL],
             qk_norm=family.qk_norm,
             mlp_bias=get_bool(inner, "mlp_bias", label, False),
-            tie_word_embeddings=tie_word_embeddings(spec, family.tie_default),
+            tie_word_embeddings=spec.tie_word_embeddings(family.tie_default),
             dtype=config_dtype(inner) or config_dtype(config),
             text_config=spec.text_config_used,
         )

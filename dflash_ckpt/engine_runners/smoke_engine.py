@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, Sequence
 
 from dflash_ckpt.checks.engine_compare import acceptance_summary, compare_prompts, engine_findings
@@ -107,26 +106,25 @@ class EngineRun:
     def refuse_pair(self, draft: Any, target: Any) -> None:
         from dflash_ckpt.engine_runners.tensor_parallel import refuse_heads
 
-        refuse_pair(self.facts, generation=draft.generation, draft_config=draft.config, draft_where=draft.where,
-                    target_config=target.config, target_where=target.where)
-        refuse_heads(self.options.tensor_parallel_size, [(target.where, target.config), (draft.where, draft.config)])
+        refuse_pair(self.facts, draft=draft, target=target)
+        refuse_heads(self.options.tensor_parallel_size, [(target.where, target.dims), (draft.where, draft.dims)])
 
-    def prepare(self, *, draft_dir: Path, target_dir: Path, plan: Any, encoded: Sequence[list[int]],
-                stops: Sequence[int], max_new_tokens: int, where: str, max_positions: Any,
-                sampling: Any = None) -> None:
-        """The child's request from the run's plan and sampling, and vLLM's memory budget (DF407)."""
+    def prepare(self, pair: Any, sampling: Any = None) -> None:
+        """The child's request from the opened pair (``run/pair.OpenPair``: its folders, plan,
+        prompts and stops) and the run's sampling, and vLLM's memory budget (DF407)."""
         from dflash_ckpt.runtime.loading import dtype_name
         from dflash_ckpt.runtime.measure import TIE_TOLERANCE
         from dflash_ckpt.runtime.memory import needed_bytes
 
+        plan, folders = pair.plan, pair.folders
         self.tie_tolerance = TIE_TOLERANCE[plan.target_dtype]
         weights = (needed_bytes(plan.target_inv.tensors, plan.target_dtype)
                    + needed_bytes(plan.draft_inv.tensors, plan.target_dtype))
-        self.kv_space_gib = require_engine_memory(self.facts, weights, where)
-        self.request = build_request(self.options, target_dir=target_dir, draft_dir=draft_dir,
-                                     dtype=dtype_name(plan.target_dtype), block_size=plan.block_size, encoded=encoded,
-                                     max_new_tokens=max_new_tokens, stop_ids=stops,
-                                     max_positions=max_positions if isinstance(max_positions, int) else None,
+        self.kv_space_gib = require_engine_memory(self.facts, weights, folders.target_label)
+        self.request = build_request(self.options, target_dir=folders.target_dir, draft_dir=folders.draft_dir,
+                                     dtype=dtype_name(plan.target_dtype), block_size=plan.block_size,
+                                     encoded=pair.encoded, max_new_tokens=pair.options.max_new_tokens,
+                                     stop_ids=pair.stops, max_positions=pair.target.max_position_embeddings,
                                      sampling=sampling)
 
     @property

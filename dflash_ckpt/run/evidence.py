@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 
 from dflash_ckpt.errors import UsageError
 from dflash_ckpt.runtime.loops import make_loop
-from dflash_ckpt.runtime.plan import cache_capacity, require_positions_fit
+from dflash_ckpt.runtime.plan import Blocks, require_positions_fit
 from dflash_ckpt.runtime.probe import Recording, measure, reading_taps, record
 from dflash_ckpt.sources.prompts import BUILTIN_PROMPTS, Prompt
 
@@ -48,7 +48,8 @@ class Session:
     encoded: list[list[int]]
     max_new_tokens: int
     stops: list[int]
-    block: int
+    #: The run's block size and layout (``runtime/plan.Blocks``): every cache here is sized by it.
+    blocks: Blocks
     depth: int
     max_positions: int
     where: str
@@ -56,6 +57,10 @@ class Session:
     configured: tuple[int, ...] | None
     custom_prompts: bool
     rounds: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def block(self) -> int:
+        return self.blocks.block_size
 
 
 def settle(result: Any, s: Session, say: Callable[[str], None]) -> dict[str, Any]:
@@ -110,7 +115,7 @@ def _round(result: Any, n: int, prompts: Sequence[Prompt]) -> dict[str, Any]:
 
 def _record(result: Any, s: Session, encoded: list[list[int]], n: int) -> list[Recording]:
     t0 = time.perf_counter()
-    cache = s.target.new_cache(max(len(ids) for ids in encoded) + n + s.block + 1)
+    cache = s.target.new_cache(s.blocks.capacity(encoded, n, any_layout=True))
     recs = [record(s.target, ids, depth=s.depth, max_new_tokens=n, stop_ids=s.stops, cache=cache) for ids in encoded]
     result.record_s += time.perf_counter() - t0
     for rec in recs:
@@ -122,7 +127,7 @@ def _record(result: Any, s: Session, encoded: list[list[int]], n: int) -> list[R
 
 def _remeasure(result: Any, s: Session, recs: list[Recording], encoded: list[list[int]], n: int) -> None:
     """The exact candidates on the new recordings (probe), then the finalists by smoke-run's loop."""
-    capacity = cache_capacity(encoded, n, s.draft.args.block_layout.verify_width(s.block))
+    capacity = s.blocks.capacity(encoded, n, layout=s.draft.args.block_layout)
     dcache = s.draft.new_cache(capacity)
     embed_w, head_w = s.target.embed_tokens.weight, s.target.lm_head.weight
     exact = [c for c in result.ranked if c.tau_probe is not None]

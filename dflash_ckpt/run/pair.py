@@ -22,7 +22,7 @@ from dflash_ckpt.sources.resolve import local_folder
 
 if TYPE_CHECKING:
     from dflash_ckpt.runtime.device_errors import MemoryBudget
-    from dflash_ckpt.draftspec.specs import DraftSpec
+    from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec
     from dflash_ckpt.runtime.plan import RunPlan
     from dflash_ckpt.sources.weights import WeightInventory
 
@@ -84,8 +84,7 @@ class OpenPair:
     options: RunOptions
     folders: PairFolders
     draft: DraftSpec
-    target_config: dict[str, Any]
-    target_where: str
+    target: TargetSpec
     prompts: list[Prompt]
     encoder: PromptEncoder
     encoded: list[list[int]]
@@ -101,17 +100,16 @@ class OpenPair:
         free memory it was held against (named again if the run later runs out of memory); a
         quantized target's dequantization is counted from its headers."""
         from dflash_ckpt.draftspec.quant import dequant_peak_bytes
-        from dflash_ckpt.draftspec.quant import read_scheme
         from dflash_ckpt.runtime.device_errors import MemoryBudget
-        from dflash_ckpt.runtime.memory import require_fits, estimate_run, memory_limits, needed_bytes
+        from dflash_ckpt.runtime.memory import Shapes, estimate_run, memory_limits, needed_bytes, require_fits
 
         plan = self.plan
-        scheme = read_scheme(self.target_config, self.target_where)
+        scheme = self.target.quant_scheme()
         dequant = dequant_peak_bytes(scheme, plan.target_inv.tensors) if scheme is not None else 0
         longest = max(len(ids) for ids in self.encoded) + self.options.max_new_tokens
-        est = estimate_run(target_config=self.target_config,
+        est = estimate_run(target=Shapes.of_target(self.target),
                            target_file_bytes=needed_bytes(plan.target_inv.tensors, plan.target_dtype),
-                           target_dtype=plan.target_dtype, draft_config=self.draft.config,
+                           target_dtype=plan.target_dtype, draft=Shapes.of_draft(self.draft),
                            draft_file_bytes=needed_bytes(plan.draft_inv.tensors, plan.draft_dtype),
                            draft_dtype=plan.draft_dtype, capacity=plan.capacity, longest=longest,
                            block=plan.block_size, backend=plan.backend,
@@ -137,39 +135,33 @@ class OpenPair:
         return target, draft, used
 
 
-def open_pair(opts: RunOptions, folders: PairFolders, *, draft: DraftSpec, target_config: dict[str, Any],
-              target_where: str, backend: str, target_inv: WeightInventory | None) -> OpenPair:
+def open_pair(opts: RunOptions, folders: PairFolders, *, draft: DraftSpec, target: TargetSpec, backend: str,
+              target_inv: WeightInventory | None) -> OpenPair:
     """The pair that passed its command's checks, with its prompts encoded and its run planned
     (``backend``: ``native`` or ``transformers``, from ``select_backend``; ``target_inv``: the
     target's headers when the checks read them, so they are read once)."""
-    from dflash_ckpt.runtime.plan import plan_run
+    from dflash_ckpt.runtime.plan import blocks, plan_run
 
     prompts, encoder, encoded = encode_prompts(opts, folders.target_dir)
+    sizes = blocks(opts, draft)
     skipped: list[str] = []
     if getattr(opts, "suite", None) is not None:  # the package's prompts, not the user's: fit them
-        prompts, encoded, skipped = fit_suite(opts, draft, target_config, prompts, encoded)
-    plan = plan_run(opts, draft=draft, draft_dir=folders.draft_dir, target_dir=folders.target_dir,
-                    target_label=folders.target_label, target_config=target_config, target_where=target_where,
-                    backend=backend, prompts=prompts, encoded=encoded, target_inv=target_inv)
-    stops = [] if opts.ignore_eos else stop_token_ids(folders.target_dir, target_config, encoder.eos_token_id)
-    return OpenPair(opts, folders, draft, target_config, target_where, prompts, encoder, encoded, plan, stops, skipped)
+        prompts, encoded, skipped = fit_suite(opts, sizes.verify_width, target.max_position_embeddings, prompts, encoded)
+    plan = plan_run(opts, draft=draft, target=target, blocks=sizes, draft_dir=folders.draft_dir,
+                    target_dir=folders.target_dir, backend=backend, prompts=prompts, encoded=encoded,
+                    target_inv=target_inv)
+    stops = [] if opts.ignore_eos else stop_token_ids(folders.target_dir, target.eos_values, encoder.eos_token_id)
+    return OpenPair(opts, folders, draft, target, prompts, encoder, encoded, plan, stops, skipped)
 
 
-def fit_suite(opts: RunOptions, draft: DraftSpec, target_config: dict[str, Any], prompts: list[Prompt],
+def fit_suite(opts: RunOptions, width: int, limit: int | None, prompts: list[Prompt],
               encoded: list[list[int]]) -> tuple[list[Prompt], list[list[int]], list[str]]:
     """A suite's prompts that fit the target's ``max_position_embeddings`` with ``-n`` new tokens
     and one verify block, and the names of those left out (a user's own prompts are never dropped:
     one that does not fit is refused, DF004). When none fits, all are kept, so the refusal names
     the longest and the ``-n`` that would fit."""
-    from dflash_ckpt.draftspec.specs import as_int, decoder_config
-    from dflash_ckpt.runtime.plan import with_layout
-    from dflash_ckpt.draftspec.draft_settings import DraftSettings
-
-    limit = as_int(decoder_config(target_config).get("max_position_embeddings"))
     if not limit:
         return prompts, encoded, []
-    args = with_layout(DraftSettings.from_spec(draft), opts.layout)
-    width = args.block_layout.verify_width(opts.block_size if opts.block_size is not None else args.block_size)
     fits = [len(ids) + opts.max_new_tokens + width <= limit for ids in encoded]
     if all(fits) or not any(fits):
         return prompts, encoded, []

@@ -45,14 +45,13 @@ from dflash_ckpt.result import error_json
 from dflash_ckpt.rules import Finding, Severity
 from dflash_ckpt.run.evidence import Session, candidate_bar, settle
 from dflash_ckpt.run.options import ProbeOptions
-from dflash_ckpt.run.pair import open_pair, resolve_pair
+from dflash_ckpt.run.pair import OpenPair, PairFolders, open_pair, resolve_pair
 from dflash_ckpt.run.probe_result import CONFIRM, ProbeResult
 from dflash_ckpt.runtime.backend import select_backend
 from dflash_ckpt.runtime.loading import dtype_name, inventory
 from dflash_ckpt.runtime.prepack import cpu_linear_path, prepack_pair, slow_path_note
 from dflash_ckpt.runtime.device_errors import DeviceFailures
 from dflash_ckpt.runtime.loops import make_loop
-from dflash_ckpt.runtime.plan import cache_capacity
 from dflash_ckpt.runtime.measure import Candidate
 from dflash_ckpt.runtime.probe import measure, reading_taps, record
 from dflash_ckpt.runtime.probe_layout import loop_layouts, simulate_layouts
@@ -83,11 +82,58 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None, prog
     opts.validate()
     say = log or (lambda _msg: None)
     folders = resolve_pair(opts)
-    draft_dir, draft_label, target_dir, target_label = (folders.draft_dir, folders.draft_label, folders.target_dir,
-                                                        folders.target_label)
-    result = ProbeResult(draft_label, target_label, opts, draft_path=str(draft_dir), target_path=str(target_dir))
+    result = ProbeResult(folders.draft_label, folders.target_label, opts, draft_path=str(folders.draft_dir),
+                         target_path=str(folders.target_dir))
+    pair = open_probed(opts, folders, result)
+    if pair is None:
+        return result
+    plan, configured = pair.plan, result.configured if result.configured_problem is None else None
+    result.device, result.block_size, result.stop_token_ids = str(plan.device), plan.block_size, pair.stops
+    result.backend = plan.backend
+    result.draft_dtype, result.target_dtype = dtype_name(plan.draft_dtype), dtype_name(plan.target_dtype)
+    target, draft = load_probed(pair, result, say)
+    tcache = target.new_cache(plan.capacity)
+    recs = record_prompts(opts, pair, result, target, tcache)
+    result.findings = recording_findings(target, pair.prompts, recs, tcache, folders.target_label)  # DF414, DF415
+    if result.findings:
+        return result  # every tap set would "work" on a degenerate target: nothing to rank
+    dcache = draft.new_cache(plan.capacity)
+    declared = plan.draft_args.block_layout
+    if configured is not None:
+        # The layout first, with the configured taps: a draft whose layout key is lost or wrong is
+        # searched (and its finalists run) in the layout it measures best in, when that is clear.
+        quick = simulate_layouts(draft, recs, configured, declared, embed_w=target.embed_tokens.weight,
+                                 head_w=target.lm_head.weight, draft_cache=dcache, block_size=plan.block_size,
+                                 stop_ids=pair.stops)
+        result.layout_quick = quick
+        draft.args = searched_layout(draft.args, quick)
+        say("block layout with the configured taps: " + ", ".join(f"{n} tau {c.tau:.2f}" for n, c in quick.by_layout.items()))
+    ranked = search(opts, pair, result, target, draft, recs, dcache, configured, say, progress)
+    confirm_finalists(opts, pair, result, target, draft, ranked, configured)
+    result.ranked = sorted(ranked, key=lambda c: c.sort_key)  # stable: ties keep the order measured
+    result.evidence = settle(result, Session(
+        draft, target, pair.prompts, pair.encoder, pair.encoded, opts.max_new_tokens, pair.stops, plan.blocks,
+        result.depth, plan.target.max_position_embeddings, pair.target.where, CONFIRM, configured,
+        opts.custom_prompts), say)
+    if result.best is not None:  # on the evidence the winner was judged on (the last round's prompts and -n)
+        t2 = time.perf_counter()
+        last = [p["input_ids"] for p in result.prompts]
+        n = result.evidence.get("max_new_tokens", opts.max_new_tokens)
+        result.layout = loop_layouts(draft, target, last, result.best.target_layer_ids, declared,
+                                     capacity=plan.blocks.capacity(last, n, any_layout=True),
+                                     block_size=plan.block_size, max_new_tokens=n, stop_ids=pair.stops)
+        result.confirm_s += time.perf_counter() - t2
+    result.findings = probe_findings(result) + unclear_findings(result) + layout_findings(result)
+    return result
 
-    spec0 = read_draft_spec(LocalSource(draft_dir, label=draft_label))
+
+def open_probed(opts: ProbeOptions, folders: PairFolders, result: ProbeResult) -> OpenPair | None:
+    """The draft read, ``k`` taken from its ``fc.weight`` and the depth from the target, the draft
+    given a valid tap set in memory (``result.configured``: the ids it declares, and why they do
+    not do), the checks run, and the pair opened; ``None`` when the checks refused it
+    (``result.refused``)."""
+    draft_dir, target_dir, target_label = folders.draft_dir, folders.target_dir, folders.target_label
+    spec0 = read_draft_spec(LocalSource(draft_dir, label=folders.draft_label))
     tspec: TargetSpec = read_target_spec(LocalSource(target_dir, label=target_label))
     assert spec0.weights is not None
     k = fc_taps(spec0.weights, spec0.dims.hidden_size)
@@ -101,7 +147,7 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None, prog
                          "probe-taps cannot tell which layers to tap; fix the target's config.json", code="DF001",
                          path=tspec.where)
     target_inv = inventory(Path(target_dir), target_label)
-    require_target_config(tspec.config, tspec.where, target_inv.tensors)  # as smoke-run, before anything is built
+    require_target_config(tspec, target_inv.tensors)  # as smoke-run, before anything is built
     if k > depth:
         raise UsageError(f"fc.weight reads {k} taps but the target {target_label} has only {depth} layers",
                          path=draft_dir)
@@ -111,39 +157,41 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None, prog
     configured = result.configured if result.configured_problem is None else None
     spec = with_layer_ids(spec0, configured or tuple(range(k)))
 
-    backend = select_backend(opts.backend, spec, tspec.config, tspec.where)
+    backend = select_backend(opts.backend, tspec)
     errors = [f for f in run_checks(spec, tspec) if f.severity == Severity.ERROR]
     errors += unfilled_weights(draft_dir, spec0.weights, target_dir, target_inv)  # DF413
     if errors:
         result.refused = errors
-        return result
-
-    pair = open_pair(opts, folders, draft=spec, target_config=tspec.config, target_where=tspec.where,
-                     backend=backend, target_inv=target_inv)
-    plan, prompts, encoder, encoded, stops = pair.plan, pair.prompts, pair.encoder, pair.encoded, pair.stops
-    if plan.target.num_layers != depth:
-        raise UsageError(f"probe-taps taps every decoder layer, but the {plan.backend} backend "
-                         f"reads {plan.target.num_layers} layers where num_hidden_layers says {depth}; "
+        return None
+    pair = open_pair(opts, folders, draft=spec, target=tspec, backend=backend, target_inv=target_inv)
+    if pair.plan.target.num_layers != depth:
+        raise UsageError(f"probe-taps taps every decoder layer, but the {pair.plan.backend} backend "
+                         f"reads {pair.plan.target.num_layers} layers where num_hidden_layers says {depth}; "
                          "use --backend native where it runs the target", path=tspec.where)
-    block = plan.block_size
-    result.device, result.block_size, result.stop_token_ids = str(plan.device), block, stops
-    result.backend = plan.backend
-    result.draft_dtype, result.target_dtype = dtype_name(plan.draft_dtype), dtype_name(plan.target_dtype)
-    # smoke-run's default threads, so the finalists' figures are smoke-run's
-    target, draft, _ = pair.load(None, say, f"{depth} layers", f"{k} taps, ")
-    if plan.device.type == "cpu":  # smoke-run's CPU default: packed weights, or the AVX2 kernel
+    return pair
+
+
+def load_probed(pair: OpenPair, result: ProbeResult, say: Callable[[str], None]) -> tuple[Any, Any]:
+    """Both models loaded as smoke-run loads them (its default threads, and on a CPU its packed
+    weights or the AVX2 kernel), so the finalists' figures are smoke-run's."""
+    target, draft, _ = pair.load(None, say, f"{result.depth} layers", f"{result.k} taps, ")
+    if pair.plan.device.type == "cpu":
         prepack_pair(target, draft)
         result.cpu_linear = cpu_linear_path(target, draft)
         if note := slow_path_note(target, draft):
             say(note)
-    capacity = plan.capacity
-    tcache, dcache = target.new_cache(capacity), draft.new_cache(capacity)
+    return target, draft
 
+
+def record_prompts(opts: ProbeOptions, pair: OpenPair, result: ProbeResult, target: Any, tcache: Any) -> list[Any]:
+    """The target's continuation of every prompt, recorded once with every layer's features
+    (``runtime.probe.record``) into ``result.prompts``; refused (exit 2) when the target
+    overflows its dtype or stops at once on every prompt."""
     t0 = time.perf_counter()
-    recs = [record(target, ids, depth=depth, max_new_tokens=opts.max_new_tokens, stop_ids=stops, cache=tcache)
-            for ids in encoded]
+    recs = [record(target, ids, depth=result.depth, max_new_tokens=opts.max_new_tokens, stop_ids=pair.stops,
+                   cache=tcache) for ids in pair.encoded]
     result.record_s = time.perf_counter() - t0
-    for p, rec in zip(prompts, recs):
+    for p, rec in zip(pair.prompts, recs):
         if rec.overflow:
             raise UsageError(f"prompt {p.name!r}: the target's {rec.overflow} hold inf/NaN in {result.target_dtype}; "
                              "run the target in bfloat16 (--target-dtype bfloat16)")
@@ -152,71 +200,51 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None, prog
                          "give longer prompts, or --ignore-eos")
     result.prompts = [
         {**p.to_json(), "input_ids": ids, "continuation_ids": rec.tokens, "stopped": rec.stopped}
-        for p, ids, rec in zip(prompts, encoded, recs)
+        for p, ids, rec in zip(pair.prompts, pair.encoded, recs)
     ]
-    result.findings = recording_findings(target, prompts, recs, tcache, target_label)  # DF414, DF415
-    if result.findings:
-        return result  # every tap set would "work" on a degenerate target: nothing to rank
+    return recs
 
-    embed_w, head_w = target.embed_tokens.weight, target.lm_head.weight
-    declared = plan.draft_args.block_layout
-    if configured is not None:
-        # The layout first, with the configured taps: a draft whose layout key is lost or wrong is
-        # searched (and its finalists run) in the layout it measures best in, when that is clear.
-        quick = simulate_layouts(draft, recs, configured, declared, embed_w=embed_w, head_w=head_w, draft_cache=dcache,
-                                 block_size=block, stop_ids=stops)
-        result.layout_quick = quick
-        draft.args = searched_layout(draft.args, quick)
-        say(f"block layout with the configured taps: " + ", ".join(f"{n} tau {c.tau:.2f}" for n, c in quick.by_layout.items()))
 
+def search(opts: ProbeOptions, pair: OpenPair, result: ProbeResult, target: Any, draft: Any, recs: list[Any],
+           dcache: Any, configured: TapSet | None, say: Callable[[str], None], progress: Any) -> list[Candidate]:
+    """The tap sets ``probe_search`` chooses, each measured on the recordings by draft calls only
+    (``runtime.probe.measure``); ranked, the exact ones first."""
     probed: dict[TapSet, list[int]] = {}
+    embed_w, head_w = target.embed_tokens.weight, target.lm_head.weight
 
     def evaluate(ids: TapSet, floor: float | None) -> float | Measured:
         m = measure(draft, recs, ids, floor=floor, embed_w=embed_w, head_w=head_w, draft_cache=dcache,
-                    block_size=block, stop_ids=stops)
+                    block_size=pair.plan.block_size, stop_ids=pair.stops)
         result.draft_forwards += m.draft_forwards
         bar()
         if m.exact:
             probed[ids] = m.acceptance_lengths
         return Measured(m.tau, m.exact)
 
+    depth, k = result.depth, result.k
     say(f"measuring tap sets: {k} of {depth} layers")
     bar = candidate_bar(progress, depth, k, opts.budget)
-    search = search_taps(depth, k, evaluate, configured=configured, budget=opts.budget, keep=max(KEEP_EXACT, opts.top))
-    result.search = search
-    ranked = [Candidate(ids, tau, lengths=probed.get(ids, [])) for ids, tau in search.ranked()]
-    ranked += [Candidate(ids, None, tau_below=bound) for ids, bound in search.ranked_bounds()]
+    result.search = search_taps(depth, k, evaluate, configured=configured, budget=opts.budget,
+                                keep=max(KEEP_EXACT, opts.top))
+    ranked = [Candidate(ids, tau, lengths=probed.get(ids, [])) for ids, tau in result.search.ranked()]
+    return ranked + [Candidate(ids, None, tau_below=bound) for ids, bound in result.search.ranked_bounds()]
 
-    # The finalists, and the configured ids, through the loop smoke-run measures with.
+
+def confirm_finalists(opts: ProbeOptions, pair: OpenPair, result: ProbeResult, target: Any, draft: Any,
+                      ranked: list[Candidate], configured: TapSet | None) -> None:
+    """The finalists, and the configured ids, through the loop smoke-run measures with (the static
+    one where it runs the pair: it fixes the taps when made), so the winner's tau is smoke-run's."""
     t1 = time.perf_counter()
     finalists = ranked[:CONFIRM] + [c for c in ranked[CONFIRM:] if configured is not None and c.target_layer_ids == configured]
-    finalists = [c for c in finalists if c.tau_probe is not None]
-    for cand in finalists:
+    for cand in (c for c in finalists if c.tau_probe is not None):
         lengths = []
         with reading_taps(draft, cand.target_layer_ids):
-            # smoke-run's own loop: the static one where it runs the pair (it fixes the taps when made).
-            loop = make_loop(target, draft, capacity, block_size=block)
-            for ids in encoded:
-                gen = loop.dflash(ids, max_new_tokens=opts.max_new_tokens, stop_ids=stops)
-                lengths += gen.acceptance_lengths
+            loop = make_loop(target, draft, pair.plan.capacity, block_size=pair.plan.block_size)
+            for ids in pair.encoded:
+                lengths += loop.dflash(ids, max_new_tokens=opts.max_new_tokens, stop_ids=pair.stops).acceptance_lengths
         cand.tau_loop = sum(lengths) / len(lengths) if lengths else 1.0
         cand.lengths = lengths
     result.confirm_s = time.perf_counter() - t1
-    result.ranked = sorted(ranked, key=lambda c: c.sort_key)  # stable: ties keep the order measured
-    result.evidence = settle(result, Session(
-        draft, target, prompts, encoder, encoded, opts.max_new_tokens, stops, block, depth, plan.target.max_position_embeddings,
-        tspec.where, CONFIRM, configured, opts.custom_prompts), say)
-    best = result.best
-    if best is not None:  # on the evidence the winner was judged on (the last round's prompts and -n)
-        t2 = time.perf_counter()
-        last = [p["input_ids"] for p in result.prompts]
-        n = result.evidence.get("max_new_tokens", opts.max_new_tokens)
-        result.layout = loop_layouts(draft, target, last, best.target_layer_ids, declared,
-                                     capacity=cache_capacity(last, n, block + 1), block_size=block, max_new_tokens=n,
-                                     stop_ids=stops)
-        result.confirm_s += time.perf_counter() - t2
-    result.findings = probe_findings(result) + unclear_findings(result) + layout_findings(result)
-    return result
 
 
 def recording_findings(target: Any, prompts: Sequence[Any], recs: Sequence[Any], cache: Any, label: str) -> list[Finding]:

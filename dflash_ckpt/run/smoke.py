@@ -50,15 +50,13 @@ from dflash_ckpt.checks.mask_row import mask_row_findings
 from dflash_ckpt.checks.precision import precision_findings
 from dflash_ckpt.checks.run_findings import prompt_format_causes, smoke_findings, special_token_texts
 from dflash_ckpt.checks.target_config import require_target_config
-from dflash_ckpt.draftspec.layout import resolve_layout
 from dflash_ckpt.draftspec.quant import summarize
-from dflash_ckpt.draftspec.quant import read_scheme
 from dflash_ckpt.engine_runners.smoke_engine import EngineRun
 from dflash_ckpt.engine_runners.vllm_facts import version_findings as vllm_version_findings
 from dflash_ckpt.errors import UsageError
 from dflash_ckpt.run.options import SmokeOptions
 from dflash_ckpt.rules import Finding, finding
-from dflash_ckpt.run.pair import open_pair, resolve_pair
+from dflash_ckpt.run.pair import OpenPair, PairFolders, open_pair, resolve_pair
 from dflash_ckpt.run.smoke_result import SmokeResult
 from dflash_ckpt.runtime.backend import select_backend
 from dflash_ckpt.runtime.generate import step_clock
@@ -74,12 +72,6 @@ from dflash_ckpt.sources.jsonfile import decode_json_bytes
 from dflash_ckpt.sources.local import LocalSource
 from dflash_ckpt.sources.weight_sample import unfilled_weights
 from dflash_ckpt.sources.weights import load_inventory
-
-
-def _tied(config: dict[str, Any]) -> bool:
-    """Whether the target ties its head to its embeddings (Qwen3's small sizes do)."""
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
-    return text.get("tie_word_embeddings", config.get("tie_word_embeddings")) is True
 
 
 def sampling_settings(opts: SmokeOptions, target_dir: Any, target_label: str) -> SamplingSettings:
@@ -106,108 +98,126 @@ def run_smoke_run(opts: SmokeOptions, *, progress: Any = None, log: Callable[[st
     engine = engine_runner(opts.engine).start(opts) if opts.engine != "reference" else None  # DF420/DF421 before anything is read
     say = log or (lambda _msg: None)
     folders = resolve_pair(opts)
-    draft_dir, draft_label, target_dir, target_label = (folders.draft_dir, folders.draft_label, folders.target_dir,
-                                                        folders.target_label)
-    result = SmokeResult(draft_label, target_label, opts)
-    result.sampling = sampling_settings(opts, target_dir, target_label)  # before anything is loaded
+    result = SmokeResult(folders.draft_label, folders.target_label, opts)
+    result.sampling = sampling_settings(opts, folders.target_dir, folders.target_label)  # before anything is loaded
+    pair = open_checked(opts, folders, result, engine)
+    if pair is None:
+        return result
+    skipped = skipped_suite_findings(pair.skipped, opts, pair.target.where)  # DF433, said whatever the run finds
+    describe_plan(result, pair)
+    if engine is not None:
+        engine.prepare(pair, result.sampling)
+    if opts.engine == "vllm":
+        say(f"running vLLM {engine.facts.version} on target {folders.target_label} and draft {folders.draft_label} "
+            "in a child process")
+        engine.run_into(result, pair.prompts, pair.encoded, pair.encoder)
+        result.findings = _run_findings(result, pair) + skipped + vllm_version_findings()  # DF430
+        return result
+    plan = pair.plan
+    with DeviceFailures(plan.device, where=folders.target_label, dtype=plan.target_dtype) as failures:
+        failures.budget = pair.check_memory(prepacked=plan.device.type == "cpu" and opts.compile and onednn_packs_bf16())
+        unfilled = unfilled_weights(folders.draft_dir, plan.draft_inv, folders.target_dir, plan.target_inv)  # DF413
+        if unfilled:  # sampled after the memory check (about the machine), before anything is loaded
+            result.precheck.findings += unfilled
+            result.refused = True
+            return result
+        models, mask_row = _load_and_measure(opts, pair, result, say, progress)
+    result.findings = reference_findings(result, pair, mask_row, skipped)
+    if engine is not None:  # --engine both: vLLM on the same ids, after the reference has let go of the CPU
+        del models
+        say(f"running vLLM {engine.facts.version} on the same ids in a child process" if opts.engine == "both" else
+            f"serving the printed vllm serve line with vLLM {engine.facts.version}: the same ids, then "
+            f"{engine.concurrency} requests at once with and without the draft")
+        result.findings += engine.compare_into(result, pair.prompts, pair.encoded, pair.encoder) + vllm_version_findings()
+    return result
 
-    pre = inspect_sources(LocalSource(draft_dir, label=draft_label), LocalSource(target_dir, label=target_label))
+
+def open_checked(opts: SmokeOptions, folders: PairFolders, result: SmokeResult, engine: EngineRun | None) -> OpenPair | None:
+    """inspect's checks on both folders (``result.precheck``), the refusals of what the runtime,
+    the engine and the backend do not run (exit 2), then the pair opened; ``None`` when the
+    checks refused it (``result.refused``)."""
+    pre = inspect_sources(LocalSource(folders.draft_dir, label=folders.draft_label),
+                          LocalSource(folders.target_dir, label=folders.target_label))
     result.precheck = pre
     if pre.fatal is not None:
         raise pre.fatal
     assert pre.draft is not None and pre.target is not None
     refuse_unimplemented(pre.draft)  # DF151, exit 2: never measure a draft without its acceptance keys
-    require_target_config(pre.target.config, pre.target.where)  # either backend, before anything is built
+    require_target_config(pre.target)  # either backend, before anything is built
     if engine is not None:
         engine.refuse_pair(pre.draft, pre.target)  # DF422-DF424, exit 2, before an engine starts
-    backend = select_backend(opts.backend, pre.draft, pre.target.config, pre.target.where)
-    headers = load_inventory(LocalSource(target_dir, label=target_label))  # unreadable: refused below
-    require_target_config(pre.target.config, pre.target.where, headers.tensors)
-    target_inv = headers if headers.tensors and not headers.problems else None
+    backend = select_backend(opts.backend, pre.target)
+    headers = load_inventory(LocalSource(folders.target_dir, label=folders.target_label))  # unreadable: refused below
+    require_target_config(pre.target, headers.tensors)
     if pre.failed():
         result.refused = True
-        return result
+        return None
+    return open_pair(opts, folders, draft=pre.draft, target=pre.target, backend=backend,
+                     target_inv=headers if headers.tensors and not headers.problems else None)
 
-    pair = open_pair(opts, folders, draft=pre.draft, target_config=pre.target.config, target_where=pre.target.where,
-                     backend=backend, target_inv=target_inv)
-    plan, prompts, encoder, encoded, stops = pair.plan, pair.prompts, pair.encoder, pair.encoded, pair.stops
-    skipped = skipped_suite_findings(pair.skipped, opts, pre.target.where)  # DF433, said whatever the run finds
+
+def describe_plan(result: SmokeResult, pair: OpenPair) -> None:
+    """What the run is about to do, into ``result``: backend, device, dtypes, block and layout,
+    prompt format, stops, the tie tolerance and a quantized target's layers."""
+    plan, opts, encoder = pair.plan, pair.options, pair.encoder
     result.backend = plan.backend
-    result.published_draft = published_draft(pre.draft)  # by the weights' fingerprint, never by a name
+    result.published_draft = published_draft(pair.draft)  # by the weights' fingerprint, never by a name
     result.prompt_format = prompt_format_causes(
-        prompts, chat_template=encoder.uses_template, thinking=opts.thinking,
+        pair.prompts, chat_template=encoder.uses_template, thinking=opts.thinking,
         custom=opts.custom_prompts, special_tokens=special_token_texts(encoder.special_tokens))
-
-    device = plan.device
-    result.trained_block_size = plan.trained_block_size
-    result.device = str(device)
+    result.trained_block_size, result.block_size = plan.trained_block_size, plan.block_size
+    result.device = str(plan.device)
     result.draft_dtype, result.target_dtype = dtype_name(plan.draft_dtype), dtype_name(plan.target_dtype)
     result.draft_dtype_stored, result.target_dtype_stored = stored_dtype(plan.draft_inv), stored_dtype(plan.target_inv)
-    result.block_size = plan.block_size
     layout = plan.draft_args.block_layout
-    result.layout, result.layout_source = layout.layout, layout.source
-    result.verify_width = layout.verify_width(plan.block_size)
+    result.layout, result.layout_source, result.verify_width = layout.layout, layout.source, plan.verify_width
     result.tie_tolerance = opts.tie_tolerance if opts.tie_tolerance is not None else TIE_TOLERANCE[plan.target_dtype]
-    result.chat_template = encoder.uses_template
-    result.stop_token_ids = stops
-    scheme = read_scheme(pre.target.config, pre.target.where) if plan.backend == "native" else None
+    result.chat_template, result.stop_token_ids = encoder.uses_template, pair.stops
+    scheme = pair.target.quant_scheme() if plan.backend == "native" else None
     if scheme is not None:
         result.quantization = summarize(scheme, plan.target_inv.tensors, result.target_dtype,
-                                        tied=_tied(pre.target.config))
+                                        tied=pair.target.tie_word_embeddings())
 
-    if engine is not None:
-        engine.prepare(draft_dir=draft_dir, target_dir=target_dir, plan=plan, encoded=encoded, stops=stops,
-                       max_new_tokens=opts.max_new_tokens, where=target_label,
-                       max_positions=pre.target.config.get("max_position_embeddings"), sampling=result.sampling)
-    if opts.engine == "vllm":
-        say(f"running vLLM {engine.facts.version} on target {target_label} and draft {draft_label} in a child process")
-        engine.run_into(result, prompts, encoded, encoder)
-        result.findings = smoke_findings(result, target_layer_ids=plan.draft_args.target_layer_ids,
-                                         mask_token_id=plan.draft_args.mask_token_id)
-        result.findings += evidence_findings(result.evidence(), min_acceptance=opts.min_acceptance) + skipped
-        result.findings += vllm_version_findings()  # DF430: vLLM outside its record's versions
-        return result
-    with DeviceFailures(device, where=target_label, dtype=plan.target_dtype) as failures:
-        failures.budget = pair.check_memory(prepacked=device.type == "cpu" and opts.compile and onednn_packs_bf16())
-        unfilled = unfilled_weights(draft_dir, plan.draft_inv, target_dir, plan.target_inv)  # DF413
-        if unfilled:  # sampled after the memory check (about the machine), before anything is loaded
-            pre.findings += unfilled
-            result.refused = True
-            return result
-        target_model, draft_model, loop, mask_row = _load_and_measure(opts, pair, result, say, progress,
-                                                                       draft_dir=draft_dir, target_label=target_label)
+
+def _run_findings(result: SmokeResult, pair: OpenPair) -> list[Finding]:
+    """The measured run's verdicts on lossless output and tap use (DF401...), then on its evidence
+    (DF403, DF408, DF409)."""
+    args = pair.plan.draft_args
+    return (smoke_findings(result, target_layer_ids=args.target_layer_ids, mask_token_id=args.mask_token_id)
+            + evidence_findings(result.evidence(), min_acceptance=pair.options.min_acceptance))
+
+
+def reference_findings(result: SmokeResult, pair: OpenPair, mask_row: list[Finding], skipped: list[Finding]) -> list[Finding]:
+    """The reference run's findings, in report order: the run's verdicts, the degenerate pair's
+    (DF413-DF415), the block layout's and the mask row's, the evidence, the suite left out and
+    the precision of the dtypes on this device."""
+    plan = pair.plan
     for run in result.runs:
-        run.input_text = encoder.render(run.prompt)
-    result.findings = smoke_findings(result, target_layer_ids=plan.draft_args.target_layer_ids,
-                                     mask_token_id=plan.draft_args.mask_token_id) + smoke_degenerate_findings(result)
-    result.findings += smoke_layout_findings(layout, resolve_layout(pre.draft.config)) + mask_row
-    result.findings += evidence_findings(result.evidence(), min_acceptance=opts.min_acceptance)  # DF408, DF409
-    result.findings += skipped
+        run.input_text = pair.encoder.render(run.prompt)
+    args = plan.draft_args
+    found = smoke_findings(result, target_layer_ids=args.target_layer_ids, mask_token_id=args.mask_token_id)
+    found += smoke_degenerate_findings(result)
+    found += smoke_layout_findings(args.block_layout, pair.draft.block_layout) + mask_row
+    found += evidence_findings(result.evidence(), min_acceptance=pair.options.min_acceptance)  # DF408, DF409
     capability = None
-    if device.type == "cuda":
+    if plan.device.type == "cuda":
         import torch  # noqa: PLC0415 - the run has loaded it already; inspect never gets here
 
-        capability = torch.cuda.get_device_capability(device)
-    result.findings += precision_findings(draft_label, str(device), capability, result.draft_dtype, result.target_dtype)
-    if engine is not None:  # --engine both: vLLM on the same ids, after the reference has let go of the CPU
-        del target_model, draft_model, loop
-        say(f"running vLLM {engine.facts.version} on the same ids in a child process" if opts.engine == "both" else
-            f"serving the printed vllm serve line with vLLM {engine.facts.version}: the same ids, then "
-            f"{engine.concurrency} requests at once with and without the draft")
-        result.findings += engine.compare_into(result, prompts, encoded, encoder) + vllm_version_findings()
-    return result
+        capability = torch.cuda.get_device_capability(plan.device)
+    return found + skipped + precision_findings(result.draft_label, str(plan.device), capability, result.draft_dtype,
+                                                result.target_dtype)
 
 
-def _load_and_measure(opts: SmokeOptions, pair: Any, result: SmokeResult, say: Callable[[str], None],
-                      progress: Any, *, draft_dir: Any, target_label: str) -> tuple[Any, Any, Any, list[Any]]:
+def _load_and_measure(opts: SmokeOptions, pair: OpenPair, result: SmokeResult, say: Callable[[str], None],
+                      progress: Any) -> tuple[tuple[Any, Any, Any], list[Finding]]:
     """Load both models, choose the loop (self-checked) and measure every prompt into ``result``;
-    returns the models, the loop (``--engine both`` lets go of them before vLLM starts) and the
+    returns the models and the loop (``--engine both`` lets go of them before vLLM starts) and the
     mask row's findings (DF431: judged on the loaded values, which no header holds)."""
     plan, prompts, encoder, encoded, stops = pair.plan, pair.prompts, pair.encoder, pair.encoded, pair.stops
     device = plan.device
     target_model, draft_model, result.threads = pair.load(opts.threads, say, plan.target.model_type)
-    mask_row = mask_row_findings(target_model.embed_tokens.weight, plan.draft_args.mask_token_id, draft_dir,
-                                 plan.draft_inv.tensors, target_label)
+    mask_row = mask_row_findings(target_model.embed_tokens.weight, plan.draft_args.mask_token_id, pair.folders.draft_dir,
+                                 plan.draft_inv.tensors, pair.folders.target_label)
     if device.type == "cpu" and opts.compile:
         result.prepacked_weights, result.prepack_s = prepack_pair(target_model, draft_model)
         if note := slow_path_note(target_model, draft_model):
@@ -233,7 +243,7 @@ def _load_and_measure(opts: SmokeOptions, pair: Any, result: SmokeResult, say: C
     if result.cpu_linear == "avx2-kernel" and (note := kernel_failed_note()):  # torch's path took over mid-run
         result.cpu_linear = "torch"
         say(note)
-    return target_model, draft_model, loop, mask_row
+    return (target_model, draft_model, loop), mask_row
 
 
 def skipped_suite_findings(skipped: list[str], opts: SmokeOptions, target_where: str) -> list[Finding]:

@@ -21,8 +21,7 @@ from typing import Any, Callable
 import torch
 
 from dflash_ckpt.draftspec.families import Unsupported, hf_family_of
-from dflash_ckpt.draftspec.quant import read_scheme
-from dflash_ckpt.draftspec.specs import TargetSpec, target_from_config, target_model_type
+from dflash_ckpt.draftspec.specs import TargetSpec
 from dflash_ckpt.draftspec.target_settings import TargetSettings, ensure_supported
 from dflash_ckpt.errors import InputError, UsageError
 from dflash_ckpt.runtime.memory import require_fits, needed_bytes
@@ -42,33 +41,32 @@ def _need_transformers(why: str) -> None:
         raise UsageError(f"{why} needs transformers, which is not installed: {HF_EXTRA_HINT}")
 
 
-def _point_to_transformers(refusal: Unsupported, config: dict[str, Any]) -> None:
+def _point_to_transformers(refusal: Unsupported, spec: TargetSpec) -> None:
     """Re-raise a native refusal with the way out, when the transformers backend runs the target."""
-    if hf_family_of(config) is not None:
+    if hf_family_of(spec.config) is not None:
         raise UsageError(f"{refusal}; --backend transformers (or auto) runs this target") from None
 
 
-def select_backend(name: str, draft_spec: Any, config: dict[str, Any], where: str) -> str:
+def select_backend(name: str, spec: TargetSpec) -> str:
     """``native`` or ``transformers`` for ``--backend name`` (validated with the options,
     ``plan.RunOptions``); refuses (exit 2) what neither runs.
 
     Only the kind of target is judged here (as ``ensure_supported`` does), so that a supported
-    pair with bad values still reaches inspect's checks (exit 1). ``draft_spec`` is not judged:
-    the runtime runs both draft generations.
+    pair with bad values still reaches inspect's checks (exit 1). The draft is not judged: the
+    runtime runs both draft generations.
     """
-    spec = target_from_config(config, label=where, where=where)
     if name == "native":
         try:
             ensure_supported(spec)
         except Unsupported as refusal:
-            _point_to_transformers(refusal, config)
+            _point_to_transformers(refusal, spec)
             raise
         return "native"
     if name == "transformers":
         _need_transformers("--backend transformers")
         from dflash_ckpt.runtime.hf_target import hf_target_info
 
-        hf_target_info(config, where)
+        hf_target_info(spec)
         return "transformers"
     try:
         ensure_supported(spec)
@@ -83,7 +81,7 @@ def select_backend(name: str, draft_spec: Any, config: dict[str, Any], where: st
                              f"{HF_EXTRA_HINT}") from None
         from dflash_ckpt.runtime.hf_target import hf_target_info
 
-        hf_target_info(config, where)
+        hf_target_info(spec)
         return "transformers"
 
 
@@ -104,17 +102,16 @@ class TargetPlan:
 
 def plan_target(backend: str, spec: TargetSpec) -> TargetPlan:
     """Read the target's settings for ``backend`` (after inspect's checks passed)."""
-    config, where = spec.config, spec.where
     if backend == "native":
         from dflash_ckpt.runtime.loading import load_target
 
         try:
             args = TargetSettings.from_spec(spec)
         except Unsupported as refusal:  # a setting native lacks (rope type, sliding window, ...)
-            _point_to_transformers(refusal, config)
+            _point_to_transformers(refusal, spec)
             raise
 
-        scheme = read_scheme(config, where)  # a quantized target is dequantized while loading
+        scheme = spec.quant_scheme()  # a quantized target is dequantized while loading
 
         def load_native(folder: Path, dtype: torch.dtype, device: torch.device, label: str, inv: WeightInventory) -> Any:
             return load_target(folder, args, dtype=dtype, device=device, label=label, inv=inv, scheme=scheme)
@@ -123,8 +120,8 @@ def plan_target(backend: str, spec: TargetSpec) -> TargetPlan:
                           load_native)
     from dflash_ckpt.runtime.hf_target import require_buildable, hf_target_info, load_hf_target
 
-    info = hf_target_info(config, where)
-    require_buildable(config, where)
+    info = hf_target_info(spec)
+    require_buildable(spec)
 
     def load_hf(folder: Path, dtype: torch.dtype, device: torch.device, label: str, inv: WeightInventory) -> Any:
         if device.type != "cpu":  # transformers loads (and dequantizes) in host memory, then moves
@@ -133,5 +130,5 @@ def plan_target(backend: str, spec: TargetSpec) -> TargetPlan:
         return load_hf_target(folder, info, dtype=dtype, device=device, tensor_names=list(inv.tensors))
 
     layers = spec.num_hidden_layers
-    return TargetPlan("transformers", str(target_model_type(config)), info.max_position_embeddings, info.dtype,
+    return TargetPlan("transformers", str(spec.model_type), info.max_position_embeddings, info.dtype,
                       layers if isinstance(layers, int) and not isinstance(layers, bool) and layers > 0 else None, load_hf)

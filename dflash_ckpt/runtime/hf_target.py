@@ -67,9 +67,8 @@ from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache
 from transformers.cache_utils import LinearAttentionCacheLayerMixin
 from transformers.utils import logging as _hf_logging
 
-from dflash_ckpt.draftspec.config_values import config_dtype
 from dflash_ckpt.draftspec.families import HF_FAMILIES, HF_SUPPORTED_TEXT, hf_family_of
-from dflash_ckpt.draftspec.specs import decoder_config
+from dflash_ckpt.draftspec.specs import TargetSpec
 from dflash_ckpt.errors import InputError, UsageError
 from dflash_ckpt.runtime.hf_config import attribute_problem, clean_config, pinned_attention
 from dflash_ckpt.runtime.target import TargetOutput
@@ -86,38 +85,36 @@ class HFTargetInfo:
     mxfp4: bool
 
 
-def hf_target_info(config: dict[str, Any], where: str) -> HFTargetInfo:
+def hf_target_info(spec: TargetSpec) -> HFTargetInfo:
     """Judge a target config for this backend without loading anything; refusals exit 2."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
+    config, where, inner = spec.config, spec.where, spec.decoder  # the raw dict is transformers' input here
     model_type = config.get("model_type")
     if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING_NAMES:
         custom = " (its auto_map names custom code, which is never run)" if config.get("auto_map") else ""
         raise UsageError(f"model_type {model_type!r} is not implemented by transformers "
                          f"{transformers.__version__}{custom}; {HF_SUPPORTED_TEXT}", path=where)
-    inner = decoder_config(config)
-    family = hf_family_of(config)
+    family = hf_family_of(spec.config)
     if family is None:
         text_type = inner.get("model_type", model_type)
         raise UsageError(f"target model_type {model_type!r} (decoder {text_type!r}) is not one the "
                          f"transformers backend was verified on; {HF_SUPPORTED_TEXT}", path=where)
-    quant = config.get("quantization_config") or inner.get("quantization_config")
-    method = quant.get("quant_method") if isinstance(quant, dict) else None
+    method = spec.quant_method
     if method not in (None, "mxfp4"):
         raise UsageError(f"quantization_config.quant_method {method!r}: the transformers backend "
                          "loads unquantized weights and gpt-oss MXFP4 (dequantized) only; the native backend "
                          "dequantizes fp8, awq, gptq and compressed-tensors Qwen3/Llama targets (--backend native)",
                          path=where)
-    dtype = config_dtype(inner) or config_dtype(config)
-    mpe = inner.get("max_position_embeddings", config.get("max_position_embeddings"))
+    mpe = spec.max_position_embeddings
     return HFTargetInfo(
-        model_type=model_type,
-        max_position_embeddings=mpe if isinstance(mpe, int) and mpe > 0 else None,
-        dtype=dtype, text_config=inner is not config, mxfp4=method == "mxfp4",
+        model_type=model_type, text_model_type=family.model_type, family_name=family.name,
+        max_position_embeddings=mpe if mpe is not None and mpe > 0 else None,
+        dtype=spec.dtype, text_config=spec.text_config_used, mxfp4=method == "mxfp4",
     )
 
 
-def require_buildable(config: dict[str, Any], where: str) -> None:
+def require_buildable(spec: TargetSpec) -> None:
     """Refuse (DF142, exit 2) a config transformers cannot build: a key naming a method or a
     read-only property of its config class, or a value of the wrong type (``num_labels: "x"``,
     ``rope_scaling: "x"``). The config object is built here, from the cleaned dict, before
@@ -125,7 +122,7 @@ def require_buildable(config: dict[str, Any], where: str) -> None:
     precise); whatever transformers raises is one line."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-    inner = decoder_config(config)
+    config, where, inner = spec.config, spec.where, spec.decoder  # built by transformers' own classes
     cls = CONFIG_MAPPING[config["model_type"]]
     text_type = inner.get("model_type") if inner is not config else None
     text_cls = CONFIG_MAPPING[text_type] if isinstance(text_type, str) and text_type in CONFIG_MAPPING else None

@@ -38,7 +38,7 @@ from typing import Any, Iterator, Mapping
 
 import torch
 
-from dflash_ckpt.draftspec.specs import decoder_config
+from dflash_ckpt.draftspec.specs import DraftDims, DraftSpec, TargetSpec
 from dflash_ckpt.errors import UsageError
 
 #: Tensor-name fragments of vision and audio towers and their projectors: not loaded, not counted.
@@ -50,7 +50,6 @@ _ST_BYTES = {"F64": 8, "F32": 4, "BF16": 2, "F16": 2, "I64": 8, "I32": 4, "I16":
 #: the Qwen3-4B shape, benchmarks/README.md "real size"; counted with margin).
 HF_OVERHEAD = 0.15
 #: Keys whose presence means experts: the dense count from the config does not apply.
-_MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_intermediate_size")
 GIB = 2 ** 30
 #: Tensors of a quantized layer other than its packed weight (``runtime/quant``), not kept once dequantized.
 _QUANT_AUX = (".qzeros", ".scales", ".g_idx", ".weight_scale", ".weight_scale_inv", ".weight_zero_point",
@@ -105,23 +104,22 @@ class Shapes:
     dense: bool
 
     @classmethod
-    def of(cls, config: Mapping[str, Any]) -> Shapes | None:
-        """``None`` when the config lacks the basic sizes (the count then uses the files only)."""
-        text = decoder_config(dict(config))
-        try:
-            hidden, layers = int(text["hidden_size"]), int(text["num_hidden_layers"])
-            heads = int(text["num_attention_heads"])
-            kv = int(text.get("num_key_value_heads") or heads)
-            head_dim = int(text.get("head_dim") or hidden // heads)
-            inter = int(text.get("intermediate_size") or 0)
-            vocab = int(text.get("vocab_size") or config.get("vocab_size") or 0)
-        except (KeyError, TypeError, ValueError, ZeroDivisionError):
+    def of(cls, dims: DraftDims, *, tied: bool = False, dense: bool = True) -> Shapes | None:
+        """``None`` when the dimensions lack the basic sizes (the count then uses the files only)."""
+        hidden, layers, heads = dims.hidden_size, dims.num_hidden_layers, dims.num_attention_heads
+        if not (hidden and layers and heads and dims.num_key_value_heads and dims.head_dim):
             return None
-        if min(hidden, layers, heads, kv, head_dim) <= 0 or inter < 0 or vocab < 0:
-            return None
-        tied = bool(config.get("tie_word_embeddings", text.get("tie_word_embeddings", False)))
-        dense = not any(text.get(k) for k in _MOE_KEYS)
-        return cls(hidden, layers, heads, kv, head_dim, inter, vocab, tied, dense)
+        return cls(hidden, layers, heads, dims.num_key_value_heads, dims.head_dim, dims.intermediate_size or 0,
+                   dims.vocab_size or 0, tied, dense)
+
+    @classmethod
+    def of_target(cls, spec: TargetSpec) -> Shapes | None:
+        return cls.of(spec.dims, tied=spec.tie_word_embeddings(), dense=spec.dense)
+
+    @classmethod
+    def of_draft(cls, spec: DraftSpec) -> Shapes | None:
+        """The draft's shapes (its embeddings and head are the target's, so ties do not count)."""
+        return cls.of(spec.dims)
 
     def params(self, *, embeddings: bool = True) -> int:
         """Parameters of a dense Qwen3/Llama decoder of these shapes (norms included)."""
@@ -152,8 +150,8 @@ class RunEstimate:
         return ", ".join(f"{name} {value / GIB:.2f} GiB" for name, value in self.parts.items() if value)
 
 
-def estimate_run(*, target_config: Mapping[str, Any], target_file_bytes: int, target_dtype: torch.dtype,
-                 draft_config: Mapping[str, Any], draft_file_bytes: int, draft_dtype: torch.dtype,
+def estimate_run(*, target: Shapes | None, target_file_bytes: int, target_dtype: torch.dtype,
+                 draft: Shapes | None, draft_file_bytes: int, draft_dtype: torch.dtype,
                  capacity: int, longest: int, block: int, backend: str, taps: int,
                  prepacked: bool = False, dequant_bytes: int = 0) -> RunEstimate:
     """The peak of a smoke-run: ``capacity`` cache positions, ``longest`` tokens in the largest
@@ -164,7 +162,7 @@ def estimate_run(*, target_config: Mapping[str, Any], target_file_bytes: int, ta
     target's largest layer's dequantization temporaries (``draftspec.quant.dequant_peak_bytes``)."""
     t_elt = torch.empty((), dtype=target_dtype).element_size()
     d_elt = torch.empty((), dtype=draft_dtype).element_size()
-    ts, ds = Shapes.of(target_config), Shapes.of(draft_config)
+    ts, ds = target, draft
     t_weights = target_file_bytes
     if ts is not None and ts.dense:
         t_weights = max(t_weights, ts.params() * t_elt)

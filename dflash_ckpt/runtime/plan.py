@@ -16,7 +16,7 @@ import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Protocol, Sequence
 
 import torch
 
@@ -27,7 +27,7 @@ from dflash_ckpt.runtime.backend import TargetPlan, plan_target
 from dflash_ckpt.runtime.loading import inventory, parse_dtype, stored_dtype
 from dflash_ckpt.sources.prompts import Prompt
 from dflash_ckpt.sources.weights import WeightInventory
-from dflash_ckpt.draftspec.specs import DraftSpec, target_from_config
+from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec
 
 #: ``--draft-dtype stored`` / ``--target-dtype stored`` (``run/options.STORED``; the runtime does
 #: not import the run layer above it).
@@ -51,16 +51,46 @@ class RunOptions(Protocol):
 
 
 @dataclass(frozen=True)
+class Blocks:
+    """The draft's runtime settings (in ``--layout``) and the block size a run uses, decided once
+    (``blocks``); the verify width and every cache's capacity follow from them here."""
+
+    draft_args: DraftSettings
+    #: ``--block-size``, else the trained one: every loop below requires it.
+    block_size: int
+
+    @property
+    def trained_block_size(self) -> int:
+        return self.draft_args.block_size
+
+    @property
+    def verify_width(self) -> int:
+        """Positions one verify forward takes: the block, or one more anchor-first."""
+        return self.draft_args.block_layout.verify_width(self.block_size)
+
+    def capacity(self, encoded: Sequence[Sequence[int]], max_new_tokens: int, *, layout: BlockLayout | None = None,
+                 any_layout: bool = False) -> int:
+        """Cache positions a run over ``encoded`` needs: the longest prompt, ``max_new_tokens`` new
+        tokens, one verify block and the bonus token. The block is verified in ``layout`` (else the
+        run's); ``any_layout``: in either (probe-taps runs both), the wider being the block and its anchor."""
+        width = (self.block_size + 1 if any_layout else
+                 (layout or self.draft_args.block_layout).verify_width(self.block_size))
+        return max(len(ids) for ids in encoded) + max_new_tokens + width + 1
+
+
+def blocks(opts: RunOptions, draft: DraftSpec) -> Blocks:
+    """The draft's settings in ``--layout`` (else as declared) and ``--block-size`` (else the trained one)."""
+    args = with_layout(DraftSettings.from_spec(draft), opts.layout)
+    return Blocks(args, opts.block_size if opts.block_size is not None else args.block_size)
+
+
+@dataclass(frozen=True)
 class RunPlan:
     """What a run loads and how, resolved once from the checked spec and the options."""
 
     target: TargetPlan
-    draft_args: DraftSettings
-    #: ``--block-size``, else the trained one: resolved here once; every loop below requires it.
-    block_size: int
-    trained_block_size: int
-    #: Cache positions (``cache_capacity``): the longest prompt, ``-n`` new tokens, one verify
-    #: block and the bonus token; every loop below is sized with it.
+    blocks: Blocks
+    #: Cache positions (``Blocks.capacity``) of the run's prompts; every loop below is sized with it.
     capacity: int
     device: torch.device
     draft_dtype: torch.dtype
@@ -72,33 +102,38 @@ class RunPlan:
     def backend(self) -> str:
         return self.target.backend
 
+    @property
+    def draft_args(self) -> DraftSettings:
+        return self.blocks.draft_args
 
-def plan_run(opts: RunOptions, *, draft: DraftSpec, draft_dir: Path, target_dir: Path, target_label: str,
-             target_config: dict[str, Any], target_where: str, backend: str,
-             prompts: Sequence[Prompt], encoded: Sequence[Sequence[int]],
+    @property
+    def block_size(self) -> int:
+        return self.blocks.block_size
+
+    @property
+    def trained_block_size(self) -> int:
+        return self.blocks.trained_block_size
+
+    @property
+    def verify_width(self) -> int:
+        return self.blocks.verify_width
+
+
+def plan_run(opts: RunOptions, *, draft: DraftSpec, target: TargetSpec, blocks: Blocks, draft_dir: Path,
+             target_dir: Path, backend: str, prompts: Sequence[Prompt], encoded: Sequence[Sequence[int]],
              target_inv: WeightInventory | None = None) -> RunPlan:
     """The plan for ``backend`` (``native`` or ``transformers``, from ``select_backend``), after
     inspect's checks passed; refuses (exit 2) prompts that do not fit the target's positions.
     ``target_inv``: the target's headers when the caller read them already (they are read once)."""
-    target = plan_target(backend, target_from_config(target_config, label=target_label, where=target_where))
-    draft_args = with_layout(DraftSettings.from_spec(draft), opts.layout)
-    block = opts.block_size if opts.block_size is not None else draft_args.block_size
-    width = draft_args.block_layout.verify_width(block)
-    capacity = cache_capacity(encoded, opts.max_new_tokens, width)
-    if target.max_position_embeddings:
-        require_positions_fit(prompts, encoded, opts.max_new_tokens, width, target.max_position_embeddings, target_where)
+    tplan = plan_target(backend, target)
+    if tplan.max_position_embeddings:
+        require_positions_fit(prompts, encoded, opts.max_new_tokens, blocks.verify_width,
+                              tplan.max_position_embeddings, target.where)
     draft_inv = read_weights(draft, draft_dir)
-    device, draft_dtype, target_dtype, target_inv = resolve_dtypes(opts, target_dir, target_label, target.dtype, target_inv,
-                                                                   draft_inv=draft_inv)
-    return RunPlan(target=target, draft_args=draft_args, block_size=block, trained_block_size=draft_args.block_size,
-                   capacity=capacity, device=device, draft_dtype=draft_dtype, target_dtype=target_dtype,
-                   target_inv=target_inv, draft_inv=draft_inv)
-
-
-def cache_capacity(encoded: Sequence[Sequence[int]], max_new_tokens: int, verify_width: int) -> int:
-    """Cache positions a run needs: the longest prompt, ``max_new_tokens`` new tokens, one verify
-    block (``verify_width``: the block size, or one more anchor-first) and the bonus token."""
-    return max(len(ids) for ids in encoded) + max_new_tokens + verify_width + 1
+    device, draft_dtype, target_dtype, target_inv = resolve_dtypes(opts, target_dir, target.label, tplan.dtype,
+                                                                   target_inv, draft_inv=draft_inv)
+    return RunPlan(target=tplan, blocks=blocks, capacity=blocks.capacity(encoded, opts.max_new_tokens), device=device,
+                   draft_dtype=draft_dtype, target_dtype=target_dtype, target_inv=target_inv, draft_inv=draft_inv)
 
 
 def with_layout(args: DraftSettings, layout: str | None) -> DraftSettings:

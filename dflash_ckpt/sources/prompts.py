@@ -17,7 +17,7 @@ import itertools
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from dflash_ckpt import limits
 from dflash_ckpt.errors import InputError, UsageError
@@ -334,9 +334,9 @@ def _key(prompt: Prompt) -> tuple[str, str | None, str]:
     return prompt.name, prompt.text, repr(prompt.messages)
 
 
-def stop_token_ids(folder: Path, config: dict[str, Any], tokenizer_eos: int | None) -> list[int]:
-    """Stop tokens: ``eos_token_id`` of generation_config.json and config.json (int or list,
-    ``text_config`` included), and the tokenizer's eos token."""
+def stop_token_ids(folder: Path, config_eos: Sequence[Any], tokenizer_eos: int | None) -> list[int]:
+    """Stop tokens: ``eos_token_id`` of generation_config.json, config.json's (``config_eos``: the
+    values ``TargetSpec.eos_values`` decodes, each an int or a list) and the tokenizer's eos token."""
     ids: list[int] = []
 
     def add(value: Any) -> None:
@@ -350,10 +350,8 @@ def stop_token_ids(folder: Path, config: dict[str, Any], tokenizer_eos: int | No
                 add(v)
 
     add(_read_json(folder / "generation_config.json").get("eos_token_id"))
-    add(config.get("eos_token_id"))
-    text = config.get("text_config")
-    if isinstance(text, dict):
-        add(text.get("eos_token_id"))
+    for value in config_eos:
+        add(value)
     if tokenizer_eos is not None:
         add(tokenizer_eos)
     return list(dict.fromkeys(ids))

@@ -20,7 +20,7 @@ from dflash_ckpt.checks.engines.record import Engine
 from dflash_ckpt.checks.engines.versions import Versions
 from dflash_ckpt.draftspec.layout import ONE_PLUS_N
 from dflash_ckpt.draftspec.siblings import DSPARK, markov_rank
-from dflash_ckpt.draftspec.specs import ABSENT, DraftSpec, TargetSpec, as_int, decoder_config, resolve_key
+from dflash_ckpt.draftspec.specs import ABSENT, DraftSpec, TargetSpec, as_int, resolve_key
 
 DSPARK_LAUNCH = "--speculative-algorithm DSPARK"
 #: SGLang turns the DFlash2 features on per pair of nested keys.
@@ -73,7 +73,7 @@ def dflash2_gate(spec: DraftSpec, target: TargetSpec | None) -> list[str]:
 
 def target_quantized(target: TargetSpec) -> bool:
     """Whether the target config carries a ``quantization_config`` (top level or its text config)."""
-    return any(isinstance(cfg.get("quantization_config"), dict) for cfg in (target.config, decoder_config(target.config)))
+    return bool(target.quantization_blocks)
 
 
 def draft_quantization(f: ServeFacts) -> list[str]:

@@ -39,7 +39,6 @@ from dflash_ckpt.checks.engines.reading import (NESTED_ONLY, NESTED_THEN_TOP, RE
 from dflash_ckpt.checks.engines.record import Engine
 from dflash_ckpt.checks.engines.versions import Versions
 from dflash_ckpt.checks.pitfalls import target_lm_head_quantized
-from dflash_ckpt.checks.siblings import target_context
 from dflash_ckpt.checks.speculators_format import absent_key_sliding, causal_override
 from dflash_ckpt.draftspec.siblings import DSPARK, LAGUNA, LILICORR, markov_rank
 from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec, as_int, resolve_key
@@ -200,7 +199,7 @@ def batching(k: int) -> list[str]:
 def context_cap(spec: DraftSpec, target: TargetSpec) -> int | None:
     """The draft's ``max_position_embeddings`` when it is below the target's (else ``None``)."""
     draft = as_int(spec.config.get("max_position_embeddings"))
-    full = target_context(target)
+    full = target.served_context
     return draft if draft is not None and full is not None and 0 < draft < full else None
 
 
