@@ -108,7 +108,7 @@ def hf_target_info(spec: TargetSpec) -> HFTargetInfo:
                          path=where)
     mpe = spec.max_position_embeddings
     return HFTargetInfo(
-        model_type=model_type, text_model_type=family.model_type, family_name=family.name,
+        model_type=model_type,
         max_position_embeddings=mpe if mpe is not None and mpe > 0 else None,
         dtype=spec.dtype, text_config=spec.text_config_used, mxfp4=method == "mxfp4",
     )
