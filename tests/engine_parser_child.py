@@ -170,8 +170,10 @@ def exllamav3(src: Path) -> Callable[[dict[str, Any]], dict[str, Any]]:
         # c.target_layer_ids are export indices (a layer's output), shifted by tap_shift: the z-lab
         # tap of export index e is e - 1 (exllamav3's export index j is the output of layer j - 1
         # in the convention its tap_shift 1 default assumes for the original release)
-        causal = [c.block_window(i)[1] == 0 if c.layer_types[i] == "sliding_attention" else c.is_causal is True
-                  for i in range(c.num_hidden_layers)] if hasattr(c, "block_window") else None
+        causal = None  # block_window indexes layer_types: a short list fails later, at model build
+        if hasattr(c, "block_window") and len(c.layer_types) >= c.num_hidden_layers:
+            causal = [c.block_window(i)[1] == 0 if c.layer_types[i] == "sliding_attention" else c.is_causal is True
+                      for i in range(c.num_hidden_layers)]
         return {"block_size": c.block_size, "mask_token_id": c.mask_token_id, "export_ids": list(c.target_layer_ids),
                 "tap_shift": getattr(c, "tap_shift", None), "causal": causal}
     return run
@@ -192,11 +194,8 @@ def vllm(src: Path) -> Callable[[dict[str, Any]], dict[str, Any]]:
         model = SimpleNamespace(hf_config=hf)
         aux = get_eagle3_aux_layers_from_config(SimpleNamespace(draft_model_config=model))
         proposer = SimpleNamespace(draft_model_config=model, pass_hidden_states_to_model=False)
-        try:
-            SpecDecodeBaseProposer._init_parallel_drafting_params(proposer)
-            mask = proposer.parallel_drafting_token_id
-        except ValueError:
-            mask = None
+        SpecDecodeBaseProposer._init_parallel_drafting_params(proposer)  # raises with no mask id
+        mask = proposer.parallel_drafting_token_id
         layers = getattr(hf, "num_hidden_layers", None)
         causal = [bool(_dflash_layer_causal(hf, i)) for i in range(layers)] if isinstance(layers, int) else None
         nested = getattr(hf, "dflash_config", None) or {}

@@ -1,0 +1,236 @@
+"""Issue 41 item 5: each engine's own config parser judges its reader row.
+
+Every published layout (fixtures/published, as built into ``drafts/`` and ``drafts/layouts/``),
+every repository fixture (tiny-pair, speculators) and every mutant of make_fixtures is fed to
+SGLang 0.5.23's ``parse_dflash_draft_config``, lmdeploy 0.18.0's ``parse_dflash_config``,
+exllamav3 1.6.5's ``DFlashConfig`` family and the installed vLLM's config loader (its speculators
+adapter), aux-layer, mask-id and per-layer causality functions (tests/engine_parsers.py,
+tests/engine_parser_child.py). Against what the engine's own code resolves, our row for that
+engine (``checks.engines.<engine>``: its ``judge``'s Reading, ``judge_readers``' verdict, its
+``path``) must agree:
+
+- the parser raises: our row must not say the draft loads;
+- the parser resolves block size, mask id or taps that our reader also resolved: the same values
+  (vLLM's aux layers are tap + 1; exllamav3's export ids are the taps + our ``tap_shift``);
+- our reader fails where the parser loads: only for a reason listed in ``STRICTER`` (what the
+  engine decides later than its parser, or fills in with a guess), each with its source;
+- vLLM: the layers it runs causal are the trained ones except exactly those our row names
+  (DF173's counts), and it refuses a declared anchor-first draft exactly when our path says so.
+
+Not judged here, because no parser decides it: whether the weights load (tests/test_engine_vllm_readers.py
+measures vLLM's by starting it), SGLang's and exllamav3's block layout (neither reads a layout
+key: 1+N, our ``one_plus_n``), and acceptance-changing keys a parser reads but our row models in
+``checks.acceptance``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import ROOT
+from engine_parsers import WHEELS, Judge, fetch, vllm_judge
+from dflash_ckpt.checks.engines import exllamav3 as exl3_row
+from dflash_ckpt.checks.engines import vllm as vllm_row
+from dflash_ckpt.checks.engines.reading import REFUSES, Reading
+from dflash_ckpt.checks.engines.registry import BY_KEY
+from dflash_ckpt.checks.engines.verdicts import judge_readers
+from dflash_ckpt.checks.speculators_format import absent_key_sliding, causal_override
+from dflash_ckpt.draftspec.draft_settings import DraftSettings
+from dflash_ckpt.draftspec.siblings import DSPARK
+from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec, as_int, read_draft_spec, read_target_spec
+from dflash_ckpt.errors import DFlashCkptError
+from dflash_ckpt.sources.local import LocalSource
+
+pytestmark = pytest.mark.slow
+
+#: Where our reader is stricter than the engine's parser on purpose: engine -> (pattern of our
+#: reader's problem, why the parser's "loads" is not the engine's last word).
+STRICTER: dict[str, tuple[tuple[str, str], ...]] = {
+    "sglang": (
+        (r"target_layer_ids is in neither",
+         "dflash_utils.py build_target_layer_ids: with no taps SGLang guesses evenly spaced ones, not the trained ones"),
+        (r"mask_token_id is in neither",
+         "dflash_utils.py: with no mask id SGLang looks up the mask_token string (default <|MASK|>) in the tokenizer later"),
+        (r"block_size is in neither",
+         "dflash_utils.py resolve_block_size(default=...): the worker falls back to --speculative-num-draft-tokens"),
+        (r"num_target_layers is in neither", "read, but optional: None"),
+        (r"mask_token_id \d+ is not below the target's vocab_size",
+         "checked against the target's embedding at weight load, not by the parser"),
+        (r"read from .* is not an integer", "its _parse_optional_int int()s floats and numeric strings"),
+    ),
+    "exllamav3": (
+        (r"leave the target's \d+ layers", "its taps are checked against the target when the draft is attached"),
+        (r"read from .* is not", "read_dict casts some values (e.g. a float 8.0)"),
+    ),
+    "vllm": (
+        (r"vocab_size \d+ differs from the target's", "checked at weight load (embedding/lm_head shapes)"),
+        (r"tensor names are prefixed", "a weight-load failure"),
+        (r"overrides the taps", "vLLM loads it, tapping other layers: our row fails it as a misserve"),
+        (r"replaces the taps by none", "vLLM loads it, tapping no layer: our row fails it"),
+        (r"reads target_layer_ids only from dflash_config",
+         "eagle3_utils.py falls back to a top-level target_layer_ids only for DSpark; a DFlash draft gets the layer_ids "
+         "or none, and fails at the fc load"),
+        (r"target_layer_ids read from .* is not", "fails later, at the fc load"),
+        (r"mask_token_id read from .* is not", "used as a token id at run time"),
+    ),
+    "lmdeploy": (
+        (r"has no dflash2 algorithm",
+         "pytorch/models/module_map.py registers only DFlashDraftModel: a DFlash2DraftModel has no model to build"),
+    ),
+}
+
+
+def drafts(root: Path) -> dict[str, tuple[Path, Path]]:
+    """name -> (draft folder, target folder): published layouts, repository fixtures, mutants."""
+    index = json.loads((ROOT / "fixtures" / "published" / "index.json").read_text())
+    out: dict[str, tuple[Path, Path]] = {}
+    for name, entry in index.items():
+        out[f"published/{name}"] = (root / "drafts" / name, root / "targets" / entry["target"].split("/")[-1])
+    for folder in sorted((root / "drafts" / "layouts").iterdir()):
+        if folder.is_dir():
+            out[f"layouts/{folder.name}"] = (folder, root / "targets" / "Qwen3-4B")
+    tiny = ROOT / "fixtures" / "tiny-pair"
+    for folder in sorted([*tiny.glob("draft*"), *(ROOT / "fixtures" / "speculators").iterdir()]):
+        if (folder / "config.json").is_file():
+            out[f"{folder.parent.name}/{folder.name}"] = (folder, tiny / "target")
+    manifest = json.loads((root / "mutants" / "manifest.json").read_text())
+    for name, entry in manifest.items():
+        out[f"mutants/{name}"] = (root / "mutants" / entry.get("draft", name), root / "mutants" / entry["target"])
+    return out
+
+
+class Ours:
+    """Our row for one engine on one draft: the bare reader's values and problems, and the verdict."""
+
+    def __init__(self, engine: str, spec: DraftSpec, target: TargetSpec) -> None:
+        self.values: dict[str, Any] = {}
+        readings: list[Reading] = []
+        real = Reading.read
+
+        def record(reading: Reading, key: str, *args: Any, **kwargs: Any) -> Any:
+            value = real(reading, key, *args, **kwargs)
+            self.values.setdefault(key, value)
+            if reading not in readings:
+                readings.append(reading)
+            return value
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(Reading, "read", record)
+            BY_KEY[engine].judge(spec, target)
+        self.problems = [p for r in readings for p in r.problems]
+        self.verdict = judge_readers(spec, target)[engine]
+
+
+@pytest.fixture(scope="module")
+def cases(fixtures_root: Path) -> dict[str, dict[str, Any]]:
+    """Every draft our tool reads (a draft it refuses outright, DF0xx, has no row to judge)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, (folder, tfolder) in drafts(fixtures_root).items():
+        try:
+            spec = read_draft_spec(LocalSource(folder))
+            target = read_target_spec(LocalSource(tfolder))
+        except DFlashCkptError:
+            continue
+        out[name] = {"spec": spec, "target": target,
+                     "job": {"config": spec.native.raw if spec.native is not None else spec.config,
+                             "target_layers": as_int(target.num_hidden_layers)}}
+    assert len(out) > 60, sorted(out)
+    return out
+
+
+def judged(judge: Judge, cases: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return judge.run({name: c["job"] for name, c in cases.items()})
+
+
+def disagreements(engine: str, judge: Judge, cases: dict[str, dict[str, Any]]) -> list[str]:
+    """Every (draft, field) where our row for ``engine`` says other than the engine's parser."""
+    results = judged(judge, cases)
+    out: list[str] = []
+    for name, case in cases.items():
+        got, spec = results[name], case["spec"]
+        if BY_KEY[engine].path(spec).dspark:
+            continue  # its DSpark path has a parser of its own (SGLang: dspark_components/dspark_config.py)
+        ours = Ours(engine, spec, case["target"])
+        if got["raises"]:
+            if ours.verdict.loads:
+                out.append(f"{name}: it raises {got['raises']!r}, our row says {ours.verdict.reason!r}")
+            continue
+        for problem in ours.problems:
+            if not any(re.search(p, problem) for p, _ in STRICTER[engine]):
+                out.append(f"{name}: it loads it, our reader fails it: {problem!r}")
+        out += [f"{name}: {m}" for m in field_mismatches(engine, spec, ours, got)]
+    return out
+
+
+def field_mismatches(engine: str, spec: DraftSpec, ours: Ours, got: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    for key, theirs in (("block_size", got.get("block_size")), ("mask_token_id", got.get("mask_token_id"))):
+        mine = ours.values.get(key)
+        if mine is not None and theirs is not None and mine != theirs:
+            out.append(f"{key}: engine {theirs}, our row {mine}")
+    taps = ours.values.get("target_layer_ids")
+    if taps is not None:
+        if engine == "exllamav3":
+            shift, _ = exl3_row.tap_shift(spec)
+            mine = [t + shift for t in taps] if spec.family != "Laguna" else list(taps)
+            if mine != got["export_ids"] or shift != got["tap_shift"] and spec.family != "Laguna":
+                out.append(f"exllamav3 export ids {got['export_ids']} (tap_shift {got['tap_shift']}), our row "
+                           f"{mine} (tap_shift {shift})")
+        elif got.get("taps") is not None and list(taps) != got["taps"]:
+            out.append(f"taps: engine {got['taps']}, our row {taps}")
+    if engine == "vllm":
+        out += vllm_mismatches(spec, ours, got)
+    return out
+
+
+def vllm_mismatches(spec: DraftSpec, ours: Ours, got: dict[str, Any]) -> list[str]:
+    """vLLM's per-layer causality against the trained one, where our row says how they differ
+    (DF173: full layers run causal, sliding layers run bidirectional); its anchor-first refusal
+    against our path."""
+    out: list[str] = []
+    if spec.family != DSPARK:
+        refuses = vllm_row.path(spec).status == REFUSES
+        if refuses != got["refuses_anchor_first"]:
+            out.append(f"vLLM {'refuses' if got['refuses_anchor_first'] else 'runs'} a declared anchor-first draft, "
+                       f"our path says {vllm_row.path(spec).why!r}")
+    causal = got.get("causal")
+    if causal is None or not ours.verdict.loads:
+        return out
+    try:
+        trained = DraftSettings.from_spec(spec)
+    except DFlashCkptError:
+        return out
+    lt = spec.config.get("layer_types") or []
+    kinds = [lt[i] if i < len(lt) else "full_attention" for i in range(len(causal))]
+    forced = sum(1 for i, c in enumerate(causal) if c and not trained.layer_causal(i) and kinds[i] != "sliding_attention")
+    opened = sum(1 for i, c in enumerate(causal) if not c and trained.layer_causal(i) and kinds[i] == "sliding_attention")
+    other = [i for i, c in enumerate(causal) if c != trained.layer_causal(i)
+             and not (c and kinds[i] != "sliding_attention") and not (not c and kinds[i] == "sliding_attention")]
+    if forced != causal_override(spec) or opened != absent_key_sliding(spec) or other:
+        out.append(f"vLLM runs layers causal {causal}, trained {[trained.layer_causal(i) for i in range(len(causal))]}; "
+                   f"our row names {causal_override(spec)} full layer(s) made causal and {absent_key_sliding(spec)} "
+                   "sliding layer(s) made bidirectional")
+    return out
+
+
+@pytest.mark.parametrize("engine", sorted(WHEELS))
+def test_engine_parser_agrees_with_our_row(engine: str, cases: dict[str, dict[str, Any]]) -> None:
+    judge, why = fetch(engine)
+    if judge is None:
+        pytest.skip(why)
+    bad = disagreements(engine, judge, cases)
+    assert not bad, f"{judge.name} disagrees with our {engine} row on {len(bad)}:\n" + "\n".join(bad)
+
+
+@pytest.mark.vllm
+def test_vllm_parser_agrees_with_our_row(cases: dict[str, dict[str, Any]]) -> None:
+    judge, why = vllm_judge()
+    if judge is None:
+        pytest.skip(why)
+    bad = disagreements("vllm", judge, cases)
+    assert not bad, f"{judge.name} disagrees with our vllm row on {len(bad)}:\n" + "\n".join(bad)
