@@ -41,7 +41,7 @@ from dflash_ckpt.checks.engines.registry import BY_KEY
 from dflash_ckpt.checks.engines.verdicts import judge_readers
 from dflash_ckpt.checks.speculators_format import absent_key_sliding, causal_override
 from dflash_ckpt.draftspec.draft_settings import DraftSettings
-from dflash_ckpt.draftspec.siblings import DSPARK
+from dflash_ckpt.draftspec.siblings import DSPARK, LAGUNA
 from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec, as_int, read_draft_spec, read_target_spec
 from dflash_ckpt.errors import DFlashCkptError
 from dflash_ckpt.sources.local import LocalSource
@@ -177,8 +177,8 @@ def field_mismatches(engine: str, spec: DraftSpec, ours: Ours, got: dict[str, An
     if taps is not None:
         if engine == "exllamav3":
             shift, _ = exl3_row.tap_shift(spec)
-            mine = [t + shift for t in taps] if spec.family != "Laguna" else list(taps)
-            if mine != got["export_ids"] or shift != got["tap_shift"] and spec.family != "Laguna":
+            mine = [t + shift for t in taps] if spec.family != LAGUNA else list(taps)
+            if mine != got["export_ids"] or (shift != got["tap_shift"] and spec.family != LAGUNA):
                 out.append(f"exllamav3 export ids {got['export_ids']} (tap_shift {got['tap_shift']}), our row "
                            f"{mine} (tap_shift {shift})")
         elif got.get("taps") is not None and list(taps) != got["taps"]:
