@@ -179,8 +179,9 @@ def exllamav3(src: Path) -> Callable[[dict[str, Any]], dict[str, Any]]:
     return run
 
 
-# -- vLLM (installed): its config loader with the speculators adapter, eagle3_utils' aux layers, ---
-# -- llm_base_proposer's mask id, qwen3_dflash's per-layer causality -------------------------------
+# -- vLLM (installed): its config loader with the speculators adapter, the aux layers of its V1 ----
+# -- runner (gpu_model_runner.py) and its V2 runner (eagle3_utils.py), llm_base_proposer's mask id, -
+# -- qwen3_dflash's per-layer causality ------------------------------------------------------------
 
 def vllm(src: Path) -> Callable[[dict[str, Any]], dict[str, Any]]:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
@@ -188,18 +189,22 @@ def vllm(src: Path) -> Callable[[dict[str, Any]], dict[str, Any]]:
     from vllm.transformers_utils.config import get_config
     from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
     from vllm.v1.worker.gpu.spec_decode.eagle.eagle3_utils import get_eagle3_aux_layers_from_config
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner  # the V1 runner (0.32/0.33; the CPU build's)
 
     def run(draft: dict[str, Any]) -> dict[str, Any]:
         hf = get_config(write_config(draft["config"]), trust_remote_code=False)
         model = SimpleNamespace(hf_config=hf)
-        aux = get_eagle3_aux_layers_from_config(SimpleNamespace(draft_model_config=model))
+        spec_config = SimpleNamespace(draft_model_config=model)
+        aux = get_eagle3_aux_layers_from_config(spec_config)  # the V2 runner's
+        aux_v1 = GPUModelRunner._get_eagle3_aux_layers_from_config(SimpleNamespace(speculative_config=spec_config))
         proposer = SimpleNamespace(draft_model_config=model, pass_hidden_states_to_model=False)
         SpecDecodeBaseProposer._init_parallel_drafting_params(proposer)  # raises with no mask id
         mask = proposer.parallel_drafting_token_id
         layers = getattr(hf, "num_hidden_layers", None)
         causal = [bool(_dflash_layer_causal(hf, i)) for i in range(layers)] if isinstance(layers, int) else None
         nested = getattr(hf, "dflash_config", None) or {}
-        return {"block_size": None, "mask_token_id": mask, "taps": [i - 1 for i in aux] if aux else None,
+        return {"block_size": None, "mask_token_id": mask, "taps": [i - 1 for i in aux_v1] if aux_v1 else None,
+                "taps_v2": [i - 1 for i in aux] if aux else None,
                 "causal": causal, "refuses_anchor_first": nested.get("sample_from_anchor") is True}
     return run
 

@@ -14,7 +14,8 @@ engine (``checks.engines.<engine>``: its ``judge``'s Reading, ``judge_readers``'
   (vLLM's aux layers are tap + 1; exllamav3's export ids are the taps + our ``tap_shift``);
 - our reader fails where the parser loads: only for a reason listed in ``STRICTER`` (what the
   engine decides later than its parser, or fills in with a guess), each with its source;
-- vLLM: the layers it runs causal are the trained ones except exactly those our row names
+- vLLM: taps as its V1 runner finds them, and where its V2 runner finds others, our row says so;
+  the layers it runs causal are the trained ones except exactly those our row names
   (DF173's counts), and it refuses a declared anchor-first draft exactly when our path says so.
 
 Not judged here, because no parser decides it: whether the weights load (tests/test_engine_vllm_readers.py
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -72,9 +74,12 @@ STRICTER: dict[str, tuple[tuple[str, str], ...]] = {
         (r"tensor names are prefixed", "a weight-load failure"),
         (r"overrides the taps", "vLLM loads it, tapping other layers: our row fails it as a misserve"),
         (r"replaces the taps by none", "vLLM loads it, tapping no layer: our row fails it"),
-        (r"reads target_layer_ids only from dflash_config",
-         "eagle3_utils.py falls back to a top-level target_layer_ids only for DSpark; a DFlash draft gets the layer_ids "
-         "or none, and fails at the fc load"),
+        (r"reads target_layer_ids only from dflash_config, where it is absent$",
+         "gpu_model_runner.py and eagle3_utils.py fall back to the target's default aux layers "
+         "(get_eagle3_default_aux_hidden_state_layers), not the trained taps: a misserve our row fails"),
+        (r"reads target_layer_ids only from dflash_config.*V1 runner",
+         "gpu_model_runner.py (V1) ignores top-level taps and taps the target's default layers: a misserve; the row "
+         "names what V2 (eagle3_utils.py) does"),
         (r"target_layer_ids read from .* is not", "fails later, at the fc load"),
         (r"mask_token_id read from .* is not", "used as a token id at run time"),
     ),
@@ -104,6 +109,47 @@ def drafts(root: Path) -> dict[str, tuple[Path, Path]]:
     return out
 
 
+def _move(cfg: dict[str, Any], key: str) -> None:
+    cfg[key] = cfg["dflash_config"].pop(key)
+
+
+#: Reader-order edge cases the fixtures lack, each a change to the mutants' base draft.
+VARIANTS: dict[str, Any] = {
+    "taps-top-only": lambda c: _move(c, "target_layer_ids"),
+    "mask-top-only": lambda c: _move(c, "mask_token_id"),
+    "mask-both-conflict": lambda c: c.update(mask_token_id=1001),
+    "taps-both-conflict": lambda c: c.update(target_layer_ids=[2, 4, 6]),
+    "block-nested-only": lambda c: c["dflash_config"].update(block_size=c.pop("block_size")),
+    "block-both-conflict": lambda c: c["dflash_config"].update(block_size=4),
+    "eagle-config-empty": lambda c: c.update(eagle_config={"use_aux_hidden_state": True}),
+    "eagle-config-right": lambda c: c.update(eagle_config={"eagle_aux_hidden_state_layer_ids": [2, 4, 6]}),
+    "eagle-config-wrong": lambda c: c.update(eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 3, 5]}),
+    "eagle-aux-top-wrong": lambda c: c.update(eagle_aux_hidden_state_layer_ids=[1, 3, 5]),
+    "tap-shift-nested-0": lambda c: c["dflash_config"].update(tap_shift=0),
+    "tap-shift-top-2": lambda c: c.update(tap_shift=2),
+    "is-causal-true": lambda c: c.update(is_causal=True),
+    "dflash-causal-true": lambda c: c["dflash_config"].update(causal=True),
+    "sliding-mixed": lambda c: c.update(layer_types=["sliding_attention", "full_attention"], sliding_window=64,
+                                        use_sliding_window=True),
+    "sliding-all-causal-false": lambda c: c.update(layer_types=["sliding_attention"] * 2, sliding_window=64,
+                                                   use_sliding_window=True, is_causal=False),
+}
+
+
+def variants(root: Path, out: Path) -> dict[str, tuple[Path, Path]]:
+    base = root / "mutants" / "base"
+    made: dict[str, tuple[Path, Path]] = {}
+    for name, change in VARIANTS.items():
+        cfg = json.loads((base / "config.json").read_text())
+        change(cfg)
+        folder = out / name
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text(json.dumps(cfg))
+        shutil.copy(base / "model.safetensors", folder / "model.safetensors")
+        made[f"variants/{name}"] = (folder, root / "mutants" / "targets" / "small")
+    return made
+
+
 class Ours:
     """Our row for one engine on one draft: the bare reader's values and problems, and the verdict."""
 
@@ -127,10 +173,11 @@ class Ours:
 
 
 @pytest.fixture(scope="module")
-def cases(fixtures_root: Path) -> dict[str, dict[str, Any]]:
+def cases(fixtures_root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     """Every draft our tool reads (a draft it refuses outright, DF0xx, has no row to judge)."""
     out: dict[str, dict[str, Any]] = {}
-    for name, (folder, tfolder) in drafts(fixtures_root).items():
+    made = variants(fixtures_root, tmp_path_factory.mktemp("variants"))
+    for name, (folder, tfolder) in {**drafts(fixtures_root), **made}.items():
         try:
             spec = read_draft_spec(LocalSource(folder))
             target = read_target_spec(LocalSource(tfolder))
@@ -181,7 +228,8 @@ def field_mismatches(engine: str, spec: DraftSpec, ours: Ours, got: dict[str, An
             if mine != got["export_ids"] or (shift != got["tap_shift"] and spec.family != LAGUNA):
                 out.append(f"exllamav3 export ids {got['export_ids']} (tap_shift {got['tap_shift']}), our row "
                            f"{mine} (tap_shift {shift})")
-        elif got.get("taps") is not None and list(taps) != got["taps"]:
+        elif got.get("taps") is not None and list(taps) != got["taps"] and not any(
+                f"{[t + 1 for t in got['taps']]} overrides the taps" in p for p in ours.problems):
             out.append(f"taps: engine {got['taps']}, our row {taps}")
     if engine == "vllm":
         out += vllm_mismatches(spec, ours, got)
@@ -198,6 +246,9 @@ def vllm_mismatches(spec: DraftSpec, ours: Ours, got: dict[str, Any]) -> list[st
         if refuses != got["refuses_anchor_first"]:
             out.append(f"vLLM {'refuses' if got['refuses_anchor_first'] else 'runs'} a declared anchor-first draft, "
                        f"our path says {vllm_row.path(spec).why!r}")
+    if got.get("taps_v2") != got.get("taps") and "V2" not in ours.verdict.reason:
+        out.append(f"vLLM's V1 runner taps {got.get('taps')}, its V2 runner {got.get('taps_v2')}; our row does not say "
+                   f"which: {ours.verdict.reason!r}")
     causal = got.get("causal")
     if causal is None or not ours.verdict.loads:
         return out
@@ -205,16 +256,11 @@ def vllm_mismatches(spec: DraftSpec, ours: Ours, got: dict[str, Any]) -> list[st
         trained = DraftSettings.from_spec(spec)
     except DFlashCkptError:
         return out
-    lt = spec.config.get("layer_types") or []
-    kinds = [lt[i] if i < len(lt) else "full_attention" for i in range(len(causal))]
-    forced = sum(1 for i, c in enumerate(causal) if c and not trained.layer_causal(i) and kinds[i] != "sliding_attention")
-    opened = sum(1 for i, c in enumerate(causal) if not c and trained.layer_causal(i) and kinds[i] == "sliding_attention")
-    other = [i for i, c in enumerate(causal) if c != trained.layer_causal(i)
-             and not (c and kinds[i] != "sliding_attention") and not (not c and kinds[i] == "sliding_attention")]
-    if forced != causal_override(spec) or opened != absent_key_sliding(spec) or other:
+    flipped = sum(1 for i, c in enumerate(causal) if c != trained.layer_causal(i))
+    named = causal_override(spec) + absent_key_sliding(spec) + vllm_row.nested_causal_layers(spec)
+    if flipped != named:
         out.append(f"vLLM runs layers causal {causal}, trained {[trained.layer_causal(i) for i in range(len(causal))]}; "
-                   f"our row names {causal_override(spec)} full layer(s) made causal and {absent_key_sliding(spec)} "
-                   "sliding layer(s) made bidirectional")
+                   f"our row names {named} layer(s) run otherwise")
     return out
 
 
