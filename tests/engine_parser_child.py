@@ -209,8 +209,29 @@ def vllm(src: Path) -> Callable[[dict[str, Any]], dict[str, Any]]:
     return run
 
 
+# -- speculators (installed): its converter's reading of a z-lab draft (convert/dflash/converter.py --
+# -- DFlashConverter._build_config), its config classes for its own format -------------------------
+
+def speculators(src: Path) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    from speculators import SpeculatorModelConfig
+    from speculators.convert.dflash.converter import DFlashConverter
+
+    def run(draft: dict[str, Any]) -> dict[str, Any]:
+        cfg = draft["config"]
+        native = "speculators_model_type" in cfg
+        if native:
+            c = SpeculatorModelConfig.from_pretrained(write_config(cfg))
+        else:  # what `speculators convert DRAFT --verifier TARGET` would write
+            c = DFlashConverter()._build_config(cfg, draft["target"], None)
+        aux = getattr(c, "aux_hidden_state_layer_ids", None)
+        return {"block_size": getattr(c, "block_size", None), "mask_token_id": getattr(c, "mask_token_id", None),
+                "taps": [i - 1 for i in aux] if aux else None, "anchor_first": getattr(c, "sample_from_anchor", None),
+                "converted": not native}
+    return run
+
+
 ENGINES: dict[str, Callable[[Path], Callable[[dict[str, Any]], dict[str, Any]]]] = {
-    "sglang": sglang, "lmdeploy": lmdeploy, "exllamav3": exllamav3, "vllm": vllm}
+    "sglang": sglang, "lmdeploy": lmdeploy, "exllamav3": exllamav3, "vllm": vllm, "speculators": speculators}
 
 
 def main() -> int:

@@ -112,6 +112,26 @@ def fetch(engine: str) -> tuple[Judge | None, str]:
                   f"{wheel.name} (sha256 {done.read_text(encoding='utf-8')[:16]}) {w.parser}"), "")
 
 
+SPECULATORS_ENV = "DFLASH_CKPT_SPECULATORS_PYTHON"
+SPECULATORS_PARSER = ("speculators/convert/dflash/converter.py:DFlashConverter._build_config (z-lab drafts), "
+                      "speculators/models:SpeculatorModelConfig.from_pretrained (its own format)")
+
+
+def speculators_judge() -> tuple[Judge | None, str]:
+    """speculators as installed in ``DFLASH_CKPT_SPECULATORS_PYTHON`` (else this python), or
+    ``None`` and why not: it needs pydantic and its own pins, so it lives in an env of its own,
+    as vLLM does (its wheel alone cannot run: its config classes are pydantic models)."""
+    python = os.environ.get(SPECULATORS_ENV) or sys.executable
+    try:
+        proc = subprocess.run([python, "-c", "import importlib.metadata as m; print(m.version('speculators'))"],
+                              capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"{python} cannot be asked for speculators: {exc}"
+    if proc.returncode != 0:
+        return None, f"{python} has no speculators (set {SPECULATORS_ENV} to a python with speculators 0.9.0)"
+    return Judge("speculators", python, "-", f"speculators {proc.stdout.strip()} at {python}: {SPECULATORS_PARSER}"), ""
+
+
 def vllm_judge() -> tuple[Judge | None, str]:
     """The installed vLLM's parser (the ``vllm`` tests' python), or ``None`` and why not."""
     from dflash_ckpt.engine_runners.vllm_facts import engine_python, read_facts

@@ -35,14 +35,16 @@ from typing import Any
 import pytest
 
 from conftest import ROOT
-from engine_parsers import WHEELS, Judge, fetch, vllm_judge
+from engine_parsers import WHEELS, Judge, fetch, speculators_judge, vllm_judge
 from dflash_ckpt.checks.engines import exllamav3 as exl3_row
+from dflash_ckpt.checks.engines import speculators as speculators_row
 from dflash_ckpt.checks.engines import vllm as vllm_row
 from dflash_ckpt.checks.engines.reading import REFUSES, Reading
 from dflash_ckpt.checks.engines.registry import BY_KEY
 from dflash_ckpt.checks.engines.verdicts import judge_readers
 from dflash_ckpt.checks.speculators_format import absent_key_sliding, causal_override
 from dflash_ckpt.draftspec.draft_settings import DraftSettings
+from dflash_ckpt.draftspec.layout import ANCHOR_FIRST, ONE_PLUS_N
 from dflash_ckpt.draftspec.siblings import DSPARK, LAGUNA
 from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec, as_int, read_draft_spec, read_target_spec
 from dflash_ckpt.errors import DFlashCkptError
@@ -82,6 +84,11 @@ STRICTER: dict[str, tuple[tuple[str, str], ...]] = {
          "names what V2 (eagle3_utils.py) does"),
         (r"target_layer_ids read from .* is not", "fails later, at the fc load"),
         (r"mask_token_id read from .* is not", "used as a token id at run time"),
+    ),
+    "speculators": (
+        (r"reads mask_token_id only from dflash_config",
+         "converter.py _build_config writes mask_token_id None: the converted draft has no mask id, which vLLM's "
+         "proposer refuses (llm_base_proposer.py)"),
     ),
     "lmdeploy": (
         (r"has no dflash2 algorithm",
@@ -155,6 +162,7 @@ class Ours:
 
     def __init__(self, engine: str, spec: DraftSpec, target: TargetSpec) -> None:
         self.values: dict[str, Any] = {}
+        self.depth = as_int(target.num_hidden_layers)
         readings: list[Reading] = []
         real = Reading.read
 
@@ -185,7 +193,7 @@ def cases(fixtures_root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
             continue
         out[name] = {"spec": spec, "target": target,
                      "job": {"config": spec.native.raw if spec.native is not None else spec.config,
-                             "target_layers": as_int(target.num_hidden_layers)}}
+                             "target_layers": as_int(target.num_hidden_layers), "target": str(tfolder)}}
     assert len(out) > 60, sorted(out)
     return out
 
@@ -221,6 +229,10 @@ def field_mismatches(engine: str, spec: DraftSpec, ours: Ours, got: dict[str, An
         if mine is not None and theirs is not None and mine != theirs:
             out.append(f"{key}: engine {theirs}, our row {mine}")
     taps = ours.values.get("target_layer_ids")
+    if taps is not None and engine == "speculators" and got.get("converted"):
+        depth = ours.depth
+        # its converter leaves out a tap on the verifier's last layer (converter.py _build_config)
+        taps = [t for t in taps if depth is None or t + 1 != depth]
     if taps is not None:
         if engine == "exllamav3":
             shift, _ = exl3_row.tap_shift(spec)
@@ -233,6 +245,12 @@ def field_mismatches(engine: str, spec: DraftSpec, ours: Ours, got: dict[str, An
             out.append(f"taps: engine {got['taps']}, our row {taps}")
     if engine == "vllm":
         out += vllm_mismatches(spec, ours, got)
+    if engine == "speculators" and got.get("anchor_first") is not None and spec.family != DSPARK:
+        ran = re.search(r"runs it (anchor-first|1\+N)", speculators_row.path(spec).why)
+        theirs = ANCHOR_FIRST if got["anchor_first"] else ONE_PLUS_N
+        if ran is None or ran.group(1) != theirs:
+            out.append(f"speculators {'converts it to' if got['converted'] else 'reads'} sample_from_anchor "
+                       f"{got['anchor_first']}, our path says {speculators_row.path(spec).why!r}")
     return out
 
 
@@ -271,6 +289,14 @@ def test_engine_parser_agrees_with_our_row(engine: str, cases: dict[str, dict[st
         pytest.skip(why)
     bad = disagreements(engine, judge, cases)
     assert not bad, f"{judge.name} disagrees with our {engine} row on {len(bad)}:\n" + "\n".join(bad)
+
+
+def test_speculators_parser_agrees_with_our_row(cases: dict[str, dict[str, Any]]) -> None:
+    judge, why = speculators_judge()
+    if judge is None:
+        pytest.skip(why)
+    bad = disagreements("speculators", judge, cases)
+    assert not bad, f"{judge.name} disagrees with our speculators row on {len(bad)}:\n" + "\n".join(bad)
 
 
 @pytest.mark.vllm

