@@ -34,9 +34,9 @@ def judge(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
         if th is not None and dh is not None and th != dh:
             r.problems.append(f"hidden_size {dh} differs from the target's {th}")
         if spec.native is None and ids is not None and "num_hidden_layers" not in target.config:
-            r.problems.append("its converter reads the verifier's num_hidden_layers at the top level of its config, "
-                              "which keeps it in text_config (KeyError): pass the taps + 1 as --algorithm-kwargs "
-                              "'{\"aux_hidden_state_layer_ids\": [...]}'")
+            r.notes.append("but its converter raises KeyError 'num_hidden_layers' on this target (its config keeps it "
+                           "in text_config): pass the taps + 1 as --algorithm-kwargs "
+                           "'{\"aux_hidden_state_layer_ids\": [...]}'")
     return r.verdict()
 
 
