@@ -7,7 +7,9 @@ target's embedding row for the mask id). Taps: every ``target_layer_ids`` entry 
 (``:23-26``: "the original DFlash release needs +1 (determined empirically)") and 0 for
 ``DFlash2DraftModel`` (``dflash2.py:43``), in its indexing where an index is a layer's output.
 Loads DFlash2 (``dflash2.py``) and Laguna (``dflash_laguna.py``, raw taps) drafts. It reads no
-layout key: 1+N only."""
+layout key: 1+N only. Its config classes assert the architecture is theirs, read the dimensions
+typed, and assert unique taps and DFlash2's sizes (``config_problems``; tests/test_engine_parser_judges.py
+runs them)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,10 @@ vllm|both``: ``dflash_ckpt/engine_runners/``, rules DF420-DF427).
 
 Reader: ``v1/spec_decode/llm_base_proposer.py`` takes ``dflash_config.mask_token_id``, else the
 top-level one; ``v1/worker/gpu_model_runner.py`` taps ``target_layer_ids`` + 1, which a top-level
-``eagle_aux_hidden_state_layer_ids`` or an ``eagle_config`` overrides (``aux_id_problems``);
+``eagle_aux_hidden_state_layer_ids`` or an ``eagle_config`` overrides (``aux_id_problems``); its V2
+runner (``v1/worker/gpu/spec_decode/eagle/eagle3_utils.py``) also reads a top-level
+``target_layer_ids`` and keeps ``dflash_config``'s taps over an ``eagle_config``'s, and the row says
+where the two differ (tests/test_engine_parser_judges.py runs both);
 ``block_size`` is not read (``num_speculative_tokens`` is the drafts per block).
 ``models/qwen3_dflash.py`` at 036a00d1f5d00d449d02dce9babdd15a5b4d06c9: top-level ``is_causal``,
 ``dflash_config.causal``, ``dflash_config.use_swa``/``swa_window_size``,
