@@ -91,23 +91,27 @@ def fetch(engine: str) -> tuple[Judge | None, str]:
     cache.mkdir(parents=True, exist_ok=True)
     found = sorted(cache.glob(f"{w.dist}-{w.version}-*.whl"))
     if not found:
-        try:
-            proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-                                   "-q", f"{w.dist}=={w.version}", "-d", str(cache)],
-                                  capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            return None, f"pip download {w.dist}=={w.version} took over {DOWNLOAD_TIMEOUT_S} s"
+        # into a folder of its own, then renamed: a concurrent run never sees half a wheel
+        with tempfile.TemporaryDirectory(dir=cache, prefix=".download-") as tmp:
+            try:
+                proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+                                       "-q", f"{w.dist}=={w.version}", "-d", tmp],
+                                      capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                return None, f"pip download {w.dist}=={w.version} took over {DOWNLOAD_TIMEOUT_S} s"
+            got = sorted(Path(tmp).glob(f"{w.dist}-{w.version}-*.whl"))
+            if proc.returncode != 0 or not got:
+                last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+                return None, f"pip download {w.dist}=={w.version} into {cache} failed (offline?): {last}"
+            os.replace(got[0], cache / got[0].name)
         found = sorted(cache.glob(f"{w.dist}-{w.version}-*.whl"))
-        if proc.returncode != 0 or not found:
-            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            return None, f"pip download {w.dist}=={w.version} into {cache} failed (offline?): {last}"
     wheel = found[0]
     src = cache / "src" / wheel.stem
     done = src / ".unpacked"
     if not done.exists():
         with zipfile.ZipFile(wheel) as z:
             z.extractall(src, [n for n in z.namelist() if n.startswith(f"{w.dist}/") and n.endswith(".py")])
-        done.write_text(sha256(wheel), encoding="utf-8")
+        done.write_text(sha256(wheel), encoding="utf-8")  # last: a folder without it is unpacked again
     return (Judge(engine, sys.executable, str(src),
                   f"{wheel.name} (sha256 {done.read_text(encoding='utf-8')[:16]}) {w.parser}"), "")
 
