@@ -33,8 +33,17 @@ def judge(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
     r = Reading(spec)
     r.read("block_size", NESTED_THEN_TOP)
     mask = r.read("mask_token_id", NESTED_THEN_TOP)
-    r.read("target_layer_ids", NESTED_THEN_TOP, kind="list")
+    ids = r.read("target_layer_ids", NESTED_THEN_TOP, kind="list")
     r.read("num_target_layers", NESTED_THEN_TOP)
+    # parse_dflash_draft_config and resolve_target_layer_ids raise for these (dflash_utils.py in
+    # the 0.5.23 wheel; tests/test_engine_parser_judges.py runs them)
+    if mask is not None and mask < 0:
+        r.problems.append(f"mask_token_id {mask} is negative")
+    depth = as_int(target.num_hidden_layers) if target else None
+    if ids is not None and not ids:
+        r.problems.append("target_layer_ids is empty")
+    elif ids and depth is not None and any(i < 0 or i >= depth for i in ids):
+        r.problems.append(f"target_layer_ids {ids} leave the target's {depth} layers")
     vocab = as_int(target.vocab_size) if target else None
     if mask is not None and vocab is not None and mask >= vocab:
         r.problems.append(f"mask_token_id {mask} is not below the target's vocab_size {vocab}")

@@ -4,7 +4,10 @@ vllm|both``: ``dflash_ckpt/engine_runners/``, rules DF420-DF427).
 
 Reader: ``v1/spec_decode/llm_base_proposer.py`` takes ``dflash_config.mask_token_id``, else the
 top-level one; ``v1/worker/gpu_model_runner.py`` taps ``target_layer_ids`` + 1, which a top-level
-``eagle_aux_hidden_state_layer_ids`` or an ``eagle_config`` overrides (``aux_id_problems``);
+``eagle_aux_hidden_state_layer_ids`` or an ``eagle_config`` overrides (``aux_id_problems``); its V2
+runner (``v1/worker/gpu/spec_decode/eagle/eagle3_utils.py``) also reads a top-level
+``target_layer_ids`` and keeps ``dflash_config``'s taps over an ``eagle_config``'s, and the row says
+where the two differ (tests/test_engine_parser_judges.py runs both);
 ``block_size`` is not read (``num_speculative_tokens`` is the drafts per block).
 ``models/qwen3_dflash.py`` at 036a00d1f5d00d449d02dce9babdd15a5b4d06c9: top-level ``is_causal``,
 ``dflash_config.causal``, ``dflash_config.use_swa``/``swa_window_size``,
@@ -37,6 +40,7 @@ from dflash_ckpt.checks.engines.launch import ServeFacts, quoted_json, revision_
 from dflash_ckpt.checks.engines.reading import (NESTED_ONLY, NESTED_THEN_TOP, REFUSES, EnginePath, Reading, Verdict,
                                                 compare, dspark_from_anchor)
 from dflash_ckpt.checks.engines.record import Engine
+from dflash_ckpt.checks.engines.transformers_config import strict_config_problems
 from dflash_ckpt.checks.engines.versions import Versions
 from dflash_ckpt.checks.pitfalls import target_lm_head_quantized
 from dflash_ckpt.checks.speculators_format import absent_key_sliding, causal_override
@@ -52,6 +56,12 @@ VLLM_MAX_NUM_SEQS = 128
 VLLM_MIN_BATCHED_TOKENS = 8192
 
 
+#: Where the V1 runner (``v1/worker/gpu_model_runner.py``) and the V2 one
+#: (``v1/worker/gpu/spec_decode/eagle/eagle3_utils.py``) find the taps apart.
+V1_ONLY = ("on the V1 runner (0.32/0.33 without Triton: the CPU build); the V2 runner (0.34's only one) keeps "
+           "dflash_config's taps")
+
+
 def aux_id_problems(spec: DraftSpec, ids: list[int] | None) -> list[str]:
     """``v1/worker/gpu_model_runner.py``: a top-level ``eagle_aux_hidden_state_layer_ids`` is used
     verbatim, as hidden-state indices (tap + 1); else the taps + 1, which an ``eagle_config`` dict
@@ -61,26 +71,33 @@ def aux_id_problems(spec: DraftSpec, ids: list[int] | None) -> list[str]:
     expected = [i + 1 for i in ids] if ids is not None else None
     top = spec.config.get("eagle_aux_hidden_state_layer_ids")
     eagle = spec.config.get("eagle_config")
+    top_name = "eagle_aux_hidden_state_layer_ids"
     if top:
-        name, value = "eagle_aux_hidden_state_layer_ids", top
+        name, value = top_name, top
     elif isinstance(eagle, dict) and eagle:
         name, value = "eagle_config.eagle_aux_hidden_state_layer_ids", eagle.get("eagle_aux_hidden_state_layer_ids")
         if value is None:
-            return ["an eagle_config dict without eagle_aux_hidden_state_layer_ids replaces the taps by none"]
+            return [f"an eagle_config dict without eagle_aux_hidden_state_layer_ids replaces the taps by none {V1_ONLY}"]
     else:
         return []
     if expected is not None and value != expected:
         return [f"{name} {show_value(value)} overrides the taps (it takes hidden-state indices, "
-                f"target_layer_ids + 1 = {show_value(expected)})"]
+                f"target_layer_ids + 1 = {show_value(expected)})" + (f" {V1_ONLY}" if name != top_name else "")]
     return []
 
 
 def judge(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
     """Mask nested then top, taps nested (and not overridden), the target's vocabulary, unprefixed
-    tensor names; ``block_size`` is not read."""
+    tensor names, a config its loader's strict validation takes; ``block_size`` is not read."""
     r = Reading(spec)
+    r.problems += strict_config_problems(spec.config)
     r.read("mask_token_id", NESTED_THEN_TOP)
     ids = r.read("target_layer_ids", NESTED_ONLY, kind="list")
+    top_ids = resolve_key(spec.config, "target_layer_ids").top
+    if ids is None and isinstance(top_ids, list) and top_ids and r.problems:
+        # eagle3_utils.py (V2) falls back to the top-level taps; gpu_model_runner.py (V1) does not
+        r.problems[-1] += (" and the V1 runner (0.32/0.33 without Triton: the CPU build) taps its default layers "
+                           "instead; the V2 runner (0.34's only one) reads the top-level ones")
     r.problems += aux_id_problems(spec, ids)
     block = spec.block_size
     if target is not None:
@@ -171,6 +188,19 @@ def v1_refusals(spec: DraftSpec) -> list[str]:
     return out
 
 
+def nested_causal_layers(spec: DraftSpec) -> int:
+    """The layers of a z-lab-format draft whose causality ``dflash_config.causal`` flips in vLLM
+    (``qwen3_dflash.py`` ``_dflash_layer_causal``: a top-level ``is_causal`` first, then
+    ``dflash_config.causal`` for every layer, then sliding = causal) but not in the z-lab
+    reference, which reads only ``is_causal`` (found by tests/test_engine_parser_judges.py)."""
+    flag = (spec.dflash_config or {}).get("causal")
+    if spec.native is not None or not isinstance(flag, bool) or spec.config.get("is_causal") is not None:
+        return 0
+    lt = spec.config.get("layer_types")
+    kinds = lt if isinstance(lt, list) else ["full_attention"] * (spec.dims.num_hidden_layers or 0)
+    return sum(1 for t in kinds if (t == "sliding_attention") != flag)
+
+
 def loading_note(spec: DraftSpec) -> str | None:
     """A loading verdict's last clauses: only the V2 runner runs the draft; its speculators adapter
     runs every layer of a speculators draft causal (DF173)."""
@@ -183,6 +213,10 @@ def loading_note(spec: DraftSpec) -> str | None:
     if full:
         notes.append(f"but runs all its layers causal, its {full} full-attention layer(s) trained bidirectional included "
                      "(its adapter maps sliding_window_non_causal false to dflash_config.causal true: DF173)")
+    flipped = nested_causal_layers(spec)
+    if flipped:
+        notes.append(f"but runs {flipped} layer(s) {'causal' if spec.dflash_config['causal'] else 'bidirectional'} by "
+                     "dflash_config.causal (qwen3_dflash.py), which the z-lab reference does not read")
     sliding = absent_key_sliding(spec)
     if sliding:
         notes.append(f"but runs its {sliding} sliding layer(s) trained causal bidirectional (its adapter reads an absent "
