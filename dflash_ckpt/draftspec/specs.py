@@ -438,6 +438,12 @@ class TargetSpec(NamedTuple):
         return isinstance(archs, list) and bool(archs) and all(isinstance(a, str) and a for a in archs)
 
     @property
+    def depth_at_top(self) -> bool:
+        """Whether config.json states ``num_hidden_layers`` at its top level, not only inside
+        ``text_config`` (a converter that reads the wrapper alone needs it there)."""
+        return "num_hidden_layers" in self.config
+
+    @property
     def quantization_blocks(self) -> list[dict[str, Any]]:
         """Each ``quantization_config`` object the config carries (the wrapper's, then its
         decoder's); empty when the target is not quantized."""

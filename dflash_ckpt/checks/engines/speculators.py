@@ -33,7 +33,7 @@ def judge(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
         th, dh = as_int(target.hidden_size), spec.dims.hidden_size
         if th is not None and dh is not None and th != dh:
             r.problems.append(f"hidden_size {dh} differs from the target's {th}")
-        if spec.native is None and ids is not None and "num_hidden_layers" not in target.config:
+        if spec.native is None and ids is not None and not target.depth_at_top:
             r.notes.append("but its converter raises KeyError 'num_hidden_layers' on this target (its config keeps it "
                            "in text_config): pass the taps + 1 as --algorithm-kwargs "
                            "'{\"aux_hidden_state_layer_ids\": [...]}'")
