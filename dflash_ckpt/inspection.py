@@ -23,7 +23,7 @@ from dflash_ckpt.rules import Finding, Severity, finding
 from dflash_ckpt.result import error_json
 from dflash_ckpt.sources.base import Source
 from dflash_ckpt.sources.resolve import open_source
-from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec, read_draft_spec, read_target_spec
+from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec, build_spec, read_draft_spec, read_target_spec
 
 
 #: Drafts checked at once. Each check is a handful of small requests (or local reads), so a few
@@ -206,7 +206,11 @@ def cached_layout_findings(source: Source, spec: DraftSpec) -> list[Finding]:
     from dflash_ckpt.sources.hub.snapshots import other_cached_configs
 
     commit, others = other_cached_configs(source)
-    return hub_layout_findings(source.label, commit, spec.config, others) if commit else []
+    if not commit:
+        return []
+    # each other commit as its file is written (no speculators view), as the draft's fingerprint always was
+    specs = [(other, build_spec(cfg, label=f"{source.label}@{other}", view=False)) for other, cfg in others]
+    return hub_layout_findings(source.label, commit, spec, specs)
 
 
 def pin_finding(source: Source) -> list[Finding]:
@@ -252,7 +256,7 @@ def normalize_fixes(spec: DraftSpec, target: TargetSpec | None, readers: dict[st
     if not failing:
         return set(), None
     from dflash_ckpt.canonical.plan import Known, plan_normalize
-    from dflash_ckpt.draftspec.specs import as_int, build_spec
+    from dflash_ckpt.draftspec.specs import as_int
 
     attempts: list[tuple[Known, str]] = [(Known(), f"dflash-ckpt normalize {shlex.quote(spec.label)} OUT")]
     if target is not None:
@@ -260,7 +264,7 @@ def normalize_fixes(spec: DraftSpec, target: TargetSpec | None, readers: dict[st
                          f"dflash-ckpt normalize {shlex.quote(spec.label)} OUT --target {shlex.quote(target.label)}"))
     for known, command in attempts:
         try:
-            plan = plan_normalize(spec.native.raw if spec.native is not None else spec.config, where=spec.where, known=known)
+            plan = plan_normalize(spec.document, where=spec.where, known=known)
         except DFlashCkptError:
             continue
         after = judge_readers(build_spec(plan.after, label=spec.label, where=spec.where, weights=spec.weights), target)

@@ -20,7 +20,7 @@ from dflash_ckpt.checks.engines.launch import ServeFacts
 from dflash_ckpt.checks.engines.registry import BY_KEY
 from dflash_ckpt.checks.engines.tensorrt_llm import rope_differs
 from dflash_ckpt.draftspec.architectures import DFLASH2_ARCHITECTURES, NEW_DSPARK_ARCHITECTURES, XPRESS_ARCHITECTURES
-from dflash_ckpt.draftspec.specs import read_draft_spec, read_target_spec
+from dflash_ckpt.draftspec.specs import build_spec, read_draft_spec, read_target_spec
 from dflash_ckpt.sources.resolve import open_source
 
 TINY = ROOT / "fixtures" / "tiny-pair"
@@ -207,8 +207,9 @@ MIXED = {"layer_types": ["sliding_attention", "full_attention"], "rope_theta": 1
     ({"no_rope_layers": [1, 0]}, True),
 ])
 def test_trtllm_rope_uniformity(extra: dict[str, Any], differs: bool) -> None:
-    assert (rope_differs({**MIXED, **extra}) is not None) is differs
-    assert rope_differs({**MIXED, "layer_types": ["full_attention"] * 2, **extra}) is None  # uniform layers: fine
+    assert (rope_differs(build_spec({**MIXED, **extra}, label="d")) is not None) is differs
+    uniform = build_spec({**MIXED, "layer_types": ["full_attention"] * 2, **extra}, label="d")
+    assert rope_differs(uniform) is None  # uniform layers: fine
 
 
 def test_trtllm_row_fails_on_mixed_rope(cli: Any, tmp_path: Path) -> None:

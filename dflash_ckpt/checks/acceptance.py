@@ -20,7 +20,7 @@ from dflash_ckpt.checks.config import show_value
 from dflash_ckpt.checks.engines.registry import SERVING, TITLES
 from dflash_ckpt.errors import UsageError
 from dflash_ckpt.rules import Finding, finding
-from dflash_ckpt.draftspec.specs import ABSENT, NESTED, TOP_LEVEL, DraftSpec, resolve_key
+from dflash_ckpt.draftspec.specs import ABSENT, NESTED, TOP_LEVEL, DraftSpec
 
 BOTH = (NESTED, TOP_LEVEL)
 
@@ -72,7 +72,7 @@ def set_keys(spec: DraftSpec) -> list[tuple[AcceptanceKey, str, Any]]:
     once per place it sits in."""
     out = []
     for key in ACCEPTANCE_KEYS:
-        rk = resolve_key(spec.config, key.name)
+        rk = spec.declared(key.name)
         for place in BOTH:
             value = rk.at(place)
             if value is not ABSENT and not _neutral(value, key.neutral):
@@ -142,7 +142,7 @@ def runtime_gaps(spec: DraftSpec) -> list[str]:
     """What in this draft the reference runtime would silently run without: acceptance keys it
     does not implement, and a reduced draft vocabulary (``draft_vocab_size`` with d2t/t2d)."""
     gaps = [f"'{_path(k.name, p)}' ({show_value(v)})" for k, p, v in set_keys(spec) if not k.runtime]
-    dvs = spec.config.get("draft_vocab_size")
+    dvs = spec.top("draft_vocab_size")
     if dvs is not None and dvs != spec.dims.vocab_size:
         gaps.append(f"'draft_vocab_size' ({show_value(dvs)}: a reduced draft vocabulary mapped through d2t)")
     return gaps + family_gaps(spec)
@@ -154,7 +154,7 @@ def family_gaps(spec: DraftSpec) -> list[str]:
     candidate-lattice head, Laguna's draft layers (fused qkv_proj, output gate)."""
     from dflash_ckpt.draftspec.siblings import DSPARK, LAGUNA, LILICORR, markov_rank  # noqa: PLC0415
 
-    rank = markov_rank(spec.config)
+    rank = spec.markov_rank
     if spec.family == DSPARK and rank:
         return [f"DSpark's Markov head ('markov_rank' {rank})"]
     if spec.family == LILICORR:

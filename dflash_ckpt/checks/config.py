@@ -9,8 +9,8 @@ from typing import Any
 
 from dflash_ckpt.sources.jsonfile import json_type
 from dflash_ckpt.rules import Finding, finding
-from dflash_ckpt.draftspec.layer_kinds import LAYER_KINDS, SLIDING, explicit_layer_kinds
-from dflash_ckpt.draftspec.siblings import DSPARK, dspark_value
+from dflash_ckpt.draftspec.layer_kinds import LAYER_KINDS, SLIDING
+from dflash_ckpt.draftspec.siblings import DSPARK
 from dflash_ckpt.limits import MAX_LAYERS, MAX_LIST_LEN
 from dflash_ckpt.sources.jsonfile import json_depth
 from dflash_ckpt.draftspec.specs import (
@@ -27,7 +27,7 @@ def check_config(spec: DraftSpec, target_label: str | None = None) -> list[Findi
     probe-taps command DF101 suggests, instead of a TARGET placeholder."""
     out: list[Finding] = []
     w = spec.where
-    dc = spec.config.get("dflash_config", ABSENT)
+    dc = spec.top("dflash_config", ABSENT)
     if dc is not ABSENT and not isinstance(dc, dict):
         out.append(finding("DF104", f"key 'dflash_config' must be an object, found {json_type(dc)}",
                            path=w, key="dflash_config"))
@@ -96,7 +96,7 @@ def check_config(spec: DraftSpec, target_label: str | None = None) -> list[Findi
             f"key 'architectures' is {archs}, not DFlashDraftModel or DFlash2DraftModel; "
             "checking the DFlash v1 layout", path=w, key="architectures",
         ))
-    if "auto_map" in spec.config:
+    if spec.states("auto_map"):
         out.append(finding("DF141", "key 'auto_map' names remote code; it was not run (and never is)",
                            path=w, key="auto_map"))
     for key, raw in spec.dims.invalid.items():
@@ -104,7 +104,7 @@ def check_config(spec: DraftSpec, target_label: str | None = None) -> list[Findi
         out.append(finding("DF142", f"key '{key}' must be a positive integer ({shown}); tensor shapes follow from it",
                            path=w, key=key))
     for key in ("dtype", "torch_dtype"):
-        dtype = spec.config.get(key)
+        dtype = spec.top(key)
         if isinstance(dtype, str) and dtype not in ("bfloat16", "auto"):
             out.append(finding(
                 "DF143",
@@ -136,7 +136,7 @@ def _check_bounds(spec: DraftSpec) -> list[Finding]:
                 out.append(_too_large(w, key_path(place, key), v, KEY_BOUNDS[key]))
     for key, v in spec.dims.too_large.items():
         out.append(_too_large(w, key, v, KEY_BOUNDS[key]))
-    window = as_int(spec.config.get("sliding_window"))
+    window = as_int(spec.top("sliding_window"))
     if window is not None and window > KEY_BOUNDS["sliding_window"]:
         out.append(_too_large(w, "sliding_window", window, KEY_BOUNDS["sliding_window"]))
     rk = spec.keys["target_layer_ids"]
@@ -148,7 +148,7 @@ def _check_bounds(spec: DraftSpec) -> list[Finding]:
         elif (ids := as_int_list(value)) is not None and any(abs(i) > MAX_LAYERS for i in ids):
             big = next(i for i in ids if abs(i) > MAX_LAYERS)
             out.append(_too_large(w, path, value, MAX_LAYERS, f" (holds {show_value(big)})"))
-    lt = spec.config.get("layer_types")
+    lt = spec.top("layer_types")
     if isinstance(lt, list) and len(lt) > MAX_LIST_LEN:
         out.append(_too_large(w, "layer_types", lt, MAX_LIST_LEN, f" ({len(lt):,} entries)"))
     return out
@@ -194,9 +194,8 @@ def _check_layer_ids(spec: DraftSpec) -> list[Finding]:
 
 def _check_layer_types(spec: DraftSpec) -> list[Finding]:
     w = spec.where
-    cfg = spec.config
-    lt = explicit_layer_kinds(cfg)
-    window = cfg.get("sliding_window")
+    lt = spec.layer_types
+    window = spec.top("sliding_window")
     has_window = as_int(window) is not None and window > 0
     if lt is ABSENT:
         out = [finding(
@@ -204,7 +203,7 @@ def _check_layer_types(spec: DraftSpec) -> list[Finding]:
             "key 'layer_types' is not given; lmdeploy 0.18 requires it "
             "(`dflash-ckpt normalize` writes it when the config determines it)", path=w, key="layer_types",
         )]
-        if cfg.get("use_sliding_window") is True and not has_window:
+        if spec.top("use_sliding_window") is True and not has_window:
             out.append(finding("DF132", f"use_sliding_window is true but key 'sliding_window' is {show_value(window)}; set the trained window",
                                path=w, key="sliding_window"))
         return out
@@ -277,4 +276,4 @@ DSPARK_ALIASES = {"block_size": "dspark_block_size", "target_layer_ids": "dspark
 
 def dspark_alias(spec: DraftSpec, key: str) -> bool:
     """A DSpark draft gives ``key`` under its DSpark name instead (not DF101's)."""
-    return spec.family == DSPARK and dspark_value(spec.config, DSPARK_ALIASES[key]) is not None
+    return spec.family == DSPARK and spec.dspark(DSPARK_ALIASES[key]) is not None

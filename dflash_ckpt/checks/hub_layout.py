@@ -11,25 +11,25 @@ from __future__ import annotations
 from typing import Any
 
 from dflash_ckpt.checks.config import show_value
-from dflash_ckpt.draftspec.specs import lookup
+from dflash_ckpt.draftspec.specs import DraftSpec
 from dflash_ckpt.rules import Finding, finding
 
 #: What makes two drafts of one repo different models: depth, taps, attention kinds and window, block.
 FINGERPRINT_KEYS = ("num_hidden_layers", "target_layer_ids", "layer_types", "sliding_window", "block_size")
 
 
-def fingerprint(config: dict[str, Any]) -> dict[str, Any]:
+def fingerprint(spec: DraftSpec) -> dict[str, Any]:
     """The values of ``FINGERPRINT_KEYS`` (DFlash keys nested first, then top level)."""
-    return {k: lookup(config, k) if k in ("target_layer_ids", "block_size") else config.get(k) for k in FINGERPRINT_KEYS}
+    return {k: spec.declared(k).value if k in ("target_layer_ids", "block_size") else spec.top(k)
+            for k in FINGERPRINT_KEYS}
 
 
-def hub_layout_findings(label: str, commit: str, config: dict[str, Any],
-                        others: list[tuple[str, dict[str, Any]]]) -> list[Finding]:
+def hub_layout_findings(label: str, commit: str, spec: DraftSpec, others: list[tuple[str, DraftSpec]]) -> list[Finding]:
     """DF319 for each other cached commit whose fingerprint differs from the one checked."""
-    now = fingerprint(config)
+    now = fingerprint(spec)
     out: list[Finding] = []
-    for other, cfg in others:
-        then = fingerprint(cfg)
+    for other, then_spec in others:
+        then = fingerprint(then_spec)
         diffs = [f"{k} {show_value(then[k])} (here {show_value(now[k])})" for k in FINGERPRINT_KEYS if then[k] != now[k]]
         if diffs:
             repo = label.split("@", 1)[0]

@@ -85,7 +85,7 @@ def check_draft_pitfalls(spec: DraftSpec) -> list[Finding]:
             "every engine builds the DFlash v1 model from it, drops the conv layers and selector and accepts "
             "almost nothing; set architectures to [\"DFlash2DraftModel\"]", path=w, key="architectures",
         ))
-    dvs = spec.config.get("draft_vocab_size")
+    dvs = spec.top("draft_vocab_size")
     if dvs is not None:
         vocab = spec.dims.vocab_size
         n = bounded_int(dvs, MAX_VOCAB)
@@ -100,7 +100,7 @@ def check_draft_pitfalls(spec: DraftSpec) -> list[Finding]:
                 "ids as target ids, and smoke-run refuses it", path=w, key="draft_vocab_size",
             ))
             out += _check_vocab_maps(spec, n, vocab)
-    q = spec.config.get("quantization_config")
+    q = spec.top("quantization_config")
     if isinstance(q, dict):
         method = show_value(q.get("quant_method", "unknown"))
         out.append(finding(

@@ -34,10 +34,10 @@ def _theta_problem(value: Any) -> str | None:
     return None
 
 
-def rope_places(config: dict[str, Any]) -> list[tuple[str, Any]]:
+def rope_places(spec: DraftSpec) -> list[tuple[str, Any]]:
     """``(dotted key, value)`` of every ``rope_theta`` the config gives."""
-    places = [("rope_theta", config["rope_theta"])] if "rope_theta" in config else []
-    params = config.get("rope_parameters")
+    places = [("rope_theta", spec.top("rope_theta"))] if spec.states("rope_theta") else []
+    params = spec.top("rope_parameters")
     if isinstance(params, dict):
         if "rope_theta" in params:
             places.append(("rope_parameters.rope_theta", params["rope_theta"]))
@@ -50,14 +50,14 @@ def rope_places(config: dict[str, Any]) -> list[tuple[str, Any]]:
 
 def check_rope_values(spec: DraftSpec) -> list[Finding]:
     """DF147 for each rope setting no reader can use."""
-    w, cfg = spec.where, spec.config
+    w = spec.where
     out: list[Finding] = []
     for key in ("rope_parameters", "rope_scaling"):
-        value = cfg.get(key)
+        value = spec.top(key)
         if value is not None and not isinstance(value, dict):
             out.append(finding("DF147", f"key '{key}' must be an object (or null), found {json_type(value)} "
                                         f"{show_value(value)}; restore it from the target's config", path=w, key=key))
-    params = cfg.get("rope_parameters")
+    params = spec.top("rope_parameters")
     if isinstance(params, dict):
         for kind in LAYER_KINDS:
             sub = params.get(kind)
@@ -65,7 +65,7 @@ def check_rope_values(spec: DraftSpec) -> list[Finding]:
                 out.append(finding("DF147", f"key 'rope_parameters.{kind}' must be an object, found "
                                             f"{json_type(sub)} {show_value(sub)}",
                                             path=w, key=f'rope_parameters.{kind}'))
-    for key, value in rope_places(cfg):
+    for key, value in rope_places(spec):
         problem = _theta_problem(value)
         if problem is not None:
             out.append(finding("DF147", f"key '{key}' must be a positive finite number (the target's rotary "

@@ -12,7 +12,7 @@ from typing import Any
 
 from dflash_ckpt.checks.config import show_value
 from dflash_ckpt.checks.pitfalls import special_ids
-from dflash_ckpt.draftspec.siblings import DSPARK, LAGUNA, LILICORR, dspark_value
+from dflash_ckpt.draftspec.siblings import DSPARK, LAGUNA, LILICORR
 from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec, as_int
 from dflash_ckpt.rules import Finding, finding
 
@@ -42,16 +42,16 @@ def check_sibling_config(spec: DraftSpec) -> list[Finding]:
     out: list[Finding] = []
     if spec.family == DSPARK:
         for key, kind in DSPARK_KEY_TYPES.items():
-            value = dspark_value(spec.config, key)
+            value = spec.dspark(key)
             if value is not None and not _type_ok(value, kind):
                 out.append(finding("DF165", f"key '{key}' is {show_value(value)}; it must be {_KIND_TEXT[kind]} "
                                             "(vLLM's qwen3_dspark.py builds the heads from it)", path=w, key=key))
-        ids = dspark_value(spec.config, "dspark_target_layer_ids")
+        ids = spec.dspark("dspark_target_layer_ids")
         if ids is not None and (not isinstance(ids, list) or not ids or any(as_int(i) is None for i in ids)):
             out.append(finding("DF165", f"key 'dspark_target_layer_ids' is {show_value(ids)}; it must be a "
                                         "non-empty list of layer ids", path=w, key="dspark_target_layer_ids"))
     if spec.family == LAGUNA:
-        lt = spec.config.get("layer_types")
+        lt = spec.top("layer_types")
         if isinstance(lt, list) and len(set(map(str, lt))) > 1:
             out.append(finding("DF166", f"key 'layer_types' mixes {show_value(sorted(set(map(str, lt))))}; a Laguna "
                                         "draft's layers must all be one kind (laguna_dflash.py raises)",
@@ -64,19 +64,6 @@ def check_sibling_config(spec: DraftSpec) -> list[Finding]:
     return out
 
 
-def _declared_k(config: dict[str, Any]) -> list[tuple[str, Any]]:
-    """Where a config declares how many tokens to draft per step."""
-    out: list[tuple[str, Any]] = []
-    if "num_speculative_tokens" in config:
-        out.append(("num_speculative_tokens", config["num_speculative_tokens"]))
-    sc = config.get("speculators_config")
-    methods = sc.get("proposal_methods") if isinstance(sc, dict) else None
-    for i, m in enumerate(methods if isinstance(methods, list) else []):
-        if isinstance(m, dict) and "speculative_tokens" in m:
-            out.append((f"speculators_config.proposal_methods[{i}].speculative_tokens", m["speculative_tokens"]))
-    return out
-
-
 def _speculative_tokens(spec: DraftSpec) -> list[Finding]:
     """DF168: K above the drafts one block holds (B-1 for 1+N, B anchor-first; ``dspark_block_size``
     for DSpark). vllm#50708: 16 on a b16 draft gave "max_num_scheduled_tokens is set to -1792"."""
@@ -84,11 +71,11 @@ def _speculative_tokens(spec: DraftSpec) -> list[Finding]:
     if block is None or block < 2:
         return []
     most = spec.block_layout.drafts_per_block(block)
-    dspark_block = as_int(dspark_value(spec.config, "dspark_block_size")) if spec.family == DSPARK else None
+    dspark_block = as_int(spec.dspark("dspark_block_size")) if spec.family == DSPARK else None
     if dspark_block is not None and dspark_block > 0:
         most = min(most, dspark_block)
     out: list[Finding] = []
-    for key, value in _declared_k(spec.config):
+    for key, value in spec.declared_k:
         k = as_int(value)
         if k is not None and k > most:
             out.append(finding("DF168", f"key '{key}' is {k}, but a block of {block} "
@@ -102,7 +89,7 @@ def check_serving_limits(spec: DraftSpec, target: TargetSpec) -> list[Finding]:
     for), DF317 (a Laguna draft_vocab_size that is not the target's vocabulary)."""
     out: list[Finding] = []
     w = spec.where
-    draft_ctx = as_int(spec.config.get("max_position_embeddings"))
+    draft_ctx = as_int(spec.top("max_position_embeddings"))
     full = target.served_context
     if draft_ctx is not None and full is not None and 0 < draft_ctx < full:
         out.append(finding("DF315", f"key 'max_position_embeddings' is {draft_ctx}, below the {full} tokens the "
@@ -123,7 +110,7 @@ def check_serving_limits(spec: DraftSpec, target: TargetSpec) -> list[Finding]:
             out.append(finding("DF316", f"the tokenizer names token id {tok}, not below the embedding's {rows} "
                                         "rows (vocab_size): the first such token crashes (llama.cpp#28158 'invalid "
                                         "token'); the tokenizer and the weights are from different models", path=tw))
-        dvs = as_int(spec.config.get("draft_vocab_size"))
+        dvs = as_int(spec.top("draft_vocab_size"))
         if spec.family == LAGUNA and dvs is not None and dvs != rows:
             out.append(finding("DF317", f"key 'draft_vocab_size' is {dvs}, but the target's vocabulary is {rows}; "
                                         "vLLM's laguna_dflash.py requires them equal", path=w, key="draft_vocab_size"))

@@ -11,7 +11,7 @@ from dflash_ckpt.checks.pitfalls import VOCAB_MAPS, side_file_owner
 from dflash_ckpt.checks.pairing import short_list
 from dflash_ckpt.rules import Finding, finding
 from dflash_ckpt.draftspec.specs import DraftSpec
-from dflash_ckpt.draftspec.siblings import DSPARK, LAGUNA, LILICORR, MUSE_GLIMMER_NAMES, is_muse_glimmer
+from dflash_ckpt.draftspec.siblings import DSPARK, LAGUNA, LILICORR, MUSE_GLIMMER_NAMES
 from dflash_ckpt.draftspec.tensor_layout import DFLASH2_MARKERS, expected_tensors, own_embeddings
 from dflash_ckpt.sources.weights import UNREADABLE, WeightInventory
 
@@ -49,7 +49,7 @@ def check_weights(spec: DraftSpec) -> list[Finding]:
         return out
 
     names, prefix = _strip_prefix(list(inv.tensors))
-    if is_muse_glimmer(spec.config):  # vLLM renames them (qwen3_dflash.py hf_to_vllm_mapper)
+    if spec.muse_glimmer:  # vLLM renames them (qwen3_dflash.py hf_to_vllm_mapper)
         names = {MUSE_GLIMMER_NAMES.get(n, n): orig for n, orig in names.items()}
     fc_file = inv.where_of(names.get("fc.weight", "fc.weight"))
     if prefix:
@@ -109,7 +109,7 @@ def check_weights(spec: DraftSpec) -> list[Finding]:
                            path=label))
     # DFlash2 tensors in a v1 config are DF222's finding; in a DFlash2 config they are expected by name.
     v2_extra = has_v2 and not v2_config
-    tolerated = set(borrowed) | (set(VOCAB_MAPS) if "draft_vocab_size" in spec.config else set()) | ({n for n in shapes if "_conv." in n or n.startswith("candidate_selector.")} if v2_extra else set())
+    tolerated = set(borrowed) | (set(VOCAB_MAPS) if spec.states("draft_vocab_size") else set()) | ({n for n in shapes if "_conv." in n or n.startswith("candidate_selector.")} if v2_extra else set())
     out += _check_mask_embedding(spec, shapes, label)
     tolerated.add(MASK_EMBEDDING)
     unexpected = [n for n in shapes if n not in expected and n not in tolerated and not _family_owned(spec, n)]

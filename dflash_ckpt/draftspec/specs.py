@@ -15,7 +15,7 @@ from typing import Any, NamedTuple, Sequence
 
 from dflash_ckpt.draftspec.architectures import DFLASH2_ARCHITECTURES, DFLASH_ARCHITECTURES
 from dflash_ckpt.draftspec.layout import BlockLayout, resolve_layout
-from dflash_ckpt.draftspec.siblings import is_muse_glimmer, sibling_family
+from dflash_ckpt.draftspec.siblings import dspark_value, is_muse_glimmer, markov_rank, sibling_family
 from dflash_ckpt.draftspec.speculators_format import NativeView, is_speculators_native, native_view
 from dflash_ckpt.limits import MAX_BLOCK_SIZE, MAX_DIM, MAX_LAYERS, MAX_LIST_LEN, MAX_VOCAB
 from dflash_ckpt.sources.jsonfile import decode_json_bytes, require_object
@@ -238,6 +238,82 @@ class DraftSpec:
         #: The speculators-native form this spec was read from (``config`` is then its z-lab view).
         self.native = native
 
+    def declared(self, key: str) -> ResolvedKey:
+        """``key`` as a nested-first reader finds it (``dflash_config``, then the top level), both
+        copies kept: the one lookup an engine's reader row makes, in that engine's order."""
+        return self.keys.get(key) or self.extra_keys.get(key) or resolve_key(self.config, key)
+
+    def top(self, key: str, default: Any = None) -> Any:
+        """``key`` as config.json writes it at its top level, undecoded (``default`` when absent):
+        what a finding quotes, or a reader that takes the top level alone sees."""
+        return self.config.get(key, default)
+
+    def states(self, key: str) -> bool:
+        """Whether config.json writes ``key`` at its top level (whatever its value)."""
+        return key in self.config
+
+    def states_any(self, keys: Sequence[str]) -> bool:
+        """Whether config.json writes any of ``keys`` at its top level."""
+        return any(k in self.config for k in keys)
+
+    def missing(self, keys: Sequence[str]) -> list[str]:
+        """Those of ``keys`` config.json does not write at its top level, in order."""
+        return [k for k in keys if k not in self.config]
+
+    @property
+    def draft_vocab_size(self) -> int | None:
+        """A reduced draft vocabulary (``draft_vocab_size``), ``None`` when absent or not an integer."""
+        return as_int(self.config.get("draft_vocab_size"))
+
+    @property
+    def max_position_embeddings(self) -> int | None:
+        """The positions the draft's rope is defined for, ``None`` when absent or not an integer."""
+        return as_int(self.config.get("max_position_embeddings"))
+
+    @property
+    def sliding_window(self) -> int | None:
+        """``sliding_window`` when an integer, else ``None`` (DF132 judges it)."""
+        return as_int(self.config.get("sliding_window"))
+
+    @property
+    def quantization_config(self) -> dict[str, Any] | None:
+        """The draft's own ``quantization_config`` object, ``None`` when it has none."""
+        q = self.config.get("quantization_config")
+        return q if isinstance(q, dict) else None
+
+    @property
+    def muse_glimmer(self) -> bool:
+        """Whether the draft is a Muse-Glimmer export (``draftspec.siblings``)."""
+        return is_muse_glimmer(self.config)
+
+    @property
+    def markov_rank(self) -> int | None:
+        """The Markov head's rank of a sibling that declares one (``draftspec.siblings``)."""
+        return markov_rank(self.config)
+
+    def dspark(self, key: str) -> Any:
+        """A DSpark key's value wherever DSpark writes it (``draftspec.siblings``), ``None`` if absent."""
+        return dspark_value(self.config, key)
+
+    @property
+    def declared_k(self) -> list[tuple[str, Any]]:
+        """Where the config declares how many tokens to draft per step: ``(key path, raw value)``."""
+        out: list[tuple[str, Any]] = []
+        if "num_speculative_tokens" in self.config:
+            out.append(("num_speculative_tokens", self.config["num_speculative_tokens"]))
+        sc = self.config.get("speculators_config")
+        methods = sc.get("proposal_methods") if isinstance(sc, dict) else None
+        for i, m in enumerate(methods if isinstance(methods, list) else []):
+            if isinstance(m, dict) and "speculative_tokens" in m:
+                out.append((f"speculators_config.proposal_methods[{i}].speculative_tokens", m["speculative_tokens"]))
+        return out
+
+    @property
+    def document(self) -> dict[str, Any]:
+        """The parsed config.json as written (the speculators form when the spec reads its z-lab
+        view): what ``normalize`` rewrites, key by key."""
+        return self.native.raw if self.native is not None else self.config
+
     @property
     def dflash_config(self) -> dict[str, Any] | None:
         value = self.config.get("dflash_config")
@@ -318,7 +394,10 @@ class DraftSpec:
 
     @property
     def layer_types(self) -> Any:
-        return self.config.get("layer_types", ABSENT)
+        """The config's own ``layer_types`` as written (``ABSENT`` when missing or null, as engines
+        treat both; DF130/DF131 judge the rest)."""
+        value = self.config.get("layer_types", ABSENT)
+        return ABSENT if value is None else value
 
     def resolved_json(self) -> dict[str, Any]:
         return {k: self.keys[k].value for k in DFLASH_KEYS}
@@ -436,6 +515,13 @@ class TargetSpec(NamedTuple):
         model class from it; without one vLLM loads a pooling model)."""
         archs = self.config.get("architectures")
         return isinstance(archs, list) and bool(archs) and all(isinstance(a, str) and a for a in archs)
+
+    @property
+    def hf_family(self) -> Any:
+        """The transformers family that runs this target (``draftspec.families``), ``None`` if none."""
+        from dflash_ckpt.draftspec.families import hf_family_of
+
+        return hf_family_of(self.config)
 
     @property
     def depth_at_top(self) -> bool:

@@ -18,7 +18,7 @@ from dflash_ckpt.checks.engines.reading import NESTED_THEN_TOP, TOP_THEN_NESTED,
 from dflash_ckpt.checks.engines.record import Engine
 from dflash_ckpt.checks.engines.versions import Versions
 from dflash_ckpt.draftspec.siblings import LAGUNA
-from dflash_ckpt.draftspec.specs import ABSENT, NESTED, TOP_LEVEL, DraftSpec, TargetSpec, as_int, resolve_key
+from dflash_ckpt.draftspec.specs import ABSENT, NESTED, TOP_LEVEL, DraftSpec, TargetSpec, as_int
 
 #: exllamav3's default ``tap_shift`` per generation (``dflash.py:26``, ``dflash2.py:43``).
 DEFAULT_TAP_SHIFT = {"DFlash2": 0}
@@ -28,7 +28,7 @@ TAP_SHIFT_DEFAULT = 1
 def tap_shift(spec: DraftSpec) -> tuple[int | None, str]:
     """``(shift, where)``: ``dflash_config.tap_shift``, else the top-level one, else the default
     of the draft's generation; ``None`` when the value found is not an integer."""
-    rk = resolve_key(spec.config, "tap_shift")
+    rk = spec.declared("tap_shift")
     for place, name in ((NESTED, "dflash_config.tap_shift"), (TOP_LEVEL, "tap_shift")):
         raw = rk.at(place)
         if raw is not ABSENT:
@@ -48,15 +48,14 @@ INT_KEYS = ("hidden_size", "num_attention_heads", "intermediate_size", "num_hidd
 def config_problems(spec: DraftSpec) -> list[str]:
     """What its config classes raise for before any weight is read (tests/test_engine_parser_judges.py
     runs them): the architecture, the typed dimensions, and DFlash2's asserts (``dflash2.py:71-78``)."""
-    cfg = spec.config
-    archs = cfg.get("architectures")
+    archs = spec.top("architectures")
     if not (isinstance(archs, list) and len(archs) == 1 and archs[0] in ARCHITECTURES):
         return [f"has no draft architecture {show_value(archs)} (only {', '.join(ARCHITECTURES)})"]
-    out = [f"{key} {show_value(cfg[key])} is not an integer (its config reader raises)" for key in INT_KEYS
-           if key in cfg and (not isinstance(cfg[key], int) or isinstance(cfg[key], bool))]
+    out = [f"{key} {show_value(spec.top(key))} is not an integer (its config reader raises)" for key in INT_KEYS
+           if spec.states(key) and (not isinstance(spec.top(key), int) or isinstance(spec.top(key), bool))]
     if archs[0] == "DFlash2DraftModel":
         def nested_or_top(key: str, default: int | None) -> int | None:
-            rk = resolve_key(cfg, key)
+            rk = spec.declared(key)
             raw = rk.nested if rk.nested is not ABSENT else rk.top if rk.top is not ABSENT else default
             return as_int(raw)
         rank, top_k = nested_or_top("selector_rank", None), nested_or_top("selector_top_k", None)

@@ -16,7 +16,7 @@ from dflash_ckpt.checks.engines.record import Engine
 from dflash_ckpt.checks.engines.versions import Versions
 from dflash_ckpt.checks.engines.zlab_mlx import MLX_DEFAULT_BLOCK
 from dflash_ckpt.draftspec.siblings import DSPARK
-from dflash_ckpt.draftspec.specs import ABSENT, DraftSpec, TargetSpec, as_int, resolve_key
+from dflash_ckpt.draftspec.specs import ABSENT, DraftSpec, TargetSpec, as_int
 
 DSPARK_LAUNCH = "its dspark drafter"
 #: What ``DFlashConfig.from_dict`` silently fills a missing key with (Qwen3.5-9B's values).
@@ -25,8 +25,8 @@ MLX_VLM_DEFAULTS: dict[str, Any] = {"block_size": 16, "mask_token_id": 248070, "
 
 
 def _rope_theta(spec: DraftSpec) -> bool:
-    params = spec.config.get("rope_parameters")
-    return "rope_theta" in spec.config or (isinstance(params, dict) and "rope_theta" in params)
+    params = spec.top("rope_parameters")
+    return spec.states("rope_theta") or (isinstance(params, dict) and "rope_theta" in params)
 
 
 def judge(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
@@ -34,7 +34,7 @@ def judge(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
     r = Reading(spec)
     for key in ("mask_token_id", "target_layer_ids"):
         if r.read(key, NESTED_ONLY, required=False, kind="list" if key == "target_layer_ids" else "int") is None:
-            if resolve_key(spec.config, key).nested is ABSENT:
+            if spec.declared(key).nested is ABSENT:
                 r.problems.append(f"{key} is not in dflash_config, so it runs with its default {MLX_VLM_DEFAULTS[key]} "
                                   "(Qwen3.5-9B's) without a word")
     rk = spec.keys["block_size"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable, NamedTuple
 
 from dflash_ckpt.draftspec.layout import ANCHOR_FIRST, ONE_PLUS_N
-from dflash_ckpt.draftspec.specs import ABSENT, NESTED, TOP_LEVEL, DraftSpec, as_int, as_int_list, resolve_key, same_json
+from dflash_ckpt.draftspec.specs import ABSENT, NESTED, TOP_LEVEL, DraftSpec, as_int, as_int_list, same_json
 
 
 class Verdict(NamedTuple):
@@ -40,7 +40,7 @@ class Reading:
         self.notes: list[str] = []
 
     def read(self, key: str, order: Order, *, required: bool = True, kind: str = "int") -> Any:
-        rk = self.spec.keys.get(key) or self.spec.extra_keys.get(key) or resolve_key(self.spec.config, key)
+        rk = self.spec.keys.get(key) or self.spec.extra_keys.get(key) or self.spec.declared(key)
         for place in order:
             raw = rk.at(place)
             if raw is ABSENT:
@@ -108,5 +108,5 @@ def one_plus_n_path(launch: str) -> Callable[[DraftSpec], EnginePath]:
 
 def dspark_from_anchor(spec: DraftSpec, launch: str) -> EnginePath:
     """A DSpark path that reads the top-level ``sample_from_anchor`` (default true: anchor-first)."""
-    return compare(spec.block_layout.layout, flag(spec.config.get("sample_from_anchor"), True), True,
+    return compare(spec.block_layout.layout, flag(spec.top("sample_from_anchor"), True), True,
                    f"{launch} (top-level sample_from_anchor, default true)")

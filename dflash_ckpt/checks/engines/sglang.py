@@ -19,8 +19,8 @@ from dflash_ckpt.checks.engines.reading import (MISSERVES, NESTED_THEN_TOP, RUNS
 from dflash_ckpt.checks.engines.record import Engine
 from dflash_ckpt.checks.engines.versions import Versions
 from dflash_ckpt.draftspec.layout import ONE_PLUS_N
-from dflash_ckpt.draftspec.siblings import DSPARK, markov_rank
-from dflash_ckpt.draftspec.specs import ABSENT, DraftSpec, TargetSpec, as_int, resolve_key
+from dflash_ckpt.draftspec.siblings import DSPARK
+from dflash_ckpt.draftspec.specs import ABSENT, DraftSpec, TargetSpec, as_int
 
 DSPARK_LAUNCH = "--speculative-algorithm DSPARK"
 #: SGLang turns the DFlash2 features on per pair of nested keys.
@@ -58,7 +58,7 @@ def path(spec: DraftSpec) -> EnginePath:
     """DSPARK for a DSpark draft with a Markov head; else DFLASH, 1+N."""
     if spec.family != DSPARK:
         return one_plus_n(spec, "--speculative-algorithm DFLASH")
-    rank = markov_rank(spec.config)
+    rank = spec.markov_rank
     if rank is not None and rank > 0:
         return dspark_from_anchor(spec, DSPARK_LAUNCH)
     if spec.block_layout.layout == ONE_PLUS_N:
@@ -71,7 +71,7 @@ def dflash2_gate(spec: DraftSpec, target: TargetSpec | None) -> list[str]:
     """Each DFlash2 feature is on only with both keys of its pair in ``dflash_config``."""
     out: list[str] = []
     for a, b, what in PAIRS:
-        has_a, has_b = resolve_key(spec.config, a).nested is not ABSENT, resolve_key(spec.config, b).nested is not ABSENT
+        has_a, has_b = spec.declared(a).nested is not ABSENT, spec.declared(b).nested is not ABSENT
         if has_a != has_b:
             out.append(f"switches the {what} on by the pair dflash_config.{a} + {b}; only "
                        f"{a if has_a else b} is there")
@@ -90,7 +90,7 @@ def draft_quantization(f: ServeFacts) -> list[str]:
     draft is not: SGLang gives the draft the target's ``--quantization`` otherwise, and a bf16
     DFlash2 draft served so accepts nothing (sglang PR #35629 thread; server_args:
     shared/ecosystem-2026-12.md section 3 row 4)."""
-    if target_quantized(f.target_spec) and not isinstance(f.spec.config.get("quantization_config"), dict):
+    if target_quantized(f.target_spec) and not isinstance(f.spec.top("quantization_config"), dict):
         return ["--speculative-draft-model-quantization", "unquant"]
     return []
 

@@ -23,7 +23,7 @@ def judge(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
     ``_build_config``, run by tests/test_engine_parser_judges.py)."""
     r = Reading(spec)
     if spec.native is None:
-        r.problems += strict_config_problems(spec.config)
+        r.problems += strict_config_problems(spec)
     block = r.read("block_size", TOP_THEN_NESTED)
     if block is not None and block < 2:
         r.problems.append(f"block_size {block} leaves no speculative token (its proposal config needs at least 1)")
@@ -47,7 +47,7 @@ def path(spec: DraftSpec) -> EnginePath:
     if spec.native is None:  # _build_config sets no sample_from_anchor: the DFlash config's default
         return compare(spec.block_layout.layout, False, False,
                        "its converter (convert/dflash/converter.py writes no sample_from_anchor: default false)")
-    return compare(spec.block_layout.layout, flag(spec.config.get("sample_from_anchor"), False), False,
+    return compare(spec.block_layout.layout, flag(spec.top("sample_from_anchor"), False), False,
                    "its DFlash config (top-level sample_from_anchor, default false)")
 
 

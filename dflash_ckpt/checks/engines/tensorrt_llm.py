@@ -45,10 +45,10 @@ def judge(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
         window = as_int(dc.get("swa_window_size"))
         if window is None or window < 1:
             r.problems.append("dflash_config.use_swa needs a positive dflash_config.swa_window_size")
-    per_layer = spec.config.get("num_key_value_heads_per_layer")
+    per_layer = spec.top("num_key_value_heads_per_layer")
     if isinstance(per_layer, list) and len(set(map(str, per_layer))) > 1:
         r.problems.append("needs one uniform num_key_value_heads across draft layers")
-    differ = rope_differs(spec.config)
+    differ = rope_differs(spec)
     if differ:
         r.problems.append(f"fails early on a mixed sliding/full draft whose layers' effective RoPE differ ({differ}; "
                           "one RoPE cache for every layer, PR #16914)")
@@ -66,23 +66,23 @@ DEFAULT_ATTN_BACKEND, DFLASH2_ATTN_BACKEND = "TRTLLM", "FLASHINFER"
 _LOCAL_ROPE_KEYS = ("rope_local_base_freq", "sliding_rope_theta", "swa_rope_theta")
 
 
-def rope_differs(config: dict) -> str | None:
+def rope_differs(spec: DraftSpec) -> str | None:
     """How a draft mixing sliding and full layers gives them different RoPE, or ``None``:
     ``rope_parameters`` keyed by layer type with different values, a local base frequency other
     than ``rope_theta``, or ``no_rope_layers`` marking some layers only."""
-    kinds = config.get("layer_types")
+    kinds = spec.top("layer_types")
     if not (isinstance(kinds, list) and "sliding_attention" in kinds and "full_attention" in kinds):
         return None
-    params = config.get("rope_parameters")
+    params = spec.top("rope_parameters")
     if isinstance(params, dict) and isinstance(params.get("sliding_attention"), dict) \
             and isinstance(params.get("full_attention"), dict) and params["sliding_attention"] != params["full_attention"]:
         return "rope_parameters differ between sliding_attention and full_attention"
-    theta = config.get("rope_theta", (params or {}).get("rope_theta") if isinstance(params, dict) else None)
+    theta = spec.top("rope_theta", (params or {}).get("rope_theta") if isinstance(params, dict) else None)
     for key in _LOCAL_ROPE_KEYS:
-        local = config.get(key)
+        local = spec.top(key)
         if local is not None and local != theta:
             return f"{key} {local} against rope_theta {theta}"
-    nope = config.get("no_rope_layers")
+    nope = spec.top("no_rope_layers")
     if isinstance(nope, list) and len(set(map(str, nope))) > 1:
         return "no_rope_layers leaves RoPE out of some layers only"
     return None
@@ -91,7 +91,7 @@ def rope_differs(config: dict) -> str | None:
 def path(spec: DraftSpec) -> EnginePath:
     """``decoding_type: DSpark`` reads ``shift_label`` (nested, else top level; default true)."""
     if spec.family == DSPARK:
-        shift = (spec.dflash_config or {}).get("shift_label", spec.config.get("shift_label"))
+        shift = (spec.dflash_config or {}).get("shift_label", spec.top("shift_label"))
         return compare(spec.block_layout.layout, flag(shift, True), True, "decoding_type: DSpark (shift_label, default true)")
     return one_plus_n(spec, "decoding_type: DFlash")
 

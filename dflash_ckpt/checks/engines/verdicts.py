@@ -23,8 +23,7 @@ from dflash_ckpt.checks.engines.reading import RUNS, TOP_THEN_NESTED, Reading, V
 from dflash_ckpt.checks.engines.record import Engine
 from dflash_ckpt.checks.engines.registry import ENGINES
 from dflash_ckpt.checks.pitfalls import runs_as_v1
-from dflash_ckpt.draftspec.siblings import (DSPARK, LAGUNA, LILICORR, MUSE_GLIMMER_NAMES, dspark_value, is_muse_glimmer,
-                                            markov_rank)
+from dflash_ckpt.draftspec.siblings import DSPARK, LAGUNA, LILICORR, MUSE_GLIMMER_NAMES
 from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec, build_spec
 
 __all__ = ["LOAD_STOPPERS", "Verdict", "judge_readers"]
@@ -49,7 +48,7 @@ def dspark_verdict(engine: Engine, spec: DraftSpec) -> Verdict:
     under their ``dspark_`` names."""
     r = Reading(spec)
     for key, alias in DSPARK_ALIASES.items():
-        if spec.keys[key].present or dspark_value(spec.config, alias) is None:
+        if spec.keys[key].present or spec.dspark(alias) is None:
             r.read(key, TOP_THEN_NESTED, kind="list" if key == "target_layer_ids" else "int")
     return r.verdict(f"loads as DSpark through {engine.dspark_launch}")
 
@@ -68,9 +67,9 @@ def family_problems(engine: Engine, spec: DraftSpec, target: TargetSpec | None) 
     if engine.family_gate is not None:
         out += engine.family_gate(spec, target)
     names = spec.weights.tensors if spec.weights is not None else {}
-    if not engine.renames_muse_glimmer and is_muse_glimmer(spec.config) and any(n in names for n in MUSE_GLIMMER_NAMES):
+    if not engine.renames_muse_glimmer and spec.muse_glimmer and any(n in names for n in MUSE_GLIMMER_NAMES):
         out.append("finds no fc.weight: Muse-Glimmer names it encoder.fc.weight (only vLLM renames it)")
-    rank = markov_rank(spec.config)
+    rank = spec.markov_rank
     if family == DSPARK and rank and not engine.path(spec).dspark:
         out.append(f"has no DSpark path: it would drop the Markov head (markov_rank {rank})")
     return out

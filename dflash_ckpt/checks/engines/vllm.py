@@ -44,8 +44,8 @@ from dflash_ckpt.checks.engines.transformers_config import strict_config_problem
 from dflash_ckpt.checks.engines.versions import Versions
 from dflash_ckpt.checks.pitfalls import target_lm_head_quantized
 from dflash_ckpt.checks.speculators_format import absent_key_sliding, causal_override
-from dflash_ckpt.draftspec.siblings import DSPARK, LAGUNA, LILICORR, markov_rank
-from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec, as_int, resolve_key
+from dflash_ckpt.draftspec.siblings import DSPARK, LAGUNA, LILICORR
+from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec, as_int
 from dflash_ckpt.rule_tables.vllm import ROWS as RULE_ROWS
 
 DSPARK_LAUNCH = 'method: "dspark"'
@@ -69,8 +69,8 @@ def aux_id_problems(spec: DraftSpec, ids: list[int] | None) -> list[str]:
     has none. Either that is not ``target_layer_ids`` + 1 taps other layers than the draft was
     trained on."""
     expected = [i + 1 for i in ids] if ids is not None else None
-    top = spec.config.get("eagle_aux_hidden_state_layer_ids")
-    eagle = spec.config.get("eagle_config")
+    top = spec.top("eagle_aux_hidden_state_layer_ids")
+    eagle = spec.top("eagle_config")
     top_name = "eagle_aux_hidden_state_layer_ids"
     if top:
         name, value = top_name, top
@@ -90,10 +90,10 @@ def judge(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
     """Mask nested then top, taps nested (and not overridden), the target's vocabulary, unprefixed
     tensor names, a config its loader's strict validation takes; ``block_size`` is not read."""
     r = Reading(spec)
-    r.problems += strict_config_problems(spec.config)
+    r.problems += strict_config_problems(spec)
     r.read("mask_token_id", NESTED_THEN_TOP)
     ids = r.read("target_layer_ids", NESTED_ONLY, kind="list")
-    top_ids = resolve_key(spec.config, "target_layer_ids").top
+    top_ids = spec.declared("target_layer_ids").top
     if ids is None and isinstance(top_ids, list) and top_ids and r.problems:
         # eagle3_utils.py (V2) falls back to the top-level taps; gpu_model_runner.py (V1) does not
         r.problems[-1] += (" and the V1 runner (0.32/0.33 without Triton: the CPU build) taps its default layers "
@@ -118,17 +118,16 @@ def judge(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
 def path(spec: DraftSpec) -> EnginePath:
     """Its Qwen3-Omni DSpark check, ``method: "dspark"`` for DSpark drafts, and ``method: "dflash"``
     (1+N, refusing a declared anchor-first draft) for the rest."""
-    cfg = spec.config
     if spec.family == DSPARK:
         if "Qwen3OmniDSparkModel" in spec.architectures:
-            rank = markov_rank(cfg)
-            if not rank or cfg.get("markov_head_type") != "vanilla":
+            rank = spec.markov_rank
+            if not rank or spec.top("markov_head_type") != "vanilla":
                 return EnginePath(REFUSES, True, "its Qwen3-Omni DSpark check (config/speculative.py) requires a positive "
                                                  f"markov_rank (here {rank}) and markov_head_type 'vanilla'")
         return dspark_from_anchor(spec, DSPARK_LAUNCH)
     declared = (spec.dflash_config or {}).get("sample_from_anchor")
-    if "speculators_model_type" in cfg and declared is None:
-        declared = cfg.get("sample_from_anchor", False)  # the speculators adapter copies it
+    if spec.states("speculators_model_type") and declared is None:
+        declared = spec.top("sample_from_anchor", False)  # the speculators adapter copies it
     if declared is True:
         return EnginePath(REFUSES, False, "its V2 runner raises 'sample_from_anchor=True is not supported for "
                                           "DFlash' (the V1 runner of 0.32/0.33, the CPU build's, runs it 1+N, one "
@@ -142,12 +141,12 @@ def laguna_gate(spec: DraftSpec, target: TargetSpec | None) -> list[str]:
     if spec.family != LAGUNA:
         return []
     out: list[str] = []
-    lt = spec.config.get("layer_types")
+    lt = spec.top("layer_types")
     if not isinstance(lt, list) or len(set(map(str, lt))) != 1:
         out.append("laguna_dflash.py requires a uniform layer_types list")
     if not (spec.dflash_config or {}).get("target_layer_ids"):
         out.append("laguna_dflash.py requires a non-empty dflash_config.target_layer_ids")
-    dvs, tv = as_int(spec.config.get("draft_vocab_size")), as_int(target.vocab_size) if target else None
+    dvs, tv = as_int(spec.top("draft_vocab_size")), as_int(target.vocab_size) if target else None
     if dvs is None:
         out.append("laguna_dflash.py requires draft_vocab_size")
     elif tv is not None and dvs != tv:
@@ -158,7 +157,7 @@ def laguna_gate(spec: DraftSpec, target: TargetSpec | None) -> list[str]:
 def dflash2_gate(spec: DraftSpec, target: TargetSpec | None) -> list[str]:
     """``qwen3_dflash2.py``: the four DFlash2 keys nested and positive, ``conv_group_size``
     dividing ``hidden_size``, and an unquantized target ``lm_head``."""
-    nested = {k: resolve_key(spec.config, k).nested for k in DFLASH2_KEYS}
+    nested = {k: spec.declared(k).nested for k in DFLASH2_KEYS}
     out: list[str] = []
     missing = [k for k, v in nested.items() if as_int(v) is None or v < 1]
     if missing:
@@ -176,7 +175,7 @@ def v1_refusals(spec: DraftSpec) -> list[str]:
     """What the V1 model runner refuses (``config/vllm.py``
     ``_get_v1_model_runner_unsupported_features``); it is the runner of the CPU build (no Triton)."""
     out: list[str] = []
-    lt = spec.config.get("layer_types")
+    lt = spec.top("layer_types")
     if isinstance(lt, list) and "sliding_attention" in lt and "full_attention" in lt:
         out.append("mixed sliding/full dflash drafts")
     if spec.generation == "DFlash2":
@@ -194,9 +193,9 @@ def nested_causal_layers(spec: DraftSpec) -> int:
     ``dflash_config.causal`` for every layer, then sliding = causal) but not in the z-lab
     reference, which reads only ``is_causal`` (found by tests/test_engine_parser_judges.py)."""
     flag = (spec.dflash_config or {}).get("causal")
-    if spec.native is not None or not isinstance(flag, bool) or spec.config.get("is_causal") is not None:
+    if spec.native is not None or not isinstance(flag, bool) or spec.top("is_causal") is not None:
         return 0
-    lt = spec.config.get("layer_types")
+    lt = spec.top("layer_types")
     kinds = lt if isinstance(lt, list) else ["full_attention"] * (spec.dims.num_hidden_layers or 0)
     return sum(1 for t in kinds if (t == "sliding_attention") != flag)
 
@@ -232,7 +231,7 @@ def batching(k: int) -> list[str]:
 
 def context_cap(spec: DraftSpec, target: TargetSpec) -> int | None:
     """The draft's ``max_position_embeddings`` when it is below the target's (else ``None``)."""
-    draft = as_int(spec.config.get("max_position_embeddings"))
+    draft = as_int(spec.top("max_position_embeddings"))
     full = target.served_context
     return draft if draft is not None and full is not None and 0 < draft < full else None
 

@@ -21,7 +21,7 @@ MLX_DEFAULT_BLOCK = 16
 
 def top_required(r: Reading, keys: tuple[str, ...]) -> None:
     """A problem naming the keys the loader reads as ``cfg[key]`` and the config lacks."""
-    missing = [k for k in keys if k not in r.spec.config]
+    missing = r.spec.missing(keys)
     if missing:
         r.problems.append(f"needs top-level {', '.join(missing)} (read as cfg[key])")
 
@@ -45,7 +45,7 @@ def judge(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
     top_required(r, (*shapes, "rope_theta"))
     r.read("block_size", TOP_ONLY)
     r.read("num_target_layers", TOP_ONLY)
-    lt = spec.config.get("layer_types")
+    lt = spec.top("layer_types")
     if isinstance(lt, list) and "sliding_attention" in lt:
         r.notes.append("its v1 loader runs every layer with full attention (sliding_window is not applied)")
     return r.verdict()
