@@ -185,10 +185,10 @@ def test_every_fixture_and_benchmark_script_imports(script: Path, monkeypatch: p
 
 # -- one typed pair: the specs decode the configs ---------------------------------------------------
 
-#: Packages that run a pair: nothing there reads any spec's raw config (the specs carry it decoded).
-RUN_LAYERS = ("run", "runtime", "engine_runners")
-#: Modules outside draftspec/ that read a target's raw config dict, each with why.
+#: Modules outside draftspec/ that hold a raw config dict, each with why (the shortest list).
 RAW_CONFIG_READERS = {
+    "canonical/plan.py": "normalize's editor: it rewrites config.json key by key (DraftSpec.document in, the "
+                         "edited document out), so the raw document is what it works on",
     "checks/target_config.py": "the run's validator of the raw target config: each DF142 line names the key at the "
                                "level it is written (text_config.hidden_size), so it reads both levels",
     "runtime/hf_config.py": "transformers' input: every key of the dict, at every level, is judged against "
@@ -198,22 +198,24 @@ RAW_CONFIG_READERS = {
 }
 
 
-def raw_config_reads(source: str, layer: str) -> list[str]:
-    """Where ``source`` (a module of package ``layer``) reads a raw config: ``text_config``
-    subscripted or fetched with ``.get`` from anything; a ``decoder_config`` call; a subscript,
-    ``.get`` or ``in`` on a spec's ``.config``/``.decoder``, or that attribute taken other than as
-    a call's argument (an alias read later). A spec is a target's (``target``/``tspec`` in the
-    expression) anywhere, any object's in the run layers; checks/ otherwise judge a draft's keys as
-    its file writes them."""
+def _draftspec_names(tree: ast.Module) -> set[str]:
+    """Names a module imports from ``dflash_ckpt.draftspec``: the decoders a raw dict may be handed to."""
+    return {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+            and (n.module or "").startswith("dflash_ckpt.draftspec") for a in n.names}
+
+
+def raw_config_reads(source: str) -> list[str]:
+    """Where ``source`` reads a raw config: ``text_config`` subscripted or fetched with ``.get``
+    from anything; a ``decoder_config`` call; anything's ``.config``/``.decoder`` (a draft's or a
+    target's spec, a builder's document) subscripted, fetched with ``.get``, tested with ``in``,
+    taken into a name, or handed to any function but a draftspec/ decoder imported by name."""
     tree = ast.parse(source)
-    as_argument = {id(a) for n in ast.walk(tree) if isinstance(n, ast.Call)
-                   for a in [*n.args, *(k.value for k in n.keywords)]}
+    decoders = _draftspec_names(tree)
+    to_decoder = {id(a) for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+                  and n.func.id in decoders for a in [*n.args, *(k.value for k in n.keywords)]}
 
     def spec_config(node: ast.AST) -> bool:
-        if not (isinstance(node, ast.Attribute) and node.attr in ("config", "decoder")):
-            return False
-        owner = ast.unparse(node.value)
-        return layer in RUN_LAYERS or "target" in owner or "tspec" in owner
+        return isinstance(node, ast.Attribute) and node.attr in ("config", "decoder")
 
     def text_key(node: ast.AST) -> bool:
         return isinstance(node, ast.Constant) and node.value == "text_config"
@@ -227,7 +229,7 @@ def raw_config_reads(source: str, layer: str) -> list[str]:
             or (isinstance(node, ast.Compare) and any(isinstance(o, (ast.In, ast.NotIn)) for o in node.ops)
                 and any(spec_config(c) for c in node.comparators))
             or (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "decoder_config")
-            or (spec_config(node) and isinstance(node.ctx, ast.Load) and id(node) not in as_argument)
+            or (spec_config(node) and isinstance(node.ctx, ast.Load) and id(node) not in to_decoder)
         )
         if read and not any(f.startswith(f"{node.lineno}:") for f in found):
             found.append(f"{node.lineno}: {ast.unparse(node)[:80]}")
@@ -240,25 +242,30 @@ def test_the_raw_config_scan_finds_planted_reads() -> None:
                "c = decoder_config(x)\n"
                "d = 'tie' in tspec.config\n"
                "config, where = spec.config, spec.where\n"
-               "e = hf_family_of(spec.config)\n")
-    assert [line.split(":")[0] for line in raw_config_reads(planted, "runtime")] == ["1", "2", "3", "4", "5"]
-    assert [line.split(":")[0] for line in raw_config_reads(planted, "checks")] == ["1", "2", "3", "4"]
-    assert raw_config_reads("x = spec.dims.head_dim\ny = target.max_position_embeddings\n", "run") == []
+               "e = spec.config.get('layer_types')\n"
+               "f = rope_differs(spec.config)\n"
+               "g = r.spec.decoder['hidden_size']\n")
+    assert [line.split(":")[0] for line in raw_config_reads(planted)] == ["1", "2", "3", "4", "5", "6", "7", "8"]
+    decoded = ("from dflash_ckpt.draftspec.families import hf_family_of\n"
+               "x = spec.dims.head_dim\ny = target.max_position_embeddings\nz = spec.top('layer_types')\n"
+               "w = hf_family_of(spec.config)\n")
+    assert raw_config_reads(decoded) == []
 
 
 def test_no_module_outside_draftspec_reads_a_raw_config() -> None:
-    """The specs decode their configs once (draftspec/): the run layers take the pair or its typed
-    parts, and checks/ a target's decoded settings, never the dict (RAW_CONFIG_READERS: why not)."""
+    """The specs decode their configs once (draftspec/): every other package takes the pair or its
+    typed parts (a draft's keys as its file writes them through ``DraftSpec.top``/``declared``),
+    never the dict (RAW_CONFIG_READERS: why not)."""
     found = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = path.relative_to(PACKAGE)
-        if rel.parts[0] == "draftspec" or str(rel) in RAW_CONFIG_READERS:
+        if rel.parts[0] == "draftspec" or rel.as_posix() in RAW_CONFIG_READERS:
             continue
-        if reads := raw_config_reads(path.read_text(encoding="utf-8"), rel.parts[0]):
-            found[str(rel)] = reads
+        if reads := raw_config_reads(path.read_text(encoding="utf-8")):
+            found[rel.as_posix()] = reads
     assert found == {}, f"raw config reads outside draftspec/ (decode it on the spec instead): {found}"
     for rel in RAW_CONFIG_READERS:  # an entry that no longer reads one goes
-        assert raw_config_reads((PACKAGE / rel).read_text(encoding="utf-8"), rel.split("/")[0]), rel
+        assert raw_config_reads((PACKAGE / rel).read_text(encoding="utf-8")), rel
 
 
 def test_run_smoke_run_and_run_probe_are_short_compositions() -> None:

@@ -136,7 +136,7 @@ def _check_bounds(spec: DraftSpec) -> list[Finding]:
                 out.append(_too_large(w, key_path(place, key), v, KEY_BOUNDS[key]))
     for key, v in spec.dims.too_large.items():
         out.append(_too_large(w, key, v, KEY_BOUNDS[key]))
-    window = as_int(spec.top("sliding_window"))
+    window = spec.sliding_window
     if window is not None and window > KEY_BOUNDS["sliding_window"]:
         out.append(_too_large(w, "sliding_window", window, KEY_BOUNDS["sliding_window"]))
     rk = spec.keys["target_layer_ids"]
@@ -148,7 +148,7 @@ def _check_bounds(spec: DraftSpec) -> list[Finding]:
         elif (ids := as_int_list(value)) is not None and any(abs(i) > MAX_LAYERS for i in ids):
             big = next(i for i in ids if abs(i) > MAX_LAYERS)
             out.append(_too_large(w, path, value, MAX_LAYERS, f" (holds {show_value(big)})"))
-    lt = spec.top("layer_types")
+    lt = spec.layer_type_list
     if isinstance(lt, list) and len(lt) > MAX_LIST_LEN:
         out.append(_too_large(w, "layer_types", lt, MAX_LIST_LEN, f" ({len(lt):,} entries)"))
     return out

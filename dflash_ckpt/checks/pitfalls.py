@@ -100,8 +100,8 @@ def check_draft_pitfalls(spec: DraftSpec) -> list[Finding]:
                 "ids as target ids, and smoke-run refuses it", path=w, key="draft_vocab_size",
             ))
             out += _check_vocab_maps(spec, n, vocab)
-    q = spec.top("quantization_config")
-    if isinstance(q, dict):
+    q = spec.quantization_config
+    if q is not None:
         method = show_value(q.get("quant_method", "unknown"))
         out.append(finding(
             "DF154",

@@ -51,7 +51,7 @@ def check_sibling_config(spec: DraftSpec) -> list[Finding]:
             out.append(finding("DF165", f"key 'dspark_target_layer_ids' is {show_value(ids)}; it must be a "
                                         "non-empty list of layer ids", path=w, key="dspark_target_layer_ids"))
     if spec.family == LAGUNA:
-        lt = spec.top("layer_types")
+        lt = spec.layer_type_list
         if isinstance(lt, list) and len(set(map(str, lt))) > 1:
             out.append(finding("DF166", f"key 'layer_types' mixes {show_value(sorted(set(map(str, lt))))}; a Laguna "
                                         "draft's layers must all be one kind (laguna_dflash.py raises)",
@@ -89,7 +89,7 @@ def check_serving_limits(spec: DraftSpec, target: TargetSpec) -> list[Finding]:
     for), DF317 (a Laguna draft_vocab_size that is not the target's vocabulary)."""
     out: list[Finding] = []
     w = spec.where
-    draft_ctx = as_int(spec.top("max_position_embeddings"))
+    draft_ctx = spec.max_position_embeddings
     full = target.served_context
     if draft_ctx is not None and full is not None and 0 < draft_ctx < full:
         out.append(finding("DF315", f"key 'max_position_embeddings' is {draft_ctx}, below the {full} tokens the "
@@ -110,7 +110,7 @@ def check_serving_limits(spec: DraftSpec, target: TargetSpec) -> list[Finding]:
             out.append(finding("DF316", f"the tokenizer names token id {tok}, not below the embedding's {rows} "
                                         "rows (vocab_size): the first such token crashes (llama.cpp#28158 'invalid "
                                         "token'); the tokenizer and the weights are from different models", path=tw))
-        dvs = as_int(spec.top("draft_vocab_size"))
+        dvs = spec.draft_vocab_size
         if spec.family == LAGUNA and dvs is not None and dvs != rows:
             out.append(finding("DF317", f"key 'draft_vocab_size' is {dvs}, but the target's vocabulary is {rows}; "
                                         "vLLM's laguna_dflash.py requires them equal", path=w, key="draft_vocab_size"))

@@ -94,7 +94,7 @@ def _tap_findings(spec: DraftSpec, target: TargetSpec | None) -> list[Finding]:
 
 def full_layers(spec: DraftSpec) -> int:
     """How many draft layers are full attention (trained bidirectional within the block)."""
-    lt = spec.top("layer_types")
+    lt = spec.layer_type_list
     if isinstance(lt, list):
         return sum(1 for t in lt if t == FULL)
     return spec.dims.num_hidden_layers or 0 if spec.top("use_sliding_window") is not True else 0
@@ -118,7 +118,7 @@ def absent_key_sliding(spec: DraftSpec) -> int:
     adapter as true (``config_dict.get("sliding_window_non_causal", True)``)."""
     if spec.native is None or spec.native.kind != "dflash" or "sliding_window_non_causal" in spec.native.raw:
         return 0
-    lt = spec.top("layer_types")
+    lt = spec.layer_type_list
     return sum(1 for t in lt if t == SLIDING) if isinstance(lt, list) else 0
 
 

@@ -13,10 +13,10 @@ from typing import Any
 
 from dflash_ckpt.draftspec.config_values import bad_value
 from dflash_ckpt.draftspec.decoder_dims import Dims, read_dims
-from dflash_ckpt.draftspec.layer_kinds import LAYER_KINDS, SLIDING, derive_layer_kinds, explicit_layer_kinds
+from dflash_ckpt.draftspec.layer_kinds import LAYER_KINDS, SLIDING, derive_layer_kinds
 from dflash_ckpt.draftspec.layout import BlockLayout, resolve_layout
 from dflash_ckpt.draftspec.rope_spec import RopeSpec, rope_specs
-from dflash_ckpt.draftspec.specs import ABSENT, DFLASH2_KEYS, DraftSpec, as_int, config_dtype, lookup
+from dflash_ckpt.draftspec.specs import ABSENT, DFLASH2_KEYS, DraftSpec, as_int
 from dflash_ckpt.errors import InputError
 
 
@@ -106,15 +106,14 @@ class DraftSettings:
     def from_spec(cls, spec: DraftSpec) -> DraftSettings:
         """Settings of a draft that passed ``inspect``'s checks (so the DFlash keys are valid)."""
         where = spec.where
-        cfg = spec.config
-        dims = read_dims(cfg, where)
+        dims = read_dims(spec.config, where)  # draftspec's decoders below take the document; the raw keys come typed
         ids = spec.target_layer_ids
         block = spec.block_size
         mask = spec.mask_token_id
         if ids is None or block is None or mask is None:
             raise InputError("block_size, mask_token_id and target_layer_ids must be set", code="DF101", path=where)
-        layer_types = draft_layer_types(cfg, dims.num_layers, where)
-        window = as_int(cfg.get("sliding_window"))
+        layer_types = draft_layer_types(spec.layer_types, derive_layer_kinds(spec.config), dims.num_layers, where)
+        window = spec.sliding_window
         if SLIDING in layer_types and (window is None or window <= 0):
             raise InputError("a sliding_attention layer needs a positive 'sliding_window'", code="DF132", path=where)
 
@@ -127,7 +126,7 @@ class DraftSettings:
                 raise bad_value(where, name, val, "a number")
             return float(val)
 
-        is_causal = lookup(cfg, "is_causal")
+        is_causal = spec.is_causal
         if is_causal is not None and not isinstance(is_causal, bool):
             raise bad_value(where, "is_causal", is_causal, "true, false or null")
         softcap = scaling("final_logit_softcapping", None)
@@ -143,23 +142,22 @@ class DraftSettings:
             input_embedding_scale=scaling("input_embedding_scale", 1.0) or 1.0,
             output_multiplier=scaling("output_multiplier", 1.0) or 1.0,
             final_logit_softcapping=softcap if softcap and softcap > 0 else None,
-            ropes=rope_specs(cfg, where),
-            dtype=config_dtype(cfg),
+            ropes=rope_specs(spec.config, where),
+            dtype=spec.dtype,
             dflash2=Dflash2Settings.from_spec(spec, dims) if spec.generation == "DFlash2" else None,
             block_layout=spec.block_layout,
         )
 
 
-def draft_layer_types(cfg: dict[str, Any], n: int, where: str) -> tuple[str, ...]:
-    """The kind of each draft layer: the explicit ``layer_types``, else what
-    ``draftspec.layer_kinds`` derives (the rule ``normalize`` writes); anything it leaves open is
-    refused (exit 2) rather than guessed."""
-    lt = explicit_layer_kinds(cfg)
+def draft_layer_types(lt: Any, derived_why: tuple[list[str] | None, str], n: int, where: str) -> tuple[str, ...]:
+    """The kind of each draft layer: the explicit ``layer_types`` (``lt``, ``ABSENT`` when none),
+    else what ``draftspec.layer_kinds`` derives (``derived_why``: the rule ``normalize`` writes);
+    anything it leaves open is refused (exit 2) rather than guessed."""
     if lt is not ABSENT:
         if not isinstance(lt, list) or len(lt) != n or any(t not in LAYER_KINDS for t in lt):
             raise InputError(f"key 'layer_types' must list {n} entries of {LAYER_KINDS}", code="DF130", path=where)
         return tuple(lt)
-    derived, why = derive_layer_kinds(cfg)
+    derived, why = derived_why
     if derived is None:
         raise InputError(
             f"layer_types is missing and cannot be derived ({why}); write the trained list "

@@ -261,6 +261,13 @@ class DraftSpec:
         return [k for k in keys if k not in self.config]
 
     @property
+    def layer_type_list(self) -> list[Any] | None:
+        """``layer_types`` when config.json writes a list (its entries as written: the checks judge
+        them), else ``None``."""
+        lt = self.config.get("layer_types")
+        return lt if isinstance(lt, list) else None
+
+    @property
     def draft_vocab_size(self) -> int | None:
         """A reduced draft vocabulary (``draft_vocab_size``), ``None`` when absent or not an integer."""
         return as_int(self.config.get("draft_vocab_size"))
@@ -294,6 +301,17 @@ class DraftSpec:
     def dspark(self, key: str) -> Any:
         """A DSpark key's value wherever DSpark writes it (``draftspec.siblings``), ``None`` if absent."""
         return dspark_value(self.config, key)
+
+    @property
+    def dtype(self) -> str | None:
+        """The dtype the config declares (``dtype``, else ``torch_dtype``), if one a run uses."""
+        return config_dtype(self.config)
+
+    @property
+    def is_causal(self) -> Any:
+        """``is_causal`` as a nested-first reader finds it, undecoded (``None`` when absent;
+        ``DraftSettings`` refuses anything but a boolean)."""
+        return self.declared("is_causal").value
 
     @property
     def declared_k(self) -> list[tuple[str, Any]]:
@@ -515,13 +533,6 @@ class TargetSpec(NamedTuple):
         model class from it; without one vLLM loads a pooling model)."""
         archs = self.config.get("architectures")
         return isinstance(archs, list) and bool(archs) and all(isinstance(a, str) and a for a in archs)
-
-    @property
-    def hf_family(self) -> Any:
-        """The transformers family that runs this target (``draftspec.families``), ``None`` if none."""
-        from dflash_ckpt.draftspec.families import hf_family_of
-
-        return hf_family_of(self.config)
 
     @property
     def depth_at_top(self) -> bool:

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import torch
 
-from dflash_ckpt.draftspec.families import Unsupported
+from dflash_ckpt.draftspec.families import Unsupported, hf_family_of
 from dflash_ckpt.draftspec.specs import TargetSpec
 from dflash_ckpt.draftspec.target_settings import TargetSettings, ensure_supported
 from dflash_ckpt.errors import InputError, UsageError
@@ -43,7 +43,7 @@ def _need_transformers(why: str) -> None:
 
 def _point_to_transformers(refusal: Unsupported, spec: TargetSpec) -> None:
     """Re-raise a native refusal with the way out, when the transformers backend runs the target."""
-    if spec.hf_family is not None:
+    if hf_family_of(spec.config) is not None:
         raise UsageError(f"{refusal}; --backend transformers (or auto) runs this target") from None
 
 

@@ -27,7 +27,7 @@ def judge(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
     depth = as_int(target.num_hidden_layers) if target else None
     if ntl is not None and depth is not None and ntl != depth:
         r.problems.append(f"num_target_layers {ntl} differs from the target's depth {depth}")
-    lt = spec.top("layer_types")
+    lt = spec.layer_type_list
     if not isinstance(lt, list):
         r.problems.append("needs an explicit layer_types list")
     elif spec.dims.num_hidden_layers is not None and len(lt) != spec.dims.num_hidden_layers:

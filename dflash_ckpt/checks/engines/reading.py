@@ -40,7 +40,7 @@ class Reading:
         self.notes: list[str] = []
 
     def read(self, key: str, order: Order, *, required: bool = True, kind: str = "int") -> Any:
-        rk = self.spec.keys.get(key) or self.spec.extra_keys.get(key) or self.spec.declared(key)
+        rk = self.spec.declared(key)
         for place in order:
             raw = rk.at(place)
             if raw is ABSENT:

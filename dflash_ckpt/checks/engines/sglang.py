@@ -90,7 +90,7 @@ def draft_quantization(f: ServeFacts) -> list[str]:
     draft is not: SGLang gives the draft the target's ``--quantization`` otherwise, and a bf16
     DFlash2 draft served so accepts nothing (sglang PR #35629 thread; server_args:
     shared/ecosystem-2026-12.md section 3 row 4)."""
-    if target_quantized(f.target_spec) and not isinstance(f.spec.top("quantization_config"), dict):
+    if target_quantized(f.target_spec) and f.spec.quantization_config is None:
         return ["--speculative-draft-model-quantization", "unquant"]
     return []
 

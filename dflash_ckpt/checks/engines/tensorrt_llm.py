@@ -70,7 +70,7 @@ def rope_differs(spec: DraftSpec) -> str | None:
     """How a draft mixing sliding and full layers gives them different RoPE, or ``None``:
     ``rope_parameters`` keyed by layer type with different values, a local base frequency other
     than ``rope_theta``, or ``no_rope_layers`` marking some layers only."""
-    kinds = spec.top("layer_types")
+    kinds = spec.layer_type_list
     if not (isinstance(kinds, list) and "sliding_attention" in kinds and "full_attention" in kinds):
         return None
     params = spec.top("rope_parameters")

@@ -24,7 +24,7 @@ def strict_config_problems(spec: DraftSpec) -> list[str]:
     tests/test_engine_parser_judges.py running vLLM's and speculators' own loaders."""
     out = [f"{key} {show_value(spec.top(key))} is not an integer (its config loader raises)" for key in INT_FIELDS
            if spec.top(key) is not None and (not isinstance(spec.top(key), int) or isinstance(spec.top(key), bool))]
-    lt, n = spec.top("layer_types"), spec.top("num_hidden_layers")
+    lt, n = spec.layer_type_list, spec.top("num_hidden_layers")
     if isinstance(lt, list):
         unknown = sorted({str(t) for t in lt if t not in ATTN_LAYER_TYPES})
         if unknown:

@@ -141,12 +141,12 @@ def laguna_gate(spec: DraftSpec, target: TargetSpec | None) -> list[str]:
     if spec.family != LAGUNA:
         return []
     out: list[str] = []
-    lt = spec.top("layer_types")
+    lt = spec.layer_type_list
     if not isinstance(lt, list) or len(set(map(str, lt))) != 1:
         out.append("laguna_dflash.py requires a uniform layer_types list")
     if not (spec.dflash_config or {}).get("target_layer_ids"):
         out.append("laguna_dflash.py requires a non-empty dflash_config.target_layer_ids")
-    dvs, tv = as_int(spec.top("draft_vocab_size")), as_int(target.vocab_size) if target else None
+    dvs, tv = spec.draft_vocab_size, as_int(target.vocab_size) if target else None
     if dvs is None:
         out.append("laguna_dflash.py requires draft_vocab_size")
     elif tv is not None and dvs != tv:
@@ -175,7 +175,7 @@ def v1_refusals(spec: DraftSpec) -> list[str]:
     """What the V1 model runner refuses (``config/vllm.py``
     ``_get_v1_model_runner_unsupported_features``); it is the runner of the CPU build (no Triton)."""
     out: list[str] = []
-    lt = spec.top("layer_types")
+    lt = spec.layer_type_list
     if isinstance(lt, list) and "sliding_attention" in lt and "full_attention" in lt:
         out.append("mixed sliding/full dflash drafts")
     if spec.generation == "DFlash2":
@@ -195,7 +195,7 @@ def nested_causal_layers(spec: DraftSpec) -> int:
     flag = (spec.dflash_config or {}).get("causal")
     if spec.native is not None or not isinstance(flag, bool) or spec.top("is_causal") is not None:
         return 0
-    lt = spec.top("layer_types")
+    lt = spec.layer_type_list
     kinds = lt if isinstance(lt, list) else ["full_attention"] * (spec.dims.num_hidden_layers or 0)
     return sum(1 for t in kinds if (t == "sliding_attention") != flag)
 
@@ -231,7 +231,7 @@ def batching(k: int) -> list[str]:
 
 def context_cap(spec: DraftSpec, target: TargetSpec) -> int | None:
     """The draft's ``max_position_embeddings`` when it is below the target's (else ``None``)."""
-    draft = as_int(spec.top("max_position_embeddings"))
+    draft = spec.max_position_embeddings
     full = target.served_context
     return draft if draft is not None and full is not None and 0 < draft < full else None
 

@@ -45,7 +45,7 @@ def judge(spec: DraftSpec, target: TargetSpec | None) -> Verdict:
     top_required(r, (*shapes, "rope_theta"))
     r.read("block_size", TOP_ONLY)
     r.read("num_target_layers", TOP_ONLY)
-    lt = spec.top("layer_types")
+    lt = spec.layer_type_list
     if isinstance(lt, list) and "sliding_attention" in lt:
         r.notes.append("its v1 loader runs every layer with full attention (sliding_window is not applied)")
     return r.verdict()
