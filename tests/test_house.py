@@ -189,6 +189,8 @@ def test_every_fixture_and_benchmark_script_imports(script: Path, monkeypatch: p
 RAW_CONFIG_READERS = {
     "canonical/plan.py": "normalize's editor: it rewrites config.json key by key (DraftSpec.document in, the "
                          "edited document out), so the raw document is what it works on",
+    "checks/hub_code.py": "DF321's scan of a target document for Hub code keys at any depth (auto_map, a kernel "
+                          "repo), handed the raw dict by checks/target_config.py before transformers sees it",
     "checks/target_config.py": "the run's validator of the raw target config: each DF142 line names the key at the "
                                "level it is written (text_config.hidden_size), so it reads both levels",
     "runtime/hf_config.py": "transformers' input: every key of the dict, at every level, is judged against "
@@ -208,7 +210,8 @@ def raw_config_reads(source: str) -> list[str]:
     """Where ``source`` reads a raw config: ``text_config`` subscripted or fetched with ``.get``
     from anything; a ``decoder_config`` call; anything's ``.config``/``.decoder`` (a draft's or a
     target's spec, a builder's document) subscripted, fetched with ``.get``, tested with ``in``,
-    taken into a name, or handed to any function but a draftspec/ decoder imported by name."""
+    taken into a name, or handed to any function but a draftspec/ decoder imported by name; a
+    function that takes a ``config``/``cfg`` parameter (how a dict handed over arrives)."""
     tree = ast.parse(source)
     decoders = _draftspec_names(tree)
     to_decoder = {id(a) for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
@@ -223,6 +226,9 @@ def raw_config_reads(source: str) -> list[str]:
     found = []
     for node in ast.walk(tree):
         read = (
+            (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+             and any(a.arg in ("config", "cfg") for a in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]))
+            or
             (isinstance(node, ast.Subscript) and (spec_config(node.value) or text_key(node.slice)))
             or (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
                 and (spec_config(node.func.value) or bool(node.args) and text_key(node.args[0])))
@@ -244,8 +250,9 @@ def test_the_raw_config_scan_finds_planted_reads() -> None:
                "config, where = spec.config, spec.where\n"
                "e = spec.config.get('layer_types')\n"
                "f = rope_differs(spec.config)\n"
-               "g = r.spec.decoder['hidden_size']\n")
-    assert [line.split(":")[0] for line in raw_config_reads(planted)] == ["1", "2", "3", "4", "5", "6", "7", "8"]
+               "g = r.spec.decoder['hidden_size']\n"
+               "def h(where: str, *, cfg: dict) -> None: ...\n")
+    assert [line.split(":")[0] for line in raw_config_reads(planted)] == ["1", "2", "3", "4", "5", "6", "7", "8", "9"]
     decoded = ("from dflash_ckpt.draftspec.families import hf_family_of\n"
                "x = spec.dims.head_dim\ny = target.max_position_embeddings\nz = spec.top('layer_types')\n"
                "w = hf_family_of(spec.config)\n")
@@ -253,13 +260,13 @@ def test_the_raw_config_scan_finds_planted_reads() -> None:
 
 
 def test_no_module_outside_draftspec_reads_a_raw_config() -> None:
-    """The specs decode their configs once (draftspec/): every other package takes the pair or its
-    typed parts (a draft's keys as its file writes them through ``DraftSpec.top``/``declared``),
-    never the dict (RAW_CONFIG_READERS: why not)."""
+    """The specs decode their configs once (draftspec/, from the files sources/ reads): every
+    package above them takes the pair or its typed parts (a draft's keys as its file writes them
+    through ``DraftSpec.top``/``declared``), never the dict (RAW_CONFIG_READERS: why not)."""
     found = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = path.relative_to(PACKAGE)
-        if rel.parts[0] == "draftspec" or rel.as_posix() in RAW_CONFIG_READERS:
+        if rel.parts[0] in ("draftspec", "sources") or rel.as_posix() in RAW_CONFIG_READERS:
             continue
         if reads := raw_config_reads(path.read_text(encoding="utf-8")):
             found[rel.as_posix()] = reads

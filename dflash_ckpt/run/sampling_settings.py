@@ -102,7 +102,7 @@ def _typed(value: Any, kind: str) -> bool:
     return isinstance(value, int) if kind == "int" else isinstance(value, (int, float))
 
 
-def from_generation_config(config: dict[str, Any], *, seed: int = 0, rule: str = DEFAULT_RULE,
+def from_generation_config(generation: dict[str, Any], *, seed: int = 0, rule: str = DEFAULT_RULE,
                            where: str = "generation_config.json") -> SamplingSettings:
     """``--sampling generation-config``: the target's ``generation_config.json`` defaults.
 
@@ -113,15 +113,15 @@ def from_generation_config(config: dict[str, Any], *, seed: int = 0, rule: str =
     (``GENERATION_KEYS``; ``null`` counts as absent) or a value out of range is one DF004 line at
     ``where`` naming the key."""
     for key, (kind, want) in GENERATION_KEYS.items():
-        value = config.get(key)
+        value = generation.get(key)
         if value is not None and not _typed(value, kind):
             shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
             raise UsageError(f"key '{key}' must be {want}, found {shown} ({type(value).__name__}); fix the file, or "
                              "give --temperature (and --top-p, --top-k) instead of --sampling generation-config",
                              key=key, path=where)
-    if not config.get("do_sample"):
+    if not generation.get("do_sample"):
         return make_settings(0.0, 1.0, 0, seed, rule, "generation_config.json")
-    values = {key: config.get(key) if config.get(key) is not None else default
+    values = {key: generation.get(key) if generation.get(key) is not None else default
               for key, default in (("temperature", 1.0), ("top_p", 1.0), ("top_k", 50))}
     try:
         return make_settings(values["temperature"], values["top_p"], values["top_k"], seed, rule, "generation_config.json")
