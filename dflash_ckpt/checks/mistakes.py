@@ -32,7 +32,7 @@ def check_target_as_draft(spec: DraftSpec) -> list[Finding]:
     """DF232 when the "draft" is a plain causal LM: a full-model architecture, no DFlash key, and
     (where the weights were read) embed_tokens or lm_head but no fc.weight."""
     arch = _is_full_model_architecture(spec)
-    if arch is None or spec.states_any(DRAFT_KEYS):
+    if arch is None or any(map(spec.states, DRAFT_KEYS)):
         return []
     evidence = f"architectures {arch}, no DFlash keys"
     if spec.weights is not None and spec.weights.tensors:

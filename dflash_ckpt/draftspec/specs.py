@@ -252,14 +252,6 @@ class DraftSpec:
         """Whether config.json writes ``key`` at its top level (whatever its value)."""
         return key in self.config
 
-    def states_any(self, keys: Sequence[str]) -> bool:
-        """Whether config.json writes any of ``keys`` at its top level."""
-        return any(k in self.config for k in keys)
-
-    def missing(self, keys: Sequence[str]) -> list[str]:
-        """Those of ``keys`` config.json does not write at its top level, in order."""
-        return [k for k in keys if k not in self.config]
-
     @property
     def layer_type_list(self) -> list[Any] | None:
         """``layer_types`` when config.json writes a list (its entries as written: the checks judge
