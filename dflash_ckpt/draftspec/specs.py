@@ -87,6 +87,11 @@ class ResolvedKey(NamedTuple):
         """The raw value at ``NESTED`` or ``TOP_LEVEL`` (``ABSENT`` if not there)."""
         return self.nested if place == NESTED else self.top
 
+    def first(self, order: Sequence[str]) -> tuple[str, Any] | None:
+        """``(place, raw value)`` at the first place of ``order`` that writes the key, as a reader
+        that looks there in that order finds it; ``None`` when none does."""
+        return next(((place, self.at(place)) for place in order if self.at(place) is not ABSENT), None)
+
 
 def resolve_key(config: dict[str, Any], name: str) -> ResolvedKey:
     nested_cfg = config.get("dflash_config")

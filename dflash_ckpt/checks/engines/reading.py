@@ -40,11 +40,12 @@ class Reading:
         self.notes: list[str] = []
 
     def read(self, key: str, order: Order, *, required: bool = True, kind: str = "int") -> Any:
+        """``key`` as a reader looking in ``order`` finds it (``DraftSpec.declared(key).first``),
+        ``None`` with a problem when it is absent (and ``required``) or not of ``kind``; a note
+        when the place it skips holds another value."""
         rk = self.spec.declared(key)
-        for place in order:
-            raw = rk.at(place)
-            if raw is ABSENT:
-                continue
+        if (found := rk.first(order)) is not None:
+            place, raw = found
             valid = as_int(raw) is not None if kind == "int" else as_int_list(raw) is not None
             if not valid:
                 self.problems.append(f"{key} read from {_PLACE[place]} is not {'an integer' if kind == 'int' else 'a list of integers'}")
