@@ -113,7 +113,7 @@ class DraftSettings:
         mask = spec.mask_token_id
         if ids is None or block is None or mask is None:
             raise InputError("block_size, mask_token_id and target_layer_ids must be set", code="DF101", path=where)
-        layer_types = draft_layer_types(cfg, dims.num_layers, where)
+        layer_types = draft_layer_types(cfg, dims.num_hidden_layers, where)
         window = as_int(cfg.get("sliding_window"))
         if SLIDING in layer_types and (window is None or window <= 0):
             raise InputError("a sliding_attention layer needs a positive 'sliding_window'", code="DF132", path=where)
