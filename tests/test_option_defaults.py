@@ -64,3 +64,29 @@ def test_a_field_option_with_a_default_of_its_own_fails_at_registration() -> Non
         """A command that takes it."""
 
     assert pyinspect.signature(take_defaults(fine, InspectOptions)).parameters["strict"].default.default is False
+
+
+@pytest.mark.parametrize("module,options", [("normalize_cmd", NormalizeOptions), ("smoke_cmd", SmokeOptions),
+                                            ("probe_cmd", ProbeOptions)])
+def test_each_command_builds_its_options_by_name_from_its_own_parameters(module: str, options: type) -> None:
+    """The CLI builds its options dataclass with one keyword per field, each value read from the
+    command's parameter of that name (``prompt=list(prompt or [])``): a field left out would take
+    the dataclass default whatever the user typed, and a value taken from ``locals()`` could be a
+    name the body rebinds. Read from the source, so it holds for every option, not only those a run
+    exercises."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse((Path(dflash_ckpt.__file__).parent / "commands" / f"{module}.py").read_text())
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+             and n.func.id == options.__name__]
+    assert len(calls) == 1, (module, len(calls))
+    call = calls[0]
+    assert not call.args and all(k.arg is not None for k in call.keywords), module  # no positions, no **
+    given = {k.arg: {n.id for n in ast.walk(k.value) if isinstance(n, ast.Name)} for k in call.keywords}
+    assert sorted(given) == sorted(f.name for f in dataclasses.fields(options)), module
+    command = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and call in list(ast.walk(n))][-1]  # innermost
+    params = {a.arg for a in command.args.args + command.args.kwonlyargs}
+    rebound = {t.id for n in ast.walk(command) if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    for name, names in given.items():
+        assert name in names and name in params and name not in rebound, (module, name, names)

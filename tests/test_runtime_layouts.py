@@ -81,7 +81,7 @@ def test_static_path_equals_eager_path_in_both_layouts(fp32, layout: str, corrup
 def test_the_probe_simulation_replays_the_anchor_first_loop(fp32) -> None:
     """probe's ``simulate`` under the layout switch gives the loop's acceptance lengths (fp32)."""
     target, draft, tc, dc = fp32
-    rec = record(target, PROMPT, depth=target.args.dims.num_layers, max_new_tokens=60, cache=tc)
+    rec = record(target, PROMPT, depth=target.args.dims.num_hidden_layers, max_new_tokens=60, cache=tc)
     taps = list(draft.args.target_layer_ids)
     for layout in (ONE_PLUS_N, ANCHOR_FIRST):
         with reading_layout(draft, layout):

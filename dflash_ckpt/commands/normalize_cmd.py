@@ -14,7 +14,7 @@ from typing import Any, Optional
 import typer
 
 from dflash_ckpt.commands.options import DEFAULT, JsonOpt, QuietOpt, RevisionOpt, TokenOpt, silence_progress, take_defaults, want_json
-from dflash_ckpt.run.options import NormalizeOptions, fill
+from dflash_ckpt.run.options import NormalizeOptions
 
 
 class Prefer(str, Enum):
@@ -62,8 +62,12 @@ def register(app: typer.Typer) -> None:
 
         want_json("normalize", json_out)
         silence_progress(json_out or quiet, quiet=quiet)
-        options = fill(NormalizeOptions, locals(), external_links=external_links.value,
-                       prefer=prefer.value if prefer is not None else None)
+        options = NormalizeOptions(
+            draft=draft, out=out, in_place=in_place, no_backup=no_backup, check=check, dry_run=dry_run,
+            force=force, copy=copy, external_links=external_links.value, target_layer_ids=target_layer_ids,
+            block_size=block_size, mask_token_id=mask_token_id, num_target_layers=num_target_layers,
+            layer_types=layer_types, prefer=None if prefer is None else prefer.value, no_mirrors=no_mirrors,
+            target=target, revision=revision, token=token)
         raise typer.Exit(report_normalize(make_request(options, json_out=json_out, quiet=quiet)))
 
     app.command()(take_defaults(normalize, NormalizeOptions))

@@ -16,7 +16,7 @@ from dflash_ckpt.commands.options import (DEFAULT, Annotations, AnnotationsOpt, 
                                           PairTargetOpt, PromptOpt, PromptsFileOpt, QuietOpt, RevisionOpt,
                                           TargetDtypeOpt, ThinkingOpt, TokenizerOpt, TokenOpt, ReportOpt, check_report,
                                           group_options, starting_run)
-from dflash_ckpt.run.options import ProbeOptions, fill
+from dflash_ckpt.run.options import ProbeOptions
 
 
 #: probe-taps' help panels (``options.RUN_PANELS``; it decodes greedily: no sampling panel).
@@ -85,7 +85,12 @@ def register(app: typer.Typer) -> None:
             from dflash_ckpt.commands.probe_report import report_probe
             from dflash_ckpt.run.probe import run_probe_taps
 
-        options = fill(ProbeOptions, locals(), prompt=list(prompt or []), layout_for=list(layout_for or []))
+        options = ProbeOptions(
+            draft=draft, target=target, prompt=list(prompt or []), prompts=prompts,
+            max_new_tokens=max_new_tokens, min_acceptance=min_acceptance, draft_dtype=draft_dtype,
+            target_dtype=target_dtype, device=device, backend=backend, block_size=block_size, thinking=thinking,
+            no_chat_template=no_chat_template, tokenizer=tokenizer, ignore_eos=ignore_eos, revision=revision,
+            token=token, budget=budget, top=top, write=write, force=force, layout_for=list(layout_for or []))
         raise typer.Exit(report_probe(lambda **live: run_probe_taps(options, **live),
                                       json_out=json_out, quiet=quiet, output_format=fmt,
                                       annotations=annotations, report=report))

@@ -15,7 +15,7 @@ from dflash_ckpt.commands.options import (DEFAULT, Annotations, AnnotationsOpt, 
                                           PairTargetOpt, PromptOpt, PromptsFileOpt, QuietOpt, RevisionOpt,
                                           TargetDtypeOpt, ThinkingOpt, TokenizerOpt, TokenOpt, ReportOpt, check_report,
                                           group_options, starting_run)
-from dflash_ckpt.run.options import SmokeOptions, fill
+from dflash_ckpt.run.options import SmokeOptions
 
 
 #: smoke-run's help panels (``options.RUN_PANELS``): what to run, how it samples, what runs it, what it prints.
@@ -107,7 +107,16 @@ def register(app: typer.Typer) -> None:
             from dflash_ckpt.commands.smoke_report import report_smoke
             from dflash_ckpt.run.smoke import run_smoke_run
 
-        options = fill(SmokeOptions, locals(), prompt=list(prompt or []), engine_arg=list(engine_arg or []))
+        options = SmokeOptions(
+            draft=draft, target=target, prompt=list(prompt or []), prompts=prompts,
+            max_new_tokens=max_new_tokens, min_acceptance=min_acceptance, draft_dtype=draft_dtype,
+            target_dtype=target_dtype, device=device, backend=backend, block_size=block_size, thinking=thinking,
+            no_chat_template=no_chat_template, tokenizer=tokenizer, ignore_eos=ignore_eos, revision=revision,
+            token=token, layout=layout, suite=suite, tie_tolerance=tie_tolerance, threads=threads,
+            no_compile=no_compile, engine=engine, tensor_parallel_size=tensor_parallel_size,
+            pipeline_parallel_size=pipeline_parallel_size, max_model_len=max_model_len,
+            engine_arg=list(engine_arg or []), engine_timeout=engine_timeout, concurrency=concurrency,
+            temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, verify=verify, sampling=sampling)
         from dflash_ckpt.runtime.memory import out_of_memory
 
         with out_of_memory(target):  # one DF407 line (exit 2), never a traceback or a failed verdict

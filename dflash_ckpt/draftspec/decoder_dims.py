@@ -1,33 +1,18 @@
-"""The transformer dimensions a target and a draft share (``Dims``), validated from a config.
+"""A run's reading of the transformer dimensions a target and a draft share (``specs.Dims``).
 
-``DraftDims`` in ``specs`` keeps what ``inspect`` reports (``None`` where a key is bad); ``Dims``
-is what a run needs, all present and valid, or one DF142 line naming the key (exit 1), or a
-refusal (exit 2) for an activation the runtime does not implement. No torch here.
+``Dims.from_config`` keeps what ``inspect`` reports (``None`` where a key is bad); ``read_dims``
+builds the same type for a run: every size present and valid, or one DF142 line naming the key
+(exit 1), or a refusal (exit 2) for an activation the runtime does not implement. It lives here,
+not in ``specs``, because ``config_values`` (its typed readers) imports ``specs``. No torch here.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from dflash_ckpt.draftspec.config_values import bad_value, get_bool, get_float, get_int
 from dflash_ckpt.draftspec.families import Unsupported
-from dflash_ckpt.draftspec.specs import default_head_dim
-
-
-@dataclass(frozen=True)
-class Dims:
-    """Sizes of one decoder stack, as the forward pass reads them."""
-
-    hidden_size: int
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    intermediate_size: int
-    vocab_size: int
-    rms_norm_eps: float
-    attention_bias: bool
+from dflash_ckpt.draftspec.specs import Dims, default_head_dim
 
 
 def read_dims(cfg: dict[str, Any], where: str) -> Dims:
@@ -47,9 +32,9 @@ def read_dims(cfg: dict[str, Any], where: str) -> Dims:
         raise Unsupported(f"{where}: hidden_act {act!r} (only 'silu')")
     return Dims(
         hidden_size=hidden,
-        num_layers=get_int(cfg, "num_hidden_layers", where),
-        num_heads=heads,
-        num_kv_heads=kv,
+        num_hidden_layers=get_int(cfg, "num_hidden_layers", where),
+        num_attention_heads=heads,
+        num_key_value_heads=kv,
         head_dim=head_dim,
         intermediate_size=get_int(cfg, "intermediate_size", where),
         vocab_size=get_int(cfg, "vocab_size", where),

@@ -112,7 +112,7 @@ class DraftSettings:
         mask = spec.mask_token_id
         if ids is None or block is None or mask is None:
             raise InputError("block_size, mask_token_id and target_layer_ids must be set", code="DF101", path=where)
-        layer_types = draft_layer_types(spec.layer_types, derive_layer_kinds(spec.config), dims.num_layers, where)
+        layer_types = draft_layer_types(spec.layer_types, derive_layer_kinds(spec.config), dims.num_hidden_layers, where)
         window = spec.sliding_window
         if SLIDING in layer_types and (window is None or window <= 0):
             raise InputError("a sliding_attention layer needs a positive 'sliding_window'", code="DF132", path=where)

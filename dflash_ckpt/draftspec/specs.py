@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, NamedTuple, Sequence
 
@@ -158,8 +159,15 @@ KEY_BOUNDS: dict[str, int] = {
 }
 
 
-class DraftDims(NamedTuple):
-    """The shape-bearing keys of a draft config (``None`` where missing or invalid)."""
+@dataclass(frozen=True)
+class Dims:
+    """The sizes of one decoder stack, named as the config keys that hold them.
+
+    One type for both readers: ``Dims.from_config`` is what ``inspect`` reports (``None`` where a
+    key is missing, invalid or beyond ``KEY_BOUNDS``, with the reason in ``invalid``/``too_large``),
+    and ``decoder_dims.read_dims`` is what a run needs (every size present and valid, or one DF142
+    line naming the key), so code that holds a run's ``Dims`` may treat the sizes as set.
+    """
 
     hidden_size: int | None
     num_hidden_layers: int | None
@@ -169,13 +177,14 @@ class DraftDims(NamedTuple):
     intermediate_size: int | None
     vocab_size: int | None
     attention_bias: bool
+    rms_norm_eps: float | None = 1e-6
     #: key -> the offending raw value (``ABSENT`` when missing)
-    invalid: dict[str, Any]
+    invalid: dict[str, Any] = field(default_factory=dict, hash=False)
     #: key -> a positive value beyond ``KEY_BOUNDS`` (treated as unknown by every check)
-    too_large: dict[str, int] = {}  # noqa: RUF012 - NamedTuple default, never mutated
+    too_large: dict[str, int] = field(default_factory=dict, hash=False)
 
     @classmethod
-    def from_config(cls, config: dict[str, Any]) -> DraftDims:
+    def from_config(cls, config: dict[str, Any]) -> Dims:
         invalid: dict[str, Any] = {}
         too_large: dict[str, int] = {}
 
@@ -202,6 +211,7 @@ class DraftDims(NamedTuple):
         head_dim = pos("head_dim", default_head_dim(hidden, heads))
         if head_dim is None and "head_dim" not in invalid and hidden and heads:
             invalid["head_dim"] = f"absent, and hidden_size {hidden} is not divisible by {heads} heads"
+        eps = config.get("rms_norm_eps", 1e-6)
         return cls(
             hidden_size=hidden,
             num_hidden_layers=pos("num_hidden_layers"),
@@ -211,6 +221,7 @@ class DraftDims(NamedTuple):
             intermediate_size=pos("intermediate_size"),
             vocab_size=pos("vocab_size"),
             attention_bias=config.get("attention_bias") is True,
+            rms_norm_eps=float(eps) if isinstance(eps, (int, float)) and not isinstance(eps, bool) and eps > 0 else None,
             invalid=invalid,
             too_large=too_large,
         )
@@ -227,7 +238,7 @@ class DraftSpec:
         config: dict[str, Any],
         keys: dict[str, ResolvedKey],
         extra_keys: dict[str, ResolvedKey],
-        dims: DraftDims,
+        dims: Dims,
         weights: WeightInventory | None = None,
         raw: bytes | None = None,
         native: NativeView | None = None,
@@ -444,7 +455,7 @@ def build_spec(
         config=config,
         keys={k: resolve_key(config, k) for k in DFLASH_KEYS},
         extra_keys={k: resolve_key(config, k) for k in (*DFLASH2_KEYS, *SCALING_KEYS)},
-        dims=DraftDims.from_config(config),
+        dims=Dims.from_config(config),
         weights=weights,
         raw=raw,
         native=native,
@@ -503,11 +514,11 @@ class TargetSpec(NamedTuple):
         return decoder_setting(self.config, key, default)
 
     @property
-    def dims(self) -> DraftDims:
+    def dims(self) -> Dims:
         """The decoder's shapes, read as a draft's are (``None`` where missing or invalid); the
         vocabulary falls back to the wrapper's."""
-        dims = DraftDims.from_config(self.decoder)
-        return dims if dims.vocab_size is not None else dims._replace(vocab_size=as_int(self.config.get("vocab_size")))
+        dims = Dims.from_config(self.decoder)
+        return dims if dims.vocab_size is not None else replace(dims, vocab_size=as_int(self.config.get("vocab_size")))
 
     @property
     def max_position_embeddings(self) -> int | None:

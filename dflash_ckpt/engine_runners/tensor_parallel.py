@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Sequence
 from dflash_ckpt.errors import UsageError
 
 if TYPE_CHECKING:
-    from dflash_ckpt.draftspec.specs import DraftDims
+    from dflash_ckpt.draftspec.specs import Dims
 
 
-def refuse_heads(size: int, models: Sequence[tuple[str, DraftDims]]) -> None:
+def refuse_heads(size: int, models: Sequence[tuple[str, Dims]]) -> None:
     """DF004 when ``size`` does not divide a model's attention or KV heads (``models``: each
     config's place and its decoded dimensions)."""
     if size <= 1:

@@ -2,8 +2,9 @@
 (inspect's in ``run/inspect_options.py``, so that inspect starts without building these).
 
 The fields are the CLI's long options (``--no-chat-template`` is ``no_chat_template``, ``-p`` is
-``prompt``, ``--prompts`` the JSONL file), with the CLI's defaults: ``commands/`` fills these
-from typer, ``api.py`` from its keywords (a test holds each API signature equal to the fields),
+``prompt``, ``--prompts`` the JSONL file), with the CLI's defaults: each ``commands/*_cmd.py`` builds its dataclass by
+keyword, each field from the typer parameter of its name (a test holds that every field is
+passed so), ``api.py`` from its keywords (a test holds each API signature equal to the fields),
 and the run functions in ``run/`` take them. ``validate`` raises the usage errors (exit 2) before
 anything is read; it imports the runtime's checks (torch) only when called.
 
@@ -14,14 +15,11 @@ from __future__ import annotations
 
 import math
 import os
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Sequence, TypeVar
+from typing import ClassVar, Sequence
 
 from dflash_ckpt.run.inspect_options import PathText
-
-O = TypeVar("O")
 
 #: Why 2.0: see ``dflash_ckpt/runtime/measure.py``'s docstring.
 DEFAULT_MIN_ACCEPTANCE = 2.0
@@ -49,14 +47,6 @@ def require_run_extra(command: str) -> None:
         from dflash_ckpt.errors import UsageError
 
         raise UsageError(f"{command} needs {', '.join(missing)}: {RUN_EXTRA_HINT}")
-
-
-def fill(cls: type[O], given: dict[str, Any], **converted: Any) -> O:
-    """``cls`` (one of the dataclasses below) filled from a caller's values by name (``given``: a
-    typer command's or an API function's ``locals()``, which name every field), ``converted`` in
-    place of the values the caller holds in another form (a path object, a tuple, an enum)."""
-    return cls(**{f.name: converted[f.name] if f.name in converted else given[f.name]
-                  for f in dataclasses.fields(cls)})  # type: ignore[arg-type]
 
 
 @dataclass
@@ -262,4 +252,4 @@ class ProbeOptions(RunOptions):
 
 
 __all__ = ["SAMPLING_SOURCES", "STORED", "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_MIN_ACCEPTANCE", "DEFAULT_TOP", "NormalizeOptions",
-           "ProbeOptions", "RunOptions", "SmokeOptions", "fill", "require_run_extra"]
+           "ProbeOptions", "RunOptions", "SmokeOptions", "require_run_extra"]

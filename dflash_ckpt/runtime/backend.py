@@ -116,7 +116,7 @@ def plan_target(backend: str, spec: TargetSpec) -> TargetPlan:
         def load_native(folder: Path, dtype: torch.dtype, device: torch.device, label: str, inv: WeightInventory) -> Any:
             return load_target(folder, args, dtype=dtype, device=device, label=label, inv=inv, scheme=scheme)
 
-        return TargetPlan("native", args.model_type, args.rope.max_position_embeddings, args.dtype, args.dims.num_layers,
+        return TargetPlan("native", args.model_type, args.rope.max_position_embeddings, args.dtype, args.dims.num_hidden_layers,
                           load_native)
     from dflash_ckpt.runtime.hf_target import require_buildable, hf_target_info, load_hf_target
 

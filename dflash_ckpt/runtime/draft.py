@@ -46,13 +46,13 @@ class DraftAttention(nn.Module):
     def __init__(self, args: DraftSettings, index: int) -> None:
         super().__init__()
         d = args.dims
-        self.heads, self.kv_heads, self.head_dim = d.num_heads, d.num_kv_heads, d.head_dim
+        self.heads, self.kv_heads, self.head_dim = d.num_attention_heads, d.num_key_value_heads, d.head_dim
         self.scale = d.head_dim ** -0.5
         bias = d.attention_bias
-        self.q_proj = nn.Linear(d.hidden_size, d.num_heads * d.head_dim, bias=bias)
-        self.k_proj = nn.Linear(d.hidden_size, d.num_kv_heads * d.head_dim, bias=bias)
-        self.v_proj = nn.Linear(d.hidden_size, d.num_kv_heads * d.head_dim, bias=bias)
-        self.o_proj = nn.Linear(d.num_heads * d.head_dim, d.hidden_size, bias=bias)
+        self.q_proj = nn.Linear(d.hidden_size, d.num_attention_heads * d.head_dim, bias=bias)
+        self.k_proj = nn.Linear(d.hidden_size, d.num_key_value_heads * d.head_dim, bias=bias)
+        self.v_proj = nn.Linear(d.hidden_size, d.num_key_value_heads * d.head_dim, bias=bias)
+        self.o_proj = nn.Linear(d.num_attention_heads * d.head_dim, d.hidden_size, bias=bias)
         self.q_norm = RMSNorm(d.head_dim, d.rms_norm_eps)
         self.k_norm = RMSNorm(d.head_dim, d.rms_norm_eps)
         self.causal = args.layer_causal(index)
@@ -168,7 +168,7 @@ class DFlashDraft(nn.Module):
         k = len(args.target_layer_ids)
         self.fc = nn.Linear(k * d.hidden_size, d.hidden_size, bias=False)
         self.hidden_norm = RMSNorm(d.hidden_size, d.rms_norm_eps)
-        self.layers = nn.ModuleList(DraftLayer(args, i) for i in range(d.num_layers))
+        self.layers = nn.ModuleList(DraftLayer(args, i) for i in range(d.num_hidden_layers))
         self.norm = RMSNorm(d.hidden_size, d.rms_norm_eps)
         tables: dict[object, RotaryTable] = {}
         self.rotary: list[RotaryTable] = []

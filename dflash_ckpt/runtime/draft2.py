@@ -166,7 +166,7 @@ class DFlash2Draft(DFlashDraft):
             raise ValueError("DFlash2Draft needs DraftSettings of a DFlash2 config (args.dflash2 is None)")
         super().__init__(args)
         d, v2 = args.dims, args.dflash2
-        self.layers = nn.ModuleList(DFlash2Layer(args, i) for i in range(d.num_layers))
+        self.layers = nn.ModuleList(DFlash2Layer(args, i) for i in range(d.num_hidden_layers))
         self.candidate_selector = CandidateSelector(d.hidden_size, d.vocab_size, v2.selector_rank, v2.selector_top_k)
 
     def pick_tokens(self, hidden: torch.Tensor, head_w: torch.Tensor, anchor: torch.Tensor) -> torch.Tensor:

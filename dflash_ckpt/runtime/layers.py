@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from dflash_ckpt.runtime.prepack import linear, released
+
+if TYPE_CHECKING:
+    from dflash_ckpt.draftspec.specs import Dims
 
 #: ``enable_gqa`` lets SDPA read grouped K/V without copying them per query head (torch >= 2.5).
 _SDPA_GQA = torch.__version__ >= "2.5"
@@ -232,10 +235,9 @@ class KVCache:
             raise ValueError(f"KV cache full: {self.length} + {n} positions exceed its capacity {self.capacity}")
 
 
-def new_kv_cache(dims: Any, capacity: int, weight: torch.Tensor, tables: Iterable[Any] = ()) -> KVCache:
-    """A batch-1 cache of ``capacity`` positions for a model of ``dims`` (``num_layers``,
-    ``num_kv_heads``, ``head_dim``) in ``weight``'s dtype and device, with its rotary ``tables``
+def new_kv_cache(dims: Dims, capacity: int, weight: torch.Tensor, tables: Iterable[Any] = ()) -> KVCache:
+    """A batch-1 cache of ``capacity`` positions for a model of ``dims`` (a run's, so every size is set) in ``weight``'s dtype and device, with its rotary ``tables``
     grown as far: the one place the native target and the draft size their caches."""
     for table in tables:
         table.to(weight.device).grow(capacity)
-    return KVCache(dims.num_layers, dims.num_kv_heads, capacity, dims.head_dim, dtype=weight.dtype, device=weight.device)
+    return KVCache(dims.num_hidden_layers, dims.num_key_value_heads, capacity, dims.head_dim, dtype=weight.dtype, device=weight.device)

@@ -38,7 +38,7 @@ from typing import Any, Iterator, Mapping
 
 import torch
 
-from dflash_ckpt.draftspec.specs import DraftDims, DraftSpec, TargetSpec
+from dflash_ckpt.draftspec.specs import Dims, DraftSpec, TargetSpec
 from dflash_ckpt.errors import UsageError
 
 #: Tensor-name fragments of vision and audio towers and their projectors: not loaded, not counted.
@@ -104,7 +104,7 @@ class Shapes:
     dense: bool
 
     @classmethod
-    def of(cls, dims: DraftDims, *, tied: bool = False, dense: bool = True) -> Shapes | None:
+    def of(cls, dims: Dims, *, tied: bool = False, dense: bool = True) -> Shapes | None:
         """``None`` when the dimensions lack the basic sizes (the count then uses the files only)."""
         hidden, layers, heads = dims.hidden_size, dims.num_hidden_layers, dims.num_attention_heads
         if not (hidden and layers and heads and dims.num_key_value_heads and dims.head_dim):

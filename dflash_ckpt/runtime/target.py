@@ -41,13 +41,13 @@ class TargetAttention(nn.Module):
     def __init__(self, args: TargetSettings) -> None:
         super().__init__()
         d = args.dims
-        self.heads, self.kv_heads, self.head_dim = d.num_heads, d.num_kv_heads, d.head_dim
+        self.heads, self.kv_heads, self.head_dim = d.num_attention_heads, d.num_key_value_heads, d.head_dim
         self.scale = d.head_dim ** -0.5
         bias = d.attention_bias
-        self.q_proj = nn.Linear(d.hidden_size, d.num_heads * d.head_dim, bias=bias)
-        self.k_proj = nn.Linear(d.hidden_size, d.num_kv_heads * d.head_dim, bias=bias)
-        self.v_proj = nn.Linear(d.hidden_size, d.num_kv_heads * d.head_dim, bias=bias)
-        self.o_proj = nn.Linear(d.num_heads * d.head_dim, d.hidden_size, bias=bias)
+        self.q_proj = nn.Linear(d.hidden_size, d.num_attention_heads * d.head_dim, bias=bias)
+        self.k_proj = nn.Linear(d.hidden_size, d.num_key_value_heads * d.head_dim, bias=bias)
+        self.v_proj = nn.Linear(d.hidden_size, d.num_key_value_heads * d.head_dim, bias=bias)
+        self.o_proj = nn.Linear(d.num_attention_heads * d.head_dim, d.hidden_size, bias=bias)
         if args.qk_norm:
             self.q_norm = RMSNorm(d.head_dim, d.rms_norm_eps)
             self.k_norm = RMSNorm(d.head_dim, d.rms_norm_eps)
@@ -146,7 +146,7 @@ class TargetModel(nn.Module):
         # ``_weight`` skips the random init: on the meta device, ``normal_`` would import
         # torch._dynamo (about a second) on every load.
         self.embed_tokens = nn.Embedding(d.vocab_size, d.hidden_size, _weight=torch.empty(d.vocab_size, d.hidden_size))
-        self.layers = nn.ModuleList(TargetLayer(args) for _ in range(d.num_layers))
+        self.layers = nn.ModuleList(TargetLayer(args) for _ in range(d.num_hidden_layers))
         self.norm = RMSNorm(d.hidden_size, d.rms_norm_eps)
         self.lm_head = nn.Linear(d.hidden_size, d.vocab_size, bias=False)
         self.rotary = RotaryTable(args.rope, d.head_dim)
