@@ -101,8 +101,8 @@ def indented(text: str) -> str:
 def run_live(run: Any, *, json_out: bool, quiet: bool, output_format: str, unit: str = "") -> Any:
     """Call ``run(progress=, log=)`` (smoke-run's or probe-taps' run) with a rich progress bar (an
     ETA, ``unit`` after the count) and the loading lines where a person watches, a progress line
-    every few seconds where the output is a log (piped, or the github format), neither with
-    ``--json`` or ``-q``; return its result."""
+    every few seconds where the output is a log (piped, or a format whose record asks for them:
+    github), neither with ``--json`` or ``-q``; return its result."""
     err_console = make_console(stderr=True)
     log = None if json_out or quiet else (lambda msg: err_console.print(f"[dim]{safe(msg)}[/]"))
     if not json_out and not quiet and err_console.is_terminal:
@@ -112,7 +112,10 @@ def run_live(run: Any, *, json_out: bool, quiet: bool, output_format: str, unit:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), *units, TimeElapsedColumn(),
                       TextColumn("eta"), TimeRemainingColumn(), console=err_console, transient=True) as progress:
             return run(progress=progress, log=log)
-    if not quiet and (not json_out or output_format == "github"):
+    from dflash_ckpt.output_formats import FORMATS
+
+    fmt = FORMATS.get(output_format)
+    if not quiet and (not json_out or (fmt is not None and fmt.progress_lines)):
         from dflash_ckpt.progress_lines import stderr_progress
 
         return run(progress=stderr_progress(), log=log)

@@ -262,13 +262,16 @@ class OutputFormat:
     render: Callable[[dict[str, Any], str], str] | None
     #: smoke-run and probe-taps offer it too (SARIF: a run's findings name no file lines).
     runs: bool = True
+    #: A run printing it still writes its progress lines to stderr (a CI log wants them).
+    progress_lines: bool = False
 
 
 #: Every ``--output-format``, in the order ``--help`` names them; ``--json`` is ``json``'s alias.
 FORMATS = {f.name: f for f in (
     OutputFormat("text", "text (the report)", None),
     OutputFormat("json", "json (as --json)", json_text),
-    OutputFormat("github", "github (workflow annotations of the findings; see --annotations)", github_annotations),
+    OutputFormat("github", "github (workflow annotations of the findings; see --annotations)", github_annotations,
+                 progress_lines=True),
     OutputFormat("sarif", "sarif (SARIF 2.1.0)", sarif_text, runs=False),
 )}
 

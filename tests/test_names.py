@@ -14,9 +14,7 @@ PACKAGE = ROOT / "dflash_ckpt"
 #: with its reason).
 RAISING_CHECKS_ALLOWED: dict[str, str] = {}
 #: Class names two modules define, each a different thing (rename one when you touch it).
-SHARED_CLASS_NAMES = {
-    "RunOptions": "run/options.py and runtime/plan.py: i40-pair and i40-opts reshape both",
-}
+SHARED_CLASS_NAMES: dict[str, str] = {}
 
 
 def _own_raises(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:

@@ -182,3 +182,25 @@ def test_the_cli_choices_are_the_format_table() -> None:
     assert list(choices["inspect"]) == list(FORMATS)
     assert list(choices["smoke-run"]) == list(choices["probe-taps"]) == [f.name for f in FORMATS.values() if f.runs]
     assert "sarif" not in choices["smoke-run"] and all(f.render is not None for f in FORMATS.values() if f.name != "text")
+
+
+@pytest.mark.parametrize("fmt, wanted", [("text", True), ("github", True), ("json", False)])
+def test_a_runs_progress_lines_follow_the_format_record(fmt: str, wanted: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run printed as a document (``--json``, github) writes progress lines to stderr only when
+    its format's record asks for them (github: a CI log wants them); text without a terminal
+    always does. The switch is the record's, not a format name in console.run_live."""
+    import dflash_ckpt.progress_lines as progress_lines
+    from dflash_ckpt.console import run_live
+    from dflash_ckpt.output_formats import FORMATS
+
+    marker = object()
+    monkeypatch.setattr(progress_lines, "stderr_progress", lambda: marker)
+    seen: dict[str, Any] = {}
+
+    def run(progress: Any = None, log: Any = None) -> str:
+        seen["progress"] = progress
+        return "done"
+
+    assert run_live(run, json_out=fmt != "text", quiet=False, output_format=fmt) == "done"
+    assert (seen["progress"] is marker) is wanted
+    assert FORMATS["github"].progress_lines and not FORMATS["json"].progress_lines

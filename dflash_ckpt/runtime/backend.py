@@ -49,7 +49,7 @@ def _point_to_transformers(refusal: Unsupported, spec: TargetSpec) -> None:
 
 def select_backend(name: str, spec: TargetSpec) -> str:
     """``native`` or ``transformers`` for ``--backend name`` (validated with the options,
-    ``plan.RunOptions``); refuses (exit 2) what neither runs.
+    ``plan.PlanOptions``); refuses (exit 2) what neither runs.
 
     Only the kind of target is judged here (as ``ensure_supported`` does), so that a supported
     pair with bad values still reaches inspect's checks (exit 1). The draft is not judged: the

@@ -38,7 +38,7 @@ STORED = "stored"
 SMALL_CPU = 4
 
 
-class RunOptions(Protocol):
+class PlanOptions(Protocol):
     """What the plan reads of a run's options (``run/options.RunOptions`` holds them all, with
     their defaults and checks; the runtime does not import the run layer above it)."""
 
@@ -78,7 +78,7 @@ class Blocks:
         return max(len(ids) for ids in encoded) + max_new_tokens + width + 1
 
 
-def blocks(opts: RunOptions, draft: DraftSpec) -> Blocks:
+def blocks(opts: PlanOptions, draft: DraftSpec) -> Blocks:
     """The draft's settings in ``--layout`` (else as declared) and ``--block-size`` (else the trained one)."""
     args = with_layout(DraftSettings.from_spec(draft), opts.layout)
     return Blocks(args, opts.block_size if opts.block_size is not None else args.block_size)
@@ -119,7 +119,7 @@ class RunPlan:
         return self.blocks.verify_width
 
 
-def plan_run(opts: RunOptions, *, draft: DraftSpec, target: TargetSpec, blocks: Blocks, draft_dir: Path,
+def plan_run(opts: PlanOptions, *, draft: DraftSpec, target: TargetSpec, blocks: Blocks, draft_dir: Path,
              target_dir: Path, backend: str, prompts: Sequence[Prompt], encoded: Sequence[Sequence[int]],
              target_inv: WeightInventory | None = None) -> RunPlan:
     """The plan for ``backend`` (``native`` or ``transformers``, from ``select_backend``), after
@@ -170,7 +170,7 @@ def require_positions_fit(prompts: Sequence[Prompt], encoded: Sequence[Sequence[
     )
 
 
-def resolve_dtypes(opts: RunOptions, target_dir: str | Path, target_label: str, config_dtype: str | None,
+def resolve_dtypes(opts: PlanOptions, target_dir: str | Path, target_label: str, config_dtype: str | None,
                    target_inv: WeightInventory | None = None, *, draft_inv: WeightInventory | None = None,
                    ) -> tuple[torch.device, torch.dtype, torch.dtype, WeightInventory]:
     """``(device, draft dtype, target dtype, target inventory)``. The draft runs in
