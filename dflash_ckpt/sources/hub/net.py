@@ -120,7 +120,7 @@ def resolve_token(token: str | None, label: str) -> tuple[str | bool, str | None
 
 
 class HubClient:
-    """Requests for the files of one repo at one commit; counts the bytes it receives."""
+    """Requests for the files of one repo at one commit."""
 
     def __init__(self, ctx: HubContext, settings: HubSettings, token: str | bool, commit: str) -> None:
         self.ctx = ctx
