@@ -30,14 +30,16 @@ PIPE_WIDTH = 100_000
 
 
 def make_console(stderr: bool = False) -> Console:
-    """A console whose plain lines never wrap (one-line messages stay one line).
+    """A console whose plain lines never wrap (one-line messages stay one line) and that leaves
+    ``:name:`` as written (a folder called ``:smile:`` is no emoji; rich's emoji table, 4 ms of
+    start-up, is never imported).
 
     On a terminal tables fit its width; piped (and with no ``COLUMNS`` set) nothing is wrapped,
     and every line goes through ``neutral.no_command`` (a folder name cannot start a CI command).
     """
     import sys
 
-    console = Console(stderr=stderr, highlight=False, soft_wrap=True)
+    console = Console(stderr=stderr, highlight=False, soft_wrap=True, emoji=False)
     stream = sys.stderr if stderr else sys.stdout
     if not getattr(stream, "isatty", lambda: False)():
         # A pipe a CI runner may read (even where FORCE_COLOR makes rich call it a terminal): no

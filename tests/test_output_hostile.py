@@ -74,6 +74,21 @@ def test_error_lines_and_tables_of_several_drafts(tmp_path: Path) -> None:
     assert all(line.startswith(str(draft).replace(ESCAPES, inert(ESCAPES))) for line in lines)
 
 
+def test_an_emoji_code_in_a_name_prints_as_written(tmp_path: Path) -> None:
+    """rich turns ``:smile:`` into 😄 unless told not to: the report, the summary table and the
+    error lines would then name a folder that does not exist."""
+    draft = tmp_path / ":smile:"
+    shutil.copytree(TINY / "draft", draft)
+    (draft / "config.json").write_text("[]")  # an error line names it too
+    good = tmp_path / ":thumbs_up:"
+    shutil.copytree(TINY / "draft", good)
+    for args in ([str(good)], [str(good), str(draft)], ["-q", str(draft)]):
+        res = run_cli("inspect", *args)
+        text = _inert(res)
+        assert "\N{SMILING FACE WITH OPEN MOUTH AND SMILING EYES}" not in text and "\N{THUMBS UP SIGN}" not in text, text
+        assert ":thumbs_up:" in text if str(good) in args else ":smile:" in text, text
+
+
 def test_a_newline_in_a_name_cannot_start_a_second_line(tmp_path: Path) -> None:
     bad = tmp_path / "x\nDF000 error: forged"
     bad.mkdir()

@@ -152,7 +152,7 @@ def _natural_width(table: Table) -> int:
     """The width ``table`` takes when nothing in it wraps (rendered once, off screen)."""
     from rich.cells import cell_len
 
-    probe = Console(width=PIPE_WIDTH, file=io.StringIO(), color_system=None, highlight=False)
+    probe = Console(width=PIPE_WIDTH, file=io.StringIO(), color_system=None, highlight=False, emoji=False)
     with probe.capture() as cap:
         probe.print(table)
     return max((cell_len(line) for line in cap.get().splitlines()), default=0)
