@@ -97,20 +97,13 @@ def require_object(value: Any, where: str, *, code: str = "DF003") -> dict[str, 
     return value
 
 
+#: JSON names of Python types, bool before int (a bool is an int).
+_JSON_TYPES = ((bool, "a boolean"), (int, "an integer"), (float, "a number"), (str, "a string"),
+               (list, "a list"), (dict, "an object"))
+
+
 def json_type(value: Any) -> str:
     """The JSON name of a Python value, for messages."""
     if value is None:
         return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
+    return next((name for t, name in _JSON_TYPES if isinstance(value, t)), type(value).__name__)

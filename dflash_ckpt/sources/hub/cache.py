@@ -16,6 +16,7 @@ Only the standard library is used here: the cache is read before huggingface_hub
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -109,22 +110,6 @@ def _safe_part(name: str) -> bool:
     return bool(name) and all(p not in ("", ".", "..") for p in parts) and "\\" not in name and "\0" not in name
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename, so readers see all or nothing."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
 class RepoCache:
     """The cache folder of one model repo."""
 
@@ -138,9 +123,24 @@ class RepoCache:
         return inside(path, self.folder)
 
     def _write(self, path: Path, data: bytes) -> None:
-        """``write_atomic`` into the repo's folder only; a link out of it is not followed (best effort)."""
-        if self.holds(path):
-            write_atomic(path, data)
+        """Write ``data`` to ``path`` inside the repo's folder only (a link out of it is not followed)
+        through a temporary file and a rename, so readers see all or nothing. Best effort: the
+        cache may be read-only, and every record here can be made again from the Hub."""
+        if not self.holds(path):
+            return
+        tmp = None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            os.replace(tmp, path)
+        except BaseException as exc:
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+            if not isinstance(exc, OSError):
+                raise
 
     # -- refs and snapshots (huggingface_hub's layout) -----------------------------------------
 
@@ -160,10 +160,7 @@ class RepoCache:
         """Record ``revision -> commit`` as huggingface_hub does (best effort: the cache may be read-only)."""
         if is_commit(revision) or not _safe_part(revision) or self.read_ref(revision) == commit:
             return
-        try:
-            self._write(self.folder / "refs" / revision, commit.encode())
-        except OSError:
-            pass
+        self._write(self.folder / "refs" / revision, commit.encode())
 
     def snapshot_dir(self, commit: str) -> Path:
         return self.folder / "snapshots" / commit
@@ -197,10 +194,7 @@ class RepoCache:
                 for f in listing.files.values()
             },
         }
-        try:
-            self._write(self._own(listing.commit) / "files.json", json.dumps(doc, indent=1).encode())
-        except OSError:
-            pass
+        self._write(self._own(listing.commit) / "files.json", json.dumps(doc, indent=1).encode())
 
     def write_hf_tree(self, listing: RepoListing) -> None:
         """huggingface_hub's ``trees/<commit>.json`` (its format 1), so that its own offline lookups
@@ -212,11 +206,8 @@ class RepoCache:
             files[f.name] = {"size": f.size, "blob_id": f.blob_id}
             if f.lfs_sha256:
                 files[f.name].update(lfs_sha256=f.lfs_sha256, lfs_size=f.size)
-        try:
-            self._write(self.folder / "trees" / f"{listing.commit}.json",
-                        json.dumps({"format_version": 1, "files": files}, indent=1).encode())
-        except OSError:
-            pass
+        self._write(self.folder / "trees" / f"{listing.commit}.json",
+                    json.dumps({"format_version": 1, "files": files}, indent=1).encode())
 
     def read_listing(self, commit: str) -> RepoListing | None:
         """Our file list for ``commit``, else huggingface_hub's own tree listing for it, else ``None``.
@@ -292,10 +283,7 @@ class RepoCache:
     def write_prefix(self, commit: str, name: str, data: bytes) -> None:
         if not _safe_part(name) or "/" in name:
             return
-        try:
-            self._write(self._own(commit) / f"{name}.head", data)
-        except OSError:
-            pass
+        self._write(self._own(commit) / f"{name}.head", data)
 
 
 def hub_cache_snapshot(folder: Path) -> str | None:

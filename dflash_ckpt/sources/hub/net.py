@@ -141,7 +141,7 @@ class HubClient:
         if problem is not None:
             raise HubError(f"the listing names a file {name[:80]!r}…, {problem}; nothing was downloaded",
                            path=self.ctx.ref.label)
-        repo_folder = self.settings.cache_dir / ("models--" + self.ctx.ref.repo_id.replace("/", "--"))
+        repo_folder = RepoCache(self.settings.cache_dir, self.ctx.ref.repo_id).folder
         path = repo_folder / "snapshots" / self.commit / name
         if path.is_file():
             return path
@@ -158,12 +158,6 @@ class HubClient:
                     ),
                     self.settings, self.ctx, name,
                 )
-        except OSError as err:
-            raise HubError(
-                f"{name} cannot be written to the Hugging Face cache at "
-                f"{self.settings.cache_dir} ({err.strerror or err}); free space there or set HF_HUB_CACHE",
-                path=self.ctx.ref.label
-            ) from None
         finally:
             partial.discard()
             if bar is not None:
