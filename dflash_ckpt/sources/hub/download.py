@@ -209,36 +209,6 @@ def hf_headers(token: str | bool, **extra: str) -> dict[str, str]:
     return headers
 
 
-def get_json(
-    url: str, *, token: str | bool, params: dict[str, Any], cap: int, timeout: float, budget: Budget,
-    precheck: Callable[[bytearray], None] | None = None,
-) -> Any:
-    """A JSON API answer, streamed with a size cap under the budget (repo info); ``precheck`` sees
-    the raw body before it is parsed (the listing's count caps)."""
-    import json  # noqa: PLC0415
-
-    from huggingface_hub.utils import get_session, hf_raise_for_status  # noqa: PLC0415
-
-    with get_session().stream("GET", url, headers=hf_headers(token), params=params, timeout=timeout, follow_redirects=True) as resp:
-        hf_raise_for_status(resp)
-        refuse_encoding(resp)
-        length = resp.headers.get("Content-Length")
-        if length is not None and length.isdigit() and (len(length) > 20 or int(length) > cap):
-            raise TooLarge(f"a {int(length[:21]):,}-byte answer, more than the {cap:,} bytes allowed")
-        body = bytearray()
-        for chunk in resp.iter_raw(CHUNK):
-            body += chunk
-            if len(body) > cap:
-                raise TooLarge(f"an answer of more than the {cap:,} bytes allowed")
-            budget.spend(len(chunk))
-    if precheck is not None:
-        precheck(body)
-    try:
-        return json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        raise json.JSONDecodeError("not JSON", "", 0) from None
-
-
 class Partial:
     """What an interrupted attempt of one download leaves for the next: the temporary file, the
     bytes in it, and the digests of those bytes. ``fetch_file`` fills it when the network fails

@@ -51,9 +51,10 @@ def with_retries(fn: Callable[[Budget], T], settings: Any, ctx: HubContext, what
                 raise describe(exc, ctx, what, attempts=attempt) from None
             asked = retry_after(exc)
             if asked is not None and asked > settings.max_retry_after:
+                asked_text = f"{asked:.0f} s" if asked < 1e12 else "more than 10^12 s"
                 raise HubError(
                     f"the Hub at {ctx.endpoint} answered HTTP {http_status(exc)} to {what} and asks "
-                    f"to retry after {_seconds(asked)}, longer than the {settings.max_retry_after:g} s this tool waits "
+                    f"to retry after {asked_text}, longer than the {settings.max_retry_after:g} s this tool waits "
                     "(DFLASH_CKPT_HUB_MAX_RETRY_AFTER); try again later",
                     unreachable=True, path=ctx.ref.label,
                 ) from None
@@ -115,10 +116,6 @@ def _seconds_until(value: str) -> float | None:
         return max(0.0, (when - dt.datetime.now(dt.timezone.utc)).total_seconds())
     except (TypeError, ValueError, IndexError, OverflowError, AttributeError):
         return None
-
-
-def _seconds(value: float) -> str:
-    return f"{value:.0f} s" if value < 1e12 else "more than 10^12 s"
 
 
 def _short(exc: BaseException) -> str:
