@@ -19,6 +19,7 @@ ordinary. Quantized integer tensors (packed weights, zero points) and scales are
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,10 +61,7 @@ class ConstantTensor:
 
     @property
     def nbytes(self) -> int:
-        n = FLOAT_BYTES[self.dtype]
-        for d in self.shape:
-            n *= d
-        return n
+        return FLOAT_BYTES[self.dtype] * math.prod(self.shape)
 
 
 def judged(info: TensorInfo) -> bool:

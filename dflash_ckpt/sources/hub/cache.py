@@ -11,7 +11,10 @@ huggingface_hub has no place for:
 - ``<file>.head``: the first bytes of a weights file, as far as they were read (its safetensors
   header). A commit is immutable, so neither ever goes stale.
 
-Only the standard library is used here: the cache is read before huggingface_hub is imported.
+Only the standard library is used here: the cache is read before huggingface_hub is imported
+(``huggingface_hub.constants`` adds about 10 ms to a cached ``inspect`` and fixes the environment
+at import; ``try_to_load_from_cache`` and ``repo_folder_name`` come with ``file_download``, about
+160 ms: ``benchmarks/bench_hub_helpers.py``).
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,8 +56,6 @@ def hf_offline() -> bool:
     return False
 
 
-#: A full commit id; anything else given as a revision is a branch or tag name.
-COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 #: Our folder inside a cached repo's folder.
 OWN_DIR = "dflash-ckpt"
 LISTING_FORMAT = 1
@@ -86,7 +86,8 @@ class RepoListing:
 
 
 def is_commit(revision: str | None) -> bool:
-    return revision is not None and COMMIT_RE.fullmatch(revision) is not None
+    """A full commit id; anything else given as a revision is a branch or tag name."""
+    return is_git_id(revision)
 
 
 def count_problem(body: bytes | bytearray) -> str | None:
@@ -102,12 +103,6 @@ def count_problem(body: bytes | bytearray) -> str | None:
     if items > limits.MAX_LISTING_ITEMS:
         return f"{items:,} JSON values, more than the {limits.MAX_LISTING_ITEMS:,} a listing may hold"
     return None
-
-
-def _safe_part(name: str) -> bool:
-    """A file or ref name that stays inside the folder it is joined to."""
-    parts = name.split("/")
-    return bool(name) and all(p not in ("", ".", "..") for p in parts) and "\\" not in name and "\0" not in name
 
 
 class RepoCache:
@@ -148,7 +143,7 @@ class RepoCache:
         """The commit a branch or tag pointed to when it was last resolved, if recorded."""
         if is_commit(revision):
             return revision
-        if not _safe_part(revision):
+        if name_problem(revision) is not None:
             return None
         try:
             commit = (self.folder / "refs" / revision).read_text().strip()
@@ -158,7 +153,7 @@ class RepoCache:
 
     def write_ref(self, revision: str, commit: str) -> None:
         """Record ``revision -> commit`` as huggingface_hub does (best effort: the cache may be read-only)."""
-        if is_commit(revision) or not _safe_part(revision) or self.read_ref(revision) == commit:
+        if is_commit(revision) or name_problem(revision) or self.read_ref(revision) == commit:
             return
         self._write(self.folder / "refs" / revision, commit.encode())
 
@@ -167,7 +162,7 @@ class RepoCache:
 
     def snapshot_file(self, commit: str, name: str) -> Path | None:
         """The cached copy of ``name`` at ``commit``, when huggingface_hub has downloaded it."""
-        if not _safe_part(name):
+        if name_problem(name):
             return None
         path = self.snapshot_dir(commit) / name
         try:
@@ -273,7 +268,7 @@ class RepoCache:
 
     def read_prefix(self, commit: str, name: str) -> bytes:
         """The first bytes of ``name`` read on an earlier run (empty when none)."""
-        if not _safe_part(name) or "/" in name:
+        if name_problem(name) or "/" in name:
             return b""
         try:
             return (self._own(commit) / f"{name}.head").read_bytes()
@@ -281,7 +276,7 @@ class RepoCache:
             return b""
 
     def write_prefix(self, commit: str, name: str, data: bytes) -> None:
-        if not _safe_part(name) or "/" in name:
+        if name_problem(name) or "/" in name:
             return
         self._write(self._own(commit) / f"{name}.head", data)
 

@@ -155,10 +155,6 @@ def _alive(pid: int) -> bool:
     return True
 
 
-class TooLarge(ProtocolError):
-    """A body larger than the file it should be."""
-
-
 def within(fn: Callable[[Budget], T], budget: Budget) -> T:
     """``fn(budget)`` in a worker thread, abandoned when the budget runs out: ``DeadlineExceeded``.
 
@@ -255,7 +251,7 @@ def fetch_file(
 
     cap = min(size, limits.MAX_DOWNLOAD_BYTES)
     if size > limits.MAX_DOWNLOAD_BYTES:
-        raise TooLarge(f"a listed size of {size:,} bytes, more than the {limits.MAX_DOWNLOAD_BYTES:,} this tool downloads")
+        raise ProtocolError(f"a listed size of {size:,} bytes, more than the {limits.MAX_DOWNLOAD_BYTES:,} this tool downloads")
     dest_dir.mkdir(parents=True, exist_ok=True)
     sweep(dest_dir)
     partial = partial if partial is not None else Partial()
@@ -277,7 +273,7 @@ def fetch_file(
         length = resp.headers.get("Content-Length")
         if length is not None and length.strip().isdigit() and (len(length.strip()) > 20 or int(length) != size - start):
             claim = f"{int(length):,}-byte" if len(length.strip()) <= 20 else "absurdly long"
-            raise TooLarge(f"a {claim} body where the repo lists {size - start:,} bytes (nothing kept)")
+            raise ProtocolError(f"a {claim} body where the repo lists {size - start:,} bytes (nothing kept)")
         if _STOPPING.is_set():
             raise KeyboardInterrupt
         if start:
@@ -299,7 +295,7 @@ def fetch_file(
             with fh:
                 for chunk in resp.iter_raw():  # as the socket gives them: a cut keeps what arrived
                     if written + len(chunk) > cap:
-                        raise TooLarge(f"more than the {cap:,} bytes the repo lists (stopped there, nothing kept)")
+                        raise ProtocolError(f"more than the {cap:,} bytes the repo lists (stopped there, nothing kept)")
                     if _STOPPING.is_set():
                         raise KeyboardInterrupt
                     fh.write(chunk)

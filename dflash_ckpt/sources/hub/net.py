@@ -39,9 +39,6 @@ from dflash_ckpt.sources.hub.retry import with_retries
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 CONTENT_RANGE_RE = re.compile(r"^bytes (\d{1,20})-(\d{1,20})/(\d{1,20}|\*)$")
-#: The longest ``Retry-After`` honoured by default (``DFLASH_CKPT_HUB_MAX_RETRY_AFTER``); a server
-#: asking for more gets our error at once instead of a wait.
-MAX_RETRY_AFTER = limits.MAX_RETRY_AFTER
 
 
 def _env_number(name: str, default: float, *, minimum: float) -> float:
@@ -77,8 +74,8 @@ class HubSettings:
     max_backoff: float = 8.0
     #: Seconds all Hub requests of one command may take (plus 1 s per HUB_MIN_RATE bytes received).
     deadline: float = limits.HUB_DEADLINE
-    #: The longest ``Retry-After`` waited for.
-    max_retry_after: float = MAX_RETRY_AFTER
+    #: The longest ``Retry-After`` waited for; a server asking for more gets our error at once.
+    max_retry_after: float = limits.MAX_RETRY_AFTER
 
     @classmethod
     def from_env(cls) -> HubSettings:
@@ -91,7 +88,7 @@ class HubSettings:
             retries=int(_env_number("DFLASH_CKPT_HUB_RETRIES", 3, minimum=0)),
             backoff=_env_number("DFLASH_CKPT_HUB_BACKOFF", 1.0, minimum=0),
             deadline=_env_number("DFLASH_CKPT_HUB_DEADLINE", limits.HUB_DEADLINE, minimum=0.1),
-            max_retry_after=_env_number("DFLASH_CKPT_HUB_MAX_RETRY_AFTER", MAX_RETRY_AFTER, minimum=0),
+            max_retry_after=_env_number("DFLASH_CKPT_HUB_MAX_RETRY_AFTER", limits.MAX_RETRY_AFTER, minimum=0),
         )
 
 

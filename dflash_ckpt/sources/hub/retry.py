@@ -4,6 +4,10 @@ Timeouts, dropped connections and 408/429/5xx answers are retried (``DFLASH_CKPT
 after a pause that doubles from ``DFLASH_CKPT_HUB_BACKOFF``, or the pause a ``Retry-After`` header
 asks for, up to ``DFLASH_CKPT_HUB_MAX_RETRY_AFTER``. A refused connection is not retried, and
 no attempt or pause may pass the command's Hub budget (``budget.py``).
+
+huggingface_hub's ``http_backoff`` is not used (``benchmarks/bench_hub_helpers.py``): it sleeps
+whatever ``Retry-After`` asks (86,401 s for 86400), has no overall deadline, ignores an HTTP-date
+``Retry-After``, and cannot resume a body cut mid-stream.
 """
 
 from __future__ import annotations
