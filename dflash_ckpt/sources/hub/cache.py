@@ -12,9 +12,9 @@ huggingface_hub has no place for:
   header). A commit is immutable, so neither ever goes stale.
 
 Only the standard library is used here: the cache is read before huggingface_hub is imported
-(``huggingface_hub.constants`` adds about 10 ms to a cached ``inspect`` and fixes the environment
-at import; ``try_to_load_from_cache`` and ``repo_folder_name`` come with ``file_download``, about
-160 ms: ``benchmarks/bench_hub_helpers.py``).
+(``huggingface_hub.constants`` reads the environment once, when imported, 4-12 ms;
+``try_to_load_from_cache`` and ``repo_folder_name`` come with ``file_download``, 160-350 ms to
+import here: ``benchmarks/bench_hub_helpers.py``).
 """
 
 from __future__ import annotations
