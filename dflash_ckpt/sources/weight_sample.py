@@ -90,11 +90,7 @@ def _offsets(size: int, count: int, width: int, esz: int) -> list[tuple[int, int
     if count <= 1 or size <= width:
         return [(0, min(width, size))]
     span = size - width
-    out = []
-    for i in range(count):
-        start = (span * i // (count - 1)) // esz * esz
-        out.append((start, width))
-    return out
+    return [((span * i // (count - 1)) // esz * esz, width) for i in range(count)]
 
 
 def _one_value(chunk: bytes, elem: bytes) -> bool:
