@@ -296,9 +296,21 @@ def _require_cache_space(ctx: HubContext, settings: HubSettings, needed: int) ->
 def _cached_snapshot(
     ctx: HubContext, settings: HubSettings, commit: str, allow_patterns: list[str] | None, what: str, offline_reason: str,
 ) -> Path:
+    """The cache alone: a listed file the patterns match that the snapshot lacks is named (huggingface_hub
+    checks this only against a listing it wrote; an ``inspect`` leaves ours), then its
+    ``snapshot_download(local_files_only=True)`` finds the folder."""
     from huggingface_hub import snapshot_download  # noqa: PLC0415
     from huggingface_hub.errors import LocalEntryNotFoundError  # noqa: PLC0415
+    from huggingface_hub.utils import filter_repo_objects  # noqa: PLC0415
 
+    cache = RepoCache(settings.cache_dir, ctx.ref.repo_id)
+    listing, snap = cache.read_listing(commit), cache.snapshot_dir(commit)
+    names = filter_repo_objects(list(listing.files), allow_patterns=allow_patterns) if listing is not None else []
+    missing = [n for n in names if not (snap / n).is_file()]
+    if missing:
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        raise HubError(f"{shown} not in the local Hugging Face cache at {settings.cache_dir} and {offline_reason}; "
+                       "run once with the Hub reachable, or give a local folder", path=ctx.ref.label)
     try:
         return Path(snapshot_download(
             ctx.ref.repo_id, revision=commit, cache_dir=settings.cache_dir, endpoint=settings.endpoint,
