@@ -231,21 +231,13 @@ def snapshot(
     commit: str,
     allow_patterns: list[str] | None,
     *,
-    offline_reason: str | None = None,
     listing: RepoListing | None = None,
 ) -> Path:
-    """The snapshot folder of ``commit`` holding the files ``allow_patterns`` match.
-
-    Online, each file the cache lacks is fetched by ``HubClient.download`` (capped at its listed
-    size, checked against its listed digest, under the command's budget), after checking that they all fit on the cache's disk. With
-    ``offline_reason`` the cache alone must hold the files (``HF_HUB_OFFLINE``, or a Hub that
-    cannot be reached): huggingface_hub's ``snapshot_download(local_files_only=True)`` finds them.
-    """
+    """The snapshot folder of ``commit`` holding the files ``allow_patterns`` match: each file the
+    cache lacks is fetched by ``HubClient.download`` (capped at its listed size, checked against its
+    listed digest, under the command's budget), after checking that they all fit on the cache's disk."""
     from huggingface_hub.utils import filter_repo_objects  # noqa: PLC0415
 
-    what = "the files matching " + ", ".join(allow_patterns) if allow_patterns else "the repo files"
-    if offline_reason is not None:
-        return _cached_snapshot(ctx, settings, commit, allow_patterns, what, offline_reason)
     cache = RepoCache(settings.cache_dir, ctx.ref.repo_id)
     if listing is None or listing.commit != commit:
         listing = cache.read_listing(commit) or fetch_listing(ctx, settings, token)
@@ -293,16 +285,18 @@ def _require_cache_space(ctx: HubContext, settings: HubSettings, needed: int) ->
         )
 
 
-def _cached_snapshot(
-    ctx: HubContext, settings: HubSettings, commit: str, allow_patterns: list[str] | None, what: str, offline_reason: str,
+def cached_snapshot(
+    ctx: HubContext, settings: HubSettings, commit: str, allow_patterns: list[str] | None, offline_reason: str,
 ) -> Path:
-    """The cache alone: a listed file the patterns match that the snapshot lacks is named (huggingface_hub
-    checks this only against a listing it wrote; an ``inspect`` leaves ours), then its
+    """``snapshot`` from the cache alone (``HF_HUB_OFFLINE``, or a Hub that cannot be reached): a
+    listed file the patterns match that the snapshot lacks is named (huggingface_hub checks this only
+    against a listing it wrote; an ``inspect`` leaves ours), then its
     ``snapshot_download(local_files_only=True)`` finds the folder."""
     from huggingface_hub import snapshot_download  # noqa: PLC0415
     from huggingface_hub.errors import LocalEntryNotFoundError  # noqa: PLC0415
     from huggingface_hub.utils import filter_repo_objects  # noqa: PLC0415
 
+    what = "the files matching " + ", ".join(allow_patterns) if allow_patterns else "the repo files"
     cache = RepoCache(settings.cache_dir, ctx.ref.repo_id)
     listing, snap = cache.read_listing(commit), cache.snapshot_dir(commit)
     names = filter_repo_objects(list(listing.files), allow_patterns=allow_patterns) if listing is not None else []
@@ -326,4 +320,5 @@ def _cached_snapshot(
         raise describe(exc, ctx, what) from None
 
 
-__all__ = ["HubClient", "HubError", "HubSettings", "fetch_listing", "resolve_token", "snapshot", "with_retries"]
+__all__ = ["HubClient", "HubError", "HubSettings", "cached_snapshot", "fetch_listing", "resolve_token", "snapshot",
+           "with_retries"]

@@ -65,7 +65,7 @@ def download_snapshot(
     allow_patterns: list[str] | None = None,
 ) -> Path:
     """The local snapshot folder of ``ref`` holding the files ``allow_patterns`` match (all when ``None``)."""
-    from dflash_ckpt.sources.hub.net import HubSettings, fetch_listing, resolve_token, snapshot  # noqa: PLC0415
+    from dflash_ckpt.sources.hub.net import HubSettings, cached_snapshot, fetch_listing, resolve_token, snapshot  # noqa: PLC0415
 
     settings = HubSettings.from_env()
     cache = RepoCache(settings.cache_dir, ref.repo_id)
@@ -74,7 +74,7 @@ def download_snapshot(
         if commit is None:
             raise _not_cached(ref, cache, role, "HF_HUB_OFFLINE is set")
         ctx = HubContext(ref, role, settings.endpoint, None)
-        return snapshot(ctx, settings, False, commit, allow_patterns, offline_reason="HF_HUB_OFFLINE is set")
+        return cached_snapshot(ctx, settings, commit, allow_patterns, "HF_HUB_OFFLINE is set")
 
     send, source = resolve_token(token, ref.label)
     ctx = HubContext(ref, role, settings.endpoint, source)
@@ -87,7 +87,7 @@ def download_snapshot(
             cached_commit = cache.read_ref(ref.revision or "main") if err.unreachable else None
             if cached_commit is None:
                 raise
-            path = snapshot(ctx, settings, False, cached_commit, allow_patterns, offline_reason="the Hub cannot be reached")
+            path = cached_snapshot(ctx, settings, cached_commit, allow_patterns, "the Hub cannot be reached")
             _warn_fallback(err, cache, ref)
             return path
         _remember(cache, ref, listing)

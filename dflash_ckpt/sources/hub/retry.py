@@ -89,8 +89,7 @@ def retry_after(exc: BaseException) -> float | None:
     before 1970): what is not a plain count of seconds or a parseable date counts as not said;
     a count too long to be sensible is returned as infinity, a date in the past as 0.
     """
-    response = getattr(exc, "response", None)
-    headers = getattr(response, "headers", None) if response is not None else None
+    headers = getattr(getattr(exc, "response", None), "headers", None)
     try:
         value = headers.get("Retry-After", "") if headers is not None else ""
     except Exception:  # noqa: BLE001 - a header that cannot even be decoded says nothing
