@@ -82,10 +82,41 @@ def build_out(
     progress: ProgressFactory | None = None,
     force: bool = False,
 ) -> BuildReport:
-    """Write OUT: DRAFT's files (linked or copied) and the new ``config.json``, all or nothing."""
+    """Write OUT: DRAFT's files (linked or copied) and the new ``config.json``, all or nothing, under
+    OUT's lock; a failure to write is one line naming OUT (``out_error``)."""
     lock_out(out)
     try:
-        return _build_out(draft_dir, out, config_bytes, config_mode, actions, progress=progress, force=force)
+        parent = _real(out).parent
+        report = BuildReport()
+        copy_total = sum(a.size for a in actions if a.how == "copy")
+        require_free_space(parent, copy_total + len(config_bytes))
+        try:
+            tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=parent))
+        except OSError as err:
+            raise os_error(err, str(parent), then="; OUT cannot be created there") from None
+        try:
+            with _term_as_interrupt():
+                bar = progress(copy_total) if progress is not None and copy_total >= PROGRESS_MIN_BYTES else contextlib.nullcontext(None)
+                with bar as on_bytes:
+                    for a in actions:
+                        _place(a, tmp, parent, report, on_bytes)
+                cfg = tmp / "config.json"
+                with open(cfg, "xb") as fh:
+                    fh.write(config_bytes)
+                    fh.flush()
+                    os.fchmod(fh.fileno(), config_mode)
+                    os.fsync(fh.fileno())
+                umask = os.umask(0)
+                os.umask(umask)
+                os.chmod(tmp, 0o777 & ~umask)
+                for root, _dirs, _files in os.walk(tmp):
+                    _fsync_dir(Path(root))
+                _swap_into_place(tmp, out, force=force)
+                _fsync_dir(parent)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return report
     except OSError as err:
         raise out_error(err, out) from None
     finally:
@@ -103,50 +134,6 @@ def out_error(err: OSError, out: Path) -> InputError:
     if err.errno == errno.EROFS:
         return InputError(f"OUT {out}: its filesystem is read-only; give an OUT on a writable one")
     return InputError(f"OUT {out}: writing it failed ({err.strerror or err}); nothing was kept")
-
-
-def _build_out(
-    draft_dir: Path,
-    out: Path,
-    config_bytes: bytes,
-    config_mode: int,
-    actions: list[FileAction],
-    *,
-    progress: ProgressFactory | None = None,
-    force: bool = False,
-) -> BuildReport:
-    parent = _real(out).parent
-    report = BuildReport()
-    to_copy = sum(a.size for a in actions if a.how == "copy") + len(config_bytes)
-    require_free_space(parent, to_copy)
-    try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=parent))
-    except OSError as err:
-        raise os_error(err, str(parent), then="; OUT cannot be created there") from None
-    try:
-        with _term_as_interrupt():
-            copy_total = sum(a.size for a in actions if a.how == "copy")
-            bar = progress(copy_total) if progress is not None and copy_total >= PROGRESS_MIN_BYTES else contextlib.nullcontext(None)
-            with bar as on_bytes:
-                for a in actions:
-                    _place(a, tmp, parent, report, on_bytes)
-            cfg = tmp / "config.json"
-            with open(cfg, "xb") as fh:
-                fh.write(config_bytes)
-                fh.flush()
-                os.fchmod(fh.fileno(), config_mode)
-                os.fsync(fh.fileno())
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o777 & ~umask)
-            for root, _dirs, _files in os.walk(tmp):
-                _fsync_dir(Path(root))
-            _swap_into_place(tmp, out, force=force)
-            _fsync_dir(parent)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return report
 
 
 def _place(a: FileAction, tmp: Path, parent: Path, report: BuildReport, on_bytes: Callable[[int], None] | None) -> None:

@@ -153,11 +153,6 @@ def render_value(value: Any, style: TextStyle, base_indent: str, *, one_line: bo
     return text.replace("\n", style.newline + base_indent)
 
 
-def dumps_styled(value: Any, style: TextStyle) -> str:
-    """A whole document in ``style`` (the fallback when text edits cannot be verified)."""
-    return render_value(value, style, "")
-
-
 def apply_edit(obj: dict[str, Any], edit: Edit) -> dict[str, Any]:
     """``edit`` applied to a parsed object tree, returning a new tree (key order as the text gets it)."""
     out = copy.deepcopy(obj)
@@ -307,7 +302,7 @@ class ConfigText:
         if not ok:
             # Never expected; the verified fallback keeps the promise that the content is right.
             self.fell_back = True
-            self.text = dumps_styled(expected, self.style) + self.trailing
+            self.text = render_value(expected, self.style, "") + self.trailing
             if not same_tree(json.loads(self.text), expected):
                 raise AssertionError("re-serialized config does not match the planned config")
         return ((BOM if self.bom else "") + self.text).encode("utf-8")

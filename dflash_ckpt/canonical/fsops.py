@@ -24,7 +24,7 @@ from typing import Callable, Iterator
 from dflash_ckpt.errors import InputError, UsageError, inert
 from dflash_ckpt.limits import FREE_SPACE_MARGIN
 from dflash_ckpt.limits import human_bytes as round_bytes
-from dflash_ckpt.canonical.lock import lock_out, recover_stale
+from dflash_ckpt.canonical.lock import _real, lock_out, recover_stale
 from dflash_ckpt.sources.base import os_error
 
 #: Files that are linked rather than copied: big, and never edited by hand. Small files (JSON,
@@ -64,10 +64,6 @@ class BuildReport:
 
     def to_json(self) -> dict[str, object]:
         return {"linked": self.linked, "copied": self.copied, "bytes_linked": self.bytes_linked, "bytes_copied": self.bytes_copied}
-
-
-def _real(path: Path) -> Path:
-    return Path(os.path.realpath(path))
 
 
 def _inside(child: Path, parent: Path) -> bool:

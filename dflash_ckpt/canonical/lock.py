@@ -6,7 +6,9 @@ lives in a folder other people may write to, so it is opened as a hostile path w
 ``O_NOFOLLOW`` (a symbolic link planted there is refused, never followed to the user's file),
 ``O_CREAT | O_EXCL`` when it is created, and an existing file is reused only when it is what this
 tool leaves (a small regular file of ours, with one link, holding a process id). Nothing else is
-ever truncated or written.
+ever truncated or written. ``filelock`` (under huggingface_hub's ``WeakFileLock``) is not used: it
+truncates an existing lock file once it holds it, so a lock file planted as a hard link to a
+user's file empties that file (``benchmarks/bench_hub_helpers.py``).
 """
 
 from __future__ import annotations

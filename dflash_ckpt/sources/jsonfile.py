@@ -30,7 +30,9 @@ def parse_json_text(text: str, where: str, *, code: str = "DF002", max_depth: in
     except RecursionError:
         raise InputError(_too_deep(max_depth), code=code, path=where) from None
     except ValueError as err:  # "Exceeds the limit (4300 digits) for integer string conversion"
-        raise InputError(f"{_int_limit(err)}", code=code, path=where) from None
+        text = ("holds an integer too long to convert (over 4300 digits); no config value is that large"
+                if "digits" in str(err) else f"invalid JSON ({str(err).splitlines()[0][:120]})")
+        raise InputError(text, code=code, path=where) from None
     if json_depth(value, max_depth) > max_depth:
         raise InputError(_too_deep(max_depth), code=code, path=where)
     return value
@@ -38,12 +40,6 @@ def parse_json_text(text: str, where: str, *, code: str = "DF002", max_depth: in
 
 def _too_deep(max_depth: int) -> str:
     return f"JSON nested too deep (more than {max_depth} levels); not a config file"
-
-
-def _int_limit(err: ValueError) -> str:
-    if "digits" in str(err):
-        return "holds an integer too long to convert (over 4300 digits); no config value is that large"
-    return f"invalid JSON ({str(err).splitlines()[0][:120]})"
 
 
 def json_depth(value: Any, stop: int = MAX_JSON_DEPTH) -> int:
@@ -97,20 +93,13 @@ def require_object(value: Any, where: str, *, code: str = "DF003") -> dict[str, 
     return value
 
 
+#: JSON names of Python types, bool before int (a bool is an int).
+_JSON_TYPES = ((bool, "a boolean"), (int, "an integer"), (float, "a number"), (str, "a string"),
+               (list, "a list"), (dict, "an object"))
+
+
 def json_type(value: Any) -> str:
     """The JSON name of a Python value, for messages."""
     if value is None:
         return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
+    return next((name for t, name in _JSON_TYPES if isinstance(value, t)), type(value).__name__)

@@ -105,7 +105,6 @@ def read_header(source: Source, name: str, *, max_tensors: int = MAX_TENSORS) ->
         other = sniff(source, name, size)  # an LFS pointer (DF230) or another format (DF231)
         if other is not None:
             raise HeaderError(*other, path=where)
-    if header_len > MAX_HEADER_BYTES:
         raise HeaderError(
             "DF203",
             f"header length {header_len} exceeds the {MAX_HEADER_BYTES:,}-byte cap of the "
@@ -180,17 +179,13 @@ def _parse(raw: bytes, where: str, max_tensors: int) -> dict[str, Any]:
                           path=where) from None
     except RecursionError:
         raise HeaderError("DF203", "header JSON nested too deep; a header is 3 levels deep", path=where) from None
-    except ValueError as err:
-        raise HeaderError("DF203", f"header {_value_error(err)}", path=where) from None
+    except ValueError as err:  # "Exceeds the limit (4300 digits) for integer string conversion"
+        text = ("holds an integer too long to convert (over 4300 digits); sizes are 64-bit" if "digits" in str(err)
+                else f"is not JSON ({str(err).splitlines()[0][:120]})")
+        raise HeaderError("DF203", f"header {text}", path=where) from None
     if not isinstance(parsed, dict):
         raise HeaderError("DF203", "header is not a JSON object", path=where)
     return parsed
-
-
-def _value_error(err: ValueError) -> str:
-    if "digits" in str(err):
-        return "holds an integer too long to convert (over 4300 digits); sizes are 64-bit"
-    return f"is not JSON ({str(err).splitlines()[0][:120]})"
 
 
 def _nested(entry: Any, where: str, what: str) -> HeaderError | None:

@@ -19,6 +19,7 @@ ordinary. Quantized integer tensors (packed weights, zero points) and scales are
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,10 +61,7 @@ class ConstantTensor:
 
     @property
     def nbytes(self) -> int:
-        n = FLOAT_BYTES[self.dtype]
-        for d in self.shape:
-            n *= d
-        return n
+        return FLOAT_BYTES[self.dtype] * math.prod(self.shape)
 
 
 def judged(info: TensorInfo) -> bool:
@@ -92,11 +90,7 @@ def _offsets(size: int, count: int, width: int, esz: int) -> list[tuple[int, int
     if count <= 1 or size <= width:
         return [(0, min(width, size))]
     span = size - width
-    out = []
-    for i in range(count):
-        start = (span * i // (count - 1)) // esz * esz
-        out.append((start, width))
-    return out
+    return [((span * i // (count - 1)) // esz * esz, width) for i in range(count)]
 
 
 def _one_value(chunk: bytes, elem: bytes) -> bool:

@@ -11,14 +11,17 @@ huggingface_hub has no place for:
 - ``<file>.head``: the first bytes of a weights file, as far as they were read (its safetensors
   header). A commit is immutable, so neither ever goes stale.
 
-Only the standard library is used here: the cache is read before huggingface_hub is imported.
+Only the standard library is used here: the cache is read before huggingface_hub is imported
+(``huggingface_hub.constants`` reads the environment once, when imported, 4-12 ms;
+``try_to_load_from_cache`` and ``repo_folder_name`` come with ``file_download``, 160-350 ms to
+import here: ``benchmarks/bench_hub_helpers.py``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,8 +56,6 @@ def hf_offline() -> bool:
     return False
 
 
-#: A full commit id; anything else given as a revision is a branch or tag name.
-COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 #: Our folder inside a cached repo's folder.
 OWN_DIR = "dflash-ckpt"
 LISTING_FORMAT = 1
@@ -85,7 +86,8 @@ class RepoListing:
 
 
 def is_commit(revision: str | None) -> bool:
-    return revision is not None and COMMIT_RE.fullmatch(revision) is not None
+    """A full commit id; anything else given as a revision is a branch or tag name."""
+    return is_git_id(revision)
 
 
 def count_problem(body: bytes | bytearray) -> str | None:
@@ -103,28 +105,6 @@ def count_problem(body: bytes | bytearray) -> str | None:
     return None
 
 
-def _safe_part(name: str) -> bool:
-    """A file or ref name that stays inside the folder it is joined to."""
-    parts = name.split("/")
-    return bool(name) and all(p not in ("", ".", "..") for p in parts) and "\\" not in name and "\0" not in name
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename, so readers see all or nothing."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
 class RepoCache:
     """The cache folder of one model repo."""
 
@@ -138,9 +118,24 @@ class RepoCache:
         return inside(path, self.folder)
 
     def _write(self, path: Path, data: bytes) -> None:
-        """``write_atomic`` into the repo's folder only; a link out of it is not followed (best effort)."""
-        if self.holds(path):
-            write_atomic(path, data)
+        """Write ``data`` to ``path`` inside the repo's folder only (a link out of it is not followed)
+        through a temporary file and a rename, so readers see all or nothing. Best effort: the
+        cache may be read-only, and every record here can be made again from the Hub."""
+        if not self.holds(path):
+            return
+        tmp = None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            os.replace(tmp, path)
+        except BaseException as exc:
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+            if not isinstance(exc, OSError):
+                raise
 
     # -- refs and snapshots (huggingface_hub's layout) -----------------------------------------
 
@@ -148,7 +143,7 @@ class RepoCache:
         """The commit a branch or tag pointed to when it was last resolved, if recorded."""
         if is_commit(revision):
             return revision
-        if not _safe_part(revision):
+        if name_problem(revision) is not None:
             return None
         try:
             commit = (self.folder / "refs" / revision).read_text().strip()
@@ -158,19 +153,16 @@ class RepoCache:
 
     def write_ref(self, revision: str, commit: str) -> None:
         """Record ``revision -> commit`` as huggingface_hub does (best effort: the cache may be read-only)."""
-        if is_commit(revision) or not _safe_part(revision) or self.read_ref(revision) == commit:
+        if is_commit(revision) or name_problem(revision) or self.read_ref(revision) == commit:
             return
-        try:
-            self._write(self.folder / "refs" / revision, commit.encode())
-        except OSError:
-            pass
+        self._write(self.folder / "refs" / revision, commit.encode())
 
     def snapshot_dir(self, commit: str) -> Path:
         return self.folder / "snapshots" / commit
 
     def snapshot_file(self, commit: str, name: str) -> Path | None:
         """The cached copy of ``name`` at ``commit``, when huggingface_hub has downloaded it."""
-        if not _safe_part(name):
+        if name_problem(name):
             return None
         path = self.snapshot_dir(commit) / name
         try:
@@ -197,10 +189,7 @@ class RepoCache:
                 for f in listing.files.values()
             },
         }
-        try:
-            self._write(self._own(listing.commit) / "files.json", json.dumps(doc, indent=1).encode())
-        except OSError:
-            pass
+        self._write(self._own(listing.commit) / "files.json", json.dumps(doc, indent=1).encode())
 
     def write_hf_tree(self, listing: RepoListing) -> None:
         """huggingface_hub's ``trees/<commit>.json`` (its format 1), so that its own offline lookups
@@ -212,11 +201,8 @@ class RepoCache:
             files[f.name] = {"size": f.size, "blob_id": f.blob_id}
             if f.lfs_sha256:
                 files[f.name].update(lfs_sha256=f.lfs_sha256, lfs_size=f.size)
-        try:
-            self._write(self.folder / "trees" / f"{listing.commit}.json",
-                        json.dumps({"format_version": 1, "files": files}, indent=1).encode())
-        except OSError:
-            pass
+        self._write(self.folder / "trees" / f"{listing.commit}.json",
+                    json.dumps({"format_version": 1, "files": files}, indent=1).encode())
 
     def read_listing(self, commit: str) -> RepoListing | None:
         """Our file list for ``commit``, else huggingface_hub's own tree listing for it, else ``None``.
@@ -282,7 +268,7 @@ class RepoCache:
 
     def read_prefix(self, commit: str, name: str) -> bytes:
         """The first bytes of ``name`` read on an earlier run (empty when none)."""
-        if not _safe_part(name) or "/" in name:
+        if name_problem(name) or "/" in name:
             return b""
         try:
             return (self._own(commit) / f"{name}.head").read_bytes()
@@ -290,12 +276,9 @@ class RepoCache:
             return b""
 
     def write_prefix(self, commit: str, name: str, data: bytes) -> None:
-        if not _safe_part(name) or "/" in name:
+        if name_problem(name) or "/" in name:
             return
-        try:
-            self._write(self._own(commit) / f"{name}.head", data)
-        except OSError:
-            pass
+        self._write(self._own(commit) / f"{name}.head", data)
 
 
 def hub_cache_snapshot(folder: Path) -> str | None:

@@ -155,10 +155,6 @@ def _alive(pid: int) -> bool:
     return True
 
 
-class TooLarge(ProtocolError):
-    """A body larger than the file it should be."""
-
-
 def within(fn: Callable[[Budget], T], budget: Budget) -> T:
     """``fn(budget)`` in a worker thread, abandoned when the budget runs out: ``DeadlineExceeded``.
 
@@ -209,36 +205,6 @@ def hf_headers(token: str | bool, **extra: str) -> dict[str, str]:
     return headers
 
 
-def get_json(
-    url: str, *, token: str | bool, params: dict[str, Any], cap: int, timeout: float, budget: Budget,
-    precheck: Callable[[bytearray], None] | None = None,
-) -> Any:
-    """A JSON API answer, streamed with a size cap under the budget (repo info); ``precheck`` sees
-    the raw body before it is parsed (the listing's count caps)."""
-    import json  # noqa: PLC0415
-
-    from huggingface_hub.utils import get_session, hf_raise_for_status  # noqa: PLC0415
-
-    with get_session().stream("GET", url, headers=hf_headers(token), params=params, timeout=timeout, follow_redirects=True) as resp:
-        hf_raise_for_status(resp)
-        refuse_encoding(resp)
-        length = resp.headers.get("Content-Length")
-        if length is not None and length.isdigit() and (len(length) > 20 or int(length) > cap):
-            raise TooLarge(f"a {int(length[:21]):,}-byte answer, more than the {cap:,} bytes allowed")
-        body = bytearray()
-        for chunk in resp.iter_raw(CHUNK):
-            body += chunk
-            if len(body) > cap:
-                raise TooLarge(f"an answer of more than the {cap:,} bytes allowed")
-            budget.spend(len(chunk))
-    if precheck is not None:
-        precheck(body)
-    try:
-        return json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        raise json.JSONDecodeError("not JSON", "", 0) from None
-
-
 class Partial:
     """What an interrupted attempt of one download leaves for the next: the temporary file, the
     bytes in it, and the digests of those bytes. ``fetch_file`` fills it when the network fails
@@ -285,7 +251,7 @@ def fetch_file(
 
     cap = min(size, limits.MAX_DOWNLOAD_BYTES)
     if size > limits.MAX_DOWNLOAD_BYTES:
-        raise TooLarge(f"a listed size of {size:,} bytes, more than the {limits.MAX_DOWNLOAD_BYTES:,} this tool downloads")
+        raise ProtocolError(f"a listed size of {size:,} bytes, more than the {limits.MAX_DOWNLOAD_BYTES:,} this tool downloads")
     dest_dir.mkdir(parents=True, exist_ok=True)
     sweep(dest_dir)
     partial = partial if partial is not None else Partial()
@@ -307,7 +273,7 @@ def fetch_file(
         length = resp.headers.get("Content-Length")
         if length is not None and length.strip().isdigit() and (len(length.strip()) > 20 or int(length) != size - start):
             claim = f"{int(length):,}-byte" if len(length.strip()) <= 20 else "absurdly long"
-            raise TooLarge(f"a {claim} body where the repo lists {size - start:,} bytes (nothing kept)")
+            raise ProtocolError(f"a {claim} body where the repo lists {size - start:,} bytes (nothing kept)")
         if _STOPPING.is_set():
             raise KeyboardInterrupt
         if start:
@@ -329,7 +295,7 @@ def fetch_file(
             with fh:
                 for chunk in resp.iter_raw():  # as the socket gives them: a cut keeps what arrived
                     if written + len(chunk) > cap:
-                        raise TooLarge(f"more than the {cap:,} bytes the repo lists (stopped there, nothing kept)")
+                        raise ProtocolError(f"more than the {cap:,} bytes the repo lists (stopped there, nothing kept)")
                     if _STOPPING.is_set():
                         raise KeyboardInterrupt
                     fh.write(chunk)

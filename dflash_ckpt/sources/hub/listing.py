@@ -6,6 +6,10 @@ their sizes, LFS sha256 and git blob ids. The answer is untrusted: its bytes are
 streams, its files, objects and values are counted on the raw bytes before ``json.loads`` builds
 anything (``limits.MAX_LISTING_*``), and every name and id that will build a cache path is checked
 (``ids.py``). A listing that fails any of these is refused whole, in one line.
+
+``HfApi.list_repo_tree`` is not used (huggingface_hub 2.4.0, ``benchmarks/bench_hub_helpers.py``):
+it parses each page whole with no cap (a 63 MiB page: 459 MiB peak, 600,000 files taken), follows
+``Link: next`` without end, and has no deadline on a dripped page (still running at 40 s).
 """
 
 from __future__ import annotations
@@ -15,23 +19,56 @@ from typing import Any
 from dflash_ckpt import limits
 from dflash_ckpt.sources.hub.budget import Budget
 from dflash_ckpt.sources.hub.cache import RemoteFile, RepoListing, count_problem, is_commit
-from dflash_ckpt.sources.hub.download import TooLarge, get_json
+from dflash_ckpt.sources.hub.download import CHUNK, hf_headers, refuse_encoding
 from dflash_ckpt.sources.hub.errors import HubContext, ProtocolError, describe, first_line
 from dflash_ckpt.sources.hub.ids import is_git_id, is_sha256, name_problem, shown
 from dflash_ckpt.sources.hub.retry import with_retries
 
 
-def _precheck(body: bytearray) -> None:
+def _repo_info(url: str, token: str | bool, timeout: float, budget: Budget) -> Any:
+    """One attempt: the answer streamed under the budget and capped at ``limits.MAX_LISTING_BYTES``,
+    its files, objects and values counted on the raw bytes, then parsed into ``ModelInfo``."""
+    import json  # noqa: PLC0415
+
+    from huggingface_hub.hf_api import ModelInfo  # noqa: PLC0415
+    from huggingface_hub.utils import get_session, hf_raise_for_status  # noqa: PLC0415
+
+    cap = limits.MAX_LISTING_BYTES
+    headers = hf_headers(token)
+    with get_session().stream("GET", url, headers=headers, params={"blobs": True}, timeout=timeout, follow_redirects=True) as resp:
+        hf_raise_for_status(resp)
+        refuse_encoding(resp)
+        length = resp.headers.get("Content-Length")
+        if length is not None and length.isdigit() and (len(length) > 20 or int(length) > cap):
+            raise ProtocolError(f"a {int(length[:21]):,}-byte answer, more than the {cap:,} bytes allowed")
+        body = bytearray()
+        for chunk in resp.iter_raw(CHUNK):
+            body += chunk
+            if len(body) > cap:
+                raise ProtocolError(f"an answer of more than the {cap:,} bytes allowed")
+            budget.spend(len(chunk))
     problem = count_problem(body)
     if problem is not None:
-        raise TooLarge(f"a listing of {problem} (nothing parsed)")
+        raise ProtocolError(f"a listing of {problem} (nothing parsed)")
+    try:
+        data = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise json.JSONDecodeError("not JSON", "", 0) from None
+    if not isinstance(data, dict):
+        raise ProtocolError("repo info that is not a JSON object")
+    siblings = data.get("siblings")
+    if siblings is not None and not (isinstance(siblings, list) and all(isinstance(s, dict) for s in siblings)):
+        raise ProtocolError("repo info whose siblings are not a list of objects")
+    try:
+        return ModelInfo(**data)
+    except (KeyError, TypeError, AttributeError, ValueError) as err:
+        raise ProtocolError(f"repo info missing a field ({first_line(err)})") from None
 
 
 def fetch_listing(ctx: HubContext, settings: Any, token: str | bool) -> RepoListing:
     """The commit ``ctx.ref`` points to now and the repo's files there (one API request, retried)."""
     from urllib.parse import quote  # noqa: PLC0415
 
-    from huggingface_hub.hf_api import ModelInfo  # noqa: PLC0415
     from huggingface_hub.utils import validate_repo_id  # noqa: PLC0415
 
     try:
@@ -42,22 +79,7 @@ def fetch_listing(ctx: HubContext, settings: Any, token: str | bool) -> RepoList
     if ctx.ref.revision is not None:
         url += f"/revision/{quote(ctx.ref.revision, safe='')}"
 
-    def call(budget: Budget) -> Any:
-        data = get_json(
-            url, token=token, params={"blobs": True}, cap=limits.MAX_LISTING_BYTES,
-            timeout=settings.api_timeout, budget=budget, precheck=_precheck,
-        )
-        if not isinstance(data, dict):
-            raise ProtocolError("repo info that is not a JSON object")
-        siblings = data.get("siblings")
-        if siblings is not None and not (isinstance(siblings, list) and all(isinstance(s, dict) for s in siblings)):
-            raise ProtocolError("repo info whose siblings are not a list of objects")
-        try:
-            return ModelInfo(**data)
-        except (KeyError, TypeError, AttributeError, ValueError) as err:
-            raise ProtocolError(f"repo info missing a field ({first_line(err)})") from None
-
-    info = with_retries(call, settings, ctx, "repo info")
+    info = with_retries(lambda budget: _repo_info(url, token, settings.api_timeout, budget), settings, ctx, "repo info")
     sha = getattr(info, "sha", None)
     if not isinstance(sha, str) or not is_commit(sha):
         raise describe(ProtocolError(f"repo info without a commit id (sha={str(sha)[:60]!r})"), ctx, "repo info")

@@ -39,9 +39,6 @@ from dflash_ckpt.sources.hub.retry import with_retries
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 CONTENT_RANGE_RE = re.compile(r"^bytes (\d{1,20})-(\d{1,20})/(\d{1,20}|\*)$")
-#: The longest ``Retry-After`` honoured by default (``DFLASH_CKPT_HUB_MAX_RETRY_AFTER``); a server
-#: asking for more gets our error at once instead of a wait.
-MAX_RETRY_AFTER = limits.MAX_RETRY_AFTER
 
 
 def _env_number(name: str, default: float, *, minimum: float) -> float:
@@ -77,8 +74,8 @@ class HubSettings:
     max_backoff: float = 8.0
     #: Seconds all Hub requests of one command may take (plus 1 s per HUB_MIN_RATE bytes received).
     deadline: float = limits.HUB_DEADLINE
-    #: The longest ``Retry-After`` waited for.
-    max_retry_after: float = MAX_RETRY_AFTER
+    #: The longest ``Retry-After`` waited for; a server asking for more gets our error at once.
+    max_retry_after: float = limits.MAX_RETRY_AFTER
 
     @classmethod
     def from_env(cls) -> HubSettings:
@@ -91,7 +88,7 @@ class HubSettings:
             retries=int(_env_number("DFLASH_CKPT_HUB_RETRIES", 3, minimum=0)),
             backoff=_env_number("DFLASH_CKPT_HUB_BACKOFF", 1.0, minimum=0),
             deadline=_env_number("DFLASH_CKPT_HUB_DEADLINE", limits.HUB_DEADLINE, minimum=0.1),
-            max_retry_after=_env_number("DFLASH_CKPT_HUB_MAX_RETRY_AFTER", MAX_RETRY_AFTER, minimum=0),
+            max_retry_after=_env_number("DFLASH_CKPT_HUB_MAX_RETRY_AFTER", limits.MAX_RETRY_AFTER, minimum=0),
         )
 
 
@@ -141,7 +138,7 @@ class HubClient:
         if problem is not None:
             raise HubError(f"the listing names a file {name[:80]!r}…, {problem}; nothing was downloaded",
                            path=self.ctx.ref.label)
-        repo_folder = self.settings.cache_dir / ("models--" + self.ctx.ref.repo_id.replace("/", "--"))
+        repo_folder = RepoCache(self.settings.cache_dir, self.ctx.ref.repo_id).folder
         path = repo_folder / "snapshots" / self.commit / name
         if path.is_file():
             return path
@@ -158,12 +155,6 @@ class HubClient:
                     ),
                     self.settings, self.ctx, name,
                 )
-        except OSError as err:
-            raise HubError(
-                f"{name} cannot be written to the Hugging Face cache at "
-                f"{self.settings.cache_dir} ({err.strerror or err}); free space there or set HF_HUB_CACHE",
-                path=self.ctx.ref.label
-            ) from None
         finally:
             partial.discard()
             if bar is not None:
@@ -240,21 +231,13 @@ def snapshot(
     commit: str,
     allow_patterns: list[str] | None,
     *,
-    offline_reason: str | None = None,
     listing: RepoListing | None = None,
 ) -> Path:
-    """The snapshot folder of ``commit`` holding the files ``allow_patterns`` match.
-
-    Online, each file the cache lacks is fetched by ``HubClient.download`` (capped at its listed
-    size, checked against its listed digest, under the command's budget), after checking that they all fit on the cache's disk. With
-    ``offline_reason`` the cache alone must hold the files (``HF_HUB_OFFLINE``, or a Hub that
-    cannot be reached): huggingface_hub's ``snapshot_download(local_files_only=True)`` finds them.
-    """
+    """The snapshot folder of ``commit`` holding the files ``allow_patterns`` match: each file the
+    cache lacks is fetched by ``HubClient.download`` (capped at its listed size, checked against its
+    listed digest, under the command's budget), after checking that they all fit on the cache's disk."""
     from huggingface_hub.utils import filter_repo_objects  # noqa: PLC0415
 
-    what = "the files matching " + ", ".join(allow_patterns) if allow_patterns else "the repo files"
-    if offline_reason is not None:
-        return _cached_snapshot(ctx, settings, commit, allow_patterns, what, offline_reason)
     cache = RepoCache(settings.cache_dir, ctx.ref.repo_id)
     if listing is None or listing.commit != commit:
         listing = cache.read_listing(commit) or fetch_listing(ctx, settings, token)
@@ -302,12 +285,26 @@ def _require_cache_space(ctx: HubContext, settings: HubSettings, needed: int) ->
         )
 
 
-def _cached_snapshot(
-    ctx: HubContext, settings: HubSettings, commit: str, allow_patterns: list[str] | None, what: str, offline_reason: str,
+def cached_snapshot(
+    ctx: HubContext, settings: HubSettings, commit: str, allow_patterns: list[str] | None, offline_reason: str,
 ) -> Path:
+    """``snapshot`` from the cache alone (``HF_HUB_OFFLINE``, or a Hub that cannot be reached): a
+    listed file the patterns match that the snapshot lacks is named (huggingface_hub checks this only
+    against a listing it wrote; an ``inspect`` leaves ours), then its
+    ``snapshot_download(local_files_only=True)`` finds the folder."""
     from huggingface_hub import snapshot_download  # noqa: PLC0415
     from huggingface_hub.errors import LocalEntryNotFoundError  # noqa: PLC0415
+    from huggingface_hub.utils import filter_repo_objects  # noqa: PLC0415
 
+    what = "the files matching " + ", ".join(allow_patterns) if allow_patterns else "the repo files"
+    cache = RepoCache(settings.cache_dir, ctx.ref.repo_id)
+    listing, snap = cache.read_listing(commit), cache.snapshot_dir(commit)
+    names = filter_repo_objects(list(listing.files), allow_patterns=allow_patterns) if listing is not None else []
+    missing = [n for n in names if not (snap / n).is_file()]
+    if missing:
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        raise HubError(f"{shown} not in the local Hugging Face cache at {settings.cache_dir} and {offline_reason}; "
+                       "run once with the Hub reachable, or give a local folder", path=ctx.ref.label)
     try:
         return Path(snapshot_download(
             ctx.ref.repo_id, revision=commit, cache_dir=settings.cache_dir, endpoint=settings.endpoint,
@@ -323,4 +320,5 @@ def _cached_snapshot(
         raise describe(exc, ctx, what) from None
 
 
-__all__ = ["HubClient", "HubError", "HubSettings", "fetch_listing", "resolve_token", "snapshot", "with_retries"]
+__all__ = ["HubClient", "HubError", "HubSettings", "cached_snapshot", "fetch_listing", "resolve_token", "snapshot",
+           "with_retries"]

@@ -65,7 +65,7 @@ def download_snapshot(
     allow_patterns: list[str] | None = None,
 ) -> Path:
     """The local snapshot folder of ``ref`` holding the files ``allow_patterns`` match (all when ``None``)."""
-    from dflash_ckpt.sources.hub.net import HubSettings, fetch_listing, resolve_token, snapshot  # noqa: PLC0415
+    from dflash_ckpt.sources.hub.net import HubSettings, cached_snapshot, fetch_listing, resolve_token, snapshot  # noqa: PLC0415
 
     settings = HubSettings.from_env()
     cache = RepoCache(settings.cache_dir, ref.repo_id)
@@ -74,8 +74,7 @@ def download_snapshot(
         if commit is None:
             raise _not_cached(ref, cache, role, "HF_HUB_OFFLINE is set")
         ctx = HubContext(ref, role, settings.endpoint, None)
-        _complete(ref, cache, commit, allow_patterns, "HF_HUB_OFFLINE is set")
-        return snapshot(ctx, settings, False, commit, allow_patterns, offline_reason="HF_HUB_OFFLINE is set")
+        return cached_snapshot(ctx, settings, commit, allow_patterns, "HF_HUB_OFFLINE is set")
 
     send, source = resolve_token(token, ref.label)
     ctx = HubContext(ref, role, settings.endpoint, source)
@@ -88,9 +87,7 @@ def download_snapshot(
             cached_commit = cache.read_ref(ref.revision or "main") if err.unreachable else None
             if cached_commit is None:
                 raise
-            why = "the Hub cannot be reached"
-            _complete(ref, cache, cached_commit, allow_patterns, why)
-            path = snapshot(ctx, settings, False, cached_commit, allow_patterns, offline_reason=why)
+            path = cached_snapshot(ctx, settings, cached_commit, allow_patterns, "the Hub cannot be reached")
             _warn_fallback(err, cache, ref)
             return path
         _remember(cache, ref, listing)
@@ -104,24 +101,6 @@ def download_snapshot(
 def _remember(cache: RepoCache, ref: RepoRef, listing: RepoListing) -> None:
     cache.write_ref(ref.revision or "main", listing.commit)
     cache.write_listing(listing)
-
-
-def _complete(ref: RepoRef, cache: RepoCache, commit: str, allow_patterns: list[str] | None, why: str) -> None:
-    """Without the Hub, refuse a cached snapshot that lacks a listed file the patterns match, naming
-    it (huggingface_hub checks this only against a listing it wrote; an ``inspect`` leaves ours)."""
-    from huggingface_hub.utils import filter_repo_objects  # noqa: PLC0415
-
-    listing = cache.read_listing(commit)
-    if listing is None:
-        return
-    path = cache.snapshot_dir(commit)
-    missing = [n for n in filter_repo_objects(list(listing.files), allow_patterns=allow_patterns) if not (path / n).is_file()]
-    if missing:
-        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
-        raise HubError(
-            f"{shown} not in the local Hugging Face cache at {cache.cache_dir} and {why}; "
-            "run once with the Hub reachable, or give a local folder", path=ref.label
-        )
 
 
 def _warn_fallback(err: HubError, cache: RepoCache, ref: RepoRef) -> None:

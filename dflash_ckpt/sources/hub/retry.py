@@ -4,6 +4,10 @@ Timeouts, dropped connections and 408/429/5xx answers are retried (``DFLASH_CKPT
 after a pause that doubles from ``DFLASH_CKPT_HUB_BACKOFF``, or the pause a ``Retry-After`` header
 asks for, up to ``DFLASH_CKPT_HUB_MAX_RETRY_AFTER``. A refused connection is not retried, and
 no attempt or pause may pass the command's Hub budget (``budget.py``).
+
+huggingface_hub's ``http_backoff`` is not used (``benchmarks/bench_hub_helpers.py``): it sleeps
+whatever ``Retry-After`` asks (86,401 s for 86400), has no overall deadline, ignores an HTTP-date
+``Retry-After``, and cannot resume a body cut mid-stream.
 """
 
 from __future__ import annotations
@@ -51,9 +55,10 @@ def with_retries(fn: Callable[[Budget], T], settings: Any, ctx: HubContext, what
                 raise describe(exc, ctx, what, attempts=attempt) from None
             asked = retry_after(exc)
             if asked is not None and asked > settings.max_retry_after:
+                asked_text = f"{asked:.0f} s" if asked < 1e12 else "more than 10^12 s"
                 raise HubError(
                     f"the Hub at {ctx.endpoint} answered HTTP {http_status(exc)} to {what} and asks "
-                    f"to retry after {_seconds(asked)}, longer than the {settings.max_retry_after:g} s this tool waits "
+                    f"to retry after {asked_text}, longer than the {settings.max_retry_after:g} s this tool waits "
                     "(DFLASH_CKPT_HUB_MAX_RETRY_AFTER); try again later",
                     unreachable=True, path=ctx.ref.label,
                 ) from None
@@ -84,8 +89,7 @@ def retry_after(exc: BaseException) -> float | None:
     before 1970): what is not a plain count of seconds or a parseable date counts as not said;
     a count too long to be sensible is returned as infinity, a date in the past as 0.
     """
-    response = getattr(exc, "response", None)
-    headers = getattr(response, "headers", None) if response is not None else None
+    headers = getattr(getattr(exc, "response", None), "headers", None)
     try:
         value = headers.get("Retry-After", "") if headers is not None else ""
     except Exception:  # noqa: BLE001 - a header that cannot even be decoded says nothing
@@ -115,10 +119,6 @@ def _seconds_until(value: str) -> float | None:
         return max(0.0, (when - dt.datetime.now(dt.timezone.utc)).total_seconds())
     except (TypeError, ValueError, IndexError, OverflowError, AttributeError):
         return None
-
-
-def _seconds(value: float) -> str:
-    return f"{value:.0f} s" if value < 1e12 else "more than 10^12 s"
 
 
 def _short(exc: BaseException) -> str:
