@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from dflash_ckpt.draftspec.config_values import get_bool
-from dflash_ckpt.draftspec.decoder_dims import Dims, read_dims
+from dflash_ckpt.draftspec.decoder_dims import Dims
 from dflash_ckpt.draftspec.families import FAMILIES, Family, Unsupported
 from dflash_ckpt.draftspec.layer_kinds import FULL
-from dflash_ckpt.draftspec.rope_spec import RopeSpec, rope_specs
-from dflash_ckpt.draftspec.specs import TargetSpec, config_dtype, target_from_config, target_model_type
+from dflash_ckpt.draftspec.rope_spec import RopeSpec
+from dflash_ckpt.draftspec.specs import TargetSpec, target_from_config
+from dflash_ckpt.draftspec.values import config_dtype, target_model_type
 
 
 def native_family(spec: TargetSpec) -> Family | None:
@@ -65,12 +66,12 @@ class TargetSettings:
         layer_types = inner.get("layer_types")
         if isinstance(layer_types, list) and any(t != FULL for t in layer_types):
             raise Unsupported(f"{label}: target layer_types other than full_attention")
-        dims = read_dims(inner, label)
+        dims = spec.settings.run_dims.require()  # decoded when the spec was built
         # A missing lm_head with untied embeddings is reported at load time, naming the file.
         return cls(
             model_type=family.model_type,
             dims=dims,
-            rope=rope_specs(inner, label)[FULL],
+            rope=spec.settings.ropes.require()[FULL],
             qk_norm=family.qk_norm,
             mlp_bias=get_bool(inner, "mlp_bias", label, False),
             tie_word_embeddings=spec.tie_word_embeddings(family.tie_default),
