@@ -106,6 +106,37 @@ def test_each_decoder_runs_once_per_target(monkeypatch: pytest.MonkeyPatch) -> N
     assert calls == Counter(read_dims=1, rope_specs=1, derive_layer_kinds=1), calls
 
 
+@pytest.mark.parametrize("method", ["fp8", "no-such-format"])
+def test_a_targets_quantization_scheme_is_read_once(monkeypatch: pytest.MonkeyPatch, method: str) -> None:
+    """Read when the spec is built: the run's validator, the backend and the memory estimate all
+    take the same scheme (or the same DF180 line)."""
+    from dflash_ckpt.checks.target_config import require_target_config
+    from dflash_ckpt.draftspec import quant
+
+    calls = Counter()
+    real = quant.read_scheme
+
+    def counted(*args: Any) -> Any:
+        calls["read_scheme"] += 1
+        return real(*args)
+
+    monkeypatch.setattr(quant, "read_scheme", counted)
+    cfg = json.loads((ROOT / "fixtures/tiny-quant/fp8-block/config.json").read_text())
+    cfg["quantization_config"]["quant_method"] = method
+    target = specs.target_from_config(cfg, label="target", where="target/config.json")
+    if method == "fp8":
+        assert target.quant_scheme() is target.quant_scheme() is not None
+        require_target_config(target)
+    else:
+        for _ in range(2):
+            with pytest.raises(InputError, match="DF180|quant_method") as err:
+                require_target_config(target)
+            assert err.value.code == "DF180"
+    assert calls == Counter(read_scheme=1), calls
+    plain = specs.target_from_config(TARGET, label="target", where="target/config.json")
+    assert plain.quant_scheme() is None and calls == Counter(read_scheme=1)  # not read: no quantization_config
+
+
 def test_a_run_raises_the_line_the_spec_decoded() -> None:
     """One decoding, two severities: inspect's DF142 finding and the run's DF142 error name the
     same key, from the same ``Dims``."""
@@ -119,7 +150,7 @@ def test_a_run_raises_the_line_the_spec_decoded() -> None:
 
 #: Decoders only ``specs`` calls (once per spec), and the modules that may call one besides, with why.
 DECODER_NAMES = {"read_dims", "rope_specs", "derive_layer_kinds", "from_config", "dims_findings", "rope_findings",
-                 "layer_kind_findings"}
+                 "layer_kind_findings", "read_scheme"}
 ALLOWED = {
     "draftspec/specs.py": "decode_settings: the one decoding per spec",
     "draftspec/target_settings.py": "TargetSettings.from_config, a target spec built from a dict (scripts, tests)",

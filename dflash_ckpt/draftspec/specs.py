@@ -430,6 +430,8 @@ class TargetSpec(NamedTuple):
     #: The decoder's settings decoded when the spec was built (``decode_settings``; a run's
     #: ``TargetSettings`` reads them, labelled ``where (text_config)`` for a wrapper).
     settings: Settings
+    #: The quantization scheme, decoded when the spec was built (``quant_scheme``).
+    scheme: Decoded[Any]
     #: ``generation_config.json`` when the target has one (its eos/bos/pad ids), else empty.
     generation_config: dict[str, Any] = {}  # noqa: RUF012 - NamedTuple default, never mutated
     #: The largest token id ``tokenizer_config.json``'s ``added_tokens_decoder`` names, when it has one.
@@ -526,10 +528,8 @@ class TargetSpec(NamedTuple):
 
     def quant_scheme(self) -> Any:
         """The target's quantization scheme (``None`` when not quantized); a format the runtime
-        does not read is one DF180 line (``draftspec.quant.read_scheme``)."""
-        from dflash_ckpt.draftspec.quant import read_scheme
-
-        return read_scheme(self.config, self.where)
+        does not read is one DF180 line (``draftspec.quant.read_scheme``, run when built)."""
+        return self.scheme.require()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -568,7 +568,18 @@ def target_from_config(config: dict[str, Any], *, label: str, where: str) -> Tar
         text_config_used=inner is not config,
         config=config,
         settings=decode_settings(inner, decoder_where, judge=False),
+        scheme=_decode_scheme(config, inner, where),
     )
+
+
+def _decode_scheme(config: dict[str, Any], inner: dict[str, Any], where: str) -> Decoded[Any]:
+    """The target's quantization scheme, read once; the format modules are imported only for a
+    config with a ``quantization_config`` object (``inspect`` of a plain target never pays for them)."""
+    if not any(isinstance(cfg.get("quantization_config"), dict) for cfg in (config, inner)):
+        return Decoded(None)
+    from dflash_ckpt.draftspec.quant import read_scheme
+
+    return decode(read_scheme, config, where)
 
 
 def read_target_spec(source: Source) -> TargetSpec:
