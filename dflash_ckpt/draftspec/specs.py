@@ -184,6 +184,14 @@ class DraftSpec:
         self.raw = raw
         #: The speculators-native form this spec was read from (``config`` is then its z-lab view).
         self.native = native
+        #: The positions the draft's rope is defined for, ``None`` when absent or not an integer.
+        self.max_position_embeddings = as_int(config.get("max_position_embeddings"))
+        #: The dtype the config declares (``dtype``, else ``torch_dtype``), if one a run uses.
+        self.dtype = config_dtype(config)
+        #: Which block slots are drafts, and what decided it (``draftspec.layout``).
+        self.block_layout: BlockLayout = resolve_layout(config)
+        #: DSpark, Laguna or LiLiCorr (``draftspec.siblings``), ``None`` for a DFlash draft.
+        self.family = sibling_family(config)
 
     def declared(self, key: str) -> ResolvedKey:
         """``key`` as a nested-first reader finds it (``dflash_config``, then the top level), both
@@ -212,11 +220,6 @@ class DraftSpec:
         return as_int(self.config.get("draft_vocab_size"))
 
     @property
-    def max_position_embeddings(self) -> int | None:
-        """The positions the draft's rope is defined for, ``None`` when absent or not an integer."""
-        return as_int(self.config.get("max_position_embeddings"))
-
-    @property
     def sliding_window(self) -> int | None:
         """``sliding_window`` when an integer, else ``None`` (DF132 judges it)."""
         return as_int(self.config.get("sliding_window"))
@@ -240,11 +243,6 @@ class DraftSpec:
     def dspark(self, key: str) -> Any:
         """A DSpark key's value wherever DSpark writes it (``draftspec.siblings``), ``None`` if absent."""
         return dspark_value(self.config, key)
-
-    @property
-    def dtype(self) -> str | None:
-        """The dtype the config declares (``dtype``, else ``torch_dtype``), if one a run uses."""
-        return config_dtype(self.config)
 
     @property
     def is_causal(self) -> Any:
@@ -326,14 +324,6 @@ class DraftSpec:
     def architectures(self) -> list[str]:
         archs = self.config.get("architectures")
         return [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
-
-    @property
-    def block_layout(self) -> BlockLayout:  # which block slots are drafts, and what decided it
-        return resolve_layout(self.config)
-
-    @property
-    def family(self) -> str | None:  # DSpark, Laguna or LiLiCorr (draftspec.siblings)
-        return sibling_family(self.config)
 
     @property
     def generation(self) -> str:
