@@ -1,7 +1,8 @@
 """Typed reads of config keys, with messages that name the file and the key (DF142).
 
-The settings built from a spec (``target_settings``, ``draft_settings``, ``rope_spec``) read every
-number through these, so a bad value is reported once, in one wording, where the settings are made.
+The decoders a spec runs when it is built (``decoder_dims.read_dims``, ``rope_spec``) and the run
+settings built from a spec (``target_settings``, ``draft_settings``) read every number through
+these, so a bad value is reported in one wording.
 No torch here: ``smoke-run`` refuses a bad pair before paying for it.
 """
 

@@ -2,8 +2,9 @@
 
 The DFlash keys are read through the spec (``dflash_config`` first, then the top level,
 docs/DESIGN.md section 2); this adds what a run needs beyond them (dimensions, layer kinds, rope,
-the output scalings, DFlash2's conv and selector), validated once, here, with the same DF codes
-``inspect`` reports. No torch here.
+the output scalings, DFlash2's conv and selector) with the same DF codes ``inspect`` reports:
+dimensions, rope and layer kinds as the spec decoded them when built (``spec.settings``, each bad
+one raised here as the run's error), the rest validated here. No torch here.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Resolve a draft's DFlash keys, and a target's dimensions, keeping track of where each came from.
+"""Resolve a draft's DFlash keys, and a target's dimensions, keeping track of where each came from;
+decode every setting once, when a spec is built (``decode_settings``).
 
 Resolution order for every DFlash key is ``dflash_config`` first, then the top level
 (docs/DESIGN.md section 2). Both values are kept so that a conflict is reported rather than

@@ -1,9 +1,9 @@
 """A target's validated decoder settings (``TargetSettings``), built from its ``TargetSpec``.
 
-``TargetSpec`` keeps the raw values ``inspect`` reports on; a run needs them valid. This is the
-one place a target's decoder keys are judged for a run: the native runtime builds its model from
-these fields only, so every DF142 line and every refusal (exit 2) for a setting the runtime does
-not implement comes from here, once. No torch here: ``smoke-run`` refuses before paying for it.
+``TargetSpec`` keeps the raw values ``inspect`` reports on, its dims and rope decoded when built
+(``spec.settings``); a run needs them valid. This is where a target's decoder settings are
+required for a run: the native runtime builds its model from these fields only, so every DF142
+line and every refusal (exit 2) for a setting the runtime does not implement is raised here. No torch here: ``smoke-run`` refuses before paying for it.
 """
 
 from __future__ import annotations
