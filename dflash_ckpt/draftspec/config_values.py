@@ -53,11 +53,6 @@ def float_value(raw: Any, key: str, where: str, *, default: Any = ..., positive:
     return float(raw)
 
 
-def get_bool(cfg: dict[str, Any], key: str, where: str, default: bool) -> bool:
-    """A ``true``/``false`` key (``default`` when absent or null)."""
-    return bool_value(cfg.get(key), key, where, default)
-
-
 def bool_value(raw: Any, key: str, where: str, default: bool) -> bool:
     """``raw``, the value of ``key``, as ``true``/``false`` (``default`` when null or absent)."""
     if raw is None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dflash_ckpt.draftspec.config_values import get_bool
+from dflash_ckpt.draftspec.config_values import bool_value
 from dflash_ckpt.draftspec.decoder_dims import Dims
 from dflash_ckpt.draftspec.families import FAMILIES, Family, Unsupported
 from dflash_ckpt.draftspec.layer_kinds import FULL
@@ -73,7 +73,7 @@ class TargetSettings:
             dims=dims,
             rope=spec.settings.ropes.require()[FULL],
             qk_norm=family.qk_norm,
-            mlp_bias=get_bool(inner, "mlp_bias", label, False),
+            mlp_bias=bool_value(inner.get("mlp_bias"), "mlp_bias", label, False),
             tie_word_embeddings=spec.tie_word_embeddings(family.tie_default),
             dtype=config_dtype(inner) or config_dtype(config),
             text_config=spec.text_config_used,
