@@ -10,15 +10,14 @@ one raised here as the run's error), the rest validated here. No torch here.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from dflash_ckpt.draftspec.config_values import bad_value
 from dflash_ckpt.draftspec.decoder_dims import Dims
-from dflash_ckpt.draftspec.layer_kinds import LAYER_KINDS, SLIDING
+from dflash_ckpt.draftspec.layer_kinds import SLIDING
 from dflash_ckpt.draftspec.layout import BlockLayout, resolve_layout
 from dflash_ckpt.draftspec.rope_spec import RopeSpec
 from dflash_ckpt.draftspec.specs import DFLASH2_KEYS, DraftSpec
-from dflash_ckpt.draftspec.values import ABSENT, as_int
+from dflash_ckpt.draftspec.values import as_int
 from dflash_ckpt.errors import InputError
 
 
@@ -116,7 +115,7 @@ class DraftSettings:
         mask = spec.mask_token_id
         if ids is None or block is None or mask is None:
             raise InputError("block_size, mask_token_id and target_layer_ids must be set", code="DF101", path=where)
-        layer_types = draft_layer_types(spec.layer_types, decoded.derived_kinds, dims.num_hidden_layers, where)
+        layer_types = decoded.layer_kinds.require()
         window = spec.sliding_window
         if SLIDING in layer_types and (window is None or window <= 0):
             raise InputError("a sliding_attention layer needs a positive 'sliding_window'", code="DF132", path=where)
@@ -151,21 +150,3 @@ class DraftSettings:
             dflash2=Dflash2Settings.from_spec(spec, dims) if spec.generation == "DFlash2" else None,
             block_layout=spec.block_layout,
         )
-
-
-def draft_layer_types(lt: Any, derived_why: tuple[list[str] | None, str], n: int, where: str) -> tuple[str, ...]:
-    """The kind of each draft layer: the explicit ``layer_types`` (``lt``, ``ABSENT`` when none),
-    else what ``draftspec.layer_kinds`` derives (``derived_why``: the rule ``normalize`` writes);
-    anything it leaves open is refused (exit 2) rather than guessed."""
-    if lt is not ABSENT:
-        if not isinstance(lt, list) or len(lt) != n or any(t not in LAYER_KINDS for t in lt):
-            raise InputError(f"key 'layer_types' must list {n} entries of {LAYER_KINDS}", code="DF130", path=where)
-        return tuple(lt)
-    derived, why = derived_why
-    if derived is None:
-        raise InputError(
-            f"layer_types is missing and cannot be derived ({why}); write the trained list "
-            f"with `dflash-ckpt normalize DRAFT OUT --layer-types ...` (one kind per draft layer)",
-            code="DF133", path=where,
-        )
-    return tuple(derived)

@@ -19,6 +19,7 @@ from typing import Any
 
 from dflash_ckpt.limits import MAX_LAYERS, MAX_LIST_LEN
 from dflash_ckpt.draftspec.values import ABSENT, as_int, show_value
+from dflash_ckpt.errors import InputError
 from dflash_ckpt.rules import Finding, finding
 from dflash_ckpt.sources.jsonfile import json_type
 
@@ -65,6 +66,24 @@ def explicit_layer_kinds(config: dict[str, Any]) -> Any:
     """The config's own ``layer_types`` (``ABSENT`` when missing or null, as engines treat both)."""
     value = config.get("layer_types", ABSENT)
     return ABSENT if value is None else value
+
+
+def draft_layer_types(lt: Any, derived_why: tuple[list[str] | None, str], n: int, where: str) -> tuple[str, ...]:
+    """A run's kind of each of the ``n`` draft layers: the explicit ``layer_types`` (``lt``,
+    ``ABSENT`` when none), else what ``derive_layer_kinds`` derives (``derived_why``: the rule
+    ``normalize`` writes); anything it leaves open is refused rather than guessed."""
+    if lt is not ABSENT:
+        if not isinstance(lt, list) or len(lt) != n or any(t not in LAYER_KINDS for t in lt):
+            raise InputError(f"key 'layer_types' must list {n} entries of {LAYER_KINDS}", code="DF130", path=where)
+        return tuple(lt)
+    derived, why = derived_why
+    if derived is None:
+        raise InputError(
+            f"layer_types is missing and cannot be derived ({why}); write the trained list "
+            f"with `dflash-ckpt normalize DRAFT OUT --layer-types ...` (one kind per draft layer)",
+            code="DF133", path=where,
+        )
+    return tuple(derived)
 
 
 def layer_kind_findings(config: dict[str, Any], layers: int | None, where: str) -> list[Finding]:

@@ -18,7 +18,7 @@ from dflash_ckpt.draftspec.architectures import DFLASH2_ARCHITECTURES, DFLASH_AR
 from dflash_ckpt.draftspec.decoder_dims import Dims, dims_findings, read_dims
 from dflash_ckpt.draftspec.families import Unsupported
 from dflash_ckpt.draftspec.layer_kinds import (
-    derive_layer_kinds, explicit_layer_kinds, layer_kind_findings, layer_kind_keys,
+    derive_layer_kinds, draft_layer_types, explicit_layer_kinds, layer_kind_findings, layer_kind_keys,
 )
 from dflash_ckpt.draftspec.layout import BlockLayout, resolve_layout
 from dflash_ckpt.draftspec.siblings import dspark_value, is_muse_glimmer, markov_rank, sibling_family
@@ -130,28 +130,33 @@ def decode(reader: Callable[..., T], *args: Any) -> Decoded[T]:
 
 class Settings(NamedTuple):
     """A decoder's settings decoded once, when its spec is built: ``dims`` as ``inspect`` reports
-    them, what a run uses (``run_dims``, ``ropes``: values or the line it stops on), the layer
-    kinds a config without ``layer_types`` determines, and ``inspect``'s findings on bad values
-    (``problems``: each list spliced into the report where its check stands, so none is judged twice)."""
+    them, what a run uses (``run_dims``, ``ropes``, a draft's ``layer_kinds``: values or the line
+    it stops on), and ``inspect``'s findings on bad values (``problems``: each list spliced into
+    the report where its check stands, so none is judged twice)."""
 
     dims: Dims
     run_dims: Decoded[Dims]
     ropes: Decoded[dict[str, RopeSpec]]
-    derived_kinds: tuple[list[str] | None, str]
+    layer_kinds: Decoded[tuple[str, ...]]
     problems: dict[str, list[Finding]]
 
 
-def decode_settings(cfg: dict[str, Any], where: str, *, judge: bool) -> Settings:
-    """Every setting of the decoder ``cfg`` decoded once; ``judge`` (a draft) adds ``inspect``'s
-    findings (a target's values are judged by ``checks.target_config``, naming each key's level)."""
+def decode_settings(cfg: dict[str, Any], where: str, *, draft: bool) -> Settings:
+    """Every setting of the decoder ``cfg`` decoded once; a ``draft`` adds its layer kinds and
+    ``inspect``'s findings (a target's values are judged by ``checks.target_config``, naming each
+    key's level, and its layers are refused unless all full attention, ``target_settings``)."""
     dims = Dims.from_config(cfg)
+    run_dims = decode(read_dims, dims, where)
     problems: dict[str, list[Finding]] = {}
-    if judge:
+    kinds: Decoded[tuple[str, ...]] = Decoded(None, run_dims.refusal)  # a run stops on the dims first
+    if draft:
         problems["dims"], problems["dims_bounds"] = dims_findings(dims, where)
         problems["rope"] = rope_findings(cfg, where)
         problems["layer_types"] = layer_kind_findings(cfg, dims.num_hidden_layers, where)
-    return Settings(dims, decode(read_dims, dims, where), decode(rope_specs, cfg, where),
-                    derive_layer_kinds(*layer_kind_keys(cfg)), problems)
+        if run_dims.value is not None:
+            kinds = decode(draft_layer_types, explicit_layer_kinds(cfg), derive_layer_kinds(*layer_kind_keys(cfg)),
+                           run_dims.value.num_hidden_layers, where)
+    return Settings(dims, run_dims, decode(rope_specs, cfg, where), kinds, problems)
 
 
 class DraftSpec:
@@ -376,7 +381,7 @@ def build_spec(
         config=config,
         keys={k: resolve_key(config, k) for k in DFLASH_KEYS},
         extra_keys={k: resolve_key(config, k) for k in (*DFLASH2_KEYS, *SCALING_KEYS)},
-        settings=decode_settings(config, where, judge=True),
+        settings=decode_settings(config, where, draft=True),
         weights=weights,
         raw=raw,
         native=native,
@@ -558,7 +563,7 @@ def target_from_config(config: dict[str, Any], *, label: str, where: str) -> Tar
         pad_token_id=pick("pad_token_id"),
         text_config_used=inner is not config,
         config=config,
-        settings=decode_settings(inner, decoder_where, judge=False),
+        settings=decode_settings(inner, decoder_where, draft=False),
         scheme=_decode_scheme(config, inner, where),
     )
 
