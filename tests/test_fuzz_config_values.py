@@ -29,7 +29,7 @@ from dflash_ckpt.inspection import InspectResult  # noqa: E402
 from dflash_ckpt.errors import DFlashCkptError  # noqa: E402
 from dflash_ckpt.sources.jsonfile import parse_json_text  # noqa: E402
 from dflash_ckpt.sources.weights import WeightInventory  # noqa: E402
-from dflash_ckpt.draftspec.layer_kinds import derive_layer_kinds  # noqa: E402
+from dflash_ckpt.draftspec.layer_kinds import derive_layer_kinds, layer_kind_keys  # noqa: E402
 from dflash_ckpt.draftspec.specs import build_spec, target_from_config  # noqa: E402
 from dflash_ckpt.draftspec.tensor_layout import expected_tensors  # noqa: E402
 
@@ -97,7 +97,7 @@ def _per_draft(cfg: dict[str, Any], target_cfg: dict[str, Any] | None) -> None:
         for f in res.findings:
             assert "\n" not in f.message and len(f.message) < 2000, f
         expected_tensors(spec)
-        derive_layer_kinds(cfg)
+        derive_layer_kinds(*layer_kind_keys(cfg))
     except DFlashCkptError:
         pass
 

@@ -286,7 +286,7 @@ def test_run_smoke_run_and_run_probe_are_short_compositions() -> None:
 
 def test_capacity_block_size_and_head_dim_are_worked_out_once() -> None:
     """The cache capacity and the block size are the plan's (runtime/plan.Blocks), the head size
-    the specs' (draftspec/specs.default_head_dim): nowhere else adds ``+ max_new_tokens +`` a
+    the specs' (draftspec/decoder_dims.default_head_dim): nowhere else adds ``+ max_new_tokens +`` a
     block to size a cache, nor divides ``hidden_size`` by the heads."""
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
@@ -294,7 +294,7 @@ def test_capacity_block_size_and_head_dim_are_worked_out_once() -> None:
         text = path.read_text(encoding="utf-8")
         if rel != "runtime/plan.py" and ".new_cache(max(" in text:
             found.append(f"{rel}: a cache sized by hand")
-        if rel != "draftspec/specs.py" and re.search(r"//\s*[\w.]*heads\b", text):
+        if rel != "draftspec/decoder_dims.py" and re.search(r"//\s*[\w.]*heads\b", text):
             found.append(f"{rel}: a head size derived by hand")
         if rel != "runtime/plan.py" and "opts.block_size if opts.block_size is not None" in text:
             found.append(f"{rel}: the block size chosen by hand")

@@ -18,8 +18,7 @@ import pytest
 from conftest import ROOT, no_traceback
 from dflash_ckpt.errors import CheckFailed, InputError
 from dflash_ckpt.canonical.plan import plan_normalize
-from dflash_ckpt.draftspec.draft_settings import draft_layer_types
-from dflash_ckpt.draftspec.layer_kinds import LAYER_KINDS, derive_layer_kinds
+from dflash_ckpt.draftspec.layer_kinds import LAYER_KINDS
 from dflash_ckpt.draftspec.specs import build_spec
 
 CONFIGS = sorted((ROOT / "fixtures" / "published" / "configs").glob("*.json"))
@@ -29,7 +28,7 @@ ABSENT = "absent"
 def runtime_kinds(cfg: dict[str, Any]) -> list[str] | None:
     try:
         spec = build_spec(cfg, label="draft")
-        return list(draft_layer_types(spec.layer_types, derive_layer_kinds(cfg), cfg["num_hidden_layers"], "config.json"))
+        return list(spec.settings.layer_kinds.require())
     except InputError as err:
         assert err.code == "DF133" and "--layer-types" in str(err), err
         return None

@@ -241,12 +241,12 @@ def test_cli_properties(cli: Any, d: dict[str, Any]) -> None:
     (True, 4096, None), (True, None, None), ("absent", 4096, None), (None, 4096, None),
 ])
 def test_layer_types_derivation_cases(use: Any, window: Any, expected: str | None) -> None:
-    from dflash_ckpt.draftspec.layer_kinds import derive_layer_kinds as derive_layer_types
+    from dflash_ckpt.draftspec.layer_kinds import derive_layer_kinds, layer_kind_keys
 
     cfg: dict[str, Any] = {"num_hidden_layers": 3}
     if use != "absent":
         cfg["use_sliding_window"] = use
     if window != "absent":
         cfg["sliding_window"] = window
-    got, why = derive_layer_types(cfg)
+    got, why = derive_layer_kinds(*layer_kind_keys(cfg))
     assert (got == ["full_attention"] * 3) if expected == "full" else (got is None and why)

@@ -4,7 +4,8 @@ draftspec/ reads the dict (tests/test_house.py scans for it)."""
 
 from __future__ import annotations
 
-from dflash_ckpt.draftspec.specs import build_spec, default_head_dim, target_from_config
+from dflash_ckpt.draftspec.decoder_dims import default_head_dim
+from dflash_ckpt.draftspec.specs import build_spec, target_from_config
 
 WRAPPED = {
     "model_type": "qwen3_vl", "architectures": ["Qwen3VLForConditionalGeneration"], "tie_word_embeddings": True,

@@ -30,7 +30,7 @@ from dflash_ckpt.canonical.config_text import ADD, REMOVE, SET, Edit, apply_edit
 from dflash_ckpt.errors import CheckFailed, UsageError
 from dflash_ckpt.limits import MAX_LAYERS
 from dflash_ckpt.sources.jsonfile import json_type
-from dflash_ckpt.draftspec.layer_kinds import LAYER_KINDS, SHORT_NAMES, derive_layer_kinds, explicit_layer_kinds
+from dflash_ckpt.draftspec.layer_kinds import LAYER_KINDS, SHORT_NAMES, derive_layer_kinds, explicit_layer_kinds, layer_kind_keys
 from dflash_ckpt.draftspec.layout import resolve_layout
 from dflash_ckpt.draftspec.speculators_format import is_speculators_native, zlab_steps
 from dflash_ckpt.draftspec.specs import ABSENT, DFLASH_KEYS, SCALING_KEYS, as_int, as_int_list, resolve_key, same_json
@@ -456,7 +456,7 @@ def _layer_types(config: dict[str, Any], where: str, o: Overrides) -> tuple[list
         return list(o.layer_types), "supplied by --layer-types"
     if present is not ABSENT:
         return None, ""
-    derived, why = derive_layer_kinds(config)
+    derived, why = derive_layer_kinds(*layer_kind_keys(config))
     if derived is None:
         raise CheckFailed(
             f"layer_types is missing and cannot be derived ({why}); pass --layer-types "

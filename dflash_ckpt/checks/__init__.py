@@ -15,7 +15,6 @@ from dflash_ckpt.checks.layout import check_layout
 from dflash_ckpt.checks.siblings import check_serving_limits, check_sibling_config
 from dflash_ckpt.checks.pairing import check_pairing
 from dflash_ckpt.checks.pitfalls import check_draft_pitfalls, check_target_pitfalls
-from dflash_ckpt.checks.rope_values import check_rope_values
 from dflash_ckpt.checks.speculators_format import check_speculators_format
 from dflash_ckpt.checks.weights import check_weights
 from dflash_ckpt.rules import Finding
@@ -28,7 +27,7 @@ def run_checks(spec: DraftSpec, target: TargetSpec | None = None) -> list[Findin
     mistaken = check_target_as_draft(spec)
     if mistaken:
         return mistaken
-    findings = (check_config(spec, target.label if target is not None else None) + check_rope_values(spec) + check_layout(spec)
+    findings = (check_config(spec, target.label if target is not None else None) + spec.problems["rope"] + check_layout(spec)
                 + check_sibling_config(spec) + check_dflash2_config(spec) + check_acceptance_keys(spec))
     if spec.weights is not None:
         findings += check_weights(spec) + check_dflash2_weights(spec)

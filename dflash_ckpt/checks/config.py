@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import shlex
 from collections import Counter
 from typing import Any
 
 from dflash_ckpt.sources.jsonfile import json_type
 from dflash_ckpt.rules import Finding, finding
-from dflash_ckpt.draftspec.layer_kinds import LAYER_KINDS, SLIDING
+from dflash_ckpt.draftspec.decoder_dims import too_large_finding
 from dflash_ckpt.draftspec.siblings import DSPARK
 from dflash_ckpt.limits import MAX_LAYERS, MAX_LIST_LEN
-from dflash_ckpt.sources.jsonfile import json_depth
-from dflash_ckpt.draftspec.specs import (
-    ABSENT, DFLASH2_KEYS, DFLASH_KEYS, KEY_BOUNDS, NESTED, TOP_LEVEL, DraftSpec, as_int, as_int_list,
-)
+from dflash_ckpt.draftspec.specs import DFLASH2_KEYS, DFLASH_KEYS, NESTED, TOP_LEVEL, DraftSpec
+from dflash_ckpt.draftspec.values import ABSENT, KEY_BOUNDS, as_int, as_int_list, show_value
 
 
 def key_path(place: str, key: str) -> str:
@@ -78,7 +75,7 @@ def check_config(spec: DraftSpec, target_label: str | None = None) -> list[Findi
                 f"key 'mask_token_id' {mask} is not below vocab_size {vocab}; it must be a row "
                 "of the target's embedding table", path=w, key="mask_token_id",
             ))
-    out += _check_layer_types(spec)
+    out += spec.problems["layer_types"]  # DF130-DF133, judged when the spec was built
 
     for key in ("output_multiplier", "final_logit_softcapping"):
         rk = spec.extra_keys[key]
@@ -99,10 +96,7 @@ def check_config(spec: DraftSpec, target_label: str | None = None) -> list[Findi
     if spec.states("auto_map"):
         out.append(finding("DF141", "key 'auto_map' names remote code; it was not run (and never is)",
                            path=w, key="auto_map"))
-    for key, raw in spec.dims.invalid.items():
-        shown = "missing" if raw is ABSENT else (show_value(raw)[1:-1] if isinstance(raw, str) else f"{json_type(raw)} {show_value(raw)}")
-        out.append(finding("DF142", f"key '{key}' must be a positive integer ({shown}); tensor shapes follow from it",
-                           path=w, key=key))
+    out += spec.problems["dims"]  # DF142, judged when the spec was built
     for key in ("dtype", "torch_dtype"):
         dtype = spec.top(key)
         if isinstance(dtype, str) and dtype not in ("bfloat16", "auto"):
@@ -115,14 +109,6 @@ def check_config(spec: DraftSpec, target_label: str | None = None) -> list[Findi
     return out
 
 
-def _too_large(w: str, path: str, value: Any, bound: int, what: str = "") -> Finding:
-    return finding(
-        "DF145",
-        f"key '{path}' is {show_value(value)}{what}, beyond the {bound:,} this tool accepts (no "
-        "real draft comes near); restore the published value", path=w, key=path,
-    )
-
-
 def _check_bounds(spec: DraftSpec) -> list[Finding]:
     """DF145 for every number past ``KEY_BOUNDS``: the spec treats those as unknown, so the checks
     that would use them are skipped rather than sized by them."""
@@ -133,24 +119,23 @@ def _check_bounds(spec: DraftSpec) -> list[Finding]:
         for place in (NESTED, TOP_LEVEL):
             v = as_int(rk.at(place))
             if v is not None and abs(v) > KEY_BOUNDS[key]:
-                out.append(_too_large(w, key_path(place, key), v, KEY_BOUNDS[key]))
-    for key, v in spec.dims.too_large.items():
-        out.append(_too_large(w, key, v, KEY_BOUNDS[key]))
+                out.append(too_large_finding(w, key_path(place, key), v, KEY_BOUNDS[key]))
+    out += spec.problems["dims_bounds"]
     window = spec.sliding_window
     if window is not None and window > KEY_BOUNDS["sliding_window"]:
-        out.append(_too_large(w, "sliding_window", window, KEY_BOUNDS["sliding_window"]))
+        out.append(too_large_finding(w, "sliding_window", window, KEY_BOUNDS["sliding_window"]))
     rk = spec.keys["target_layer_ids"]
     value = rk.value
     if isinstance(value, list):
         path = key_path(rk.source, "target_layer_ids")
         if len(value) > MAX_LIST_LEN:
-            out.append(_too_large(w, path, value, MAX_LIST_LEN, f" ({len(value):,} entries)"))
+            out.append(too_large_finding(w, path, value, MAX_LIST_LEN, f" ({len(value):,} entries)"))
         elif (ids := as_int_list(value)) is not None and any(abs(i) > MAX_LAYERS for i in ids):
             big = next(i for i in ids if abs(i) > MAX_LAYERS)
-            out.append(_too_large(w, path, value, MAX_LAYERS, f" (holds {show_value(big)})"))
+            out.append(too_large_finding(w, path, value, MAX_LAYERS, f" (holds {show_value(big)})"))
     lt = spec.layer_type_list
     if isinstance(lt, list) and len(lt) > MAX_LIST_LEN:
-        out.append(_too_large(w, "layer_types", lt, MAX_LIST_LEN, f" ({len(lt):,} entries)"))
+        out.append(too_large_finding(w, "layer_types", lt, MAX_LIST_LEN, f" ({len(lt):,} entries)"))
     return out
 
 
@@ -192,44 +177,6 @@ def _check_layer_ids(spec: DraftSpec) -> list[Finding]:
     return out
 
 
-def _check_layer_types(spec: DraftSpec) -> list[Finding]:
-    w = spec.where
-    lt = spec.layer_types
-    window = spec.top("sliding_window")
-    has_window = as_int(window) is not None and window > 0
-    if lt is ABSENT:
-        out = [finding(
-            "DF133",
-            "key 'layer_types' is not given; lmdeploy 0.18 requires it "
-            "(`dflash-ckpt normalize` writes it when the config determines it)", path=w, key="layer_types",
-        )]
-        if spec.top("use_sliding_window") is True and not has_window:
-            out.append(finding("DF132", f"use_sliding_window is true but key 'sliding_window' is {show_value(window)}; set the trained window",
-                               path=w, key="sliding_window"))
-        return out
-    if not isinstance(lt, list):
-        return [finding("DF131", f"key 'layer_types' must be a list, found {json_type(lt)}", path=w, key="layer_types")]
-    if len(lt) > MAX_LIST_LEN:
-        return []  # DF145
-    out = []
-    n = spec.dims.num_hidden_layers
-    if n is not None and len(lt) != n:
-        out.append(finding("DF130", f"key 'layer_types' has {len(lt)} entries but num_hidden_layers is {n}; give one per draft layer",
-                           path=w, key="layer_types"))
-    bad = sorted({show_value(v) for v in lt if not isinstance(v, str) or v not in LAYER_KINDS})
-    if bad:
-        shown = ", ".join(bad[:4]) + (f" and {len(bad) - 4} more" if len(bad) > 4 else "")
-        out.append(finding("DF131", f"key 'layer_types' holds {shown}; each entry must be 'full_attention' or 'sliding_attention'",
-                           path=w, key="layer_types"))
-    if SLIDING in lt and not has_window:
-        out.append(finding(
-            "DF132",
-            "layer_types has sliding_attention layers but key 'sliding_window' is "
-            f"{show_value(window)}; set the trained window (a positive integer)", path=w, key="sliding_window",
-        ))
-    return out
-
-
 def show_names(names: list[str], limit: int = 4) -> str:
     """Names (``architectures``) as names, the way a tensor name is shown: quoted with ``repr``,
     so a control character reads as the same visible escape ``errors.inert`` writes, and shortened
@@ -250,23 +197,6 @@ def conflict_findings(where: str, keys: dict[str, Any], names: Any, fix: str) ->
                          f"{show_value(keys[key].top)} at the top level; {fix}", path=where, key=key)
         for key in names if keys[key].conflict
     ]
-
-
-def show_value(value: Any) -> str:
-    """A value as JSON, shortened for a one-line message (without dumping a huge one first)."""
-    if value is ABSENT:
-        return "absent"
-    if isinstance(value, list) and len(value) > 16:
-        return "[" + ", ".join(show_value(v) for v in value[:8]) + f", ... ({len(value):,} entries)]"
-    if isinstance(value, dict) and len(value) > 16 or isinstance(value, (dict, list)) and json_depth(value, 8) > 8:
-        return "{...}" if isinstance(value, dict) else "[...]"
-    if isinstance(value, str) and len(value) > 60:
-        value = value[:60]
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**18:
-        digits = len(str(abs(value)))
-        return f"{'-' if value < 0 else ''}{str(abs(value))[:6]}... ({digits} digits)"
-    text = json.dumps(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 #: The DSpark spelling of a DFlash key (vLLM's DSpark path reads it when the DFlash name is absent).

@@ -30,7 +30,7 @@ from typing import Any, Mapping
 
 from dflash_ckpt import limits
 from dflash_ckpt.checks.hub_code import require_no_hub_code
-from dflash_ckpt.draftspec.quant import read_scheme, require_headers
+from dflash_ckpt.draftspec.quant import require_headers
 from dflash_ckpt.draftspec.specs import TargetSpec
 from dflash_ckpt.errors import InputError
 
@@ -103,7 +103,7 @@ def require_target_config(spec: TargetSpec, tensors: Mapping[str, Any] | None = 
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not -vocab <= value < vocab):
             raise _bad(where, name, value, f"a token id below vocab_size ({vocab}), or null")
     require_no_hub_code(config, where)  # DF321: a Hub kernel transformers would fetch and load
-    scheme = read_scheme(config, where)  # DF180: a format the runtime does not dequantize
+    scheme = spec.quant_scheme()  # DF180 (decoded when the spec was built): a format the runtime does not dequantize
     if scheme is not None and tensors:
         require_headers(scheme, tensors)  # DF181: the config names a quantization the tensors lack
     if tensors:

@@ -1,17 +1,21 @@
 """Typed reads of config keys, with messages that name the file and the key (DF142).
 
-The settings built from a spec (``target_settings``, ``draft_settings``, ``rope_spec``) read every
-number through these, so a bad value is reported once, in one wording, where the settings are made.
+The decoders a spec runs when it is built (``decoder_dims.read_dims``, ``rope_spec``) and the run
+settings built from a spec (``target_settings``, ``draft_settings``) read every number through
+these, so a bad value is reported in one wording.
 No torch here: ``smoke-run`` refuses a bad pair before paying for it.
 """
 
 from __future__ import annotations
 
-import math
+import sys
 from typing import Any
 
-from dflash_ckpt.draftspec.specs import as_int
+from dflash_ckpt.draftspec.values import as_int
 from dflash_ckpt.errors import InputError
+
+#: The largest finite double: a JSON number beyond it (inf, or an int like 10**400) is no float.
+FLOAT_MAX = sys.float_info.max
 
 
 def bad_value(where: str, key: str, value: Any, want: str) -> InputError:
@@ -34,19 +38,23 @@ def get_int(cfg: dict[str, Any], key: str, where: str, *, default: Any = ..., mi
 
 def get_float(cfg: dict[str, Any], key: str, where: str, *, default: Any = ..., positive: bool = True, path: str | None = None) -> float:
     """A number key (JSON int or float, not bool); ``positive`` requires > 0."""
-    raw = cfg.get(key)
+    return float_value(cfg.get(key), path or key, where, default=default, positive=positive)
+
+
+def float_value(raw: Any, key: str, where: str, *, default: Any = ..., positive: bool = True) -> float:
+    """``raw``, the value of ``key``, as a number (``default`` when null or absent)."""
     if raw is None:
         if default is ...:
-            raise bad_value(where, path or key, raw, "a number")
+            raise bad_value(where, key, raw, "a number")
         return default
-    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw) or (positive and raw <= 0):
-        raise bad_value(where, path or key, raw, "a positive number" if positive else "a number")
+    want = "a positive number" if positive else "a number"
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or abs(raw) > FLOAT_MAX or raw != raw or (positive and raw <= 0):
+        raise bad_value(where, key, raw, want)  # abs > max: inf, or an int no double holds (10**400)
     return float(raw)
 
 
-def get_bool(cfg: dict[str, Any], key: str, where: str, default: bool) -> bool:
-    """A ``true``/``false`` key (``default`` when absent or null)."""
-    raw = cfg.get(key)
+def bool_value(raw: Any, key: str, where: str, default: bool) -> bool:
+    """``raw``, the value of ``key``, as ``true``/``false`` (``default`` when null or absent)."""
     if raw is None:
         return default
     if not isinstance(raw, bool):

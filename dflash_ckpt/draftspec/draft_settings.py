@@ -2,21 +2,22 @@
 
 The DFlash keys are read through the spec (``dflash_config`` first, then the top level,
 docs/DESIGN.md section 2); this adds what a run needs beyond them (dimensions, layer kinds, rope,
-the output scalings, DFlash2's conv and selector), validated once, here, with the same DF codes
-``inspect`` reports. No torch here.
+the output scalings, DFlash2's conv and selector) with the same DF codes ``inspect`` reports:
+dimensions, rope and layer kinds as the spec decoded them when built (``spec.settings``, each bad
+one raised here as the run's error), the rest validated here. No torch here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from dflash_ckpt.draftspec.config_values import bad_value
-from dflash_ckpt.draftspec.decoder_dims import Dims, read_dims
-from dflash_ckpt.draftspec.layer_kinds import LAYER_KINDS, SLIDING, derive_layer_kinds
+from dflash_ckpt.draftspec.decoder_dims import Dims
+from dflash_ckpt.draftspec.layer_kinds import SLIDING
 from dflash_ckpt.draftspec.layout import BlockLayout, resolve_layout
-from dflash_ckpt.draftspec.rope_spec import RopeSpec, rope_specs
-from dflash_ckpt.draftspec.specs import ABSENT, DFLASH2_KEYS, DraftSpec, as_int
+from dflash_ckpt.draftspec.rope_spec import RopeSpec
+from dflash_ckpt.draftspec.specs import DFLASH2_KEYS, DraftSpec
+from dflash_ckpt.draftspec.values import as_int
 from dflash_ckpt.errors import InputError
 
 
@@ -104,15 +105,17 @@ class DraftSettings:
 
     @classmethod
     def from_spec(cls, spec: DraftSpec) -> DraftSettings:
-        """Settings of a draft that passed ``inspect``'s checks (so the DFlash keys are valid)."""
+        """Settings of a draft that passed ``inspect``'s checks (so the DFlash keys are valid):
+        the values decoded when the spec was built, each bad one raised as the run's error."""
         where = spec.where
-        dims = read_dims(spec.config, where)  # draftspec's decoders below take the document; the raw keys come typed
+        decoded = spec.settings
+        dims = decoded.run_dims.require()
         ids = spec.target_layer_ids
         block = spec.block_size
         mask = spec.mask_token_id
         if ids is None or block is None or mask is None:
             raise InputError("block_size, mask_token_id and target_layer_ids must be set", code="DF101", path=where)
-        layer_types = draft_layer_types(spec.layer_types, derive_layer_kinds(spec.config), dims.num_hidden_layers, where)
+        layer_types = decoded.layer_kinds.require()
         window = spec.sliding_window
         if SLIDING in layer_types and (window is None or window <= 0):
             raise InputError("a sliding_attention layer needs a positive 'sliding_window'", code="DF132", path=where)
@@ -142,26 +145,8 @@ class DraftSettings:
             input_embedding_scale=scaling("input_embedding_scale", 1.0) or 1.0,
             output_multiplier=scaling("output_multiplier", 1.0) or 1.0,
             final_logit_softcapping=softcap if softcap and softcap > 0 else None,
-            ropes=rope_specs(spec.config, where),
+            ropes=decoded.ropes.require(),
             dtype=spec.dtype,
             dflash2=Dflash2Settings.from_spec(spec, dims) if spec.generation == "DFlash2" else None,
             block_layout=spec.block_layout,
         )
-
-
-def draft_layer_types(lt: Any, derived_why: tuple[list[str] | None, str], n: int, where: str) -> tuple[str, ...]:
-    """The kind of each draft layer: the explicit ``layer_types`` (``lt``, ``ABSENT`` when none),
-    else what ``draftspec.layer_kinds`` derives (``derived_why``: the rule ``normalize`` writes);
-    anything it leaves open is refused (exit 2) rather than guessed."""
-    if lt is not ABSENT:
-        if not isinstance(lt, list) or len(lt) != n or any(t not in LAYER_KINDS for t in lt):
-            raise InputError(f"key 'layer_types' must list {n} entries of {LAYER_KINDS}", code="DF130", path=where)
-        return tuple(lt)
-    derived, why = derived_why
-    if derived is None:
-        raise InputError(
-            f"layer_types is missing and cannot be derived ({why}); write the trained list "
-            f"with `dflash-ckpt normalize DRAFT OUT --layer-types ...` (one kind per draft layer)",
-            code="DF133", path=where,
-        )
-    return tuple(derived)

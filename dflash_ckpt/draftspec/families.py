@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dflash_ckpt.draftspec.specs import target_model_type
+from dflash_ckpt.draftspec.values import target_model_type
 from dflash_ckpt.errors import UsageError
 
 

@@ -1,17 +1,30 @@
 """The rotary embedding a config declares, validated (``RopeSpec``), for the target and the draft.
 
-Read once, where the settings of a spec are made (``target_settings``, ``draft_settings``); the
-runtime's ``rope.py`` only turns a ``RopeSpec`` into frequencies. No torch here.
+Decoded once, when a spec is built (``specs.build_spec``, ``specs.target_from_config``): a run
+takes the ``RopeSpec`` or raises the line ``rope_specs`` stopped on; ``inspect`` reports
+``rope_findings`` (DF147). The runtime's ``rope.py`` only turns a ``RopeSpec`` into frequencies.
+No torch here.
+
+DF147's reasons: the draft's attention uses the target's rotary base; every engine and the
+reference runtime read it as a float and build their tables from it. A string, a boolean, an
+object, NaN, 0, a negative number or ``1e400`` (which JSON readers turn into infinity) is refused
+by smoke-run and by the engines at load time (or, worse, silently gives NaN tables); inspect says
+so first. The places: ``rope_theta`` at the top level, ``rope_parameters.rope_theta``, and per
+layer type ``rope_parameters.<full_attention|sliding_attention>.rope_theta`` (the newer spelling).
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any
 
 from dflash_ckpt.draftspec.config_values import bad_value, get_float, get_int
 from dflash_ckpt.draftspec.families import Unsupported
 from dflash_ckpt.draftspec.layer_kinds import LAYER_KINDS
+from dflash_ckpt.draftspec.values import show_value
+from dflash_ckpt.rules import Finding, finding
+from dflash_ckpt.sources.jsonfile import json_type
 
 #: Rope types implemented in ``runtime/rope.py`` (``default`` also covers a null ``rope_scaling``).
 ROPE_TYPES = ("default", "linear", "llama3", "yarn")
@@ -116,3 +129,55 @@ def rope_specs(cfg: dict[str, Any], where: str) -> dict[str, RopeSpec]:
     if prf is not None and prf != 1 and prf != 1.0:
         raise Unsupported(f"{where}: partial_rotary_factor {prf!r} (only full-width rotary embeddings)")
     return {t: spec for t in LAYER_KINDS}
+
+
+def _theta_problem(value: Any) -> str | None:
+    """Why ``value`` is no rotary base, or ``None`` when it is one (null counts as absent)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"{json_type(value)} {show_value(value)}"
+    if not abs(value) <= sys.float_info.max:  # NaN, infinity, or an int no double holds (10**400)
+        return "not finite (NaN, Infinity, or a literal like 1e400 beyond a double)"
+    if value <= 0:
+        return f"{show_value(value)}"
+    return None
+
+
+def _rope_places(cfg: dict[str, Any]) -> list[tuple[str, Any]]:
+    """``(dotted key, value)`` of every ``rope_theta`` the config gives."""
+    places = [("rope_theta", cfg["rope_theta"])] if "rope_theta" in cfg else []
+    params = cfg.get("rope_parameters")
+    if isinstance(params, dict):
+        if "rope_theta" in params:
+            places.append(("rope_parameters.rope_theta", params["rope_theta"]))
+        for kind in LAYER_KINDS:
+            sub = params.get(kind)
+            if isinstance(sub, dict) and "rope_theta" in sub:
+                places.append((f"rope_parameters.{kind}.rope_theta", sub["rope_theta"]))
+    return places
+
+
+def rope_findings(cfg: dict[str, Any], where: str) -> list[Finding]:
+    """DF147 for each rope setting of a draft's config no reader can use (``inspect``'s view)."""
+    out: list[Finding] = []
+    for key in ("rope_parameters", "rope_scaling"):
+        value = cfg.get(key)
+        if value is not None and not isinstance(value, dict):
+            out.append(finding("DF147", f"key '{key}' must be an object (or null), found {json_type(value)} "
+                                        f"{show_value(value)}; restore it from the target's config", path=where, key=key))
+    params = cfg.get("rope_parameters")
+    if isinstance(params, dict):
+        for kind in LAYER_KINDS:
+            sub = params.get(kind)
+            if sub is not None and not isinstance(sub, dict):
+                out.append(finding("DF147", f"key 'rope_parameters.{kind}' must be an object, found "
+                                            f"{json_type(sub)} {show_value(sub)}",
+                                            path=where, key=f'rope_parameters.{kind}'))
+    for key, value in _rope_places(cfg):
+        problem = _theta_problem(value)
+        if problem is not None:
+            out.append(finding("DF147", f"key '{key}' must be a positive finite number (the target's rotary "
+                                        f"base, e.g. 1000000), found {problem}; copy it from the target's config",
+                                        path=where, key=key))
+    return out

@@ -1,4 +1,5 @@
-"""Resolve a draft's DFlash keys, and a target's dimensions, keeping track of where each came from.
+"""Resolve a draft's DFlash keys, and a target's dimensions, keeping track of where each came from;
+decode every setting once, when a spec is built (``decode_settings``).
 
 Resolution order for every DFlash key is ``dflash_config`` first, then the top level
 (docs/DESIGN.md section 2). Both values are kept so that a conflict is reported rather than
@@ -9,16 +10,26 @@ silently resolved, and nothing is ever guessed: a key absent from both places re
 from __future__ import annotations
 
 import copy
-import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Callable, Generic, NamedTuple, Sequence, TypeVar
 
 from dflash_ckpt.draftspec.architectures import DFLASH2_ARCHITECTURES, DFLASH_ARCHITECTURES
+from dflash_ckpt.draftspec.decoder_dims import Dims, dims_findings, read_dims
+from dflash_ckpt.draftspec.families import Unsupported
+from dflash_ckpt.draftspec.layer_kinds import (
+    derive_layer_kinds, draft_layer_types, explicit_layer_kinds, layer_kind_findings, layer_kind_keys,
+)
 from dflash_ckpt.draftspec.layout import BlockLayout, resolve_layout
 from dflash_ckpt.draftspec.siblings import dspark_value, is_muse_glimmer, markov_rank, sibling_family
+from dflash_ckpt.draftspec.rope_spec import RopeSpec, rope_findings, rope_specs
 from dflash_ckpt.draftspec.speculators_format import NativeView, is_speculators_native, native_view
-from dflash_ckpt.limits import MAX_BLOCK_SIZE, MAX_DIM, MAX_LAYERS, MAX_LIST_LEN, MAX_VOCAB
+from dflash_ckpt.draftspec.values import (
+    ABSENT, as_int, as_int_list, bounded_int, config_dtype, decoder_config, same_json, target_model_type,
+)
+from dflash_ckpt.errors import InputError
+from dflash_ckpt.limits import MAX_BLOCK_SIZE, MAX_LAYERS, MAX_LIST_LEN, MAX_VOCAB
+from dflash_ckpt.rules import Finding
 from dflash_ckpt.sources.jsonfile import decode_json_bytes, require_object
 from dflash_ckpt.sources.base import Source
 from dflash_ckpt.sources.tokenizer_config import added_token_ids
@@ -35,21 +46,6 @@ SCALING_KEYS = ("output_multiplier", "final_logit_softcapping", "input_embedding
 MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_intermediate_size")
 
 NESTED, TOP_LEVEL, MISSING = "dflash_config", "top_level", "missing"
-
-
-class _Absent:
-    """Marks a key that is not in a mapping (``None`` is a legal JSON value)."""
-
-    def __repr__(self) -> str:
-        return "<absent>"
-
-
-ABSENT: Any = _Absent()
-
-
-def same_json(a: Any, b: Any) -> bool:
-    """Equality as JSON sees it: 16 and 16.0 or 1 and true are different values."""
-    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
 class ResolvedKey(NamedTuple):
@@ -106,125 +102,61 @@ def lookup(config: dict[str, Any], name: str) -> Any:
     return resolve_key(config, name).value
 
 
-def as_int(value: Any) -> int | None:
-    """``value`` if it is a JSON integer (not a bool, not a float), else ``None``."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def default_head_dim(hidden: int | None, heads: int | None) -> int | None:
-    """The head size loaders take when ``head_dim`` is absent: ``hidden_size / num_attention_heads``
-    when it divides (``None`` otherwise). The one place the derivation is written."""
-    return hidden // heads if hidden and heads and hidden % heads == 0 else None
-
-
-def config_dtype(cfg: dict[str, Any]) -> str | None:
-    """The dtype a config declares (``torch_dtype`` in older files, ``dtype`` in newer), if any."""
-    for key in ("dtype", "torch_dtype"):
-        val = cfg.get(key)
-        if isinstance(val, str) and val in ("float32", "float16", "bfloat16"):
-            return val
-    return None
-
-
-def as_int_list(value: Any) -> list[int] | None:
-    if isinstance(value, list) and all(as_int(v) is not None for v in value):
-        return list(value)
-    return None
-
-
-def bounded_int(value: Any, maximum: int) -> int | None:
-    """``as_int(value)`` when it is at most ``maximum`` in magnitude, else ``None``: a number
-    that sizes a loop or an allocation is used only within the bounds of ``limits``."""
-    v = as_int(value)
-    return v if v is not None and -maximum <= v <= maximum else None
-
-
-#: The upper bound of every number a draft config may hold that sizes something (``limits``).
-KEY_BOUNDS: dict[str, int] = {
-    "block_size": MAX_BLOCK_SIZE,
-    "num_target_layers": MAX_LAYERS,
-    "mask_token_id": MAX_VOCAB,
-    "num_hidden_layers": MAX_LAYERS,
-    "hidden_size": MAX_DIM,
-    "num_attention_heads": MAX_DIM,
-    "num_key_value_heads": MAX_DIM,
-    "head_dim": MAX_DIM,
-    "intermediate_size": MAX_DIM,
-    "vocab_size": MAX_VOCAB,
-    "conv_kernel_size": MAX_DIM,
-    "conv_group_size": MAX_DIM,
-    "selector_rank": MAX_DIM,
-    "selector_top_k": MAX_VOCAB,
-    "sliding_window": 1 << 24,
-}
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
-class Dims:
-    """The sizes of one decoder stack, named as the config keys that hold them.
+class Decoded(Generic[T]):
+    """One setting decoded when its spec was built: the value a run uses, or the line it stops on
+    (a DF142 ``InputError``, or an ``Unsupported`` refusal), kept so no reader decodes it again."""
 
-    One type for both readers: ``Dims.from_config`` is what ``inspect`` reports (``None`` where a
-    key is missing, invalid or beyond ``KEY_BOUNDS``, with the reason in ``invalid``/``too_large``),
-    and ``decoder_dims.read_dims`` is what a run needs (every size present and valid, or one DF142
-    line naming the key), so code that holds a run's ``Dims`` may treat the sizes as set.
-    """
+    value: T | None
+    refusal: InputError | Unsupported | None = None
 
-    hidden_size: int | None
-    num_hidden_layers: int | None
-    num_attention_heads: int | None
-    num_key_value_heads: int | None
-    head_dim: int | None
-    intermediate_size: int | None
-    vocab_size: int | None
-    attention_bias: bool
-    rms_norm_eps: float | None = 1e-6
-    #: key -> the offending raw value (``ABSENT`` when missing)
-    invalid: dict[str, Any] = field(default_factory=dict, hash=False)
-    #: key -> a positive value beyond ``KEY_BOUNDS`` (treated as unknown by every check)
-    too_large: dict[str, int] = field(default_factory=dict, hash=False)
+    def require(self) -> T:
+        """The value, or the decoder's own error raised (the run's stricter severity)."""
+        if self.refusal is not None:
+            raise self.refusal
+        return self.value  # type: ignore[return-value]  # set whenever refusal is None
 
-    @classmethod
-    def from_config(cls, config: dict[str, Any]) -> Dims:
-        invalid: dict[str, Any] = {}
-        too_large: dict[str, int] = {}
 
-        def pos(key: str, default: Any = ABSENT) -> int | None:
-            """A positive int key; a required one (no default) that is absent is invalid."""
-            raw = config.get(key, ABSENT)
-            if raw is ABSENT or raw is None:
-                if default is ABSENT:
-                    invalid[key] = raw
-                    return None
-                return default
-            val = as_int(raw)
-            if val is None or val <= 0:
-                invalid[key] = raw
-                return None
-            if val > KEY_BOUNDS[key]:
-                too_large[key] = val
-                return None
-            return val
+def decode(reader: Callable[..., T], *args: Any) -> Decoded[T]:
+    """``reader(*args)`` run once, its error kept for the run that needs the value."""
+    try:
+        return Decoded(reader(*args))
+    except (InputError, Unsupported) as exc:
+        return Decoded(None, exc)
 
-        hidden = pos("hidden_size")
-        heads = pos("num_attention_heads")
-        kv = pos("num_key_value_heads", heads)
-        head_dim = pos("head_dim", default_head_dim(hidden, heads))
-        if head_dim is None and "head_dim" not in invalid and hidden and heads:
-            invalid["head_dim"] = f"absent, and hidden_size {hidden} is not divisible by {heads} heads"
-        eps = config.get("rms_norm_eps", 1e-6)
-        return cls(
-            hidden_size=hidden,
-            num_hidden_layers=pos("num_hidden_layers"),
-            num_attention_heads=heads,
-            num_key_value_heads=kv,
-            head_dim=head_dim,
-            intermediate_size=pos("intermediate_size"),
-            vocab_size=pos("vocab_size"),
-            attention_bias=config.get("attention_bias") is True,
-            rms_norm_eps=float(eps) if isinstance(eps, (int, float)) and not isinstance(eps, bool) and eps > 0 else None,
-            invalid=invalid,
-            too_large=too_large,
-        )
+
+class Settings(NamedTuple):
+    """A decoder's settings decoded once, when its spec is built: ``dims`` as ``inspect`` reports
+    them, what a run uses (``run_dims``, ``ropes``, a draft's ``layer_kinds``: values or the line
+    it stops on), and ``inspect``'s findings on bad values (``problems``: each list spliced into
+    the report where its check stands, so none is judged twice)."""
+
+    dims: Dims
+    run_dims: Decoded[Dims]
+    ropes: Decoded[dict[str, RopeSpec]]
+    layer_kinds: Decoded[tuple[str, ...]]
+    problems: dict[str, list[Finding]]
+
+
+def decode_settings(cfg: dict[str, Any], where: str, *, draft: bool) -> Settings:
+    """Every setting of the decoder ``cfg`` decoded once; a ``draft`` adds its layer kinds and
+    ``inspect``'s findings (a target's values are judged by ``checks.target_config``, naming each
+    key's level, and its layers are refused unless all full attention, ``target_settings``)."""
+    dims = Dims.from_config(cfg)
+    run_dims = decode(read_dims, dims, where)
+    problems: dict[str, list[Finding]] = {}
+    kinds: Decoded[tuple[str, ...]] = Decoded(None, run_dims.refusal)  # a run stops on the dims first
+    if draft:
+        problems["dims"], problems["dims_bounds"] = dims_findings(dims, where)
+        problems["rope"] = rope_findings(cfg, where)
+        problems["layer_types"] = layer_kind_findings(cfg, dims.num_hidden_layers, where)
+        if run_dims.value is not None:
+            kinds = decode(draft_layer_types, explicit_layer_kinds(cfg), derive_layer_kinds(*layer_kind_keys(cfg)),
+                           run_dims.value.num_hidden_layers, where)
+    return Settings(dims, run_dims, decode(rope_specs, cfg, where), kinds, problems)
 
 
 class DraftSpec:
@@ -238,7 +170,7 @@ class DraftSpec:
         config: dict[str, Any],
         keys: dict[str, ResolvedKey],
         extra_keys: dict[str, ResolvedKey],
-        dims: Dims,
+        settings: Settings,
         weights: WeightInventory | None = None,
         raw: bytes | None = None,
         native: NativeView | None = None,
@@ -248,11 +180,24 @@ class DraftSpec:
         self.config = config
         self.keys = keys
         self.extra_keys = extra_keys
-        self.dims = dims
+        #: The settings decoded when the spec was built (``decode_settings``): read, never re-derived.
+        self.settings = settings
+        self.dims = settings.dims
+        #: ``inspect``'s findings on bad values, by setting: ``dims`` (DF142), ``dims_bounds``
+        #: (DF145), ``rope`` (DF147), ``layer_types`` (DF130-DF133).
+        self.problems = settings.problems
         self.weights = weights
         self.raw = raw
         #: The speculators-native form this spec was read from (``config`` is then its z-lab view).
         self.native = native
+        #: The positions the draft's rope is defined for, ``None`` when absent or not an integer.
+        self.max_position_embeddings = as_int(config.get("max_position_embeddings"))
+        #: The dtype the config declares (``dtype``, else ``torch_dtype``), if one a run uses.
+        self.dtype = config_dtype(config)
+        #: Which block slots are drafts, and what decided it (``draftspec.layout``).
+        self.block_layout: BlockLayout = resolve_layout(config)
+        #: DSpark, Laguna or LiLiCorr (``draftspec.siblings``), ``None`` for a DFlash draft.
+        self.family = sibling_family(config)
 
     def declared(self, key: str) -> ResolvedKey:
         """``key`` as a nested-first reader finds it (``dflash_config``, then the top level), both
@@ -281,11 +226,6 @@ class DraftSpec:
         return as_int(self.config.get("draft_vocab_size"))
 
     @property
-    def max_position_embeddings(self) -> int | None:
-        """The positions the draft's rope is defined for, ``None`` when absent or not an integer."""
-        return as_int(self.config.get("max_position_embeddings"))
-
-    @property
     def sliding_window(self) -> int | None:
         """``sliding_window`` when an integer, else ``None`` (DF132 judges it)."""
         return as_int(self.config.get("sliding_window"))
@@ -309,11 +249,6 @@ class DraftSpec:
     def dspark(self, key: str) -> Any:
         """A DSpark key's value wherever DSpark writes it (``draftspec.siblings``), ``None`` if absent."""
         return dspark_value(self.config, key)
-
-    @property
-    def dtype(self) -> str | None:
-        """The dtype the config declares (``dtype``, else ``torch_dtype``), if one a run uses."""
-        return config_dtype(self.config)
 
     @property
     def is_causal(self) -> Any:
@@ -397,14 +332,6 @@ class DraftSpec:
         return [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
 
     @property
-    def block_layout(self) -> BlockLayout:  # which block slots are drafts, and what decided it
-        return resolve_layout(self.config)
-
-    @property
-    def family(self) -> str | None:  # DSpark, Laguna or LiLiCorr (draftspec.siblings)
-        return sibling_family(self.config)
-
-    @property
     def generation(self) -> str:
         """``DFlash2``, ``DFlash``, a sibling ``family`` or ``unknown`` (DFlash v1 tensors expected)."""
         if self.family is not None:
@@ -422,8 +349,7 @@ class DraftSpec:
     def layer_types(self) -> Any:
         """The config's own ``layer_types`` as written (``ABSENT`` when missing or null, as engines
         treat both; DF130/DF131 judge the rest)."""
-        value = self.config.get("layer_types", ABSENT)
-        return ABSENT if value is None else value
+        return explicit_layer_kinds(self.config)
 
     def resolved_json(self) -> dict[str, Any]:
         return {k: self.keys[k].value for k in DFLASH_KEYS}
@@ -455,7 +381,7 @@ def build_spec(
         config=config,
         keys={k: resolve_key(config, k) for k in DFLASH_KEYS},
         extra_keys={k: resolve_key(config, k) for k in (*DFLASH2_KEYS, *SCALING_KEYS)},
-        dims=Dims.from_config(config),
+        settings=decode_settings(config, where, draft=True),
         weights=weights,
         raw=raw,
         native=native,
@@ -497,6 +423,11 @@ class TargetSpec(NamedTuple):
     pad_token_id: Any
     text_config_used: bool
     config: dict[str, Any]
+    #: The decoder's settings decoded when the spec was built (``decode_settings``; a run's
+    #: ``TargetSettings`` reads them, labelled ``where (text_config)`` for a wrapper).
+    settings: Settings
+    #: The quantization scheme, decoded when the spec was built (``quant_scheme``).
+    scheme: Decoded[Any]
     #: ``generation_config.json`` when the target has one (its eos/bos/pad ids), else empty.
     generation_config: dict[str, Any] = {}  # noqa: RUF012 - NamedTuple default, never mutated
     #: The largest token id ``tokenizer_config.json``'s ``added_tokens_decoder`` names, when it has one.
@@ -517,7 +448,7 @@ class TargetSpec(NamedTuple):
     def dims(self) -> Dims:
         """The decoder's shapes, read as a draft's are (``None`` where missing or invalid); the
         vocabulary falls back to the wrapper's."""
-        dims = Dims.from_config(self.decoder)
+        dims = self.settings.dims
         return dims if dims.vocab_size is not None else replace(dims, vocab_size=as_int(self.config.get("vocab_size")))
 
     @property
@@ -593,10 +524,8 @@ class TargetSpec(NamedTuple):
 
     def quant_scheme(self) -> Any:
         """The target's quantization scheme (``None`` when not quantized); a format the runtime
-        does not read is one DF180 line (``draftspec.quant.read_scheme``)."""
-        from dflash_ckpt.draftspec.quant import read_scheme
-
-        return read_scheme(self.config, self.where)
+        does not read is one DF180 line (``draftspec.quant.read_scheme``, run when built)."""
+        return self.scheme.require()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -610,21 +539,10 @@ class TargetSpec(NamedTuple):
         }
 
 
-def decoder_config(config: dict[str, Any]) -> dict[str, Any]:
-    """A target's decoder settings: ``text_config`` of a multimodal wrapper, else the config itself."""
-    text = config.get("text_config")
-    return text if isinstance(text, dict) else config
-
-
 def decoder_setting(config: dict[str, Any], key: str, default: Any = None) -> Any:
     """A target's ``key`` as loaders read it: the decoder's value first, then the wrapper's."""
     inner = decoder_config(config)
     return inner[key] if key in inner else config.get(key, default)
-
-
-def target_model_type(config: dict[str, Any]) -> Any:
-    """The decoder's ``model_type`` (``text_config`` first, then the wrapper's)."""
-    return decoder_config(config).get("model_type") or config.get("model_type")
 
 
 def target_from_config(config: dict[str, Any], *, label: str, where: str) -> TargetSpec:
@@ -633,6 +551,7 @@ def target_from_config(config: dict[str, Any], *, label: str, where: str) -> Tar
     pick = partial(decoder_setting, config)
     archs = config.get("architectures")
     model_type = target_model_type(config)
+    decoder_where = f"{where} (text_config)" if inner is not config else where
     return TargetSpec(
         label=label,
         where=where,
@@ -644,7 +563,19 @@ def target_from_config(config: dict[str, Any], *, label: str, where: str) -> Tar
         pad_token_id=pick("pad_token_id"),
         text_config_used=inner is not config,
         config=config,
+        settings=decode_settings(inner, decoder_where, draft=False),
+        scheme=_decode_scheme(config, inner, where),
     )
+
+
+def _decode_scheme(config: dict[str, Any], inner: dict[str, Any], where: str) -> Decoded[Any]:
+    """The target's quantization scheme, read once; the format modules are imported only for a
+    config with a ``quantization_config`` object (``inspect`` of a plain target never pays for them)."""
+    if not any(isinstance(cfg.get("quantization_config"), dict) for cfg in (config, inner)):
+        return Decoded(None)
+    from dflash_ckpt.draftspec.quant import read_scheme
+
+    return decode(read_scheme, config, where)
 
 
 def read_target_spec(source: Source) -> TargetSpec:

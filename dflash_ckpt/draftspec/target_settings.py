@@ -1,9 +1,9 @@
 """A target's validated decoder settings (``TargetSettings``), built from its ``TargetSpec``.
 
-``TargetSpec`` keeps the raw values ``inspect`` reports on; a run needs them valid. This is the
-one place a target's decoder keys are judged for a run: the native runtime builds its model from
-these fields only, so every DF142 line and every refusal (exit 2) for a setting the runtime does
-not implement comes from here, once. No torch here: ``smoke-run`` refuses before paying for it.
+``TargetSpec`` keeps the raw values ``inspect`` reports on, its dims and rope decoded when built
+(``spec.settings``); a run needs them valid. This is where a target's decoder settings are
+required for a run: the native runtime builds its model from these fields only, so every DF142
+line and every refusal (exit 2) for a setting the runtime does not implement is raised here. No torch here: ``smoke-run`` refuses before paying for it.
 """
 
 from __future__ import annotations
@@ -11,12 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dflash_ckpt.draftspec.config_values import get_bool
-from dflash_ckpt.draftspec.decoder_dims import Dims, read_dims
+from dflash_ckpt.draftspec.config_values import bool_value
+from dflash_ckpt.draftspec.decoder_dims import Dims
 from dflash_ckpt.draftspec.families import FAMILIES, Family, Unsupported
 from dflash_ckpt.draftspec.layer_kinds import FULL
-from dflash_ckpt.draftspec.rope_spec import RopeSpec, rope_specs
-from dflash_ckpt.draftspec.specs import TargetSpec, config_dtype, target_from_config, target_model_type
+from dflash_ckpt.draftspec.rope_spec import RopeSpec
+from dflash_ckpt.draftspec.specs import TargetSpec, target_from_config
+from dflash_ckpt.draftspec.values import config_dtype, target_model_type
 
 
 def native_family(spec: TargetSpec) -> Family | None:
@@ -65,14 +66,14 @@ class TargetSettings:
         layer_types = inner.get("layer_types")
         if isinstance(layer_types, list) and any(t != FULL for t in layer_types):
             raise Unsupported(f"{label}: target layer_types other than full_attention")
-        dims = read_dims(inner, label)
+        dims = spec.settings.run_dims.require()  # decoded when the spec was built
         # A missing lm_head with untied embeddings is reported at load time, naming the file.
         return cls(
             model_type=family.model_type,
             dims=dims,
-            rope=rope_specs(inner, label)[FULL],
+            rope=spec.settings.ropes.require()[FULL],
             qk_norm=family.qk_norm,
-            mlp_bias=get_bool(inner, "mlp_bias", label, False),
+            mlp_bias=bool_value(inner.get("mlp_bias"), "mlp_bias", label, False),
             tie_word_embeddings=spec.tie_word_embeddings(family.tie_default),
             dtype=config_dtype(inner) or config_dtype(config),
             text_config=spec.text_config_used,

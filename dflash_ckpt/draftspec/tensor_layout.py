@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Iterable
 
 from dflash_ckpt.draftspec.siblings import DSPARK, LAGUNA, confidence_head, dspark_value, markov_rank
-from dflash_ckpt.draftspec.specs import KEY_BOUNDS, DraftSpec, as_int
+from dflash_ckpt.draftspec.specs import DraftSpec
+from dflash_ckpt.draftspec.values import KEY_BOUNDS, as_int
 
 Shape = tuple[int, ...] | None
 
