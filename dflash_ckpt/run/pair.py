@@ -1,11 +1,12 @@
-"""Opening a draft/target pair for a run, once: the steps smoke-run and probe-taps share.
+"""Opening a draft/target pair for a run, once, in one order for smoke-run and probe-taps.
 
 ``resolve_pair`` finds both folders (local, or Hub snapshots of only the files a run reads);
-the command then checks the pair its own way (smoke-run runs inspect's checks on both; probe-taps
-first works out the tap count it searches); ``open_pair`` takes the checked specs and encodes the
-prompts, plans the run (``runtime/plan.plan_run``: backend settings, block size, capacity, device,
-dtypes, inventories) and works out the stop tokens; ``OpenPair.check_memory`` refuses a pair the
-device cannot hold (DF407) and ``OpenPair.load`` sets the threads and loads both models.
+``open_pair`` reads both specs, runs every refusal and the checks in the order its docstring
+gives (each command's difference is passed in: probe-taps' tap set in memory, smoke-run's
+inspect report), encodes the prompts, plans the run (``runtime/plan.plan_run``: backend
+settings, block size, capacity, device, dtypes, inventories), works out the stop tokens and,
+where this process loads the models, refuses a pair the device cannot hold (DF407) or whose
+weights no training filled (DF413). ``OpenPair.load`` sets the threads and loads both models.
 """
 
 from __future__ import annotations
@@ -14,17 +15,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from dflash_ckpt.checks.target_config import require_target_config
+from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec, read_draft_spec, read_target_spec
 from dflash_ckpt.errors import InputError, UsageError
+from dflash_ckpt.rules import Finding
 from dflash_ckpt.run.options import RunOptions
 from dflash_ckpt.sources.base import user_path
+from dflash_ckpt.sources.local import LocalSource
 from dflash_ckpt.sources.prompts import Prompt, PromptEncoder, gather_prompts, stop_token_ids
 from dflash_ckpt.sources.resolve import local_folder
 
 if TYPE_CHECKING:
+    from dflash_ckpt.engine_runners.smoke_engine import EngineRun
+    from dflash_ckpt.run.sampling_settings import SamplingSettings
     from dflash_ckpt.runtime.device_errors import MemoryBudget
-    from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec
     from dflash_ckpt.runtime.plan import RunPlan
     from dflash_ckpt.sources.weights import WeightInventory
+
+#: A command's own step on the draft, given the target: a refusal, or the draft as it is run.
+Prepare = Callable[[DraftSpec, TargetSpec], DraftSpec]
+#: A command's checks on the prepared pair: the findings that refuse it (errors, exit 1).
+Check = Callable[[DraftSpec, TargetSpec], list[Finding]]
 
 #: What a run reads of the draft, and of the target (its tokenizer and chat template too).
 WEIGHT_FILES = ["config.json", "*.safetensors", "*.safetensors.index.json"]
@@ -93,6 +104,8 @@ class OpenPair:
     stops: list[int]
     #: ``--suite`` prompts left out: longer than the target's positions allow (``fit_suite``, DF433).
     skipped: list[str] = field(default_factory=list)
+    #: The memory estimate and the free memory it was held against, where this process loads the models.
+    budget: MemoryBudget | None = None
 
     def check_memory(self, *, prepacked: bool) -> MemoryBudget:
         """Refuse (DF407, exit 2) a pair whose weights, caches and activations would not fit the
@@ -135,11 +148,79 @@ class OpenPair:
         return target, draft, used
 
 
-def open_pair(opts: RunOptions, folders: PairFolders, *, draft: DraftSpec, target: TargetSpec, backend: str,
-              target_inv: WeightInventory | None) -> OpenPair:
-    """The pair that passed its command's checks, with its prompts encoded and its run planned
-    (``backend``: ``native`` or ``transformers``, from ``select_backend``; ``target_inv``: the
-    target's headers when the checks read them, so they are read once)."""
+@dataclass(frozen=True)
+class Refused:
+    """A pair refused before anything is loaded (exit 1): by its command's checks, or by weights
+    no training filled (DF413, sampled only on a pair that passed the checks)."""
+
+    checks: list[Finding]
+    unfilled: list[Finding]
+
+    @property
+    def findings(self) -> list[Finding]:
+        return self.checks + self.unfilled
+
+
+def open_pair(opts: RunOptions, folders: PairFolders, *, prepare: Prepare, check: Check,
+              engine: EngineRun | None = None, sampling: SamplingSettings | None = None,
+              loads: bool = True, prepacks: bool = False) -> OpenPair | Refused:
+    """The whole opening of a pair, one order for every command, so the same bad pair meets the
+    same first error whichever command opens it:
+
+    1. both specs read, the draft's then the target's (input errors, exit 1);
+    2. a target config the runtime refuses (``require_target_config``, DF142, exit 2);
+    3. the command's step on the draft (``prepare``: smoke-run refuses what the runtime does not
+       implement, DF151; probe-taps works out k from ``fc.weight`` and gives the draft a valid tap
+       set in memory);
+    4. the engine's refusal of the pair (``engine``: DF422-DF424, exit 2);
+    5. the backend (``select_backend``: what neither runs, exit 2);
+    6. the target's headers, read once (unreadable: input error), and the target's shapes (DF142);
+    7. the command's checks (``check``): errors refuse the pair (``Refused``, exit 1);
+    8. the prompts encoded, the run planned (positions: DF004), the stops; the engine's request
+       and its memory (``engine.prepare``, with ``sampling``);
+    9. where this process loads the models (``loads``; ``prepacks``: the CPU weights will be
+       packed): the device's memory (DF407, about the machine), then weights no training filled
+       (DF413, ``Refused``), before anything is loaded.
+    """
+    from dflash_ckpt.runtime.backend import select_backend
+    from dflash_ckpt.runtime.loading import inventory
+
+    draft = read_draft_spec(LocalSource(folders.draft_dir, label=folders.draft_label))
+    target = read_target_spec(LocalSource(folders.target_dir, label=folders.target_label))
+    require_target_config(target)  # either backend, before anything is built
+    draft = prepare(draft, target)
+    if engine is not None:
+        engine.refuse_pair(draft, target)  # before an engine starts
+    backend = select_backend(opts.backend, target)
+    headers = inventory(folders.target_dir, folders.target_label)
+    require_target_config(target, headers.tensors)
+    errors = check(draft, target)
+    if errors:
+        return Refused(errors, [])
+    pair = plan_pair(opts, folders, draft=draft, target=target, backend=backend, target_inv=headers)
+    if engine is not None:
+        engine.prepare(pair, sampling)
+    return pair if not loads else _loadable(pair, prepacks=prepacks)
+
+
+def _loadable(pair: OpenPair, *, prepacks: bool) -> OpenPair | Refused:
+    """The pair, once the device holds it (DF407) and its weights are not all zeros or one
+    constant (DF413: sampled after the memory check, which is about the machine)."""
+    from dflash_ckpt.runtime.device_errors import DeviceFailures
+    from dflash_ckpt.runtime.prepack import onednn_packs_bf16
+    from dflash_ckpt.sources.weight_sample import unfilled_weights
+
+    plan, f = pair.plan, pair.folders
+    with DeviceFailures(plan.device, where=f.target_label, dtype=plan.target_dtype):
+        pair.budget = pair.check_memory(prepacked=plan.device.type == "cpu" and prepacks and onednn_packs_bf16())
+    unfilled = unfilled_weights(f.draft_dir, plan.draft_inv, f.target_dir, plan.target_inv)
+    return Refused([], unfilled) if unfilled else pair
+
+
+def plan_pair(opts: RunOptions, folders: PairFolders, *, draft: DraftSpec, target: TargetSpec, backend: str,
+              target_inv: WeightInventory) -> OpenPair:
+    """The checked pair with its prompts encoded and its run planned (``backend``: ``native`` or
+    ``transformers``, from ``select_backend``; ``target_inv``: the target's headers, read once)."""
     from dflash_ckpt.runtime.plan import blocks, plan_run
 
     prompts, encoder, encoded = encode_prompts(opts, folders.target_dir)
@@ -169,4 +250,4 @@ def fit_suite(opts: RunOptions, width: int, limit: int | None, prompts: list[Pro
     return [p for p, _ in kept], [ids for _, ids in kept], [p.name for p, ok in zip(prompts, fits) if not ok]
 
 
-__all__ = ["OpenPair", "PairFolders", "TARGET_FILES", "WEIGHT_FILES", "encode_prompts", "open_pair", "resolve_pair"]
+__all__ = ["Check", "OpenPair", "PairFolders", "Prepare", "Refused", "TARGET_FILES", "WEIGHT_FILES", "encode_prompts", "open_pair", "resolve_pair"]
