@@ -123,7 +123,7 @@ class EngineRun:
         self.kv_space_gib = require_engine_memory(self.facts, weights, folders.target_label)
         self.request = build_request(self.options, target_dir=folders.target_dir, draft_dir=folders.draft_dir,
                                      dtype=dtype_name(plan.target_dtype), block_size=plan.block_size,
-                                     encoded=pair.encoded, max_new_tokens=pair.options.max_new_tokens,
+                                     encoded=pair.encoded, max_new_tokens=pair.max_new_tokens,
                                      stop_ids=pair.stops, max_positions=pair.target.max_position_embeddings,
                                      sampling=sampling)
 

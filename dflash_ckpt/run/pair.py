@@ -92,7 +92,6 @@ def encode_prompts(opts: RunOptions, target_dir: str | Path) -> tuple[list[Promp
 class OpenPair:
     """A checked pair with its prompts encoded and its run planned (nothing loaded yet)."""
 
-    options: RunOptions
     folders: PairFolders
     draft: DraftSpec
     target: TargetSpec
@@ -100,6 +99,8 @@ class OpenPair:
     encoder: PromptEncoder
     encoded: list[list[int]]
     plan: RunPlan
+    #: ``-n``: the new tokens each prompt is given (memory, the engine's request).
+    max_new_tokens: int
     #: The target's end-of-sequence ids (none with ``--ignore-eos``).
     stops: list[int]
     #: ``--suite`` prompts left out: longer than the target's positions allow (``fit_suite``, DF433).
@@ -109,17 +110,20 @@ class OpenPair:
 
     def check_memory(self, *, prepacked: bool) -> MemoryBudget:
         """Refuse (DF407, exit 2) a pair whose weights, caches and activations would not fit the
-        device (``runtime/memory.py``), before anything is loaded; returns the estimate and the
-        free memory it was held against (named again if the run later runs out of memory); a
-        quantized target's dequantization is counted from its headers."""
+        device (``runtime/memory.py``; ``prepacked``: the CPU weights will be packed where oneDNN
+        packs them), before anything is loaded; returns the estimate and the free memory it was
+        held against (named again if the run later runs out of memory); a quantized target's
+        dequantization is counted from its headers."""
         from dflash_ckpt.draftspec.quant import dequant_peak_bytes
-        from dflash_ckpt.runtime.device_errors import MemoryBudget
+        from dflash_ckpt.runtime.device_errors import DeviceFailures, MemoryBudget
         from dflash_ckpt.runtime.memory import Shapes, estimate_run, memory_limits, needed_bytes, require_fits
+        from dflash_ckpt.runtime.prepack import onednn_packs_bf16
 
         plan = self.plan
+        prepacked = prepacked and plan.device.type == "cpu" and onednn_packs_bf16()
         scheme = self.target.quant_scheme()
         dequant = dequant_peak_bytes(scheme, plan.target_inv.tensors) if scheme is not None else 0
-        longest = max(len(ids) for ids in self.encoded) + self.options.max_new_tokens
+        longest = max(len(ids) for ids in self.encoded) + self.max_new_tokens
         est = estimate_run(target=Shapes.of_target(self.target),
                            target_file_bytes=needed_bytes(plan.target_inv.tensors, plan.target_dtype),
                            target_dtype=plan.target_dtype, draft=Shapes.of_draft(self.draft),
@@ -128,8 +132,9 @@ class OpenPair:
                            block=plan.block_size, backend=plan.backend,
                            taps=len(plan.draft_args.target_layer_ids), prepacked=prepacked,
                            dequant_bytes=dequant)
-        require_fits(est, plan.device, self.folders.target_label, target_dtype=plan.target_dtype)
-        return MemoryBudget(est.total, memory_limits(plan.device))
+        with DeviceFailures(plan.device, where=self.folders.target_label, dtype=plan.target_dtype):
+            require_fits(est, plan.device, self.folders.target_label, target_dtype=plan.target_dtype)
+            return MemoryBudget(est.total, memory_limits(plan.device))
 
     def load(self, threads: int | None, say: Callable[[str], None], what: str, draft_what: str = "") -> tuple[Any, Any, int]:
         """``(target model, draft model, threads in use)``: the loading line said (``what``: the
@@ -184,6 +189,7 @@ def open_pair(opts: RunOptions, folders: PairFolders, *, prepare: Prepare, check
     """
     from dflash_ckpt.runtime.backend import select_backend
     from dflash_ckpt.runtime.loading import inventory
+    from dflash_ckpt.sources.weight_sample import unfilled_weights
 
     draft = read_draft_spec(LocalSource(folders.draft_dir, label=folders.draft_label))
     target = read_target_spec(LocalSource(folders.target_dir, label=folders.target_label))
@@ -200,20 +206,10 @@ def open_pair(opts: RunOptions, folders: PairFolders, *, prepare: Prepare, check
     pair = plan_pair(opts, folders, draft=draft, target=target, backend=backend, target_inv=headers)
     if engine is not None:
         engine.prepare(pair, sampling)
-    return pair if not loads else _loadable(pair, prepacks=prepacks)
-
-
-def _loadable(pair: OpenPair, *, prepacks: bool) -> OpenPair | Refused:
-    """The pair, once the device holds it (DF407) and its weights are not all zeros or one
-    constant (DF413: sampled after the memory check, which is about the machine)."""
-    from dflash_ckpt.runtime.device_errors import DeviceFailures
-    from dflash_ckpt.runtime.prepack import onednn_packs_bf16
-    from dflash_ckpt.sources.weight_sample import unfilled_weights
-
-    plan, f = pair.plan, pair.folders
-    with DeviceFailures(plan.device, where=f.target_label, dtype=plan.target_dtype):
-        pair.budget = pair.check_memory(prepacked=plan.device.type == "cpu" and prepacks and onednn_packs_bf16())
-    unfilled = unfilled_weights(f.draft_dir, plan.draft_inv, f.target_dir, plan.target_inv)
+    if not loads:
+        return pair
+    pair.budget = pair.check_memory(prepacked=prepacks)  # about the machine, before DF413
+    unfilled = unfilled_weights(folders.draft_dir, pair.plan.draft_inv, folders.target_dir, pair.plan.target_inv)
     return Refused([], unfilled) if unfilled else pair
 
 
@@ -232,7 +228,7 @@ def plan_pair(opts: RunOptions, folders: PairFolders, *, draft: DraftSpec, targe
                     target_dir=folders.target_dir, backend=backend, prompts=prompts, encoded=encoded,
                     target_inv=target_inv)
     stops = [] if opts.ignore_eos else stop_token_ids(folders.target_dir, target.eos_values, encoder.eos_token_id)
-    return OpenPair(opts, folders, draft, target, prompts, encoder, encoded, plan, stops, skipped)
+    return OpenPair(folders, draft, target, prompts, encoder, encoded, plan, opts.max_new_tokens, stops, skipped)
 
 
 def fit_suite(opts: RunOptions, width: int, limit: int | None, prompts: list[Prompt],

@@ -105,19 +105,19 @@ def run_smoke_run(opts: SmokeOptions, *, progress: Any = None, log: Callable[[st
             result.precheck.findings += pair.unfilled
         return result
     skipped = skipped_suite_findings(pair.skipped, opts, pair.target.where)  # DF433, said whatever the run finds
-    describe_plan(result, pair)
+    describe_plan(result, pair, opts)
     if opts.engine == "vllm":
         assert engine is not None
         say(f"running vLLM {engine.facts.version} on target {folders.target_label} and draft {folders.draft_label} "
             "in a child process")
         engine.run_into(result, pair.prompts, pair.encoded, pair.encoder)
-        result.findings = _run_findings(result, pair) + skipped + vllm_version_findings()  # DF430
+        result.findings = _run_findings(result, pair, opts.min_acceptance) + skipped + vllm_version_findings()  # DF430
         return result
     plan = pair.plan
     with DeviceFailures(plan.device, where=folders.target_label, dtype=plan.target_dtype) as failures:
         failures.budget = pair.budget
         models, mask_row = _load_and_measure(opts, pair, result, say, progress)
-    result.findings = reference_findings(result, pair, mask_row, skipped)
+    result.findings = reference_findings(result, pair, mask_row, skipped, opts.min_acceptance)
     if engine is not None:  # --engine both: vLLM on the same ids, after the reference has let go of the CPU
         del models
         say(f"running vLLM {engine.facts.version} on the same ids in a child process" if opts.engine == "both" else
@@ -144,10 +144,10 @@ def _precheck(folders: PairFolders, result: SmokeResult) -> Check:
     return check
 
 
-def describe_plan(result: SmokeResult, pair: OpenPair) -> None:
+def describe_plan(result: SmokeResult, pair: OpenPair, opts: SmokeOptions) -> None:
     """What the run is about to do, into ``result``: backend, device, dtypes, block and layout,
     prompt format, stops, the tie tolerance and a quantized target's layers."""
-    plan, opts, encoder = pair.plan, pair.options, pair.encoder
+    plan, encoder = pair.plan, pair.encoder
     result.backend = plan.backend
     result.published_draft = published_draft(pair.draft)  # by the weights' fingerprint, never by a name
     result.prompt_format = prompt_format_causes(
@@ -167,15 +167,16 @@ def describe_plan(result: SmokeResult, pair: OpenPair) -> None:
                                         tied=pair.target.tie_word_embeddings())
 
 
-def _run_findings(result: SmokeResult, pair: OpenPair) -> list[Finding]:
+def _run_findings(result: SmokeResult, pair: OpenPair, min_acceptance: float) -> list[Finding]:
     """The measured run's verdicts on lossless output and tap use (DF401...), then on its evidence
     (DF403, DF408, DF409)."""
     args = pair.plan.draft_args
     return (smoke_findings(result, target_layer_ids=args.target_layer_ids, mask_token_id=args.mask_token_id)
-            + evidence_findings(result.evidence(), min_acceptance=pair.options.min_acceptance))
+            + evidence_findings(result.evidence(), min_acceptance=min_acceptance))
 
 
-def reference_findings(result: SmokeResult, pair: OpenPair, mask_row: list[Finding], skipped: list[Finding]) -> list[Finding]:
+def reference_findings(result: SmokeResult, pair: OpenPair, mask_row: list[Finding], skipped: list[Finding],
+                       min_acceptance: float) -> list[Finding]:
     """The reference run's findings, in report order: the run's verdicts, the degenerate pair's
     (DF413-DF415), the block layout's and the mask row's, the evidence, the suite left out and
     the precision of the dtypes on this device."""
@@ -186,7 +187,7 @@ def reference_findings(result: SmokeResult, pair: OpenPair, mask_row: list[Findi
     found = smoke_findings(result, target_layer_ids=args.target_layer_ids, mask_token_id=args.mask_token_id)
     found += smoke_degenerate_findings(result)
     found += smoke_layout_findings(args.block_layout, pair.draft.block_layout) + mask_row
-    found += evidence_findings(result.evidence(), min_acceptance=pair.options.min_acceptance)  # DF408, DF409
+    found += evidence_findings(result.evidence(), min_acceptance=min_acceptance)  # DF408, DF409
     capability = None
     if plan.device.type == "cuda":
         import torch  # noqa: PLC0415 - the run has loaded it already; inspect never gets here
