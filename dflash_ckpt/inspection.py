@@ -176,7 +176,7 @@ def inspect_sources(draft_src: Source, target_src: Source | None = None) -> Insp
 def inspect_specs(draft_src: Source, draft: DraftSpec, target_src: Source | None = None,
                   target: TargetSpec | None = None) -> InspectResult:
     """inspect's report on specs already read from these sources (a run reads them once, in
-    ``run/opening.py``, and asks for this report on the same specs)."""
+    ``run/pair.open_pair``, and smoke-run asks for this report on the same specs)."""
     result = InspectResult(label=draft_src.label)
     result.commit = _hub_commit(draft_src)
     result.target_commit = _hub_commit(target_src) if target_src is not None else None

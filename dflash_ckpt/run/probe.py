@@ -147,12 +147,12 @@ def tap_set(result: ProbeResult) -> Prepare:
         if k is None:
             raise InputError(
                 "no fc.weight of shape [hidden_size, k * hidden_size] in the safetensors files, so the number "
-                "of tap layers is unknown; probe-taps needs the draft's trained fc", code="DF210", path=draft.where)
+                "of tap layers is unknown; probe-taps needs the draft's trained fc", code="DF210", path=result.draft_path)
         depth = as_int(target.num_hidden_layers)
         assert depth is not None and depth >= 1  # require_target_config refused anything else
         if k > depth:
             raise UsageError(f"fc.weight reads {k} taps but the target {target.label} has only {depth} layers",
-                             path=draft.where)
+                             path=result.draft_path)
         result.depth, result.k = depth, k
         result.configured = tuple(draft.target_layer_ids) if draft.target_layer_ids is not None else None
         result.configured_problem = configured_problem(result.configured, k, depth)

@@ -1,8 +1,8 @@
 """``smoke-run``: prove that a draft/target pair works, and measure it.
 
-Steps: resolve both folders; run ``inspect``'s checks on the pair and refuse it on errors;
-refuse what the reference runtime does not implement (exit 2); plan the run once
-(``runtime/plan.py``); load both models; choose the loop, the static one (CUDA graphs on a GPU)
+Steps: resolve both folders; open the pair as every run opens it (``run/pair.open_pair``, one
+order: what the runtime does not implement is refused, exit 2; ``inspect``'s checks on the pair
+refuse it on errors; the run is planned once, ``runtime/plan.py``); load both models; choose the loop, the static one (CUDA graphs on a GPU)
 only after it agreed with the eager executor on a short input (``loops.checked_loop``,
 ``runtime/self_check.py``: else the whole run is eager, and the JSON says why); warm up; for each prompt time target-only decoding over
 a short window, decode with DFlash, and check the DFlash output with ONE teacher-forced target
@@ -26,7 +26,7 @@ a GPU without the dtype's kernels) is one coded line, exit 2 (``runtime/device_e
 
 ``run_smoke_run`` is the command's work from its options (``run/options.SmokeOptions``): no
 printing, no ``sys.exit``; it raises ``DFlashCkptError`` for one-line errors and returns a
-``SmokeResult`` (``run/smoke_result.py``). The pair is opened as probe-taps opens it (``run/pair.py``).
+``SmokeResult`` (``run/smoke_result.py``).
 
 Sampling (``--temperature`` > 0, or ``--sampling generation-config`` with a sampling file): the
 settings are checked before anything is read and the file before anything is loaded; both
