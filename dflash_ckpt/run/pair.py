@@ -222,8 +222,9 @@ def plan_pair(opts: RunOptions, folders: PairFolders, *, draft: DraftSpec, targe
     prompts, encoder, encoded = encode_prompts(opts, folders.target_dir)
     sizes = blocks(opts, draft)
     skipped: list[str] = []
-    if getattr(opts, "suite", None) is not None:  # the package's prompts, not the user's: fit them
-        prompts, encoded, skipped = fit_suite(opts, sizes.verify_width, target.max_position_embeddings, prompts, encoded)
+    if opts.suite is not None:  # the package's prompts, not the user's: fit them
+        prompts, encoded, skipped = fit_suite(opts.max_new_tokens, sizes.verify_width, target.max_position_embeddings,
+                                             prompts, encoded)
     plan = plan_run(opts, draft=draft, target=target, blocks=sizes, draft_dir=folders.draft_dir,
                     target_dir=folders.target_dir, backend=backend, prompts=prompts, encoded=encoded,
                     target_inv=target_inv)
@@ -231,7 +232,7 @@ def plan_pair(opts: RunOptions, folders: PairFolders, *, draft: DraftSpec, targe
     return OpenPair(folders, draft, target, prompts, encoder, encoded, plan, opts.max_new_tokens, stops, skipped)
 
 
-def fit_suite(opts: RunOptions, width: int, limit: int | None, prompts: list[Prompt],
+def fit_suite(max_new_tokens: int, width: int, limit: int | None, prompts: list[Prompt],
               encoded: list[list[int]]) -> tuple[list[Prompt], list[list[int]], list[str]]:
     """A suite's prompts that fit the target's ``max_position_embeddings`` with ``-n`` new tokens
     and one verify block, and the names of those left out (a user's own prompts are never dropped:
@@ -239,7 +240,7 @@ def fit_suite(opts: RunOptions, width: int, limit: int | None, prompts: list[Pro
     the longest and the ``-n`` that would fit."""
     if not limit:
         return prompts, encoded, []
-    fits = [len(ids) + opts.max_new_tokens + width <= limit for ids in encoded]
+    fits = [len(ids) + max_new_tokens + width <= limit for ids in encoded]
     if all(fits) or not any(fits):
         return prompts, encoded, []
     kept = [(p, ids) for p, ids, ok in zip(prompts, encoded, fits) if ok]
