@@ -161,6 +161,7 @@ def block_layout_json(spec: DraftSpec) -> dict[str, Any]:
 
 def inspect_sources(draft_src: Source, target_src: Source | None = None) -> InspectResult:
     """Check one draft (and its pairing with a target); input errors end up in ``fatal``."""
+    draft: DraftSpec | None = None
     try:
         draft = read_draft_spec(draft_src)
         target = read_target_spec(target_src) if target_src is not None else None
@@ -168,6 +169,7 @@ def inspect_sources(draft_src: Source, target_src: Source | None = None) -> Insp
         result = InspectResult(label=draft_src.label, fatal=err)
         result.commit = _hub_commit(draft_src)
         result.target_commit = _hub_commit(target_src) if target_src is not None else None
+        result.draft = draft  # the draft read before the target failed, as the report shows it
         result.bytes_read = draft_src.bytes_read
         return result
     return inspect_specs(draft_src, draft, target_src, target)
