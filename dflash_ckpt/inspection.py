@@ -161,17 +161,28 @@ def block_layout_json(spec: DraftSpec) -> dict[str, Any]:
 
 def inspect_sources(draft_src: Source, target_src: Source | None = None) -> InspectResult:
     """Check one draft (and its pairing with a target); input errors end up in ``fatal``."""
+    draft: DraftSpec | None = None
+    try:
+        draft = read_draft_spec(draft_src)
+        target = read_target_spec(target_src) if target_src is not None else None
+    except DFlashCkptError as err:
+        result = InspectResult(label=draft_src.label, fatal=err)
+        result.commit = _hub_commit(draft_src)
+        result.target_commit = _hub_commit(target_src) if target_src is not None else None
+        result.draft = draft  # the draft read before the target failed, as the report shows it
+        result.bytes_read = draft_src.bytes_read
+        return result
+    return inspect_specs(draft_src, draft, target_src, target)
+
+
+def inspect_specs(draft_src: Source, draft: DraftSpec, target_src: Source | None = None,
+                  target: TargetSpec | None = None) -> InspectResult:
+    """inspect's report on specs already read from these sources (a run reads them once, in
+    ``run/pair.open_pair``, and smoke-run asks for this report on the same specs)."""
     result = InspectResult(label=draft_src.label)
     result.commit = _hub_commit(draft_src)
     result.target_commit = _hub_commit(target_src) if target_src is not None else None
-    try:
-        result.draft = read_draft_spec(draft_src)
-        if target_src is not None:
-            result.target = read_target_spec(target_src)
-    except DFlashCkptError as err:
-        result.set_fatal(err)
-        result.bytes_read = draft_src.bytes_read
-        return result
+    result.draft, result.target = draft, target
     result.findings = run_checks(result.draft, result.target) + pin_finding(draft_src) + cached_layout_findings(draft_src, result.draft)
     result.findings += vllm_version_findings()  # DF430: the installed vLLM outside its record's versions
     result.readers = judge_readers(result.draft, result.target)

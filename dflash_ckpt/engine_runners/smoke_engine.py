@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 from dflash_ckpt.checks.engine_compare import acceptance_summary, compare_prompts, engine_findings
+from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec
 from dflash_ckpt.engine_runners.vllm_facts import VllmFacts, read_facts
 from dflash_ckpt.engine_runners.engine_args import flag_values, parse_engine_args
 from dflash_ckpt.engine_runners.vllm_run import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, refuse_install, refuse_pair
@@ -103,7 +104,9 @@ class EngineRun:
         refuse_install(facts)
         return cls(facts, engine_options(opts))
 
-    def refuse_pair(self, draft: Any, target: Any) -> None:
+    def refuse_pair(self, draft: DraftSpec, target: TargetSpec) -> None:
+        """What this vLLM would not run of the pair (DF422-DF424, exit 2): step 4 of the opening
+        (``run/pair.open_pair``), before an engine starts."""
         from dflash_ckpt.engine_runners.tensor_parallel import refuse_heads
 
         refuse_pair(self.facts, draft=draft, target=target)
@@ -123,7 +126,7 @@ class EngineRun:
         self.kv_space_gib = require_engine_memory(self.facts, weights, folders.target_label)
         self.request = build_request(self.options, target_dir=folders.target_dir, draft_dir=folders.draft_dir,
                                      dtype=dtype_name(plan.target_dtype), block_size=plan.block_size,
-                                     encoded=pair.encoded, max_new_tokens=pair.options.max_new_tokens,
+                                     encoded=pair.encoded, max_new_tokens=pair.max_new_tokens,
                                      stop_ids=pair.stops, max_positions=pair.target.max_position_embeddings,
                                      sampling=sampling)
 

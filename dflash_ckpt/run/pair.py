@@ -1,11 +1,12 @@
-"""Opening a draft/target pair for a run, once: the steps smoke-run and probe-taps share.
+"""Opening a draft/target pair for a run, once, in one order for smoke-run and probe-taps.
 
 ``resolve_pair`` finds both folders (local, or Hub snapshots of only the files a run reads);
-the command then checks the pair its own way (smoke-run runs inspect's checks on both; probe-taps
-first works out the tap count it searches); ``open_pair`` takes the checked specs and encodes the
-prompts, plans the run (``runtime/plan.plan_run``: backend settings, block size, capacity, device,
-dtypes, inventories) and works out the stop tokens; ``OpenPair.check_memory`` refuses a pair the
-device cannot hold (DF407) and ``OpenPair.load`` sets the threads and loads both models.
+``open_pair`` reads both specs, runs every refusal and the checks in the order its docstring
+gives (each command's difference is passed in: probe-taps' tap set in memory, smoke-run's
+inspect report), encodes the prompts, plans the run (``runtime/plan.plan_run``: backend
+settings, block size, capacity, device, dtypes, inventories), works out the stop tokens and,
+where this process loads the models, refuses a pair the device cannot hold (DF407) or whose
+weights no training filled (DF413). ``OpenPair.load`` sets the threads and loads both models.
 """
 
 from __future__ import annotations
@@ -14,17 +15,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from dflash_ckpt.checks.target_config import require_target_config
+from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec, read_draft_spec, read_target_spec
 from dflash_ckpt.errors import InputError, UsageError
+from dflash_ckpt.rules import Finding
 from dflash_ckpt.run.options import RunOptions
 from dflash_ckpt.sources.base import user_path
+from dflash_ckpt.sources.local import LocalSource
 from dflash_ckpt.sources.prompts import Prompt, PromptEncoder, gather_prompts, stop_token_ids
 from dflash_ckpt.sources.resolve import local_folder
 
 if TYPE_CHECKING:
+    from dflash_ckpt.engine_runners.smoke_engine import EngineRun
+    from dflash_ckpt.run.sampling_settings import SamplingSettings
     from dflash_ckpt.runtime.device_errors import MemoryBudget
-    from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec
     from dflash_ckpt.runtime.plan import RunPlan
     from dflash_ckpt.sources.weights import WeightInventory
+
+#: A command's own step on the draft, given the target: a refusal, or the draft as it is run.
+Prepare = Callable[[DraftSpec, TargetSpec], DraftSpec]
+#: A command's checks on the prepared pair: the findings that refuse it (errors, exit 1).
+Check = Callable[[DraftSpec, TargetSpec], list[Finding]]
 
 #: What a run reads of the draft, and of the target (its tokenizer and chat template too).
 WEIGHT_FILES = ["config.json", "*.safetensors", "*.safetensors.index.json"]
@@ -81,7 +92,6 @@ def encode_prompts(opts: RunOptions, target_dir: str | Path) -> tuple[list[Promp
 class OpenPair:
     """A checked pair with its prompts encoded and its run planned (nothing loaded yet)."""
 
-    options: RunOptions
     folders: PairFolders
     draft: DraftSpec
     target: TargetSpec
@@ -89,24 +99,31 @@ class OpenPair:
     encoder: PromptEncoder
     encoded: list[list[int]]
     plan: RunPlan
+    #: ``-n``: the new tokens each prompt is given (memory, the engine's request).
+    max_new_tokens: int
     #: The target's end-of-sequence ids (none with ``--ignore-eos``).
     stops: list[int]
     #: ``--suite`` prompts left out: longer than the target's positions allow (``fit_suite``, DF433).
     skipped: list[str] = field(default_factory=list)
+    #: The memory estimate and the free memory it was held against, where this process loads the models.
+    budget: MemoryBudget | None = None
 
     def check_memory(self, *, prepacked: bool) -> MemoryBudget:
         """Refuse (DF407, exit 2) a pair whose weights, caches and activations would not fit the
-        device (``runtime/memory.py``), before anything is loaded; returns the estimate and the
-        free memory it was held against (named again if the run later runs out of memory); a
-        quantized target's dequantization is counted from its headers."""
+        device (``runtime/memory.py``; ``prepacked``: the CPU weights will be packed where oneDNN
+        packs them), before anything is loaded; returns the estimate and the free memory it was
+        held against (named again if the run later runs out of memory); a quantized target's
+        dequantization is counted from its headers."""
         from dflash_ckpt.draftspec.quant import dequant_peak_bytes
-        from dflash_ckpt.runtime.device_errors import MemoryBudget
+        from dflash_ckpt.runtime.device_errors import DeviceFailures, MemoryBudget
         from dflash_ckpt.runtime.memory import Shapes, estimate_run, memory_limits, needed_bytes, require_fits
+        from dflash_ckpt.runtime.prepack import onednn_packs_bf16
 
         plan = self.plan
+        prepacked = prepacked and plan.device.type == "cpu" and onednn_packs_bf16()
         scheme = self.target.quant_scheme()
         dequant = dequant_peak_bytes(scheme, plan.target_inv.tensors) if scheme is not None else 0
-        longest = max(len(ids) for ids in self.encoded) + self.options.max_new_tokens
+        longest = max(len(ids) for ids in self.encoded) + self.max_new_tokens
         est = estimate_run(target=Shapes.of_target(self.target),
                            target_file_bytes=needed_bytes(plan.target_inv.tensors, plan.target_dtype),
                            target_dtype=plan.target_dtype, draft=Shapes.of_draft(self.draft),
@@ -115,8 +132,9 @@ class OpenPair:
                            block=plan.block_size, backend=plan.backend,
                            taps=len(plan.draft_args.target_layer_ids), prepacked=prepacked,
                            dequant_bytes=dequant)
-        require_fits(est, plan.device, self.folders.target_label, target_dtype=plan.target_dtype)
-        return MemoryBudget(est.total, memory_limits(plan.device))
+        with DeviceFailures(plan.device, where=self.folders.target_label, dtype=plan.target_dtype):
+            require_fits(est, plan.device, self.folders.target_label, target_dtype=plan.target_dtype)
+            return MemoryBudget(est.total, memory_limits(plan.device))
 
     def load(self, threads: int | None, say: Callable[[str], None], what: str, draft_what: str = "") -> tuple[Any, Any, int]:
         """``(target model, draft model, threads in use)``: the loading line said (``what``: the
@@ -135,26 +153,86 @@ class OpenPair:
         return target, draft, used
 
 
-def open_pair(opts: RunOptions, folders: PairFolders, *, draft: DraftSpec, target: TargetSpec, backend: str,
-              target_inv: WeightInventory | None) -> OpenPair:
-    """The pair that passed its command's checks, with its prompts encoded and its run planned
-    (``backend``: ``native`` or ``transformers``, from ``select_backend``; ``target_inv``: the
-    target's headers when the checks read them, so they are read once)."""
+@dataclass(frozen=True)
+class Refused:
+    """A pair refused before anything is loaded (exit 1): by its command's checks, or by weights
+    no training filled (DF413, sampled only on a pair that passed the checks)."""
+
+    checks: list[Finding]
+    unfilled: list[Finding]
+
+    @property
+    def findings(self) -> list[Finding]:
+        return self.checks + self.unfilled
+
+
+def open_pair(opts: RunOptions, folders: PairFolders, *, prepare: Prepare, check: Check,
+              engine: EngineRun | None = None, sampling: SamplingSettings | None = None,
+              loads: bool = True, prepacks: bool = False) -> OpenPair | Refused:
+    """The whole opening of a pair, one order for every command, so the same bad pair meets the
+    same first error whichever command opens it:
+
+    1. both specs read, the draft's then the target's (input errors, exit 1);
+    2. a target config the runtime refuses (``require_target_config``, DF142, exit 2);
+    3. the command's step on the draft (``prepare``: smoke-run refuses what the runtime does not
+       implement, DF151; probe-taps works out k from ``fc.weight`` and gives the draft a valid tap
+       set in memory);
+    4. the engine's refusal of the pair (``engine``: DF422-DF424, exit 2);
+    5. the backend (``select_backend``: what neither runs, exit 2);
+    6. the target's headers, read once (unreadable: input error), and the target's shapes (DF142);
+    7. the command's checks (``check``): errors refuse the pair (``Refused``, exit 1);
+    8. the prompts encoded, the run planned (positions: DF004), the stops; the engine's request
+       and its memory (``engine.prepare``, with ``sampling``);
+    9. where this process loads the models (``loads``; ``prepacks``: the CPU weights will be
+       packed): the device's memory (DF407, about the machine), then weights no training filled
+       (DF413, ``Refused``), before anything is loaded.
+    """
+    from dflash_ckpt.runtime.backend import select_backend
+    from dflash_ckpt.runtime.loading import inventory
+    from dflash_ckpt.sources.weight_sample import unfilled_weights
+
+    draft = read_draft_spec(LocalSource(folders.draft_dir, label=folders.draft_label))
+    target = read_target_spec(LocalSource(folders.target_dir, label=folders.target_label))
+    require_target_config(target)  # either backend, before anything is built
+    draft = prepare(draft, target)
+    if engine is not None:
+        engine.refuse_pair(draft, target)  # before an engine starts
+    backend = select_backend(opts.backend, target)
+    headers = inventory(folders.target_dir, folders.target_label)
+    require_target_config(target, headers.tensors)
+    errors = check(draft, target)
+    if errors:
+        return Refused(errors, [])
+    pair = plan_pair(opts, folders, draft=draft, target=target, backend=backend, target_inv=headers)
+    if engine is not None:
+        engine.prepare(pair, sampling)
+    if not loads:
+        return pair
+    pair.budget = pair.check_memory(prepacked=prepacks)  # about the machine, before DF413
+    unfilled = unfilled_weights(folders.draft_dir, pair.plan.draft_inv, folders.target_dir, pair.plan.target_inv)
+    return Refused([], unfilled) if unfilled else pair
+
+
+def plan_pair(opts: RunOptions, folders: PairFolders, *, draft: DraftSpec, target: TargetSpec, backend: str,
+              target_inv: WeightInventory) -> OpenPair:
+    """The checked pair with its prompts encoded and its run planned (``backend``: ``native`` or
+    ``transformers``, from ``select_backend``; ``target_inv``: the target's headers, read once)."""
     from dflash_ckpt.runtime.plan import blocks, plan_run
 
     prompts, encoder, encoded = encode_prompts(opts, folders.target_dir)
     sizes = blocks(opts, draft)
     skipped: list[str] = []
-    if getattr(opts, "suite", None) is not None:  # the package's prompts, not the user's: fit them
-        prompts, encoded, skipped = fit_suite(opts, sizes.verify_width, target.max_position_embeddings, prompts, encoded)
+    if opts.suite is not None:  # the package's prompts, not the user's: fit them
+        prompts, encoded, skipped = fit_suite(opts.max_new_tokens, sizes.verify_width, target.max_position_embeddings,
+                                             prompts, encoded)
     plan = plan_run(opts, draft=draft, target=target, blocks=sizes, draft_dir=folders.draft_dir,
                     target_dir=folders.target_dir, backend=backend, prompts=prompts, encoded=encoded,
                     target_inv=target_inv)
     stops = [] if opts.ignore_eos else stop_token_ids(folders.target_dir, target.eos_values, encoder.eos_token_id)
-    return OpenPair(opts, folders, draft, target, prompts, encoder, encoded, plan, stops, skipped)
+    return OpenPair(folders, draft, target, prompts, encoder, encoded, plan, opts.max_new_tokens, stops, skipped)
 
 
-def fit_suite(opts: RunOptions, width: int, limit: int | None, prompts: list[Prompt],
+def fit_suite(max_new_tokens: int, width: int, limit: int | None, prompts: list[Prompt],
               encoded: list[list[int]]) -> tuple[list[Prompt], list[list[int]], list[str]]:
     """A suite's prompts that fit the target's ``max_position_embeddings`` with ``-n`` new tokens
     and one verify block, and the names of those left out (a user's own prompts are never dropped:
@@ -162,11 +240,11 @@ def fit_suite(opts: RunOptions, width: int, limit: int | None, prompts: list[Pro
     the longest and the ``-n`` that would fit."""
     if not limit:
         return prompts, encoded, []
-    fits = [len(ids) + opts.max_new_tokens + width <= limit for ids in encoded]
+    fits = [len(ids) + max_new_tokens + width <= limit for ids in encoded]
     if all(fits) or not any(fits):
         return prompts, encoded, []
     kept = [(p, ids) for p, ids, ok in zip(prompts, encoded, fits) if ok]
     return [p for p, _ in kept], [ids for _, ids in kept], [p.name for p, ok in zip(prompts, fits) if not ok]
 
 
-__all__ = ["OpenPair", "PairFolders", "TARGET_FILES", "WEIGHT_FILES", "encode_prompts", "open_pair", "resolve_pair"]
+__all__ = ["Check", "OpenPair", "PairFolders", "Prepare", "Refused", "TARGET_FILES", "WEIGHT_FILES", "encode_prompts", "open_pair", "resolve_pair"]

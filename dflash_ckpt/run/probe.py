@@ -30,25 +30,22 @@ the verdict of what was written (``ProbeResult.wrote_fix``); DRAFT itself is nev
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from dflash_ckpt.checks import run_checks
 from dflash_ckpt.checks.degenerate import TieRows, repeated_token_findings, tied_logit_findings
 from dflash_ckpt.checks.layout_findings import layout_findings, searched_layout
 from dflash_ckpt.checks.run_findings import probe_findings, unclear_findings
-from dflash_ckpt.checks.target_config import require_target_config
-from dflash_ckpt.draftspec.specs import TargetSpec, as_int, fc_taps, read_draft_spec, read_target_spec, with_layer_ids
+from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec, as_int, fc_taps, with_layer_ids
 from dflash_ckpt.errors import DFlashCkptError, InputError, UsageError
 from dflash_ckpt.canonical.measured import write_copy
 from dflash_ckpt.result import error_json
 from dflash_ckpt.rules import Finding, Severity
 from dflash_ckpt.run.evidence import Session, candidate_bar, settle
 from dflash_ckpt.run.options import ProbeOptions
-from dflash_ckpt.run.pair import OpenPair, PairFolders, open_pair, resolve_pair
+from dflash_ckpt.run.pair import OpenPair, PairFolders, Prepare, Refused, open_pair, resolve_pair
 from dflash_ckpt.run.probe_result import CONFIRM, ProbeResult
-from dflash_ckpt.runtime.backend import select_backend
-from dflash_ckpt.runtime.loading import dtype_name, inventory
+from dflash_ckpt.runtime.loading import dtype_name
 from dflash_ckpt.runtime.prepack import cpu_linear_path, prepack_pair, slow_path_note
 from dflash_ckpt.runtime.device_errors import DeviceFailures
 from dflash_ckpt.runtime.loops import make_loop
@@ -56,8 +53,6 @@ from dflash_ckpt.runtime.measure import Candidate
 from dflash_ckpt.runtime.probe import measure, reading_taps, record
 from dflash_ckpt.runtime.probe_layout import loop_layouts, simulate_layouts
 from dflash_ckpt.run.probe_search import KEEP_EXACT, Measured, TapSet, configured_problem, search_taps
-from dflash_ckpt.sources.local import LocalSource
-from dflash_ckpt.sources.weight_sample import unfilled_weights
 
 
 def run_probe_taps(opts: ProbeOptions, *, log: Callable[[str], None] | None = None, copy_progress: bool = False,
@@ -128,47 +123,47 @@ def run_probe(opts: ProbeOptions, log: Callable[[str], None] | None = None, prog
 
 
 def open_probed(opts: ProbeOptions, folders: PairFolders, result: ProbeResult) -> OpenPair | None:
-    """The draft read, ``k`` taken from its ``fc.weight`` and the depth from the target, the draft
-    given a valid tap set in memory (``result.configured``: the ids it declares, and why they do
-    not do), the checks run, and the pair opened; ``None`` when the checks refused it
-    (``result.refused``)."""
-    draft_dir, target_dir, target_label = folders.draft_dir, folders.target_dir, folders.target_label
-    spec0 = read_draft_spec(LocalSource(draft_dir, label=folders.draft_label))
-    tspec: TargetSpec = read_target_spec(LocalSource(target_dir, label=target_label))
-    assert spec0.weights is not None
-    k = fc_taps(spec0.weights, spec0.dims.hidden_size)
-    if k is None:
-        raise InputError(
-            "no fc.weight of shape [hidden_size, k * hidden_size] in the safetensors files, so the "
-            "number of tap layers is unknown; probe-taps needs the draft's trained fc", code="DF210", path=draft_dir)
-    depth = as_int(tspec.num_hidden_layers)
-    if depth is None or depth < 1:
-        raise InputError(f"num_hidden_layers {tspec.num_hidden_layers!r} is not a positive integer, so "
-                         "probe-taps cannot tell which layers to tap; fix the target's config.json", code="DF001",
-                         path=tspec.where)
-    target_inv = inventory(Path(target_dir), target_label)
-    require_target_config(tspec, target_inv.tensors)  # as smoke-run, before anything is built
-    if k > depth:
-        raise UsageError(f"fc.weight reads {k} taps but the target {target_label} has only {depth} layers",
-                         path=draft_dir)
-    result.depth, result.k = depth, k
-    result.configured = tuple(spec0.target_layer_ids) if spec0.target_layer_ids is not None else None
-    result.configured_problem = configured_problem(result.configured, k, depth)
-    configured = result.configured if result.configured_problem is None else None
-    spec = with_layer_ids(spec0, configured or tuple(range(k)))
-
-    backend = select_backend(opts.backend, tspec)
-    errors = [f for f in run_checks(spec, tspec) if f.severity == Severity.ERROR]
-    errors += unfilled_weights(draft_dir, spec0.weights, target_dir, target_inv)  # DF413
-    if errors:
-        result.refused = errors
+    """The pair opened as every run opens it (``run/pair.open_pair``), with probe-taps' step on
+    the draft (``tap_set``) and inspect's checks on the draft as it is probed; ``None`` when
+    they refused it (``result.refused``)."""
+    pair = open_pair(opts, folders, prepare=tap_set(result), check=_errors, prepacks=True)  # load_probed packs
+    if isinstance(pair, Refused):
+        result.refused = pair.findings
         return None
-    pair = open_pair(opts, folders, draft=spec, target=tspec, backend=backend, target_inv=target_inv)
-    if pair.plan.target.num_layers != depth:
+    if pair.plan.target.num_layers != result.depth:
         raise UsageError(f"probe-taps taps every decoder layer, but the {pair.plan.backend} backend "
-                         f"reads {pair.plan.target.num_layers} layers where num_hidden_layers says {depth}; "
-                         "use --backend native where it runs the target", path=tspec.where)
+                         f"reads {pair.plan.target.num_layers} layers where num_hidden_layers says {result.depth}; "
+                         "use --backend native where it runs the target", path=pair.target.where)
     return pair
+
+
+def tap_set(result: ProbeResult) -> Prepare:
+    """probe-taps' step on the draft: ``k`` taken from its ``fc.weight`` and the depth from the
+    target (checked by ``require_target_config`` before), and the draft given a valid tap set in
+    memory (``result.configured``: the ids it declares, and why they do not do)."""
+    def prepare(draft: DraftSpec, target: TargetSpec) -> DraftSpec:
+        assert draft.weights is not None
+        k = fc_taps(draft.weights, draft.dims.hidden_size)
+        if k is None:
+            raise InputError(
+                "no fc.weight of shape [hidden_size, k * hidden_size] in the safetensors files, so the number "
+                "of tap layers is unknown; probe-taps needs the draft's trained fc", code="DF210", path=result.draft_path)
+        depth = as_int(target.num_hidden_layers)
+        assert depth is not None and depth >= 1  # require_target_config refused anything else
+        if k > depth:
+            raise UsageError(f"fc.weight reads {k} taps but the target {target.label} has only {depth} layers",
+                             path=result.draft_path)
+        result.depth, result.k = depth, k
+        result.configured = tuple(draft.target_layer_ids) if draft.target_layer_ids is not None else None
+        result.configured_problem = configured_problem(result.configured, k, depth)
+        configured = result.configured if result.configured_problem is None else None
+        return with_layer_ids(draft, configured or tuple(range(k)))
+    return prepare
+
+
+def _errors(draft: DraftSpec, target: TargetSpec) -> list[Finding]:
+    """probe-taps' checks: the errors of inspect's checks on the draft with its probed tap set."""
+    return [f for f in run_checks(draft, target) if f.severity == Severity.ERROR]
 
 
 def load_probed(pair: OpenPair, result: ProbeResult, say: Callable[[str], None]) -> tuple[Any, Any]:

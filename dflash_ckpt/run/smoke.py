@@ -1,8 +1,8 @@
 """``smoke-run``: prove that a draft/target pair works, and measure it.
 
-Steps: resolve both folders; run ``inspect``'s checks on the pair and refuse it on errors;
-refuse what the reference runtime does not implement (exit 2); plan the run once
-(``runtime/plan.py``); load both models; choose the loop, the static one (CUDA graphs on a GPU)
+Steps: resolve both folders; open the pair as every run opens it (``run/pair.open_pair``, one
+order: what the runtime does not implement is refused, exit 2; ``inspect``'s checks on the pair
+refuse it on errors; the run is planned once, ``runtime/plan.py``); load both models; choose the loop, the static one (CUDA graphs on a GPU)
 only after it agreed with the eager executor on a short input (``loops.checked_loop``,
 ``runtime/self_check.py``: else the whole run is eager, and the JSON says why); warm up; for each prompt time target-only decoding over
 a short window, decode with DFlash, and check the DFlash output with ONE teacher-forced target
@@ -26,7 +26,7 @@ a GPU without the dtype's kernels) is one coded line, exit 2 (``runtime/device_e
 
 ``run_smoke_run`` is the command's work from its options (``run/options.SmokeOptions``): no
 printing, no ``sys.exit``; it raises ``DFlashCkptError`` for one-line errors and returns a
-``SmokeResult`` (``run/smoke_result.py``). The pair is opened as probe-taps opens it (``run/pair.py``).
+``SmokeResult`` (``run/smoke_result.py``).
 
 Sampling (``--temperature`` > 0, or ``--sampling generation-config`` with a sampling file): the
 settings are checked before anything is read and the file before anything is loaded; both
@@ -44,21 +44,20 @@ from dflash_ckpt.checks.acceptance import refuse_unimplemented
 from dflash_ckpt.checks.degenerate import smoke_degenerate_findings
 from dflash_ckpt.checks.evidence_findings import evidence_findings
 from dflash_ckpt.checks.published import published_draft
-from dflash_ckpt.inspection import inspect_sources
+from dflash_ckpt.inspection import inspect_specs
 from dflash_ckpt.checks.layout_findings import smoke_layout_findings
 from dflash_ckpt.checks.mask_row import mask_row_findings
 from dflash_ckpt.checks.precision import precision_findings
 from dflash_ckpt.checks.run_findings import prompt_format_causes, smoke_findings, special_token_texts
-from dflash_ckpt.checks.target_config import require_target_config
 from dflash_ckpt.draftspec.quant import summarize
+from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec
 from dflash_ckpt.engine_runners.smoke_engine import EngineRun
 from dflash_ckpt.engine_runners.vllm_facts import version_findings as vllm_version_findings
 from dflash_ckpt.errors import UsageError
 from dflash_ckpt.run.options import SmokeOptions
-from dflash_ckpt.rules import Finding, finding
-from dflash_ckpt.run.pair import OpenPair, PairFolders, open_pair, resolve_pair
+from dflash_ckpt.rules import Finding, Severity, finding
+from dflash_ckpt.run.pair import Check, OpenPair, PairFolders, Refused, open_pair, resolve_pair
 from dflash_ckpt.run.smoke_result import SmokeResult
-from dflash_ckpt.runtime.backend import select_backend
 from dflash_ckpt.runtime.generate import step_clock
 from dflash_ckpt.runtime.loading import dtype_name, stored_dtype
 from dflash_ckpt.runtime.device_errors import DeviceFailures
@@ -66,12 +65,10 @@ from dflash_ckpt.runtime.loops import checked_loop
 from dflash_ckpt.runtime.self_check import check_input
 from dflash_ckpt.runtime.sampling import Sampler
 from dflash_ckpt.runtime.measure import TIE_TOLERANCE, measure_prompts
-from dflash_ckpt.runtime.prepack import cpu_linear_path, kernel_failed_note, onednn_packs_bf16, prepack_pair, slow_path_note
+from dflash_ckpt.runtime.prepack import cpu_linear_path, kernel_failed_note, prepack_pair, slow_path_note
 from dflash_ckpt.run.sampling_settings import SamplingSettings, from_generation_config, make_settings
 from dflash_ckpt.sources.jsonfile import decode_json_bytes
 from dflash_ckpt.sources.local import LocalSource
-from dflash_ckpt.sources.weight_sample import unfilled_weights
-from dflash_ckpt.sources.weights import load_inventory
 
 
 def sampling_settings(opts: SmokeOptions, target_dir: Any, target_label: str) -> SamplingSettings:
@@ -100,29 +97,27 @@ def run_smoke_run(opts: SmokeOptions, *, progress: Any = None, log: Callable[[st
     folders = resolve_pair(opts)
     result = SmokeResult(folders.draft_label, folders.target_label, opts)
     result.sampling = sampling_settings(opts, folders.target_dir, folders.target_label)  # before anything is loaded
-    pair = open_checked(opts, folders, result, engine)
-    if pair is None:
+    pair = open_pair(opts, folders, prepare=_runs_everything, check=_precheck(folders, result), engine=engine,
+                     sampling=result.sampling, loads=opts.engine != "vllm", prepacks=opts.compile)
+    if isinstance(pair, Refused):
+        result.refused = True
+        if result.precheck is not None:
+            result.precheck.findings += pair.unfilled
         return result
     skipped = skipped_suite_findings(pair.skipped, opts, pair.target.where)  # DF433, said whatever the run finds
-    describe_plan(result, pair)
-    if engine is not None:
-        engine.prepare(pair, result.sampling)
+    describe_plan(result, pair, opts)
     if opts.engine == "vllm":
+        assert engine is not None
         say(f"running vLLM {engine.facts.version} on target {folders.target_label} and draft {folders.draft_label} "
             "in a child process")
         engine.run_into(result, pair.prompts, pair.encoded, pair.encoder)
-        result.findings = _run_findings(result, pair) + skipped + vllm_version_findings()  # DF430
+        result.findings = _run_findings(result, pair, opts.min_acceptance) + skipped + vllm_version_findings()  # DF430
         return result
     plan = pair.plan
     with DeviceFailures(plan.device, where=folders.target_label, dtype=plan.target_dtype) as failures:
-        failures.budget = pair.check_memory(prepacked=plan.device.type == "cpu" and opts.compile and onednn_packs_bf16())
-        unfilled = unfilled_weights(folders.draft_dir, plan.draft_inv, folders.target_dir, plan.target_inv)  # DF413
-        if unfilled:  # sampled after the memory check (about the machine), before anything is loaded
-            result.precheck.findings += unfilled
-            result.refused = True
-            return result
+        failures.budget = pair.budget
         models, mask_row = _load_and_measure(opts, pair, result, say, progress)
-    result.findings = reference_findings(result, pair, mask_row, skipped)
+    result.findings = reference_findings(result, pair, mask_row, skipped, opts.min_acceptance)
     if engine is not None:  # --engine both: vLLM on the same ids, after the reference has let go of the CPU
         del models
         say(f"running vLLM {engine.facts.version} on the same ids in a child process" if opts.engine == "both" else
@@ -132,34 +127,27 @@ def run_smoke_run(opts: SmokeOptions, *, progress: Any = None, log: Callable[[st
     return result
 
 
-def open_checked(opts: SmokeOptions, folders: PairFolders, result: SmokeResult, engine: EngineRun | None) -> OpenPair | None:
-    """inspect's checks on both folders (``result.precheck``), the refusals of what the runtime,
-    the engine and the backend do not run (exit 2), then the pair opened; ``None`` when the
-    checks refused it (``result.refused``)."""
-    pre = inspect_sources(LocalSource(folders.draft_dir, label=folders.draft_label),
-                          LocalSource(folders.target_dir, label=folders.target_label))
-    result.precheck = pre
-    if pre.fatal is not None:
-        raise pre.fatal
-    assert pre.draft is not None and pre.target is not None
-    refuse_unimplemented(pre.draft)  # DF151, exit 2: never measure a draft without its acceptance keys
-    require_target_config(pre.target)  # either backend, before anything is built
-    if engine is not None:
-        engine.refuse_pair(pre.draft, pre.target)  # DF422-DF424, exit 2, before an engine starts
-    backend = select_backend(opts.backend, pre.target)
-    headers = load_inventory(LocalSource(folders.target_dir, label=folders.target_label))  # unreadable: refused below
-    require_target_config(pre.target, headers.tensors)
-    if pre.failed():
-        result.refused = True
-        return None
-    return open_pair(opts, folders, draft=pre.draft, target=pre.target, backend=backend,
-                     target_inv=headers if headers.tensors and not headers.problems else None)
+def _runs_everything(draft: DraftSpec, target: TargetSpec) -> DraftSpec:
+    """smoke-run's step on the draft (DF151, exit 2): never measure a draft without the keys that
+    change its acceptance; the draft is run as declared."""
+    refuse_unimplemented(draft)
+    return draft
 
 
-def describe_plan(result: SmokeResult, pair: OpenPair) -> None:
+def _precheck(folders: PairFolders, result: SmokeResult) -> Check:
+    """smoke-run's checks: inspect's report on both specs (``result.precheck``, in the JSON); its
+    errors refuse the pair."""
+    def check(draft: DraftSpec, target: TargetSpec) -> list[Finding]:
+        result.precheck = inspect_specs(LocalSource(folders.draft_dir, label=folders.draft_label), draft,
+                                        LocalSource(folders.target_dir, label=folders.target_label), target)
+        return [f for f in result.precheck.findings if f.severity == Severity.ERROR]
+    return check
+
+
+def describe_plan(result: SmokeResult, pair: OpenPair, opts: SmokeOptions) -> None:
     """What the run is about to do, into ``result``: backend, device, dtypes, block and layout,
     prompt format, stops, the tie tolerance and a quantized target's layers."""
-    plan, opts, encoder = pair.plan, pair.options, pair.encoder
+    plan, encoder = pair.plan, pair.encoder
     result.backend = plan.backend
     result.published_draft = published_draft(pair.draft)  # by the weights' fingerprint, never by a name
     result.prompt_format = prompt_format_causes(
@@ -179,15 +167,16 @@ def describe_plan(result: SmokeResult, pair: OpenPair) -> None:
                                         tied=pair.target.tie_word_embeddings())
 
 
-def _run_findings(result: SmokeResult, pair: OpenPair) -> list[Finding]:
+def _run_findings(result: SmokeResult, pair: OpenPair, min_acceptance: float) -> list[Finding]:
     """The measured run's verdicts on lossless output and tap use (DF401...), then on its evidence
     (DF403, DF408, DF409)."""
     args = pair.plan.draft_args
     return (smoke_findings(result, target_layer_ids=args.target_layer_ids, mask_token_id=args.mask_token_id)
-            + evidence_findings(result.evidence(), min_acceptance=pair.options.min_acceptance))
+            + evidence_findings(result.evidence(), min_acceptance=min_acceptance))
 
 
-def reference_findings(result: SmokeResult, pair: OpenPair, mask_row: list[Finding], skipped: list[Finding]) -> list[Finding]:
+def reference_findings(result: SmokeResult, pair: OpenPair, mask_row: list[Finding], skipped: list[Finding],
+                       min_acceptance: float) -> list[Finding]:
     """The reference run's findings, in report order: the run's verdicts, the degenerate pair's
     (DF413-DF415), the block layout's and the mask row's, the evidence, the suite left out and
     the precision of the dtypes on this device."""
@@ -198,7 +187,7 @@ def reference_findings(result: SmokeResult, pair: OpenPair, mask_row: list[Findi
     found = smoke_findings(result, target_layer_ids=args.target_layer_ids, mask_token_id=args.mask_token_id)
     found += smoke_degenerate_findings(result)
     found += smoke_layout_findings(args.block_layout, pair.draft.block_layout) + mask_row
-    found += evidence_findings(result.evidence(), min_acceptance=pair.options.min_acceptance)  # DF408, DF409
+    found += evidence_findings(result.evidence(), min_acceptance=min_acceptance)  # DF408, DF409
     capability = None
     if plan.device.type == "cuda":
         import torch  # noqa: PLC0415 - the run has loaded it already; inspect never gets here
