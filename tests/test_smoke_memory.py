@@ -1,4 +1,4 @@
-"""smoke-run's memory pre-check (runtime/memory.py, DF407): the peak counted from the config
+"""smoke-run's (and probe-taps') memory pre-check (runtime/memory.py, DF407): the peak counted from the config
 shapes, real limits (RLIMIT_AS set in a child process, as ``prlimit --as`` does), and an
 out-of-memory error during the run reported as one line with exit 2, never a traceback/exit 1.
 
@@ -118,31 +118,33 @@ _CHILD = textwrap.dedent("""
     import resource, sys
     import dflash_ckpt.run.smoke, dflash_ckpt.commands.smoke_cmd, dflash_ckpt.cli, dflash_ckpt.entry, tokenizers, jinja2
     import dflash_ckpt.runtime.memory as memory
-    mode, extra = sys.argv[1], int(sys.argv[2])
+    mode, extra, command = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     if mode == "run-oom":  # the pre-check believes everything fits: the run itself must run out
         memory.memory_limits = lambda device: {}
         import dflash_ckpt.sources.weight_sample as ws  # and the sparse (zero) weights pass DF413
         ws.constant_tensors = lambda *a, **k: []
     vm = next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmSize:"))
     resource.setrlimit(resource.RLIMIT_AS, (vm + extra, resource.RLIM_INFINITY))
-    sys.argv = ["dflash-ckpt", "smoke-run", *sys.argv[3:]]
+    sys.argv = ["dflash-ckpt", command, *sys.argv[4:]]
     dflash_ckpt.entry.main()
 """)
 
 
-def _limited(mode: str, extra: int, pair: tuple[Path, Path]) -> subprocess.CompletedProcess:
+def _limited(mode: str, extra: int, pair: tuple[Path, Path], command: str = "smoke-run") -> subprocess.CompletedProcess:
     args = [str(pair[0]), "--target", str(pair[1]), "-n", "8", "--min-acceptance", "0", "--ignore-eos", "-p", "hi",
             "--no-chat-template", "--quiet"]
-    return subprocess.run([sys.executable, "-c", _CHILD, mode, str(extra), *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-c", _CHILD, mode, str(extra), command, *args], capture_output=True, text=True,
                           timeout=300, env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin",
                                             "PYTHONPATH": str(ROOT)}, cwd=ROOT)
 
 
 @pytest.mark.slow
-def test_an_address_space_limit_refuses_before_loading(sparse_pair) -> None:
+@pytest.mark.parametrize("command", ["smoke-run", "probe-taps"])
+def test_an_address_space_limit_refuses_before_loading(sparse_pair, command: str) -> None:
     """RLIMIT_AS with 600 MiB of room (what ``prlimit --as`` sets): the 0.6B pair needs ~1.5
-    GiB; before, this passed the check and died in loading with exit 1."""
-    err = one_error_line(_limited("precheck", 600 << 20, sparse_pair), code="DF407")
+    GiB; before, this passed the check and died in loading with exit 1 (probe-taps, which opens
+    the pair as smoke-run does, too)."""
+    err = one_error_line(_limited("precheck", 600 << 20, sparse_pair, command), code="DF407")
     assert "(RLIMIT_AS room)" in err and "at its peak on cpu (weights 1.27 GiB" in err
     assert "--target-dtype" not in err  # the target already runs in bf16
 
