@@ -25,13 +25,15 @@ the reference makes after every call.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from dflash_ckpt.draftspec.draft_settings import DraftSettings
-from dflash_ckpt.runtime.layers import MLP, KVCache, RMSNorm, attention, fuse_linears, head, new_kv_cache, use_fused
+from dflash_ckpt.runtime.layers import (Attention, DecoderLayer, DecoderStack, KVCache, RMSNorm, attention, fuse_linears,
+                                        head, new_kv_cache, use_fused, write_kv)
 from dflash_ckpt.runtime.prepack import linear
 from dflash_ckpt.runtime.rope import RotaryTable, apply_rope
 
@@ -39,20 +41,13 @@ RopePair = tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Te
 """``(cos, sin)`` for the queries, then for the keys."""
 
 
-class DraftAttention(nn.Module):
+class DraftAttention(Attention):
     FUSED = (("kv", ("k_proj", "v_proj")),)
     LINEARS = ("q_proj", "o_proj")  # run through ``prepack.linear``
 
     def __init__(self, args: DraftSettings, index: int) -> None:
-        super().__init__()
+        super().__init__(args.dims)
         d = args.dims
-        self.heads, self.kv_heads, self.head_dim = d.num_attention_heads, d.num_key_value_heads, d.head_dim
-        self.scale = d.head_dim ** -0.5
-        bias = d.attention_bias
-        self.q_proj = nn.Linear(d.hidden_size, d.num_attention_heads * d.head_dim, bias=bias)
-        self.k_proj = nn.Linear(d.hidden_size, d.num_key_value_heads * d.head_dim, bias=bias)
-        self.v_proj = nn.Linear(d.hidden_size, d.num_key_value_heads * d.head_dim, bias=bias)
-        self.o_proj = nn.Linear(d.num_attention_heads * d.head_dim, d.hidden_size, bias=bias)
         self.q_norm = RMSNorm(d.head_dim, d.rms_norm_eps)
         self.k_norm = RMSNorm(d.head_dim, d.rms_norm_eps)
         self.causal = args.layer_causal(index)
@@ -74,10 +69,10 @@ class DraftAttention(nn.Module):
         at: int | tuple[torch.Tensor, torch.Tensor],
         mask: torch.Tensor | None,
     ) -> torch.Tensor:
-        """``at``: where the cache receives the new keys, as the first slot (context then block
-        appended contiguously, the valid prefix attended) or, on the static path, as device
-        slot tensors ``(context slots, block slots)`` written in that order (the block
-        overwrites context padding) with the whole cache attended under ``mask``."""
+        """``at``: where the cache receives the new keys (``layers.write_kv``), as the first slot
+        (context then block appended contiguously, the valid prefix attended) or, on the static
+        path, as device slot tensors ``(context slots, block slots)`` written in that order (the
+        block overwrites context padding) with the whole cache attended under ``mask``."""
         b, n, _ = x.shape
         both = torch.cat([context, x], dim=1)
         m = both.shape[1]
@@ -92,37 +87,15 @@ class DraftAttention(nn.Module):
         q = apply_rope(q, *rope_q)
         k = apply_rope(k, *rope_k)
         if kv is not None:
-            k_buf, v_buf = kv
-            if isinstance(at, tuple):
-                c = m - n
-                for slots, part in ((at[0], slice(0, c)), (at[1], slice(c, m))):
-                    k_buf.index_copy_(2, slots, k[:, :, part])
-                    v_buf.index_copy_(2, slots, v[:, :, part])
-                span = mask.shape[-1] if mask is not None else k_buf.shape[2]
-                k, v = k_buf[:, :, :span], v_buf[:, :, :span]  # the mask's width: the slots in use
-            else:
-                end = at + m
-                k_buf[:, :, at:end] = k
-                v_buf[:, :, at:end] = v
-                k, v = k_buf[:, :, :end], v_buf[:, :, :end]
-        out = attention(q, k, v, mask=mask, scale=self.scale)
-        return linear(out.transpose(1, 2).reshape(b, n, self.heads * self.head_dim), self.o_proj.weight, self.o_proj.bias)
+            k, v = write_kv(kv, k, v, at, mask)
+        return self.output(attention(q, k, v, mask=mask, scale=self.scale))
 
 
-class DraftLayer(nn.Module):
+class DraftLayer(DecoderLayer):
+    """A v1 draft layer; its attention takes ``(context, rope_q, rope_k, kv, at, mask)``."""
+
     def __init__(self, args: DraftSettings, index: int) -> None:
-        super().__init__()
-        d = args.dims
-        self.input_layernorm = RMSNorm(d.hidden_size, d.rms_norm_eps)
-        self.self_attn = DraftAttention(args, index)
-        self.post_attention_layernorm = RMSNorm(d.hidden_size, d.rms_norm_eps)
-        self.mlp = MLP(d.hidden_size, d.intermediate_size)
-
-    def forward(self, x: torch.Tensor, context: torch.Tensor, rope_q: tuple[torch.Tensor, torch.Tensor],
-                rope_k: tuple[torch.Tensor, torch.Tensor], kv: tuple[torch.Tensor, torch.Tensor] | None,
-                at: int | tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor | None) -> torch.Tensor:
-        h = x + self.self_attn(self.input_layernorm(x), context, rope_q, rope_k, kv, at, mask)
-        return h + self.mlp(self.post_attention_layernorm(h))
+        super().__init__(args.dims, DraftAttention(args, index))
 
 
 def layer_mask(
@@ -155,11 +128,12 @@ def layer_mask(
     return vis if extra is None else vis & extra
 
 
-class DFlashDraft(nn.Module):
+class DFlashDraft(DecoderStack):
     """A DFlash v1 draft. ``forward`` is differentiable and needs no cache (training);
     ``forward_fused`` with a ``KVCache`` is the decoding path."""
 
     LINEARS = ("fc",)  # ``fuse`` runs it through ``prepack.linear``
+    PLACED_BY = "fc"
 
     def __init__(self, args: DraftSettings) -> None:
         super().__init__()
@@ -177,14 +151,6 @@ class DFlashDraft(nn.Module):
             if spec not in tables:
                 tables[spec] = RotaryTable(spec, d.head_dim)
             self.rotary.append(tables[spec])
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.fc.weight.dtype
-
-    @property
-    def device(self) -> torch.device:
-        return self.fc.weight.device
 
     def new_cache(self, capacity: int) -> KVCache:
         return new_kv_cache(self.args.dims, capacity, self.fc.weight, self.rotary)
@@ -218,34 +184,15 @@ class DFlashDraft(nn.Module):
         v1: argmax of `self.logits(hidden, head_w)`; DFlash2 overrides it (candidate selector)."""
         return self.logits(hidden, head_w).argmax(dim=-1)
 
-    def fuse_projections(self) -> DFlashDraft:
-        """Fuse k/v and gate/up projections of every layer (after the weights are loaded)."""
-        for layer in self.layers:
-            layer.self_attn.fuse_projections()
-            layer.mlp.fuse_projections()
-        return self
-
     # -- forward ----------------------------------------------------------------------------
 
-    def forward(
-        self,
-        features: torch.Tensor,
-        block: torch.Tensor,
-        *,
-        context_positions: torch.Tensor | None = None,
-        block_positions: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        cache: KVCache | None = None,
-    ) -> torch.Tensor:
+    def forward(self, features: torch.Tensor, block: torch.Tensor, **kw: Any) -> torch.Tensor:
         """Final-norm hidden states ``[b, n, H]`` of the block from raw tapped features.
 
         ``features [b, c, k*H]`` are the context's tapped target features; ``block [b, n, H]``
-        the block's input embeddings (see ``embed``). See ``forward_fused`` for the rest.
+        the block's input embeddings (see ``embed``). ``kw``: ``forward_fused``'s.
         """
-        return self.forward_fused(
-            self.fuse(features), block, context_positions=context_positions,
-            block_positions=block_positions, attention_mask=attention_mask, cache=cache,
-        )
+        return self.forward_fused(self.fuse(features), block, **kw)
 
     def forward_fused(
         self,
@@ -256,6 +203,7 @@ class DFlashDraft(nn.Module):
         block_positions: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         cache: KVCache | None = None,
+        extra: tuple[torch.Tensor, ...] = (),
     ) -> torch.Tensor:
         """Hidden states of the block given the fused context ``[b, c, H]``.
 
@@ -265,25 +213,8 @@ class DFlashDraft(nn.Module):
         or ``[b, 1, n, c+n]``) is and-ed with each layer's own causal/window rule.
         With a cache, the context continues the cached one: it sits at ``L..L+c-1`` and the
         block at ``L+c..L+c+n-1`` (``L`` = cache length), and the cache ends at ``L+c``.
+        ``extra`` is passed to every layer after the mask (DFlash2's conv offsets).
         """
-        return self._forward_layers(
-            context, block, context_positions=context_positions, block_positions=block_positions,
-            attention_mask=attention_mask, cache=cache,
-        )
-
-    def _forward_layers(
-        self,
-        context: torch.Tensor,
-        block: torch.Tensor,
-        *,
-        context_positions: torch.Tensor | None,
-        block_positions: torch.Tensor | None,
-        attention_mask: torch.Tensor | None,
-        cache: KVCache | None,
-        extra: tuple[torch.Tensor, ...] = (),
-    ) -> torch.Tensor:
-        """``forward_fused``'s body, shared with subclasses: ``extra`` is passed to every layer
-        after the mask (DFlash2's conv offsets)."""
         c, n = context.shape[1], block.shape[1]
         dev = block.device
         start, q_pos, new_pos, k_pos = self._positions(c, n, dev, context_positions, block_positions, cache)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -162,6 +162,93 @@ class MLP(nn.Module):
             gate, up = linear(x, self.gate_up, self.gate_up_bias).chunk(2, dim=-1)
             return linear(F.silu(gate) * up, self.down_proj.weight, self.down_proj.bias)
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Attention(nn.Module):
+    """The q/k/v/o projections (HF names) and head sizes the target's and the draft's attention share."""
+
+    def __init__(self, dims: Dims) -> None:
+        super().__init__()
+        d = dims
+        self.heads, self.kv_heads, self.head_dim = d.num_attention_heads, d.num_key_value_heads, d.head_dim
+        self.scale = d.head_dim ** -0.5
+        bias = d.attention_bias
+        self.q_proj = nn.Linear(d.hidden_size, d.num_attention_heads * d.head_dim, bias=bias)
+        self.k_proj = nn.Linear(d.hidden_size, d.num_key_value_heads * d.head_dim, bias=bias)
+        self.v_proj = nn.Linear(d.hidden_size, d.num_key_value_heads * d.head_dim, bias=bias)
+        self.o_proj = nn.Linear(d.num_attention_heads * d.head_dim, d.hidden_size, bias=bias)
+
+    def output(self, out: torch.Tensor) -> torch.Tensor:
+        """``o_proj`` of the attention output ``[b, heads, n, d]``, back to ``[b, n, hidden]``."""
+        b, _, n, _ = out.shape
+        return linear(out.transpose(1, 2).reshape(b, n, self.heads * self.head_dim), self.o_proj.weight, self.o_proj.bias)
+
+
+def write_kv(kv: tuple[torch.Tensor, torch.Tensor], k: torch.Tensor, v: torch.Tensor,
+             at: int | tuple[torch.Tensor, ...], mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Write a layer's new keys and values ``[b, kv, m, d]`` into its cache ``kv``; returns what
+    attention reads. ``at``: the first slot as an int (written contiguously, the valid prefix
+    read) or, on the static path, device slot tensors that take consecutive parts of the new
+    keys in order (a later part overwrites an earlier one's slots: the draft's block over the
+    context's padding), with the mask's width of slots read (the slots in use)."""
+    k_buf, v_buf = kv
+    if isinstance(at, int):
+        end = at + k.shape[2]
+        k_buf[:, :, at:end] = k
+        v_buf[:, :, at:end] = v
+        return k_buf[:, :, :end], v_buf[:, :, :end]
+    first = 0
+    for slots in at:
+        part = slice(first, first + slots.shape[0])
+        k_buf.index_copy_(2, slots, k[:, :, part])
+        v_buf.index_copy_(2, slots, v[:, :, part])
+        first = part.stop
+    span = mask.shape[-1] if mask is not None else k_buf.shape[2]
+    return k_buf[:, :, :span], v_buf[:, :, :span]
+
+
+class DecoderLayer(nn.Module):
+    """A pre-norm residual layer, the target's and the draft's: ``h = x + self_attn(norm(x), ...)``,
+    then ``h + mlp(norm(h))``; what the attention takes after its input is its own."""
+
+    def __init__(self, dims: Dims, self_attn: nn.Module, *, mlp_bias: bool = False) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(dims.hidden_size, dims.rms_norm_eps)
+        self.self_attn = self_attn
+        self.post_attention_layernorm = RMSNorm(dims.hidden_size, dims.rms_norm_eps)
+        self.mlp = MLP(dims.hidden_size, dims.intermediate_size, bias=mlp_bias)
+
+    def forward(self, x: torch.Tensor, *attn_args: Any) -> torch.Tensor:
+        h = x + self.self_attn(self.input_layernorm(x), *attn_args)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+_Stack = TypeVar("_Stack", bound="DecoderStack")
+
+
+class DecoderStack(nn.Module):
+    """What the native target and the draft share as whole models: ``layers`` of
+    ``DecoderLayer``s whose projections fuse, and a dtype and device read from one weight
+    (``PLACED_BY``: the target's embedding table, the draft's ``fc``)."""
+
+    PLACED_BY = ""
+    layers: nn.ModuleList
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return getattr(self, self.PLACED_BY).weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return getattr(self, self.PLACED_BY).weight.device
+
+    def fuse_projections(self: _Stack) -> _Stack:
+        """Fuse the attention's and the MLP's projections of every layer (after the weights are
+        loaded); returns the model."""
+        for layer in self.layers:
+            layer.self_attn.fuse_projections()
+            layer.mlp.fuse_projections()
+        return self
 
 
 def attention(
