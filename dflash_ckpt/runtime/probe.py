@@ -19,7 +19,7 @@ rounding flips a draft token; ``probe-taps`` re-measures its finalists with smok
 from __future__ import annotations
 
 import dataclasses
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
@@ -209,15 +209,18 @@ def measure(
 
 
 @contextmanager
-def reading_taps(draft: Any, layer_ids: Sequence[int]) -> Iterator[Any]:
-    """The same loaded draft, its ``args.target_layer_ids`` set to ``layer_ids`` for a while.
-
-    The weights do not depend on which layers are tapped (``fc`` reads ``k * H`` whatever they
-    are), so smoke-run's loop can measure any candidate without reloading the draft.
-    """
+def reading(draft: Any, **changes: Any) -> Iterator[Any]:
+    """The same loaded draft, its ``args`` fields set to ``changes`` for a while (the settings
+    the weights do not depend on: which layers it taps, its block layout)."""
     before = draft.args
-    draft.args = dataclasses.replace(before, target_layer_ids=tuple(layer_ids))
+    draft.args = dataclasses.replace(before, **changes)
     try:
         yield draft
     finally:
         draft.args = before
+
+
+def reading_taps(draft: Any, layer_ids: Sequence[int]) -> AbstractContextManager[Any]:
+    """The draft reading ``layer_ids`` for a while: ``fc`` reads ``k * H`` whatever they are, so
+    smoke-run's loop can measure any candidate without reloading the draft."""
+    return reading(draft, target_layer_ids=tuple(layer_ids))
