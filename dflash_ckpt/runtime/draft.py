@@ -24,7 +24,7 @@ the reference makes after every call.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -216,8 +216,7 @@ class DFlashDraft(DecoderStack):
         ``extra`` is passed to every layer after the mask (DFlash2's conv offsets).
         """
         c, n = context.shape[1], block.shape[1]
-        dev = block.device
-        start, q_pos, new_pos, k_pos = self._positions(c, n, dev, context_positions, block_positions, cache)
+        start, q_pos, new_pos, k_pos = self._positions(c, n, block.device, context_positions, block_positions, cache)
         dtype = block.dtype
         if cache is not None:  # contiguous positions: rope as a slice, no gather and no host read
             def rope(table: RotaryTable) -> RopePair:
@@ -230,13 +229,10 @@ class DFlashDraft(DecoderStack):
         def mask(causal: bool, window: int | None) -> torch.Tensor | None:
             return layer_mask(q_pos, k_pos, causal=causal, window=window, extra=attention_mask)
 
-        h = block
-        for i, layer, rope_q, rope_k, layer_vis in self._layer_inputs(dev, rope, mask):
-            kv = (cache.k[i], cache.v[i]) if cache is not None else None
-            h = layer(h, context, rope_q, rope_k, kv, start, layer_vis, *extra)
+        out = self._run_layers(block, context, rope, mask, cache, start, extra)
         if cache is not None:
             cache.length = start + c
-        return self.norm(h)
+        return out
 
     @staticmethod
     def _positions(
@@ -266,29 +262,34 @@ class DFlashDraft(DecoderStack):
         new_pos = torch.cat([ctx_pos, q_pos], dim=-1)
         return 0, q_pos, new_pos, new_pos
 
-    def _layer_inputs(
+    def _run_layers(
         self,
-        dev: torch.device,
+        block: torch.Tensor,
+        context: torch.Tensor,
         rope: Callable[[RotaryTable], RopePair],
         mask: Callable[[bool, int | None], torch.Tensor | None],
-    ) -> Iterator[tuple[int, nn.Module, tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor],
-                        torch.Tensor | None]]:
-        """``(index, layer, rope_q, rope_k, mask)`` for each layer, each computed once: layers
-        sharing a rotary table share its cos/sin (``rope(table)``), layers sharing a
-        ``(causal, window)`` rule share its mask (``mask(causal, window)``)."""
+        cache: KVCache | None,
+        at: int | tuple[torch.Tensor, torch.Tensor],
+        extra: tuple[torch.Tensor, ...] = (),
+    ) -> torch.Tensor:
+        """The final-norm output of the layers over ``block``. Each layer's cos/sin and mask are
+        computed once: layers sharing a rotary table share its ``rope(table)``, layers sharing a
+        ``(causal, window)`` rule share its ``mask(causal, window)``."""
         ropes: dict[int, RopePair] = {}
         masks: dict[tuple[bool, int | None], torch.Tensor | None] = {}
+        h = block
         for i, layer in enumerate(self.layers):
             table = self.rotary[i]
             if id(table) not in ropes:
-                if table.inv_freq.device != dev:
-                    table.to(dev)
+                if table.inv_freq.device != block.device:
+                    table.to(block.device)
                 ropes[id(table)] = rope(table)
-            attn = layer.self_attn
-            key = (attn.causal, attn.window)
+            key = (layer.self_attn.causal, layer.self_attn.window)
             if key not in masks:
                 masks[key] = mask(*key)
-            yield (i, layer, *ropes[id(table)], masks[key])
+            kv = (cache.k[i], cache.v[i]) if cache is not None else None
+            h = layer(h, context, *ropes[id(table)], kv, at, masks[key], *extra)
+        return self.norm(h)
 
     def forward_static(
         self,
@@ -321,7 +322,4 @@ class DFlashDraft(DecoderStack):
         def mask(causal: bool, window: int | None) -> torch.Tensor | None:
             return layer_mask(block_positions, slots, causal=causal, window=window, extra=written)
 
-        h = block
-        for i, layer, rope_q, rope_k, layer_vis in self._layer_inputs(block.device, rope, mask):
-            h = layer(h, context, rope_q, rope_k, (cache.k[i], cache.v[i]), (context_positions, block_positions), layer_vis)
-        return self.norm(h)
+        return self._run_layers(block, context, rope, mask, cache, (context_positions, block_positions))

@@ -26,6 +26,7 @@ Two thresholds are decisions of this tool:
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -78,12 +79,7 @@ class Lossless:
                    p.dflash_token if p.rank == 2 else None, p.rank, verdict.ties, verdict.largest_margin, **rows)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "status": self.status, "compared": self.compared, "position": self.position,
-            "target_token": self.target_token, "dflash_token": self.dflash_token,
-            "margin": self.margin, "runner_up": self.runner_up, "rank": self.rank, "ties": self.ties,
-            "largest_margin": self.largest_margin, "tied_rows": self.tied_rows, "flat_rows": self.flat_rows,
-        }
+        return dataclasses.asdict(self)
 
 
 # -- figures -----------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ code with the eager one, which is how the tests drive it (with faults injected b
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -73,8 +74,7 @@ class SelfCheck:
         return self.status == "agree"
 
     def to_json(self) -> dict[str, Any]:
-        return {"status": self.status, "detail": self.detail, "seconds": round(self.seconds, 4),
-                "steps": self.steps, "max_logit_diff": self.max_logit_diff}
+        return {**dataclasses.asdict(self), "seconds": round(self.seconds, 4)}
 
 
 # -- what each executor did ----------------------------------------------------------------------
