@@ -202,11 +202,11 @@ class HFCache:
         if ids.shape[1] <= 1 or not layers or self.length == 0:
             self._snapshot = None
             return
-        states = []
-        for layer in layers:
-            conv = {k: (v.clone() if v is not None else None) for k, v in layer.conv_states.items()}
-            rec = {k: (v.clone() if v is not None else None) for k, v in layer.recurrent_states.items()}
-            states.append((layer, conv, rec))
+
+        def cloned(states: dict) -> dict:
+            return {k: (v.clone() if v is not None else None) for k, v in states.items()}
+
+        states = [(layer, cloned(layer.conv_states), cloned(layer.recurrent_states)) for layer in layers]
         self._snapshot = (self.length, ids.detach().clone(), states)
 
     @torch.inference_mode()
@@ -226,10 +226,8 @@ class HFCache:
             raise RuntimeError("a linear-attention cache can only be cropped back into its last multi-token forward")
         start, ids, states = self._snapshot
         for layer, conv, rec in states:
-            for k, v in conv.items():
-                layer.conv_states[k] = v
-            for k, v in rec.items():
-                layer.recurrent_states[k] = v
+            layer.conv_states.update(conv)
+            layer.recurrent_states.update(rec)
         self._attention_crop(self.length - start)
         self.length = start
         self._snapshot = None
