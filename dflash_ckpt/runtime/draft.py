@@ -32,8 +32,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from dflash_ckpt.draftspec.draft_settings import DraftSettings
-from dflash_ckpt.runtime.layers import (Attention, DecoderLayer, DecoderStack, KVCache, RMSNorm, attention, fuse_linears,
-                                        head, new_kv_cache, use_fused, write_kv)
+from dflash_ckpt.runtime.layers import (Attention, DecoderLayer, DecoderStack, KVCache, RMSNorm, attention, head,
+                                        new_kv_cache, use_fused, write_kv)
 from dflash_ckpt.runtime.prepack import linear
 from dflash_ckpt.runtime.rope import RotaryTable, apply_rope
 
@@ -42,7 +42,7 @@ RopePair = tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Te
 
 
 class DraftAttention(Attention):
-    FUSED = (("kv", ("k_proj", "v_proj")),)
+    FUSED = (("kv", ("k_proj", "v_proj")),)  # one matmul for keys and values (queries read the block only)
     LINEARS = ("q_proj", "o_proj")  # run through ``prepack.linear``
 
     def __init__(self, args: DraftSettings, index: int) -> None:
@@ -54,10 +54,6 @@ class DraftAttention(Attention):
         self.window = args.layer_window(index)
         self.register_buffer("kv", None, persistent=False)
         self.register_buffer("kv_bias", None, persistent=False)
-
-    def fuse_projections(self) -> None:
-        """One matmul for keys and values (queries read the block only, so q stays apart)."""
-        fuse_linears(self, "kv", [self.k_proj, self.v_proj])
 
     def forward(
         self,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, TypeVar
+from typing import TYPE_CHECKING, Any, Iterable
 
 import torch
 import torch.nn.functional as F
@@ -51,52 +51,14 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * h.to(x.dtype)
 
 
-def fuse_linears(module: nn.Module, name: str, linears: list[nn.Linear]) -> None:
-    """Concatenate the weights (and biases) of ``linears`` into one buffer ``name``(``_bias``).
-
-    One matmul then replaces several (fewer kernels per layer). The original parameters become
-    views of the fused storage, so checkpoint names, ``state_dict`` and training (which runs
-    the separate projections, see ``use_fused``) are unchanged and no weight is held twice.
-    """
-    if _fused_views(getattr(module, name, None), linears):
-        return  # allocated fused by ``materialize`` and read in place: nothing to copy
-    weight = torch.cat([lin.weight.detach() for lin in linears])
-    biases = [lin.bias for lin in linears]
-    bias = torch.cat([b.detach() for b in biases]) if all(b is not None for b in biases) else None
-    start = 0
-    for lin in linears:
-        n = lin.weight.shape[0]
-        grad = lin.weight.requires_grad
-        lin.weight = nn.Parameter(weight[start:start + n], requires_grad=grad)
-        if bias is not None:
-            lin.bias = nn.Parameter(bias[start:start + n], requires_grad=grad)
-        start += n
-    module.register_buffer(name, weight, persistent=False)
-    module.register_buffer(name + "_bias", bias, persistent=False)
-
-
-def _fused_views(fused: torch.Tensor | None, linears: list[nn.Linear]) -> bool:
-    """Whether the linears' weights are already consecutive row blocks of ``fused``."""
-    if fused is None or fused.dim() != 2:
-        return False
-    start = 0
-    for lin in linears:
-        w = lin.weight
-        if w.dim() != 2 or w.untyped_storage().data_ptr() != fused.untyped_storage().data_ptr():
-            return False
-        if w.data_ptr() != fused[start:].data_ptr() or w.shape[1] != fused.shape[1]:
-            return False
-        start += w.shape[0]
-    return start == fused.shape[0]
-
-
 def materialize(model: nn.Module, *, dtype: torch.dtype, device: torch.device | str) -> nn.Module:
     """Give a meta-device ``model`` uninitialised storage: the linears each module names in its
     ``FUSED`` table (``(buffer, (linear, ...))``) get one fused weight (and bias) whose row
-    blocks are their parameters, every other parameter its own tensor. Loading then reads the
-    checkpoint straight into the fused buffers: no second copy of q/k/v or gate/up is made
-    and nothing keeps the file mapped (``fuse_linears`` finds the views and copies nothing).
-    Tied parameters stay one tensor."""
+    blocks are their parameters, every other parameter its own tensor. One matmul then
+    replaces several (fewer kernels per layer), and loading reads the checkpoint straight into
+    the fused buffers: no second copy of q/k/v or gate/up is made and nothing keeps the file
+    mapped; checkpoint names, ``state_dict`` and training (which runs the separate
+    projections, see ``use_fused``) are unchanged. Tied parameters stay one tensor."""
     done: dict[int, nn.Parameter] = {}
     for mod in model.modules():
         for name, attrs in getattr(mod, "FUSED", ()):
@@ -140,7 +102,7 @@ def use_fused(fused: torch.Tensor | None, param: torch.Tensor) -> bool:
 
 
 class MLP(nn.Module):
-    """``down(silu(gate(x)) * up(x))``; ``fuse_projections`` merges gate and up into one matmul."""
+    """``down(silu(gate(x)) * up(x))``; ``materialize`` gives gate and up one fused weight."""
 
     FUSED = (("gate_up", ("gate_proj", "up_proj")),)
     #: Linears whose forward runs through ``prepack.linear`` (a prepacked weight is used there).
@@ -153,9 +115,6 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(intermediate, hidden, bias=bias)
         self.register_buffer("gate_up", None, persistent=False)
         self.register_buffer("gate_up_bias", None, persistent=False)
-
-    def fuse_projections(self) -> None:
-        fuse_linears(self, "gate_up", [self.gate_proj, self.up_proj])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if use_fused(self.gate_up, self.gate_proj.weight):
@@ -223,16 +182,11 @@ class DecoderLayer(nn.Module):
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
-_Stack = TypeVar("_Stack", bound="DecoderStack")
-
-
 class DecoderStack(nn.Module):
-    """What the native target and the draft share as whole models: ``layers`` of
-    ``DecoderLayer``s whose projections fuse, and a dtype and device read from one weight
-    (``PLACED_BY``: the target's embedding table, the draft's ``fc``)."""
+    """What the native target and the draft share as whole models: a dtype and device read from
+    one weight (``PLACED_BY``: the target's embedding table, the draft's ``fc``)."""
 
     PLACED_BY = ""
-    layers: nn.ModuleList
 
     @property
     def dtype(self) -> torch.dtype:
@@ -241,14 +195,6 @@ class DecoderStack(nn.Module):
     @property
     def device(self) -> torch.device:
         return getattr(self, self.PLACED_BY).weight.device
-
-    def fuse_projections(self: _Stack) -> _Stack:
-        """Fuse the attention's and the MLP's projections of every layer (after the weights are
-        loaded); returns the model."""
-        for layer in self.layers:
-            layer.self_attn.fuse_projections()
-            layer.mlp.fuse_projections()
-        return self
 
 
 def attention(

@@ -53,10 +53,6 @@ class LayoutMeasurement:
         return self.ranked()[0][0] if self.by_layout else None
 
     @property
-    def other(self) -> str | None:
-        return self.ranked()[1][0] if len(self.by_layout) > 1 else None
-
-    @property
     def z(self) -> float | None:
         """Standard errors of the difference the leader leads the other layout by."""
         r = self.ranked()

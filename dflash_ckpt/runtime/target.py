@@ -21,7 +21,7 @@ from torch import nn
 
 from dflash_ckpt.draftspec.target_settings import TargetSettings
 from dflash_ckpt.runtime.layers import (Attention, DecoderLayer, DecoderStack, KVCache, RMSNorm, attention,
-                                        fuse_linears, head, new_kv_cache, rms_norm, use_fused, write_kv)
+                                        head, new_kv_cache, rms_norm, use_fused, write_kv)
 from dflash_ckpt.runtime.prepack import linear
 from dflash_ckpt.runtime.rope import RotaryTable, rope_rows
 
@@ -35,7 +35,7 @@ class TargetOutput:
 
 
 class TargetAttention(Attention):
-    FUSED = (("qkv", ("q_proj", "k_proj", "v_proj")),)
+    FUSED = (("qkv", ("q_proj", "k_proj", "v_proj")),)  # one qkv matmul instead of three (``layers.materialize``)
     LINEARS = ("o_proj",)  # run through ``prepack.linear``
 
     def __init__(self, args: TargetSettings) -> None:
@@ -50,11 +50,9 @@ class TargetAttention(Attention):
         self.register_buffer("qkv_bias", None, persistent=False)
         self.register_buffer("qk_norm_w", None, persistent=False)
 
-    def fuse_projections(self) -> None:
-        """One ``qkv`` matmul instead of three (see ``layers.fuse_linears``), and the q/k norm
-        weights as one ``[heads + kv_heads, head_dim]`` table (call it on final weights: the
-        table is a copy)."""
-        fuse_linears(self, "qkv", [self.q_proj, self.k_proj, self.v_proj])
+    def norm_table(self) -> None:
+        """The q/k norm weights as one ``[heads + kv_heads, head_dim]`` table (call it on final
+        weights: the table is a copy)."""
         if self.q_norm is not None:
             self.qk_norm_w = self._qk_norm_weight().detach()
 
@@ -127,6 +125,12 @@ class TargetModel(DecoderStack):
         self.rotary = RotaryTable(args.rope, d.head_dim)
         if args.tie_word_embeddings:
             self.tie_weights()
+
+    def derive_tables(self) -> TargetModel:
+        """Once the weights are final: each layer's q/k norm table (``TargetAttention.norm_table``)."""
+        for layer in self.layers:
+            layer.self_attn.norm_table()
+        return self
 
     def tie_weights(self) -> None:
         """Share the embedding table with ``lm_head`` (``tie_word_embeddings``)."""
