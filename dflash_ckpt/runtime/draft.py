@@ -277,9 +277,7 @@ class DFlashDraft(DecoderStack):
         for i, layer in enumerate(self.layers):
             table = self.rotary[i]
             if id(table) not in ropes:
-                if table.inv_freq.device != block.device:
-                    table.to(block.device)
-                ropes[id(table)] = rope(table)
+                ropes[id(table)] = rope(table.to(block.device))
             key = (layer.self_attn.causal, layer.self_attn.window)
             if key not in masks:
                 masks[key] = mask(*key)

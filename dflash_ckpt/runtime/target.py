@@ -160,10 +160,8 @@ class TargetModel(DecoderStack):
         if cache is not None:
             cache.reserve(n)
             start = cache.length
-        if self.rotary.inv_freq.device != ids.device:
-            self.rotary.to(ids.device)
         h = self.embed_tokens(ids)
-        cos, sin = self.rotary.span(start, n, h.dtype, signed=True)
+        cos, sin = self.rotary.to(ids.device).span(start, n, h.dtype, signed=True)
         mask, causal = None, False
         if n > 1 and start == 0:
             causal = True
