@@ -50,6 +50,7 @@ from dflash_ckpt.draftspec.draft_settings import DraftSettings  # noqa: E402
 from dflash_ckpt.draftspec.target_settings import TargetSettings  # noqa: E402
 from dflash_ckpt.runtime.draft import DFlashDraft  # noqa: E402
 from dflash_ckpt.runtime.generate import decode  # noqa: E402
+from dflash_ckpt.runtime.layers import materialize  # noqa: E402
 from dflash_ckpt.runtime.eager_dflash import dflash_decode  # noqa: E402
 from dflash_ckpt.runtime.static import StaticRunner  # noqa: E402
 from dflash_ckpt.runtime.target import TargetModel  # noqa: E402
@@ -143,17 +144,18 @@ def build(preset: str, dtype: torch.dtype, device: torch.device, block: int | No
             target, draft = TargetModel(targs), DFlashDraft(dargs)
     finally:
         torch.set_default_dtype(default)
-    target = target.to_empty(device=device)
+    # Storage as loading gives it: q/k/v, k/v and gate/up fused (``layers.materialize``).
+    target = materialize(target, dtype=dtype, device=device)
     if targs.tie_word_embeddings:
         target.tie_weights()
-    draft = draft.to_empty(device=device)
+    draft = materialize(draft, dtype=dtype, device=device)
     init_random_(target, seed=0)
     init_random_(draft, seed=1)
     target.rotary.to(device)
     for table in draft.rotary:
         table.to(device)
     target, draft = target.eval().requires_grad_(False), draft.eval().requires_grad_(False)
-    return target.fuse_projections(), draft.fuse_projections()
+    return target.derive_tables(), draft
 
 
 def count_ops(fn: Callable[[], Any]) -> tuple[int, int]:

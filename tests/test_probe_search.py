@@ -5,7 +5,7 @@ and a draft whose proposals are right exactly as far as the tap layers it is fed
 ones: block position i is drafted correctly when at least ``ceil(i * k / (B-1))`` of its k
 feature slices equal the planted layers' outputs at that position, so tau grows with every
 planted layer found and is highest only for the planted set. It speaks the public draft protocol,
-so ``runtime.probe.simulate`` and ``generate.dflash_decode`` both run it.
+so ``runtime.probe.measure`` and ``generate.dflash_decode`` both run it.
 """
 
 from __future__ import annotations

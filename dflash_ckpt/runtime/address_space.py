@@ -37,7 +37,8 @@ PACKAGES = ("torch", "numpy", "tokenizers", "safetensors")
 MARGIN = 192 * MiB
 
 
-def _vm_size() -> int:
+def vm_size() -> int:
+    """This process's address space in bytes (0 where it cannot be read)."""
     try:
         with open("/proc/self/statm") as fh:
             return int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
@@ -72,10 +73,11 @@ def library_bytes(packages: tuple[str, ...] = PACKAGES) -> int:
 
 def import_floor() -> int:
     """Address space the run's imports need at least: what is mapped now, the libraries, the margin."""
-    return _vm_size() + library_bytes() + MARGIN
+    return vm_size() + library_bytes() + MARGIN
 
 
 def soft_limit() -> int | None:
+    """RLIMIT_AS's soft limit; ``None`` without one."""
     soft = resource.getrlimit(resource.RLIMIT_AS)[0]
     return None if soft == resource.RLIM_INFINITY else soft
 

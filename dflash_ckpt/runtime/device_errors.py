@@ -59,16 +59,6 @@ _DTYPE = re.compile(r"bfloat16|bf16|CUBLAS_STATUS_NOT_SUPPORTED|CUBLAS_STATUS_AR
                     r"no kernel image is available", re.I)
 
 
-def _first(exc: BaseException) -> str:
-    text = (str(exc).strip().splitlines() or [""])[0][:300]
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _is_oom(exc: BaseException) -> bool:
-    oom = getattr(torch.cuda, "OutOfMemoryError", None)
-    return (oom is not None and isinstance(exc, oom)) or (isinstance(exc, RuntimeError) and bool(_OOM.search(str(exc))))
-
-
 def device_failure(exc: BaseException, device: torch.device | str | None, *, where: str | None,
                    budget: MemoryBudget | None = None, dtype: torch.dtype | None = None,
                    capability: tuple[int, int] | None = None) -> UsageError | None:
@@ -78,10 +68,12 @@ def device_failure(exc: BaseException, device: torch.device | str | None, *, whe
     capability, which decide DF318's case (bfloat16 below 8.0)."""
     if not isinstance(exc, RuntimeError):  # torch.cuda.OutOfMemoryError is a RuntimeError too
         return None
-    first = _first(exc)
     text = str(exc)
+    line = (text.strip().splitlines() or [""])[0][:300]
+    first = f"{type(exc).__name__}: {line}" if line else type(exc).__name__
     device = "the GPU" if device is None else device
-    if _is_oom(exc):
+    oom = getattr(torch.cuda, "OutOfMemoryError", None)
+    if (oom is not None and isinstance(exc, oom)) or _OOM.search(text):
         pre = f"{budget.describe()}, so " if budget is not None else ""
         return UsageError(f"ran out of memory on {device} during the run ({first}); {pre}another process took "
                           "device memory meanwhile or this run's temporaries outgrew the estimate; free the GPU "

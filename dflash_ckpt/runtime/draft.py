@@ -24,14 +24,16 @@ the reference makes after every call.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from dflash_ckpt.draftspec.draft_settings import DraftSettings
-from dflash_ckpt.runtime.layers import MLP, KVCache, RMSNorm, attention, fuse_linears, head, new_kv_cache, use_fused
+from dflash_ckpt.runtime.layers import (Attention, DecoderLayer, DecoderStack, KVCache, RMSNorm, attention, head,
+                                        new_kv_cache, use_fused, write_kv)
 from dflash_ckpt.runtime.prepack import linear
 from dflash_ckpt.runtime.rope import RotaryTable, apply_rope
 
@@ -39,30 +41,19 @@ RopePair = tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Te
 """``(cos, sin)`` for the queries, then for the keys."""
 
 
-class DraftAttention(nn.Module):
-    FUSED = (("kv", ("k_proj", "v_proj")),)
+class DraftAttention(Attention):
+    FUSED = (("kv", ("k_proj", "v_proj")),)  # one matmul for keys and values (queries read the block only)
     LINEARS = ("q_proj", "o_proj")  # run through ``prepack.linear``
 
     def __init__(self, args: DraftSettings, index: int) -> None:
-        super().__init__()
+        super().__init__(args.dims)
         d = args.dims
-        self.heads, self.kv_heads, self.head_dim = d.num_attention_heads, d.num_key_value_heads, d.head_dim
-        self.scale = d.head_dim ** -0.5
-        bias = d.attention_bias
-        self.q_proj = nn.Linear(d.hidden_size, d.num_attention_heads * d.head_dim, bias=bias)
-        self.k_proj = nn.Linear(d.hidden_size, d.num_key_value_heads * d.head_dim, bias=bias)
-        self.v_proj = nn.Linear(d.hidden_size, d.num_key_value_heads * d.head_dim, bias=bias)
-        self.o_proj = nn.Linear(d.num_attention_heads * d.head_dim, d.hidden_size, bias=bias)
         self.q_norm = RMSNorm(d.head_dim, d.rms_norm_eps)
         self.k_norm = RMSNorm(d.head_dim, d.rms_norm_eps)
         self.causal = args.layer_causal(index)
         self.window = args.layer_window(index)
         self.register_buffer("kv", None, persistent=False)
         self.register_buffer("kv_bias", None, persistent=False)
-
-    def fuse_projections(self) -> None:
-        """One matmul for keys and values (queries read the block only, so q stays apart)."""
-        fuse_linears(self, "kv", [self.k_proj, self.v_proj])
 
     def forward(
         self,
@@ -74,10 +65,10 @@ class DraftAttention(nn.Module):
         at: int | tuple[torch.Tensor, torch.Tensor],
         mask: torch.Tensor | None,
     ) -> torch.Tensor:
-        """``at``: where the cache receives the new keys, as the first slot (context then block
-        appended contiguously, the valid prefix attended) or, on the static path, as device
-        slot tensors ``(context slots, block slots)`` written in that order (the block
-        overwrites context padding) with the whole cache attended under ``mask``."""
+        """``at``: where the cache receives the new keys (``layers.write_kv``), as the first slot
+        (context then block appended contiguously, the valid prefix attended) or, on the static
+        path, as device slot tensors ``(context slots, block slots)`` written in that order (the
+        block overwrites context padding) with the whole cache attended under ``mask``."""
         b, n, _ = x.shape
         both = torch.cat([context, x], dim=1)
         m = both.shape[1]
@@ -92,37 +83,15 @@ class DraftAttention(nn.Module):
         q = apply_rope(q, *rope_q)
         k = apply_rope(k, *rope_k)
         if kv is not None:
-            k_buf, v_buf = kv
-            if isinstance(at, tuple):
-                c = m - n
-                for slots, part in ((at[0], slice(0, c)), (at[1], slice(c, m))):
-                    k_buf.index_copy_(2, slots, k[:, :, part])
-                    v_buf.index_copy_(2, slots, v[:, :, part])
-                span = mask.shape[-1] if mask is not None else k_buf.shape[2]
-                k, v = k_buf[:, :, :span], v_buf[:, :, :span]  # the mask's width: the slots in use
-            else:
-                end = at + m
-                k_buf[:, :, at:end] = k
-                v_buf[:, :, at:end] = v
-                k, v = k_buf[:, :, :end], v_buf[:, :, :end]
-        out = attention(q, k, v, mask=mask, scale=self.scale)
-        return linear(out.transpose(1, 2).reshape(b, n, self.heads * self.head_dim), self.o_proj.weight, self.o_proj.bias)
+            k, v = write_kv(kv, k, v, at, mask)
+        return self.output(attention(q, k, v, mask=mask, scale=self.scale))
 
 
-class DraftLayer(nn.Module):
+class DraftLayer(DecoderLayer):
+    """A v1 draft layer; its attention takes ``(context, rope_q, rope_k, kv, at, mask)``."""
+
     def __init__(self, args: DraftSettings, index: int) -> None:
-        super().__init__()
-        d = args.dims
-        self.input_layernorm = RMSNorm(d.hidden_size, d.rms_norm_eps)
-        self.self_attn = DraftAttention(args, index)
-        self.post_attention_layernorm = RMSNorm(d.hidden_size, d.rms_norm_eps)
-        self.mlp = MLP(d.hidden_size, d.intermediate_size)
-
-    def forward(self, x: torch.Tensor, context: torch.Tensor, rope_q: tuple[torch.Tensor, torch.Tensor],
-                rope_k: tuple[torch.Tensor, torch.Tensor], kv: tuple[torch.Tensor, torch.Tensor] | None,
-                at: int | tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor | None) -> torch.Tensor:
-        h = x + self.self_attn(self.input_layernorm(x), context, rope_q, rope_k, kv, at, mask)
-        return h + self.mlp(self.post_attention_layernorm(h))
+        super().__init__(args.dims, DraftAttention(args, index))
 
 
 def layer_mask(
@@ -155,11 +124,12 @@ def layer_mask(
     return vis if extra is None else vis & extra
 
 
-class DFlashDraft(nn.Module):
+class DFlashDraft(DecoderStack):
     """A DFlash v1 draft. ``forward`` is differentiable and needs no cache (training);
     ``forward_fused`` with a ``KVCache`` is the decoding path."""
 
     LINEARS = ("fc",)  # ``fuse`` runs it through ``prepack.linear``
+    PLACED_BY = "fc"
 
     def __init__(self, args: DraftSettings) -> None:
         super().__init__()
@@ -177,14 +147,6 @@ class DFlashDraft(nn.Module):
             if spec not in tables:
                 tables[spec] = RotaryTable(spec, d.head_dim)
             self.rotary.append(tables[spec])
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.fc.weight.dtype
-
-    @property
-    def device(self) -> torch.device:
-        return self.fc.weight.device
 
     def new_cache(self, capacity: int) -> KVCache:
         return new_kv_cache(self.args.dims, capacity, self.fc.weight, self.rotary)
@@ -218,34 +180,15 @@ class DFlashDraft(nn.Module):
         v1: argmax of `self.logits(hidden, head_w)`; DFlash2 overrides it (candidate selector)."""
         return self.logits(hidden, head_w).argmax(dim=-1)
 
-    def fuse_projections(self) -> DFlashDraft:
-        """Fuse k/v and gate/up projections of every layer (after the weights are loaded)."""
-        for layer in self.layers:
-            layer.self_attn.fuse_projections()
-            layer.mlp.fuse_projections()
-        return self
-
     # -- forward ----------------------------------------------------------------------------
 
-    def forward(
-        self,
-        features: torch.Tensor,
-        block: torch.Tensor,
-        *,
-        context_positions: torch.Tensor | None = None,
-        block_positions: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        cache: KVCache | None = None,
-    ) -> torch.Tensor:
+    def forward(self, features: torch.Tensor, block: torch.Tensor, **kw: Any) -> torch.Tensor:
         """Final-norm hidden states ``[b, n, H]`` of the block from raw tapped features.
 
         ``features [b, c, k*H]`` are the context's tapped target features; ``block [b, n, H]``
-        the block's input embeddings (see ``embed``). See ``forward_fused`` for the rest.
+        the block's input embeddings (see ``embed``). ``kw``: ``forward_fused``'s.
         """
-        return self.forward_fused(
-            self.fuse(features), block, context_positions=context_positions,
-            block_positions=block_positions, attention_mask=attention_mask, cache=cache,
-        )
+        return self.forward_fused(self.fuse(features), block, **kw)
 
     def forward_fused(
         self,
@@ -256,6 +199,7 @@ class DFlashDraft(nn.Module):
         block_positions: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         cache: KVCache | None = None,
+        extra: tuple[torch.Tensor, ...] = (),
     ) -> torch.Tensor:
         """Hidden states of the block given the fused context ``[b, c, H]``.
 
@@ -265,28 +209,10 @@ class DFlashDraft(nn.Module):
         or ``[b, 1, n, c+n]``) is and-ed with each layer's own causal/window rule.
         With a cache, the context continues the cached one: it sits at ``L..L+c-1`` and the
         block at ``L+c..L+c+n-1`` (``L`` = cache length), and the cache ends at ``L+c``.
+        ``extra`` is passed to every layer after the mask (DFlash2's conv offsets).
         """
-        return self._forward_layers(
-            context, block, context_positions=context_positions, block_positions=block_positions,
-            attention_mask=attention_mask, cache=cache,
-        )
-
-    def _forward_layers(
-        self,
-        context: torch.Tensor,
-        block: torch.Tensor,
-        *,
-        context_positions: torch.Tensor | None,
-        block_positions: torch.Tensor | None,
-        attention_mask: torch.Tensor | None,
-        cache: KVCache | None,
-        extra: tuple[torch.Tensor, ...] = (),
-    ) -> torch.Tensor:
-        """``forward_fused``'s body, shared with subclasses: ``extra`` is passed to every layer
-        after the mask (DFlash2's conv offsets)."""
         c, n = context.shape[1], block.shape[1]
-        dev = block.device
-        start, q_pos, new_pos, k_pos = self._positions(c, n, dev, context_positions, block_positions, cache)
+        start, q_pos, new_pos, k_pos = self._positions(c, n, block.device, context_positions, block_positions, cache)
         dtype = block.dtype
         if cache is not None:  # contiguous positions: rope as a slice, no gather and no host read
             def rope(table: RotaryTable) -> RopePair:
@@ -299,13 +225,10 @@ class DFlashDraft(nn.Module):
         def mask(causal: bool, window: int | None) -> torch.Tensor | None:
             return layer_mask(q_pos, k_pos, causal=causal, window=window, extra=attention_mask)
 
-        h = block
-        for i, layer, rope_q, rope_k, layer_vis in self._layer_inputs(dev, rope, mask):
-            kv = (cache.k[i], cache.v[i]) if cache is not None else None
-            h = layer(h, context, rope_q, rope_k, kv, start, layer_vis, *extra)
+        out = self._run_layers(block, context, rope, mask, cache, start, extra)
         if cache is not None:
             cache.length = start + c
-        return self.norm(h)
+        return out
 
     @staticmethod
     def _positions(
@@ -335,29 +258,32 @@ class DFlashDraft(nn.Module):
         new_pos = torch.cat([ctx_pos, q_pos], dim=-1)
         return 0, q_pos, new_pos, new_pos
 
-    def _layer_inputs(
+    def _run_layers(
         self,
-        dev: torch.device,
+        block: torch.Tensor,
+        context: torch.Tensor,
         rope: Callable[[RotaryTable], RopePair],
         mask: Callable[[bool, int | None], torch.Tensor | None],
-    ) -> Iterator[tuple[int, nn.Module, tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor],
-                        torch.Tensor | None]]:
-        """``(index, layer, rope_q, rope_k, mask)`` for each layer, each computed once: layers
-        sharing a rotary table share its cos/sin (``rope(table)``), layers sharing a
-        ``(causal, window)`` rule share its mask (``mask(causal, window)``)."""
+        cache: KVCache | None,
+        at: int | tuple[torch.Tensor, torch.Tensor],
+        extra: tuple[torch.Tensor, ...] = (),
+    ) -> torch.Tensor:
+        """The final-norm output of the layers over ``block``. Each layer's cos/sin and mask are
+        computed once: layers sharing a rotary table share its ``rope(table)``, layers sharing a
+        ``(causal, window)`` rule share its ``mask(causal, window)``."""
         ropes: dict[int, RopePair] = {}
         masks: dict[tuple[bool, int | None], torch.Tensor | None] = {}
+        h = block
         for i, layer in enumerate(self.layers):
             table = self.rotary[i]
             if id(table) not in ropes:
-                if table.inv_freq.device != dev:
-                    table.to(dev)
-                ropes[id(table)] = rope(table)
-            attn = layer.self_attn
-            key = (attn.causal, attn.window)
+                ropes[id(table)] = rope(table.to(block.device))
+            key = (layer.self_attn.causal, layer.self_attn.window)
             if key not in masks:
                 masks[key] = mask(*key)
-            yield (i, layer, *ropes[id(table)], masks[key])
+            kv = (cache.k[i], cache.v[i]) if cache is not None else None
+            h = layer(h, context, *ropes[id(table)], kv, at, masks[key], *extra)
+        return self.norm(h)
 
     def forward_static(
         self,
@@ -390,7 +316,4 @@ class DFlashDraft(nn.Module):
         def mask(causal: bool, window: int | None) -> torch.Tensor | None:
             return layer_mask(block_positions, slots, causal=causal, window=window, extra=written)
 
-        h = block
-        for i, layer, rope_q, rope_k, layer_vis in self._layer_inputs(block.device, rope, mask):
-            h = layer(h, context, rope_q, rope_k, (cache.k[i], cache.v[i]), (context_positions, block_positions), layer_vis)
-        return self.norm(h)
+        return self._run_layers(block, context, rope, mask, cache, (context_positions, block_positions))

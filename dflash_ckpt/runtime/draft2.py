@@ -29,12 +29,13 @@ scores go to the candidate with the higher logit (``topk`` order).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
 from dflash_ckpt.draftspec.draft_settings import DraftSettings
-from dflash_ckpt.runtime.draft import DFlashDraft, DraftAttention
-from dflash_ckpt.runtime.layers import MLP, KVCache, RMSNorm
+from dflash_ckpt.runtime.draft import DFlashDraft, DraftLayer
 
 
 def block_offsets(n: int, block_len: int | None, device: torch.device) -> torch.Tensor:
@@ -84,17 +85,13 @@ class GroupedDynamicConv(nn.Module):
         return grouped_causal_conv(y, coeff, self.base_kernel[1], offsets)
 
 
-class DFlash2Layer(nn.Module):
+class DFlash2Layer(DraftLayer):
     """A v1 draft layer (same tensor names) with a conv pair around attention and around the MLP."""
 
     def __init__(self, args: DraftSettings, index: int) -> None:
-        super().__init__()
+        super().__init__(args, index)
         d, v2 = args.dims, args.dflash2
         assert v2 is not None
-        self.input_layernorm = RMSNorm(d.hidden_size, d.rms_norm_eps)
-        self.self_attn = DraftAttention(args, index)
-        self.post_attention_layernorm = RMSNorm(d.hidden_size, d.rms_norm_eps)
-        self.mlp = MLP(d.hidden_size, d.intermediate_size)
         self.attention_conv = GroupedDynamicConv(d.hidden_size, v2.conv_kernel_size, v2.conv_group_size)
         self.mlp_conv = GroupedDynamicConv(d.hidden_size, v2.conv_kernel_size, v2.conv_group_size)
 
@@ -175,29 +172,13 @@ class DFlash2Draft(DFlashDraft):
         DFlash2: the candidate selector's greedy path over the top-k logits."""
         return self.candidate_selector.select(hidden, self.logits(hidden, head_w), anchor.reshape(-1))
 
-    def forward(self, features: torch.Tensor, block: torch.Tensor, *, block_len: int | None = None,
-                **kw: object) -> torch.Tensor:  # type: ignore[override]
-        """As ``DFlashDraft.forward``; ``block_len`` as in ``forward_fused``."""
-        return self.forward_fused(self.fuse(features), block, block_len=block_len, **kw)  # type: ignore[arg-type]
-
-    def forward_fused(
-        self,
-        context: torch.Tensor,
-        block: torch.Tensor,
-        *,
-        context_positions: torch.Tensor | None = None,
-        block_positions: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        cache: KVCache | None = None,
-        block_len: int | None = None,
-    ) -> torch.Tensor:
+    def forward_fused(self, context: torch.Tensor, block: torch.Tensor, *, block_len: int | None = None,
+                      **kw: Any) -> torch.Tensor:
         """As ``DFlashDraft.forward_fused``. ``block_len``: the ``n`` block positions are blocks of
         this many positions laid end to end (training with several anchors; the conv's shift
         restarts at each); ``None`` (decoding): one block."""
-        return self._forward_layers(
-            context, block, context_positions=context_positions, block_positions=block_positions,
-            attention_mask=attention_mask, cache=cache, extra=(block_offsets(block.shape[1], block_len, block.device),),
-        )
+        return super().forward_fused(context, block, extra=(block_offsets(block.shape[1], block_len, block.device),),
+                                     **kw)
 
 
 def make_draft(args: DraftSettings) -> DFlashDraft:

@@ -25,53 +25,6 @@ if TYPE_CHECKING:
     from dflash_ckpt.runtime.sampling import Sampler
 
 
-def draft_block(
-    draft: DFlashDraft,
-    context: torch.Tensor,
-    block_ids: torch.Tensor,
-    size: int,
-    *,
-    embed_w: torch.Tensor,
-    head_w: torch.Tensor,
-    cache: Any,
-    block: int,
-    first_slot: int,
-) -> torch.Tensor:
-    """Fill ``block_ids[0, 1:size]`` with the draft's tokens for the block ``[anchor, mask...]``
-    (its first ``block`` slots) given the tapped ``context`` features of the tokens accepted
-    since the last call; the drafts are the outputs at slots ``first_slot`` onwards (1 for 1+N,
-    0 for anchor-first, whose verify block is one wider than the draft's). Returns whether the
-    fused context is finite (a device bool, read with the step's one sync)."""
-    fused = draft.fuse(context)
-    hidden = draft.forward_fused(fused, draft.embed(block_ids[:, :block], embed_w), cache=cache)
-    picked = hidden[:, first_slot: first_slot + size - 1]
-    block_ids[0, 1:size] = draft.pick_tokens(picked, head_w, block_ids[:, :1])[0]
-    return torch.isfinite(fused).all()
-
-
-def verify_and_accept(target: Any, block_ids: torch.Tensor, size: int, *, cache: Any, taps: Sequence[int],
-                      fused_ok: torch.Tensor, sampler: Sampler | None = None) -> Verified:
-    """Run ``block_ids[:, :size]`` through the target (appended to its cache) and accept: the one
-    host sync of a step carries drafts, the target's argmax and the finite flags. With a
-    ``sampler``, its rule decides on the device and the sync carries the step's output row and
-    the accepted count instead of the argmax."""
-    out = target(block_ids[:, :size], cache=cache, taps=taps, logits="all")
-    scores = out.logits[0].float()
-    ok = torch.isfinite(out.features).all() & torch.isfinite(scores).all()
-    if sampler is None:
-        posterior, extra = scores.argmax(dim=-1), scores.new_zeros(0, dtype=torch.long)
-    else:
-        step = sampler.verify(torch.nan_to_num(scores), block_ids[0, 1:size])
-        posterior, extra = step.tokens[0], step.accepted
-    host = torch.cat([block_ids[0, 1:size], posterior, extra, ok.long()[None], fused_ok.long()[None]]).tolist()
-    drafts, post = host[: size - 1], host[size - 1: 2 * size - 1]
-    accepted = accept(drafts, post, size - 1) if sampler is None else host[2 * size - 1]
-    overflow = None if host[-2] else "tapped features"
-    if overflow is None and not host[-1]:
-        overflow = "fused features"
-    return Verified(drafts, post, accepted, overflow, out.features)
-
-
 class EagerExecutor:
     """One pair's DFlash steps on the generic path, with the caches the caller sized (the plan's
     ``capacity``) and the plan's ``block_size``; ``sampler``: a sampled run's (None: greedy)."""
@@ -108,17 +61,43 @@ class EagerExecutor:
         self.fused_ok = self.all_finite
 
     def draft(self, start: int, last: int, size: int) -> None:
+        """Fill ``block_ids[0, 1:size]`` with the draft's tokens for the block ``[last, mask...]``
+        (its first ``block`` slots) given the tapped ``context`` features of the tokens accepted
+        since the last call; the drafts are the outputs at slots ``first_slot`` onwards (1 for
+        1+N, 0 for anchor-first, whose verify block is one wider than the draft's). Whether the
+        fused context is finite stays a device bool, read with the step's one sync."""
         self.start_block(last)
-        self.fused_ok = draft_block(self.draft_model, self.context, self.block_ids, size, embed_w=self.embed_w,
-                                    head_w=self.head_w, cache=self.dcache, block=self.block, first_slot=self.first_slot)
+        d, ids = self.draft_model, self.block_ids
+        fused = d.fuse(self.context)
+        hidden = d.forward_fused(fused, d.embed(ids[:, :self.block], self.embed_w), cache=self.dcache)
+        picked = hidden[:, self.first_slot: self.first_slot + size - 1]
+        ids[0, 1:size] = d.pick_tokens(picked, self.head_w, ids[:, :1])[0]
+        self.fused_ok = torch.isfinite(fused).all()
 
     def verify(self, start: int, last: int, size: int) -> Verified:
+        """Run ``block_ids[:, :size]`` through the target (appended to its cache) and accept: the
+        one host sync of a step carries drafts, the target's argmax and the finite flags. With a
+        ``sampler``, its rule decides on the device and the sync carries the step's output row and
+        the accepted count instead of the argmax."""
         if self.fused_ok is None:  # nothing drafted this step (one slot left in the budget)
             self.start_block(last)
-        v = verify_and_accept(self.target, self.block_ids, size, cache=self.tcache, taps=self.taps,
-                              fused_ok=self.fused_ok, sampler=self.sampler)
-        self.fused_ok, self.features = None, v.features
-        return v
+        ids = self.block_ids
+        out = self.target(ids[:, :size], cache=self.tcache, taps=self.taps, logits="all")
+        scores = out.logits[0].float()
+        ok = torch.isfinite(out.features).all() & torch.isfinite(scores).all()
+        if self.sampler is None:
+            posterior, extra = scores.argmax(dim=-1), scores.new_zeros(0, dtype=torch.long)
+        else:
+            step = self.sampler.verify(torch.nan_to_num(scores), ids[0, 1:size])
+            posterior, extra = step.tokens[0], step.accepted
+        host = torch.cat([ids[0, 1:size], posterior, extra, ok.long()[None], self.fused_ok.long()[None]]).tolist()
+        drafts, post = host[: size - 1], host[size - 1: 2 * size - 1]
+        accepted = accept(drafts, post, size - 1) if self.sampler is None else host[2 * size - 1]
+        overflow = None if host[-2] else "tapped features"
+        if overflow is None and not host[-1]:
+            overflow = "fused features"
+        self.fused_ok, self.features = None, out.features
+        return Verified(drafts, post, accepted, overflow, out.features)
 
     def commit(self, start: int, accepted: int) -> None:
         # Positions start..start+accepted now hold verified tokens; the bonus is not yet run.

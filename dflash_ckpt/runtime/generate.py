@@ -56,22 +56,11 @@ class Generation:
         return max(len(self.tokens) - 1, 0)
 
 
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def now(device: torch.device) -> float:
     """Wall time after the device has finished its queued work."""
-    sync(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
     return time.perf_counter()
-
-
-def first_stop(tokens: Sequence[int], stop_ids: frozenset[int]) -> int | None:
-    for i, tok in enumerate(tokens):
-        if tok in stop_ids:
-            return i
-    return None
 
 
 #: The clock behind ``Generation.step_s`` (see ``step_clock``).
@@ -103,7 +92,7 @@ class StepRecorder:
 
     def add(self, new: list[int], *, step: bool = True) -> list[int]:
         """Record ``new`` (cut after a stop token); returns what was kept."""
-        cut = first_stop(new, self.stops)
+        cut = next((i for i, tok in enumerate(new) if tok in self.stops), None)
         if cut is not None:
             new = new[: cut + 1]
             self.gen.stopped = True

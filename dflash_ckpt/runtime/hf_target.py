@@ -55,9 +55,10 @@ import os
 import re
 import shutil
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 from torch import nn
@@ -131,10 +132,9 @@ def require_buildable(spec: TargetSpec) -> None:
         key, what = problem
         raise InputError(f"key '{key}' names {what}, not a setting; remove it (transformers "
                          "cannot set it)", code="DF142", key=key, path=where)
-    verbosity = _hf_logging.get_verbosity()
-    _hf_logging.set_verbosity_error()
     try:
-        cls.from_dict(clean_config(config)[0])
+        with _quiet():
+            cls.from_dict(clean_config(config)[0])
     except (MemoryError, KeyboardInterrupt):
         raise
     except Exception as exc:  # noqa: BLE001 - transformers raises TypeError, AttributeError, ValueError...
@@ -143,8 +143,22 @@ def require_buildable(spec: TargetSpec) -> None:
         raise InputError(f"transformers cannot build {cls.__name__} from it ({type(exc).__name__}: "
                          f"{first}); a value has the wrong type: restore it from the published config",
                          code="DF142", path=where) from None
+
+
+@contextmanager
+def _quiet(bars: bool = False) -> Iterator[None]:
+    """transformers' log at errors only inside the block (and, with ``bars``, its progress bars
+    off: smoke-run draws its own), both restored after."""
+    verbosity, shown = _hf_logging.get_verbosity(), _hf_logging.is_progress_bar_enabled()
+    _hf_logging.set_verbosity_error()
+    if bars:
+        _hf_logging.disable_progress_bar()
+    try:
+        yield
     finally:
         _hf_logging.set_verbosity(verbosity)
+        if bars and shown:
+            _hf_logging.enable_progress_bar()
 
 
 # -- the cache ---------------------------------------------------------------------------------
@@ -188,11 +202,11 @@ class HFCache:
         if ids.shape[1] <= 1 or not layers or self.length == 0:
             self._snapshot = None
             return
-        states = []
-        for layer in layers:
-            conv = {k: (v.clone() if v is not None else None) for k, v in layer.conv_states.items()}
-            rec = {k: (v.clone() if v is not None else None) for k, v in layer.recurrent_states.items()}
-            states.append((layer, conv, rec))
+
+        def cloned(states: dict) -> dict:
+            return {k: (v.clone() if v is not None else None) for k, v in states.items()}
+
+        states = [(layer, cloned(layer.conv_states), cloned(layer.recurrent_states)) for layer in layers]
         self._snapshot = (self.length, ids.detach().clone(), states)
 
     @torch.inference_mode()
@@ -212,10 +226,8 @@ class HFCache:
             raise RuntimeError("a linear-attention cache can only be cropped back into its last multi-token forward")
         start, ids, states = self._snapshot
         for layer, conv, rec in states:
-            for k, v in conv.items():
-                layer.conv_states[k] = v
-            for k, v in rec.items():
-                layer.recurrent_states[k] = v
+            layer.conv_states.update(conv)
+            layer.recurrent_states.update(rec)
         self._attention_crop(self.length - start)
         self.length = start
         self._snapshot = None
@@ -266,9 +278,6 @@ class HFTarget:
         """A fresh cache; it grows as needed, ``capacity`` is accepted for the protocol's sake."""
         return HFCache(self)
 
-    def __call__(self, ids: torch.Tensor, *, cache: HFCache, taps: Sequence[int] = (), logits: str = "all") -> TargetOutput:
-        return self.forward(ids, cache=cache, taps=taps, logits=logits)
-
     @torch.inference_mode()
     def forward(self, ids: torch.Tensor, *, cache: HFCache, taps: Sequence[int] = (), logits: str = "all") -> TargetOutput:
         """Run ``ids [1, n]`` after the cache's positions, appending to it; ``logits`` all/last/none."""
@@ -293,18 +302,18 @@ class HFTarget:
         cache.before_forward(ids)
         n = ids.shape[1]
         positions = torch.arange(cache.length, cache.length + n, device=ids.device)[None]
-        verbosity = _hf_logging.get_verbosity()
-        _hf_logging.set_verbosity_error()  # kernel fall-back notes; README says which kernels speed up what
         try:
-            out = self.model(input_ids=ids, **{self._cache_kw: cache.inner}, use_cache=True, position_ids=positions,
-                             logits_to_keep=1 if logits in ("last", "none") else 0)
+            with _quiet():  # kernel fall-back notes; README says which kernels speed up what
+                out = self.model(input_ids=ids, **{self._cache_kw: cache.inner}, use_cache=True,
+                                 position_ids=positions, logits_to_keep=1 if logits in ("last", "none") else 0)
         finally:
-            _hf_logging.set_verbosity(verbosity)
             for h in handles:
                 h.remove()
         cache.length += n
         features = torch.cat([feats[i] for i in taps], dim=-1) if taps else None
         return TargetOutput(None if logits == "none" else out.logits, features)
+
+    __call__ = forward
 
 
 # -- loading -----------------------------------------------------------------------------------
@@ -347,33 +356,29 @@ def _staging_folder(folder: Path) -> Path:
 def load_hf_target(folder: Path, info: HFTargetInfo, *, dtype: torch.dtype, device: torch.device,
                    tensor_names: Sequence[str]) -> HFTarget:
     """Load the text decoder of ``folder`` with transformers, safetensors only, onto ``device``."""
-    hf_logging = _hf_logging
-    verbosity = hf_logging.get_verbosity()
-    bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()  # unused vision weights and tied-head notes are expected
-    hf_logging.disable_progress_bar()  # smoke-run draws its own progress
     staging = _staging_folder(folder)
     try:
-        config = AutoConfig.from_pretrained(str(staging), trust_remote_code=False, local_files_only=True)
-        text = config.get_text_config(decoder=True)
-        kwargs: dict[str, Any] = {}
-        if info.mxfp4:
-            from transformers import Mxfp4Config
+        with _quiet(bars=True):  # unused vision weights and tied-head notes are expected
+            config = AutoConfig.from_pretrained(str(staging), trust_remote_code=False, local_files_only=True)
+            text = config.get_text_config(decoder=True)
+            kwargs: dict[str, Any] = {}
+            if info.mxfp4:
+                from transformers import Mxfp4Config
 
-            kwargs["quantization_config"] = Mxfp4Config(dequantize=True)
-        if text is not config:
-            text = text.__class__.from_dict(text.to_dict())
-            if getattr(config, "tie_word_embeddings", None) is not None and "tie_word_embeddings" not in text.to_dict():
-                text.tie_word_embeddings = config.tie_word_embeddings
-            mapping = _text_prefix_mapping(tensor_names)
-            if mapping:
-                kwargs["key_mapping"] = mapping
-        # Loaded on the CPU (a device_map would need accelerate), MXFP4 experts dequantized there,
-        # then moved to the device.
-        attention = pinned_attention(AutoModelForCausalLM._model_mapping[type(text)])
-        model, loading = AutoModelForCausalLM.from_pretrained(
-            str(staging), config=text, dtype=dtype, use_safetensors=True, trust_remote_code=False,
-            local_files_only=True, attn_implementation=attention, output_loading_info=True, **kwargs)
+                kwargs["quantization_config"] = Mxfp4Config(dequantize=True)
+            if text is not config:
+                text = text.__class__.from_dict(text.to_dict())
+                if getattr(config, "tie_word_embeddings", None) is not None and "tie_word_embeddings" not in text.to_dict():
+                    text.tie_word_embeddings = config.tie_word_embeddings
+                mapping = _text_prefix_mapping(tensor_names)
+                if mapping:
+                    kwargs["key_mapping"] = mapping
+            # Loaded on the CPU (a device_map would need accelerate), MXFP4 experts dequantized there,
+            # then moved to the device.
+            attention = pinned_attention(AutoModelForCausalLM._model_mapping[type(text)])
+            model, loading = AutoModelForCausalLM.from_pretrained(
+                str(staging), config=text, dtype=dtype, use_safetensors=True, trust_remote_code=False,
+                local_files_only=True, attn_implementation=attention, output_loading_info=True, **kwargs)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         if isinstance(exc, OSError) and "memory" in str(exc).lower():
             raise  # out of memory: memory.out_of_memory makes it DF407
@@ -382,9 +387,6 @@ def load_hf_target(folder: Path, info: HFTargetInfo, *, dtype: torch.dtype, devi
                          code="DF212", path=folder) from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)  # links and a config: the weights stay where they are
-        hf_logging.set_verbosity(verbosity)
-        if bars:
-            hf_logging.enable_progress_bar()
     tied = {"lm_head.weight"} if getattr(model.config, "tie_word_embeddings", False) else set()
     missing = sorted(set(loading.get("missing_keys") or ()) - tied)
     if missing:

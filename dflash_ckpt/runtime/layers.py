@@ -51,52 +51,14 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * h.to(x.dtype)
 
 
-def fuse_linears(module: nn.Module, name: str, linears: list[nn.Linear]) -> None:
-    """Concatenate the weights (and biases) of ``linears`` into one buffer ``name``(``_bias``).
-
-    One matmul then replaces several (fewer kernels per layer). The original parameters become
-    views of the fused storage, so checkpoint names, ``state_dict`` and training (which runs
-    the separate projections, see ``use_fused``) are unchanged and no weight is held twice.
-    """
-    if _fused_views(getattr(module, name, None), linears):
-        return  # allocated fused by ``materialize`` and read in place: nothing to copy
-    weight = torch.cat([lin.weight.detach() for lin in linears])
-    biases = [lin.bias for lin in linears]
-    bias = torch.cat([b.detach() for b in biases]) if all(b is not None for b in biases) else None
-    start = 0
-    for lin in linears:
-        n = lin.weight.shape[0]
-        grad = lin.weight.requires_grad
-        lin.weight = nn.Parameter(weight[start:start + n], requires_grad=grad)
-        if bias is not None:
-            lin.bias = nn.Parameter(bias[start:start + n], requires_grad=grad)
-        start += n
-    module.register_buffer(name, weight, persistent=False)
-    module.register_buffer(name + "_bias", bias, persistent=False)
-
-
-def _fused_views(fused: torch.Tensor | None, linears: list[nn.Linear]) -> bool:
-    """Whether the linears' weights are already consecutive row blocks of ``fused``."""
-    if fused is None or fused.dim() != 2:
-        return False
-    start = 0
-    for lin in linears:
-        w = lin.weight
-        if w.dim() != 2 or w.untyped_storage().data_ptr() != fused.untyped_storage().data_ptr():
-            return False
-        if w.data_ptr() != fused[start:].data_ptr() or w.shape[1] != fused.shape[1]:
-            return False
-        start += w.shape[0]
-    return start == fused.shape[0]
-
-
 def materialize(model: nn.Module, *, dtype: torch.dtype, device: torch.device | str) -> nn.Module:
     """Give a meta-device ``model`` uninitialised storage: the linears each module names in its
     ``FUSED`` table (``(buffer, (linear, ...))``) get one fused weight (and bias) whose row
-    blocks are their parameters, every other parameter its own tensor. Loading then reads the
-    checkpoint straight into the fused buffers: no second copy of q/k/v or gate/up is made
-    and nothing keeps the file mapped (``fuse_linears`` finds the views and copies nothing).
-    Tied parameters stay one tensor."""
+    blocks are their parameters, every other parameter its own tensor. One matmul then
+    replaces several (fewer kernels per layer), and loading reads the checkpoint straight into
+    the fused buffers: no second copy of q/k/v or gate/up is made and nothing keeps the file
+    mapped; checkpoint names, ``state_dict`` and training (which runs the separate
+    projections, see ``use_fused``) are unchanged. Tied parameters stay one tensor."""
     done: dict[int, nn.Parameter] = {}
     for mod in model.modules():
         for name, attrs in getattr(mod, "FUSED", ()):
@@ -140,7 +102,7 @@ def use_fused(fused: torch.Tensor | None, param: torch.Tensor) -> bool:
 
 
 class MLP(nn.Module):
-    """``down(silu(gate(x)) * up(x))``; ``fuse_projections`` merges gate and up into one matmul."""
+    """``down(silu(gate(x)) * up(x))``; ``materialize`` gives gate and up one fused weight."""
 
     FUSED = (("gate_up", ("gate_proj", "up_proj")),)
     #: Linears whose forward runs through ``prepack.linear`` (a prepacked weight is used there).
@@ -154,14 +116,85 @@ class MLP(nn.Module):
         self.register_buffer("gate_up", None, persistent=False)
         self.register_buffer("gate_up_bias", None, persistent=False)
 
-    def fuse_projections(self) -> None:
-        fuse_linears(self, "gate_up", [self.gate_proj, self.up_proj])
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if use_fused(self.gate_up, self.gate_proj.weight):
             gate, up = linear(x, self.gate_up, self.gate_up_bias).chunk(2, dim=-1)
             return linear(F.silu(gate) * up, self.down_proj.weight, self.down_proj.bias)
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Attention(nn.Module):
+    """The q/k/v/o projections (HF names) and head sizes the target's and the draft's attention share."""
+
+    def __init__(self, dims: Dims) -> None:
+        super().__init__()
+        d = dims
+        self.heads, self.kv_heads, self.head_dim = d.num_attention_heads, d.num_key_value_heads, d.head_dim
+        self.scale = d.head_dim ** -0.5
+        bias = d.attention_bias
+        self.q_proj = nn.Linear(d.hidden_size, d.num_attention_heads * d.head_dim, bias=bias)
+        self.k_proj = nn.Linear(d.hidden_size, d.num_key_value_heads * d.head_dim, bias=bias)
+        self.v_proj = nn.Linear(d.hidden_size, d.num_key_value_heads * d.head_dim, bias=bias)
+        self.o_proj = nn.Linear(d.num_attention_heads * d.head_dim, d.hidden_size, bias=bias)
+
+    def output(self, out: torch.Tensor) -> torch.Tensor:
+        """``o_proj`` of the attention output ``[b, heads, n, d]``, back to ``[b, n, hidden]``."""
+        b, _, n, _ = out.shape
+        return linear(out.transpose(1, 2).reshape(b, n, self.heads * self.head_dim), self.o_proj.weight, self.o_proj.bias)
+
+
+def write_kv(kv: tuple[torch.Tensor, torch.Tensor], k: torch.Tensor, v: torch.Tensor,
+             at: int | tuple[torch.Tensor, ...], mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Write a layer's new keys and values ``[b, kv, m, d]`` into its cache ``kv``; returns what
+    attention reads. ``at``: the first slot as an int (written contiguously, the valid prefix
+    read) or, on the static path, device slot tensors that take consecutive parts of the new
+    keys in order (a later part overwrites an earlier one's slots: the draft's block over the
+    context's padding), with the mask's width of slots read (the slots in use)."""
+    k_buf, v_buf = kv
+    if isinstance(at, int):
+        end = at + k.shape[2]
+        k_buf[:, :, at:end] = k
+        v_buf[:, :, at:end] = v
+        return k_buf[:, :, :end], v_buf[:, :, :end]
+    first = 0
+    for slots in at:
+        part = slice(first, first + slots.shape[0])
+        k_buf.index_copy_(2, slots, k[:, :, part])
+        v_buf.index_copy_(2, slots, v[:, :, part])
+        first = part.stop
+    span = mask.shape[-1] if mask is not None else k_buf.shape[2]
+    return k_buf[:, :, :span], v_buf[:, :, :span]
+
+
+class DecoderLayer(nn.Module):
+    """A pre-norm residual layer, the target's and the draft's: ``h = x + self_attn(norm(x), ...)``,
+    then ``h + mlp(norm(h))``; what the attention takes after its input is its own."""
+
+    def __init__(self, dims: Dims, self_attn: nn.Module, *, mlp_bias: bool = False) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(dims.hidden_size, dims.rms_norm_eps)
+        self.self_attn = self_attn
+        self.post_attention_layernorm = RMSNorm(dims.hidden_size, dims.rms_norm_eps)
+        self.mlp = MLP(dims.hidden_size, dims.intermediate_size, bias=mlp_bias)
+
+    def forward(self, x: torch.Tensor, *attn_args: Any) -> torch.Tensor:
+        h = x + self.self_attn(self.input_layernorm(x), *attn_args)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class DecoderStack(nn.Module):
+    """What the native target and the draft share as whole models: a dtype and device read from
+    one weight (``PLACED_BY``: the target's embedding table, the draft's ``fc``)."""
+
+    PLACED_BY = ""
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return getattr(self, self.PLACED_BY).weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return getattr(self, self.PLACED_BY).weight.device
 
 
 def attention(

@@ -259,7 +259,7 @@ def load_target(folder: Path, args: TargetSettings, *, dtype: torch.dtype, devic
     if names["lm_head.weight"] is None:
         model.tie_weights()
     model.rotary.to(device)
-    return model.fuse_projections().eval()
+    return model.derive_tables().eval()
 
 
 def load_draft(folder: Path, args: DraftSettings, *, dtype: torch.dtype, device: torch.device,
@@ -272,4 +272,4 @@ def load_draft(folder: Path, args: DraftSettings, *, dtype: torch.dtype, device:
     _load_into(model, folder, inv, names, dtype=dtype, device=device, config_where=str(folder / "config.json"))
     for table in model.rotary:
         table.to(device)
-    return model.fuse_projections().eval()
+    return model.eval()

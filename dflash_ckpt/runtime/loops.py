@@ -23,7 +23,7 @@ import torch
 
 from dflash_ckpt.runtime.eager_dflash import dflash_decode
 from dflash_ckpt.runtime.generate import Generation, decode, teacher_forced_logits
-from dflash_ckpt.runtime.self_check import SelfCheck, self_check
+from dflash_ckpt.runtime.self_check import SelfCheck, first_line, self_check
 from dflash_ckpt.runtime.static import StaticRunner, supports_static
 
 
@@ -91,10 +91,6 @@ class LoopChoice:
                 "self_check": self.check.to_json() if self.check is not None else None}
 
 
-def _first_line(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}"
-
-
 def checked_loop(target: Any, draft: Any, capacity: int, *, block_size: int, graphs: bool, sampler: Any,
                  check_prompt: Sequence[int], max_new_tokens: int,
                  say: Callable[[str], None]) -> tuple[EagerLoop | StaticLoop, LoopChoice]:
@@ -117,7 +113,7 @@ def checked_loop(target: Any, draft: Any, capacity: int, *, block_size: int, gra
         if graphs:
             loop.capture()
     except Exception as exc:  # noqa: BLE001 - whatever failed, the eager loop does not capture
-        check = SelfCheck("capture-error", f"capturing the CUDA graphs failed: {_first_line(exc)}")
+        check = SelfCheck("capture-error", f"capturing the CUDA graphs failed: {first_line(exc)}")
     else:
         check = self_check(loop, check_prompt, max_new_tokens=max_new_tokens)
         if check.passed:

@@ -26,6 +26,7 @@ Two thresholds are decisions of this tool:
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -78,12 +79,7 @@ class Lossless:
                    p.dflash_token if p.rank == 2 else None, p.rank, verdict.ties, verdict.largest_margin, **rows)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "status": self.status, "compared": self.compared, "position": self.position,
-            "target_token": self.target_token, "dflash_token": self.dflash_token,
-            "margin": self.margin, "runner_up": self.runner_up, "rank": self.rank, "ties": self.ties,
-            "largest_margin": self.largest_margin, "tied_rows": self.tied_rows, "flat_rows": self.flat_rows,
-        }
+        return dataclasses.asdict(self)
 
 
 # -- figures -----------------------------------------------------------------------------------
@@ -104,10 +100,6 @@ def acceptance_stats(lengths: list[int], block_size: int) -> dict[str, Any]:
     }
 
 
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a and b else None
-
-
 def step_stats(steps: list[float]) -> dict[str, Any] | None:
     """Median and spread of step times, in milliseconds."""
     if not steps:
@@ -125,7 +117,7 @@ def speed_figures(target_steps: list[float], dflash_steps: list[float], tau: flo
     d_med = statistics.median(dflash_steps) if dflash_steps else None
     target_tok_s = 1 / t_med if t_med else None
     dflash_tok_s = tau / d_med if d_med and tau else None
-    measured = _ratio(dflash_tok_s, target_tok_s)
+    measured = dflash_tok_s / target_tok_s if dflash_tok_s and target_tok_s else None
     plausible = measured is None or tau is None or measured <= tau
     return {
         "target_tok_s": target_tok_s,

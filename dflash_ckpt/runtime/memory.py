@@ -30,7 +30,6 @@ from __future__ import annotations
 import errno
 import os
 import re
-import resource
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +39,7 @@ import torch
 
 from dflash_ckpt.draftspec.specs import Dims, DraftSpec, TargetSpec
 from dflash_ckpt.errors import UsageError
+from dflash_ckpt.runtime.address_space import soft_limit, vm_size
 
 #: Tensor-name fragments of vision and audio towers and their projectors: not loaded, not counted.
 _VISION = re.compile(r"(^|\.)(visual|vision_tower|vision_model|vision|mm_projector|multi_modal_projector|"
@@ -212,18 +212,10 @@ def _meminfo_available() -> int | None:
 
 
 def address_space_room() -> int | None:
-    """RLIMIT_AS's soft limit minus this process's current address space (VmSize); ``None``
-    without a limit."""
-    soft, _hard = resource.getrlimit(resource.RLIMIT_AS)
-    if soft == resource.RLIM_INFINITY:
-        return None
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmSize:"):
-                return max(soft - int(line.split()[1]) * 1024, 0)
-    except (OSError, ValueError, IndexError):
-        pass
-    return soft
+    """RLIMIT_AS's soft limit minus this process's current address space; ``None`` without a
+    limit (the whole limit when the address space cannot be read)."""
+    soft = soft_limit()
+    return None if soft is None else max(soft - vm_size(), 0)
 
 
 def _read_int(path: Path) -> int | None:

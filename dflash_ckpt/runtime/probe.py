@@ -4,7 +4,7 @@ Greedy speculative decoding is lossless: whatever tap layers a draft reads, the 
 run yields are the target's own greedy continuation. So, per prompt, the target is run twice and
 never again: once greedily (``generate.decode``, the continuation) and once over prompt plus
 continuation with every decoder layer tapped (``record``). A candidate tap set then costs only
-draft calls (``simulate``): the one DFlash host loop (``dflash_loop.run_dflash``) with an executor
+draft calls (``measure``): the one DFlash host loop (``dflash_loop.run_dflash``) with an executor
 (``RecordedExecutor``) whose context for each step is the candidate's layers sliced out of the
 recorded features at the positions accepted so far, and whose verification is a comparison with
 the known continuation (accepted = longest prefix of drafts equal to it, plus the bonus token).
@@ -19,8 +19,8 @@ rounding flips a draft token; ``probe-taps`` re-measures its finalists with smok
 from __future__ import annotations
 
 import dataclasses
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 import torch
@@ -50,17 +50,6 @@ class Recording:
         h = self.hidden_size
         index = torch.cat([torch.arange(i * h, (i + 1) * h) for i in layer_ids]).to(self.features.device)
         return self.features.index_select(-1, index)
-
-
-@dataclass
-class Simulation:
-    """What the DFlash loop would yield under one tap set on one recording."""
-
-    acceptance_lengths: list[int] = field(default_factory=list)
-    draft_forwards: int = 0
-    overflow: str | None = None
-    #: Stopped after ``max_steps`` steps, before the end of the continuation.
-    cut: bool = False
 
 
 @torch.inference_mode()
@@ -131,36 +120,6 @@ class RecordedExecutor:
         self.context = self.feats[:, start: start + accepted + 1]
 
 
-@torch.inference_mode()
-def simulate(
-    draft: Any,
-    rec: Recording,
-    layer_ids: Sequence[int],
-    *,
-    embed_w: torch.Tensor,
-    head_w: torch.Tensor,
-    draft_cache: Any,
-    block_size: int,
-    stop_ids: Sequence[int] = (),
-    max_new_tokens: int | None = None,
-    max_steps: int | None = None,
-) -> Simulation:
-    """The acceptance lengths ``eager_dflash.dflash_decode`` would record reading ``layer_ids``:
-    the same host loop (``run_dflash``) with a ``RecordedExecutor``, up to the end of the
-    continuation (or ``max_new_tokens``). ``max_steps`` gives up (``cut``) once that many steps
-    have not reached the end: the caller knows the candidate cannot reach the tau it needs.
-    """
-    seq = rec.tokens
-    if rec.overflow or not seq:
-        return Simulation(overflow=rec.overflow)
-    budget = len(seq) if max_new_tokens is None else min(max_new_tokens, len(seq))
-    ex = RecordedExecutor(draft, rec, layer_ids, embed_w=embed_w, head_w=head_w, draft_cache=draft_cache,
-                          block_size=block_size)
-    gen = run_dflash(ex, rec.prompt_ids, max_new_tokens=budget, stop_ids=stop_ids, max_steps=max_steps)
-    cut = max_steps is not None and not gen.stopped and gen.overflow is None and len(gen.tokens) < budget
-    return Simulation(gen.acceptance_lengths, gen.draft_forwards, gen.overflow, cut)
-
-
 @dataclass
 class Measurement:
     """A tap set over every recording: its tau, or (``exact`` false) a bound tau stays below."""
@@ -186,38 +145,49 @@ def measure(
 ) -> Measurement:
     """Pooled tau over ``recs`` (tokens over steps, as smoke-run pools it), given up below ``floor``.
 
-    Every tap set yields the same tokens (lossless), so tau = total / steps with a fixed total:
-    a set that must reach ``floor`` may take at most ``total / floor`` steps. Past that, the
-    simulation stops and the result is a bound below ``floor`` (at least one step was left).
-    A set whose fused features overflow scores 0: the draft cannot run on it.
+    Each recording is replayed by a ``RecordedExecutor``: the acceptance lengths
+    ``eager_dflash.dflash_decode`` would record reading ``layer_ids``. Every tap set yields the
+    same tokens (lossless), so tau = total / steps with a fixed total: a set that must reach
+    ``floor`` may take at most ``total / floor`` steps. Past that, the simulation stops and the
+    result is a bound below ``floor`` (at least one step was left). A set whose fused features
+    overflow scores 0: the draft cannot run on it.
     """
     total = sum(max(len(r.tokens) - 1, 0) for r in recs)
     allowed = int(total / floor) if floor else None
     lengths: list[int] = []
     calls = 0
-    for rec in recs:
-        left = None if allowed is None else allowed - len(lengths)
-        sim = simulate(draft, rec, layer_ids, embed_w=embed_w, head_w=head_w, draft_cache=draft_cache,
-                       block_size=block_size, stop_ids=stop_ids, max_steps=left)
-        calls += sim.draft_forwards
-        lengths += sim.acceptance_lengths
-        if sim.overflow:
-            return Measurement(0.0, True, lengths, calls, overflow=sim.overflow)
-        if sim.cut:
-            return Measurement(total / (len(lengths) + 1), False, lengths, calls)
+    with torch.inference_mode():
+        for rec in recs:
+            if rec.overflow:
+                return Measurement(0.0, True, lengths, calls, overflow=rec.overflow)
+            if not rec.tokens:
+                continue
+            left = None if allowed is None else allowed - len(lengths)
+            ex = RecordedExecutor(draft, rec, layer_ids, embed_w=embed_w, head_w=head_w, draft_cache=draft_cache,
+                                  block_size=block_size)
+            gen = run_dflash(ex, rec.prompt_ids, max_new_tokens=len(rec.tokens), stop_ids=stop_ids, max_steps=left)
+            calls += gen.draft_forwards
+            lengths += gen.acceptance_lengths
+            if gen.overflow:
+                return Measurement(0.0, True, lengths, calls, overflow=gen.overflow)
+            if left is not None and not gen.stopped and len(gen.tokens) < len(rec.tokens):
+                return Measurement(total / (len(lengths) + 1), False, lengths, calls)
     return Measurement(sum(lengths) / len(lengths) if lengths else 1.0, True, lengths, calls)
 
 
 @contextmanager
-def reading_taps(draft: Any, layer_ids: Sequence[int]) -> Iterator[Any]:
-    """The same loaded draft, its ``args.target_layer_ids`` set to ``layer_ids`` for a while.
-
-    The weights do not depend on which layers are tapped (``fc`` reads ``k * H`` whatever they
-    are), so smoke-run's loop can measure any candidate without reloading the draft.
-    """
+def reading(draft: Any, **changes: Any) -> Iterator[Any]:
+    """The same loaded draft, its ``args`` fields set to ``changes`` for a while (the settings
+    the weights do not depend on: which layers it taps, its block layout)."""
     before = draft.args
-    draft.args = dataclasses.replace(before, target_layer_ids=tuple(layer_ids))
+    draft.args = dataclasses.replace(before, **changes)
     try:
         yield draft
     finally:
         draft.args = before
+
+
+def reading_taps(draft: Any, layer_ids: Sequence[int]) -> AbstractContextManager[Any]:
+    """The draft reading ``layer_ids`` for a while: ``fc`` reads ``k * H`` whatever they are, so
+    smoke-run's loop can measure any candidate without reloading the draft."""
+    return reading(draft, target_layer_ids=tuple(layer_ids))

@@ -17,29 +17,22 @@ winning taps, by the real loop, whose figures the findings (DF416, DF417) and ``
 
 from __future__ import annotations
 
-import dataclasses
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 from dflash_ckpt.draftspec.layout import ANCHOR_FIRST, ONE_PLUS_N, BlockLayout
 from dflash_ckpt.runtime.loops import make_loop
 from dflash_ckpt.runtime.measure import Candidate
-from dflash_ckpt.runtime.probe import Recording, measure, reading_taps
+from dflash_ckpt.runtime.probe import Recording, measure, reading, reading_taps
 
 #: The two layouts, in the order measured (the default one first).
 LAYOUTS = (ONE_PLUS_N, ANCHOR_FIRST)
 
 
-@contextmanager
-def reading_layout(draft: Any, layout: str) -> Iterator[Any]:
+def reading_layout(draft: Any, layout: str) -> AbstractContextManager[Any]:
     """The same loaded draft run in ``layout`` for a while (the weights do not depend on it)."""
-    before = draft.args
-    draft.args = dataclasses.replace(before, block_layout=BlockLayout(layout, "probe-taps", {}))
-    try:
-        yield draft
-    finally:
-        draft.args = before
+    return reading(draft, block_layout=BlockLayout(layout, "probe-taps", {}))
 
 
 @dataclass
@@ -58,10 +51,6 @@ class LayoutMeasurement:
     @property
     def best(self) -> str | None:
         return self.ranked()[0][0] if self.by_layout else None
-
-    @property
-    def other(self) -> str | None:
-        return self.ranked()[1][0] if len(self.by_layout) > 1 else None
 
     @property
     def z(self) -> float | None:

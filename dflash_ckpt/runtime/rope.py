@@ -157,13 +157,15 @@ class RotaryTable:
             signed_sin = torch.cat([-sin[:, :half], sin[:, half:]], dim=-1)
             self._cast[dtype] = (cos.to(dtype), sin.to(dtype), signed_sin.to(dtype))
 
+    def _cover(self, end: int) -> None:
+        """Grow (at least doubling) to hold positions below ``end``."""
+        if end > self.capacity:
+            self.grow(max(end, 2 * self.capacity))
+
     def lookup(self, positions: torch.Tensor, dtype: torch.dtype, signed: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin of shape ``positions.shape + (head_dim,)`` in ``dtype``."""
-        top = int(positions.max()) + 1 if positions.numel() else 0
-        if top > self.capacity:
-            self.grow(max(top, 2 * self.capacity))
-        cos, sin = self._tables(dtype, signed)
-        return cos[positions], sin[positions]
+        self._cover(int(positions.max()) + 1 if positions.numel() else 0)
+        return self.gather(positions, dtype, signed)
 
     def gather(self, positions: torch.Tensor, dtype: torch.dtype, signed: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """Like ``lookup`` but without reading ``positions`` on the host (no device sync, as the
@@ -174,8 +176,7 @@ class RotaryTable:
 
     def span(self, start: int, length: int, dtype: torch.dtype, signed: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin for the contiguous positions ``start..start+length-1`` (a view, no gather)."""
-        if start + length > self.capacity:
-            self.grow(max(start + length, 2 * self.capacity))
+        self._cover(start + length)
         cos, sin = self._tables(dtype, signed)
         return cos[start:start + length], sin[start:start + length]
 

@@ -24,6 +24,7 @@ code with the eager one, which is how the tests drive it (with faults injected b
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -31,7 +32,7 @@ import torch
 
 from dflash_ckpt.runtime.dflash_loop import Verified, run_dflash
 from dflash_ckpt.runtime.eager_dflash import EagerExecutor
-from dflash_ckpt.runtime.generate import decode, now
+from dflash_ckpt.runtime.generate import Generation, decode, now
 from dflash_ckpt.runtime.static import StaticExecutor, StaticRunner
 
 #: DFlash steps compared: enough to run the draft step from a verify's context (steps 2 and on
@@ -73,8 +74,7 @@ class SelfCheck:
         return self.status == "agree"
 
     def to_json(self) -> dict[str, Any]:
-        return {"status": self.status, "detail": self.detail, "seconds": round(self.seconds, 4),
-                "steps": self.steps, "max_logit_diff": self.max_logit_diff}
+        return {**dataclasses.asdict(self), "seconds": round(self.seconds, 4)}
 
 
 # -- what each executor did ----------------------------------------------------------------------
@@ -107,6 +107,13 @@ class Trace:
     prefill_logits: torch.Tensor | None = None
     verify_logits: list[torch.Tensor] = field(default_factory=list)
     draft_logits: list[torch.Tensor] = field(default_factory=list)
+
+    def finish(self, dflash: Generation, decoded: Generation) -> Trace:
+        """The trace with the DFlash run's tokens and the target-only decode's."""
+        self.tokens, self.acceptance = dflash.tokens, dflash.acceptance_lengths
+        self.first = dflash.tokens[0] if dflash.tokens else -1
+        self.decode_tokens, self.decode_top2, self.decode_top2_ids = decoded.tokens, decoded.top2_values, decoded.top2_ids
+        return self
 
 
 class _TargetTap:
@@ -174,11 +181,7 @@ def trace_static(runner: StaticRunner, prompt: Sequence[int], max_new_tokens: in
     trace = Trace()
     with torch.inference_mode():
         gen = run_dflash(_TracedStatic(runner, trace), prompt, max_new_tokens=max_new_tokens, max_steps=CHECK_STEPS)
-    trace.tokens, trace.acceptance = gen.tokens, gen.acceptance_lengths
-    trace.first = gen.tokens[0] if gen.tokens else -1
-    dec = runner.decode(prompt, max_new_tokens=min(DECODE_TOKENS, max_new_tokens), top2=True)
-    trace.decode_tokens, trace.decode_top2, trace.decode_top2_ids = dec.tokens, dec.top2_values, dec.top2_ids
-    return trace
+    return trace.finish(gen, runner.decode(prompt, max_new_tokens=min(DECODE_TOKENS, max_new_tokens), top2=True))
 
 
 def trace_eager(target: Any, draft: Any, prompt: Sequence[int], max_new_tokens: int, *, block_size: int) -> Trace:
@@ -191,11 +194,8 @@ def trace_eager(target: Any, draft: Any, prompt: Sequence[int], max_new_tokens: 
         ex = _TracedEager(target, draft, trace, target_cache=tcache, draft_cache=dcache, block_size=block_size)
         gen = run_dflash(ex, prompt, max_new_tokens=max_new_tokens, max_steps=CHECK_STEPS)
         trace.prefill_logits = ex.tap_t.logits[0][-1]
-    trace.tokens, trace.acceptance = gen.tokens, gen.acceptance_lengths
-    trace.first = gen.tokens[0] if gen.tokens else -1
-    dec = decode(target, prompt, max_new_tokens=min(DECODE_TOKENS, max_new_tokens), cache=tcache, top2=True)
-    trace.decode_tokens, trace.decode_top2, trace.decode_top2_ids = dec.tokens, dec.top2_values, dec.top2_ids
-    return trace
+    return trace.finish(gen, decode(target, prompt, max_new_tokens=min(DECODE_TOKENS, max_new_tokens), cache=tcache,
+                                    top2=True))
 
 
 # -- comparing ------------------------------------------------------------------------------------
@@ -285,6 +285,11 @@ def compare(graphed: Trace, eager: Trace, dtype: torch.dtype, *, what: str = "gr
     return result("agree", None)
 
 
+def first_line(exc: BaseException) -> str:
+    """``Type: first line of the message`` (200 characters at most), how a failure is named."""
+    return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}"
+
+
 def check_input(prompts: Sequence[Sequence[int]]) -> list[int]:
     """The check's short input: the shortest prompt's last ``CHECK_PROMPT`` tokens at most."""
     return list(min(prompts, key=len)[-CHECK_PROMPT:])
@@ -302,9 +307,7 @@ def self_check(runner: StaticRunner, prompt: Sequence[int], *, max_new_tokens: i
     try:
         static = trace_static(runner, prompt, n)
     except Exception as exc:  # noqa: BLE001 - any failure of the static side means: do not use it
-        first = (str(exc).splitlines() or [""])[0][:200]
-        return SelfCheck("replay-error", f"the {what} run failed: {type(exc).__name__}: {first}",
-                         seconds=now(target.device) - t0)
+        return SelfCheck("replay-error", f"the {what} run failed: {first_line(exc)}", seconds=now(target.device) - t0)
     eager = trace_eager(target, draft, prompt, n, block_size=runner.block)
     out = compare(static, eager, target.dtype, what=what)
     out.seconds = now(target.device) - t0

@@ -20,8 +20,8 @@ import torch
 from torch import nn
 
 from dflash_ckpt.draftspec.target_settings import TargetSettings
-from dflash_ckpt.runtime.layers import (MLP, KVCache, RMSNorm, attention, fuse_linears, head, new_kv_cache, rms_norm,
-                                        use_fused)
+from dflash_ckpt.runtime.layers import (Attention, DecoderLayer, DecoderStack, KVCache, RMSNorm, attention,
+                                        head, new_kv_cache, rms_norm, use_fused, write_kv)
 from dflash_ckpt.runtime.prepack import linear
 from dflash_ckpt.runtime.rope import RotaryTable, rope_rows
 
@@ -34,20 +34,13 @@ class TargetOutput:
     features: torch.Tensor | None
 
 
-class TargetAttention(nn.Module):
-    FUSED = (("qkv", ("q_proj", "k_proj", "v_proj")),)
+class TargetAttention(Attention):
+    FUSED = (("qkv", ("q_proj", "k_proj", "v_proj")),)  # one qkv matmul instead of three (``layers.materialize``)
     LINEARS = ("o_proj",)  # run through ``prepack.linear``
 
     def __init__(self, args: TargetSettings) -> None:
-        super().__init__()
+        super().__init__(args.dims)
         d = args.dims
-        self.heads, self.kv_heads, self.head_dim = d.num_attention_heads, d.num_key_value_heads, d.head_dim
-        self.scale = d.head_dim ** -0.5
-        bias = d.attention_bias
-        self.q_proj = nn.Linear(d.hidden_size, d.num_attention_heads * d.head_dim, bias=bias)
-        self.k_proj = nn.Linear(d.hidden_size, d.num_key_value_heads * d.head_dim, bias=bias)
-        self.v_proj = nn.Linear(d.hidden_size, d.num_key_value_heads * d.head_dim, bias=bias)
-        self.o_proj = nn.Linear(d.num_attention_heads * d.head_dim, d.hidden_size, bias=bias)
         if args.qk_norm:
             self.q_norm = RMSNorm(d.head_dim, d.rms_norm_eps)
             self.k_norm = RMSNorm(d.head_dim, d.rms_norm_eps)
@@ -57,11 +50,9 @@ class TargetAttention(nn.Module):
         self.register_buffer("qkv_bias", None, persistent=False)
         self.register_buffer("qk_norm_w", None, persistent=False)
 
-    def fuse_projections(self) -> None:
-        """One ``qkv`` matmul instead of three (see ``layers.fuse_linears``), and the q/k norm
-        weights as one ``[heads + kv_heads, head_dim]`` table (call it on final weights: the
-        table is a copy)."""
-        fuse_linears(self, "qkv", [self.q_proj, self.k_proj, self.v_proj])
+    def norm_table(self) -> None:
+        """The q/k norm weights as one ``[heads + kv_heads, head_dim]`` table (call it on final
+        weights: the table is a copy)."""
         if self.q_norm is not None:
             self.qk_norm_w = self._qk_norm_weight().detach()
 
@@ -76,14 +67,14 @@ class TargetAttention(nn.Module):
         cos: torch.Tensor,
         sin: torch.Tensor,
         kv: tuple[torch.Tensor, torch.Tensor] | None,
-        at: int | torch.Tensor,
+        at: int | tuple[torch.Tensor],
         mask: torch.Tensor | None,
         causal: bool,
     ) -> torch.Tensor:
         """``at``: the first position as an int (keys appended at ``at..``, the valid prefix of
-        the cache attended), or the positions ``[n]`` as a device tensor (the static path: keys
-        written there, the whole preallocated cache attended under ``mask``). ``sin`` is a
-        signed table (``rope.apply_rope``).
+        the cache attended), or the positions ``[n]`` as a device tensor in a tuple (the static
+        path: keys written there, the whole preallocated cache attended under ``mask``; see
+        ``layers.write_kv``). ``sin`` is a signed table (``rope.apply_rope``).
 
         Queries and keys are normalised and rotated together, as one ``[b, n, h + kv, d]``
         slice of the qkv output (per-head operations, so the values are those of separate
@@ -104,40 +95,22 @@ class TargetAttention(nn.Module):
         qk = rope_rows(qk, cos[:, None], sin[:, None], signed=True)
         q, k = qk[:, :, :h].transpose(1, 2), qk[:, :, h:].transpose(1, 2)
         if kv is not None:
-            k_buf, v_buf = kv
-            if isinstance(at, torch.Tensor):
-                k_buf.index_copy_(2, at, k)
-                v_buf.index_copy_(2, at, v)
-                span = mask.shape[-1] if mask is not None else k_buf.shape[2]
-                k, v = k_buf[:, :, :span], v_buf[:, :, :span]  # the mask's width: the slots in use
-            else:
-                k_buf[:, :, at:at + n] = k
-                v_buf[:, :, at:at + n] = v
-                k, v = k_buf[:, :, :at + n], v_buf[:, :, :at + n]
-        out = attention(q, k, v, mask=mask, causal=causal, scale=self.scale)
-        return linear(out.transpose(1, 2).reshape(b, n, self.heads * self.head_dim), self.o_proj.weight, self.o_proj.bias)
+            k, v = write_kv(kv, k, v, at, mask)
+        return self.output(attention(q, k, v, mask=mask, causal=causal, scale=self.scale))
 
 
-class TargetLayer(nn.Module):
+class TargetLayer(DecoderLayer):
+    """A target layer; its attention takes ``(cos, sin, kv, at, mask, causal)``."""
+
     def __init__(self, args: TargetSettings) -> None:
-        super().__init__()
-        d = args.dims
-        self.input_layernorm = RMSNorm(d.hidden_size, d.rms_norm_eps)
-        self.self_attn = TargetAttention(args)
-        self.post_attention_layernorm = RMSNorm(d.hidden_size, d.rms_norm_eps)
-        self.mlp = MLP(d.hidden_size, d.intermediate_size, bias=args.mlp_bias)
-
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                kv: tuple[torch.Tensor, torch.Tensor] | None, at: int | torch.Tensor,
-                mask: torch.Tensor | None, causal: bool) -> torch.Tensor:
-        h = x + self.self_attn(self.input_layernorm(x), cos, sin, kv, at, mask, causal)
-        return h + self.mlp(self.post_attention_layernorm(h))
+        super().__init__(args.dims, TargetAttention(args), mlp_bias=args.mlp_bias)
 
 
-class TargetModel(nn.Module):
+class TargetModel(DecoderStack):
     """Qwen3 (with ``q_norm``/``k_norm``) or Llama 3.x; batch 1 with a cache, any batch without."""
 
     LINEARS = ("lm_head",)  # ``layers.head`` runs it through ``prepack.linear``
+    PLACED_BY = "embed_tokens"
 
     def __init__(self, args: TargetSettings) -> None:
         super().__init__()
@@ -153,24 +126,15 @@ class TargetModel(nn.Module):
         if args.tie_word_embeddings:
             self.tie_weights()
 
-    def fuse_projections(self) -> TargetModel:
-        """Fuse q/k/v and gate/up projections of every layer (after the weights are loaded)."""
+    def derive_tables(self) -> TargetModel:
+        """Once the weights are final: each layer's q/k norm table (``TargetAttention.norm_table``)."""
         for layer in self.layers:
-            layer.self_attn.fuse_projections()
-            layer.mlp.fuse_projections()
+            layer.self_attn.norm_table()
         return self
 
     def tie_weights(self) -> None:
         """Share the embedding table with ``lm_head`` (``tie_word_embeddings``)."""
         self.lm_head.weight = self.embed_tokens.weight
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.embed_tokens.weight.dtype
-
-    @property
-    def device(self) -> torch.device:
-        return self.embed_tokens.weight.device
 
     def new_cache(self, capacity: int) -> KVCache:
         """A batch-1 cache of ``capacity`` positions in the model's dtype and device."""
@@ -196,10 +160,8 @@ class TargetModel(nn.Module):
         if cache is not None:
             cache.reserve(n)
             start = cache.length
-        if self.rotary.inv_freq.device != ids.device:
-            self.rotary.to(ids.device)
         h = self.embed_tokens(ids)
-        cos, sin = self.rotary.span(start, n, h.dtype, signed=True)
+        cos, sin = self.rotary.to(ids.device).span(start, n, h.dtype, signed=True)
         mask, causal = None, False
         if n > 1 and start == 0:
             causal = True
@@ -237,10 +199,10 @@ class TargetModel(nn.Module):
         h = self.embed_tokens(ids)
         cos, sin = self.rotary.gather(positions, h.dtype, signed=True)
         mask = cache.slots[None, :span] <= positions[:, None]
-        return self._layers(h, cos, sin, cache, positions, mask, False, taps, logits)
+        return self._layers(h, cos, sin, cache, (positions,), mask, False, taps, logits)
 
     def _layers(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: KVCache | None,
-                at: int | torch.Tensor, mask: torch.Tensor | None, causal: bool, taps: Sequence[int],
+                at: int | tuple[torch.Tensor], mask: torch.Tensor | None, causal: bool, taps: Sequence[int],
                 logits: str) -> TargetOutput:
         last = len(self.layers) - 1
         wanted = set(taps)
