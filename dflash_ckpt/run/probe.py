@@ -5,8 +5,8 @@ Steps: resolve both folders; read the draft's config and weight headers; take ``
 (the user's files are never edited) so inspect's checks and the runtime accept it; refuse what the
 checks or the runtime refuse, as ``smoke-run`` does; load both models; record each prompt once
 (``runtime.probe.record``); let ``probe_search`` choose the candidates, each measured by
-``runtime.probe.simulate`` (draft calls only); re-measure the finalists (the best ones and the
-configured ids) with ``generate.dflash_decode``, the loop ``smoke-run`` measures with, so the
+``runtime.probe.measure`` (draft calls only); re-measure the finalists (the best ones and the
+configured ids) with ``loops.make_loop``'s DFlash loop, the loop ``smoke-run`` measures with, so the
 reported tau of the winner is smoke-run's tau; run the winner in both block layouts
 (``runtime.probe_layout``: before the search too, with the configured taps, so that a draft whose
 layout key is lost is searched in its own layout); judge; optionally write a normalized copy.
