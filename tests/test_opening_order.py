@@ -93,16 +93,19 @@ def test_the_same_bad_pair_meets_the_same_first_error(cli: Any, one_thread: None
     assert seen["smoke-run"] == seen["probe-taps"] == EXPECTED[case], seen
 
 
-def test_each_command_keeps_its_own_step_on_the_draft(cli: Any, pairs: Any, tmp_path: Path) -> None:
-    """The command's step (3) is its difference: smoke-run refuses a draft the runtime would run
-    without keys that change acceptance (DF151, exit 2) before its checks; probe-taps does not gate
-    on it and its checks refuse the reduced vocabulary with no d2t (DF225). A target config the
-    runtime refuses (2) comes first for both."""
+def test_a_draft_the_runtime_does_not_implement_is_refused_first_by_both(cli: Any, pairs: Any, tmp_path: Path) -> None:
+    """DF151 (exit 2: a reduced draft vocabulary the runtime would run without its d2t map) is
+    the opening's first refusal for both commands, before a target config the runtime refuses
+    (DF142) and before the checks (probe-taps' DF225): no target makes such a draft runnable, and
+    probe-taps would rank the tap sets of another model. A runnable draft beside that target
+    meets DF142 in both."""
     gaps = _edited(DRAFT, tmp_path / "gaps", lambda c: c.update(draft_vocab_size=512))
-    smoke = cli("smoke-run", str(gaps), "--target", str(TARGET), "-n", "4", "-p", "hi", "--json")
-    probe = cli("probe-taps", str(gaps), "--target", str(TARGET), "-n", "4", "-p", "hi", "--json")
-    assert first_error(smoke) == (2, "DF151") and first_error(probe) == (1, "DF225")
     bad_target = pairs["target-kv-heads"][1]
+    for target in (TARGET, bad_target):
+        for command in ("smoke-run", "probe-taps"):
+            res = cli(command, str(gaps), "--target", str(target), "-n", "4", "-p", "hi", "--json")
+            no_traceback(res)
+            assert first_error(res) == (2, "DF151"), (command, target)
     for command in ("smoke-run", "probe-taps"):
-        res = cli(command, str(gaps), "--target", str(bad_target), "-n", "4", "-p", "hi", "--json")
+        res = cli(command, str(DRAFT), "--target", str(bad_target), "-n", "4", "-p", "hi", "--json")
         assert first_error(res) == (2, "DF142"), command

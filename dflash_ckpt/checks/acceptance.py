@@ -165,8 +165,9 @@ def family_gaps(spec: DraftSpec) -> list[str]:
 
 
 def refuse_unimplemented(spec: DraftSpec) -> None:
-    """smoke-run's gate (DF151, exit 2): never measure a draft without keys that change its
-    acceptance, which would report a low tau that says nothing about the checkpoint."""
+    """A run's gate (DF151, exit 2; smoke-run's and probe-taps' opening): never measure a draft
+    without keys that change its acceptance, which would report a low tau that says nothing about
+    the checkpoint (and rank tap sets of another model)."""
     gaps = runtime_gaps(spec)
     if gaps:
         raise UsageError(

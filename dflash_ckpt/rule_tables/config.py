@@ -143,7 +143,7 @@ ROWS: tuple[tuple[str, str, str, str, str, str], ...] = (
      "verdicts say \"loads, but ignores KEY\".",
      "Serve the draft with an engine that applies the key (the message names them); smoke-run refuses "
      "keys the reference runtime does not implement (DF151)."),
-    ("DF151", "runtime-lacks-key", "error", "smoke-run refuses a draft whose acceptance keys it does not implement",
+    ("DF151", "runtime-lacks-key", "error", "smoke-run and probe-taps refuse a draft whose acceptance keys the runtime does not implement",
      "The reference runtime implements output_multiplier, final_logit_softcapping, input_embedding_scale, "
      "is_causal and sliding layers; a draft that sets attention_sink_bias, use_swa, "
      "attention_value_scale, partial_rotary_factor or dflash_config.causal, or a reduced vocabulary "

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from dflash_ckpt.checks.acceptance import refuse_unimplemented
 from dflash_ckpt.checks.target_config import require_target_config
 from dflash_ckpt.draftspec.specs import DraftSpec, TargetSpec, read_draft_spec, read_target_spec
 from dflash_ckpt.errors import InputError, UsageError
@@ -166,17 +167,19 @@ class Refused:
         return self.checks + self.unfilled
 
 
-def open_pair(opts: RunOptions, folders: PairFolders, *, prepare: Prepare, check: Check,
+def open_pair(opts: RunOptions, folders: PairFolders, *, check: Check, prepare: Prepare | None = None,
               engine: EngineRun | None = None, sampling: SamplingSettings | None = None,
               loads: bool = True, prepacks: bool = False) -> OpenPair | Refused:
     """The whole opening of a pair, one order for every command, so the same bad pair meets the
     same first error whichever command opens it:
 
-    1. both specs read, the draft's then the target's (input errors, exit 1);
+    1. both specs read, the draft's then the target's (input errors, exit 1); a draft the
+       reference runtime does not implement (``refuse_unimplemented``, DF151, exit 2: keys that
+       change acceptance, a head it has no module for), first of the refusals because no target
+       and no fix of the pair makes it runnable;
     2. a target config the runtime refuses (``require_target_config``, DF142, exit 2);
-    3. the command's step on the draft (``prepare``: smoke-run refuses what the runtime does not
-       implement, DF151; probe-taps works out k from ``fc.weight`` and gives the draft a valid tap
-       set in memory);
+    3. the command's step on the draft (``prepare``, if any: probe-taps works out k from
+       ``fc.weight`` and gives the draft a valid tap set in memory);
     4. the engine's refusal of the pair (``engine``: DF422-DF424, exit 2);
     5. the backend (``select_backend``: what neither runs, exit 2);
     6. the target's headers, read once (unreadable: input error), and the target's shapes (DF142);
@@ -193,8 +196,10 @@ def open_pair(opts: RunOptions, folders: PairFolders, *, prepare: Prepare, check
 
     draft = read_draft_spec(LocalSource(folders.draft_dir, label=folders.draft_label))
     target = read_target_spec(LocalSource(folders.target_dir, label=folders.target_label))
+    refuse_unimplemented(draft)
     require_target_config(target)  # either backend, before anything is built
-    draft = prepare(draft, target)
+    if prepare is not None:
+        draft = prepare(draft, target)
     if engine is not None:
         engine.refuse_pair(draft, target)  # before an engine starts
     backend = select_backend(opts.backend, target)

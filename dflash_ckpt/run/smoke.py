@@ -40,7 +40,6 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from dflash_ckpt.checks.acceptance import refuse_unimplemented
 from dflash_ckpt.checks.degenerate import smoke_degenerate_findings
 from dflash_ckpt.checks.evidence_findings import evidence_findings
 from dflash_ckpt.checks.published import published_draft
@@ -97,7 +96,7 @@ def run_smoke_run(opts: SmokeOptions, *, progress: Any = None, log: Callable[[st
     folders = resolve_pair(opts)
     result = SmokeResult(folders.draft_label, folders.target_label, opts)
     result.sampling = sampling_settings(opts, folders.target_dir, folders.target_label)  # before anything is loaded
-    pair = open_pair(opts, folders, prepare=_runs_everything, check=_precheck(folders, result), engine=engine,
+    pair = open_pair(opts, folders, check=_precheck(folders, result), engine=engine,
                      sampling=result.sampling, loads=opts.engine != "vllm", prepacks=opts.compile)
     if isinstance(pair, Refused):
         result.refused = True
@@ -125,13 +124,6 @@ def run_smoke_run(opts: SmokeOptions, *, progress: Any = None, log: Callable[[st
             f"{engine.concurrency} requests at once with and without the draft")
         result.findings += engine.compare_into(result, pair.prompts, pair.encoded, pair.encoder) + vllm_version_findings()
     return result
-
-
-def _runs_everything(draft: DraftSpec, target: TargetSpec) -> DraftSpec:
-    """smoke-run's step on the draft (DF151, exit 2): never measure a draft without the keys that
-    change its acceptance; the draft is run as declared."""
-    refuse_unimplemented(draft)
-    return draft
 
 
 def _precheck(folders: PairFolders, result: SmokeResult) -> Check:
