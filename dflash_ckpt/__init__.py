@@ -13,14 +13,19 @@ The Python API: ``dflash_ckpt.inspect``, ``normalize``, ``smoke_run`` and ``prob
 ``.to_dict()`` and ``.envelope()``; errors raise ``DFlashCkptError``.
 """
 
-from dflash_ckpt._version import __version__
-
 #: The public API (``dflash_ckpt.api``), loaded on first use so ``import dflash_ckpt`` stays light.
 __all__ = ["DFlashCkptError", "__version__", "inspect", "normalize", "probe_taps", "smoke_run"]
 
 
 def __getattr__(name: str) -> object:
-    """``dflash_ckpt.inspect`` and the others: imported from ``dflash_ckpt.api`` when first read."""
+    """``dflash_ckpt.inspect`` and the others: imported from ``dflash_ckpt.api`` when first read.
+
+    ``__version__`` too is read on first use: this module runs before the entry point's Ctrl-C
+    handler exists (``python -m dflash_ckpt``), so it imports nothing of its own."""
+    if name == "__version__":
+        from dflash_ckpt._version import __version__
+
+        return __version__
     if name in __all__:
         from dflash_ckpt import api
 

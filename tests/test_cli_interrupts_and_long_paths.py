@@ -4,6 +4,7 @@ and 5,000-character paths (ENAMETOOLONG) wherever a path is taken."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -43,6 +44,24 @@ def test_ctrl_c_during_start_up_imports_is_one_line(module: str) -> None:
     assert "Traceback" not in proc.stderr
 
 
+def before_our_code(err: str) -> bool:
+    """A KeyboardInterrupt traceback in which no frame is a file of ours: the signal landed while
+    runpy was still finding and loading the package (``<frozen runpy>`` frames only), before the
+    first line of ``dflash_ckpt`` ran. A frame in the package is ours to handle, and fails."""
+    frames = re.findall(r'^\s*File "([^"]+)"', err, re.MULTILINE)
+    ours = str(ROOT / "dflash_ckpt")
+    return err.rstrip().endswith("KeyboardInterrupt") and bool(frames) and not any(f.startswith(ours) for f in frames)
+
+
+def test_before_our_code_tells_python_start_up_from_ours() -> None:
+    runpy_only = ('Traceback (most recent call last):\n  File "<frozen runpy>", line 189, in _run_module_as_main\n'
+                  '  File "<frozen runpy>", line 112, in _get_module_details\nKeyboardInterrupt\n')
+    assert before_our_code(runpy_only)
+    ours = runpy_only.replace('KeyboardInterrupt', f'  File "{ROOT}/dflash_ckpt/__main__.py", line 4, in <module>\nKeyboardInterrupt')
+    assert not before_our_code(ours)
+    assert not before_our_code(runpy_only.replace("KeyboardInterrupt", "ValueError: x"))
+
+
 def test_real_sigint_at_any_moment_of_start_up_is_never_a_traceback() -> None:
     """SIGINT sent at several moments of ``python -m dflash_ckpt inspect`` (imports included)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -53,7 +72,7 @@ def test_real_sigint_at_any_moment_of_start_up_is_never_a_traceback() -> None:
         time.sleep(delay)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=120)
-        if "init_import_site" in err or (proc.returncode == -signal.SIGINT and not err):
+        if "init_import_site" in err or (proc.returncode == -signal.SIGINT and not err) or before_our_code(err):
             continue  # Python itself was still starting (no handler, no code of ours yet)
         assert "Traceback" not in err, (delay, err)
         # -SIGINT: CPython re-raises SIGINT at exit after some interrupted imports; a shell shows 130 either way
