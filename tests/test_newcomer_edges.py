@@ -170,8 +170,12 @@ def test_the_readme_api_example_gets_a_verdict_and_says_when_there_is_none() -> 
 
 @pytest.mark.slow
 def test_suite_table_and_verdict_count_the_same_matches(cli) -> None:
-    """chat-14 ties at its first token on the tiny pair (DF402): the overall row and the verdict
-    both count it as a match and name it, where they read 15/16 and 16/16."""
+    """chat-14 ties at its first token on the tiny pair (DF402) on the kernel paths (oneDNN's packed
+    bf16, the AVX2 kernel): the overall row and the verdict both count it as a match and name it,
+    where they read 15/16 and 16/16. torch's own bf16 path rounds that logit the other way and
+    matches it outright: then both say 16/16 and neither names a tie."""
+    from dflash_ckpt.environment import cpu_facts
+
     res = cli("smoke-run", str(TINY / "draft"), "--target", str(TINY / "target"), "--suite", "chat", "-n", "8",
               "--device", "cpu", "--min-acceptance", "0")
     assert res.code == 0, res.stderr
@@ -179,9 +183,14 @@ def test_suite_table_and_verdict_count_the_same_matches(cli) -> None:
     verdict = next(line for line in res.stdout.splitlines() if line.startswith(("PASS", "FAIL", "NO VERDICT")))
     import re
 
-    counted = re.search(r"(\d+)/16 match \((\d+) ties?\)$", overall.rstrip())
-    assert counted and int(counted.group(2)) >= 1, overall
-    assert f"outputs match on {counted.group(1)}/16 prompt(s) ({counted.group(2)} tie" in verdict, verdict
+    counted = re.search(r"(\d+)/16 (?:match \((\d+) ties?\)|same)$", overall.rstrip())
+    assert counted, overall
+    if cpu_facts()["bf16_linear_path"] == "torch":
+        assert counted.group(2) is None and "tie" not in verdict, (overall, verdict)
+        assert f"outputs match on {counted.group(1)}/16 prompt(s)," in verdict, verdict
+    else:
+        assert counted.group(2) and int(counted.group(2)) >= 1, overall
+        assert f"outputs match on {counted.group(1)}/16 prompt(s) ({counted.group(2)} tie" in verdict, verdict
 
 
 @pytest.mark.slow
@@ -250,6 +259,7 @@ def test_env_names_the_cpu_path_the_run_takes(monkeypatch: pytest.MonkeyPatch) -
     cpu = cpu_facts()
     if not cpu["avx2"]:
         pytest.skip("no AVX2 here")
+    monkeypatch.delenv("DFLASH_CKPT_NO_KERNEL", raising=False)  # a run on torch's forced path sets it
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # the tests' way to force the AVX2 kernel's path
     assert cpu_facts()["bf16_linear_path"] == "avx2-kernel"
     monkeypatch.setenv("DFLASH_CKPT_NO_KERNEL", "1")
