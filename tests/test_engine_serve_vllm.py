@@ -25,11 +25,11 @@ TINY = ROOT / "fixtures" / "tiny-pair"
 MARK, TOKEN = new_marker()
 
 
-def served_run(*args: str, timeout: float = 1500) -> Any:
+def served_run(*args: str, timeout: float = 1500, env: dict[str, str] | None = None) -> Any:
     """``run_cli`` from the repository root with this module's marker (the printed line names the
     pair relative to it); a skip when vLLM dies by a signal on this machine (the machine, not the
     code under test)."""
-    res = run_cli(*args, env={MARK: TOKEN}, cwd=ROOT, timeout=timeout)
+    res = run_cli(*args, env={MARK: TOKEN, **(env or {})}, cwd=ROOT, timeout=timeout)
     died = re.search(r"DF425 error: vLLM's server (?:died by|exited with status \d+, as a shell reports) "
                      r"(\S+ \(signal \d+\)[^;]*)", res.stderr)
     if died:
@@ -37,15 +37,33 @@ def served_run(*args: str, timeout: float = 1500) -> Any:
     return res
 
 
+#: The user's compiled-code caches as the environment names them; the run must neither read nor write them.
+USER_CACHES = ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+
+
 @pytest.fixture(scope="module")
-def run() -> dict[str, Any]:
+def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     draft, target = "fixtures/tiny-pair/draft", "fixtures/tiny-pair/target"
     printed = json.loads(run_cli("inspect", draft, "--target", target, "--json", cwd=ROOT).stdout)
+    caches = tmp_path_factory.mktemp("user-caches")
+    for var in USER_CACHES:
+        (caches / var).mkdir()
+        (caches / var / "planted").write_text("left by another run")
     res = served_run("smoke-run", draft, "--target", target, "--engine", "vllm-serve", "-n", "48",
-                     "--concurrency", "4", "--json")
+                     "--concurrency", "4", "--json", env={var: str(caches / var) for var in USER_CACHES})
     assert res.code == 0, (res.stdout[-2000:], res.stderr[-2000:])
     doc = json.loads(res.stdout)
-    return {"printed": printed["results"][0]["serve"]["vllm"], "result": doc["results"][0], "doc": doc}
+    return {"printed": printed["results"][0]["serve"]["vllm"], "result": doc["results"][0], "doc": doc,
+            "caches": caches}
+
+
+def test_the_server_compiles_into_a_cache_of_its_own(run: dict[str, Any]) -> None:
+    """vLLM compiles the model (torch.compile) and saves it to ``VLLM_CACHE_ROOT``, loading what a
+    previous start saved there: the run gives it an empty cache of its own and removes it after,
+    so the user's caches are neither read nor written (before: the AOT-compiled graph was saved
+    to, and loaded from, ``~/.cache/vllm/torch_compile_cache``)."""
+    for var in USER_CACHES:
+        assert sorted(p.name for p in (run["caches"] / var).iterdir()) == ["planted"], var
 
 
 def test_the_argv_that_ran_is_the_printed_serve_line(run: dict[str, Any]) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -178,12 +179,21 @@ def last_error_line(log: Path) -> str:
     return line if len(line) <= 300 else line[:297] + "..."
 
 
-def child_env(kv_space_gib: int | None) -> dict[str, str]:
+#: The on-disk caches of compiled code an engine loads and runs on a later start: vLLM's
+#: (``torch_compile_cache``: AOT-compiled graphs), inductor's and Triton's kernels. Each run gets
+#: empty ones in its own 0700 work folder, so the engine runs only what it compiled in this run,
+#: never what another run, version or user left in ``~/.cache/vllm`` or ``/tmp``.
+PRIVATE_CACHES = {"VLLM_CACHE_ROOT": "vllm", "TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton"}
+
+
+def child_env(kv_space_gib: int | None, work: Path) -> dict[str, str]:
     """The child's environment: ours, vLLM's engine core in the child's own process (one
-    ``step()`` is one scheduler step), a KV space on the CPU build unless the user set one, and
+    ``step()`` is one scheduler step), a KV space on the CPU build unless the user set one, the
+    compiled-code caches private to this run (``PRIVATE_CACHES``, under ``work``), and
     ``OWNER_ENV``, this process's id, which every process of the run inherits (so a check for
     leftovers looks at this run's processes only)."""
     env = dict(os.environ)
+    env.update({var: str(work / "caches" / name) for var, name in PRIVATE_CACHES.items()})
     env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     if kv_space_gib is not None:
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_space_gib))
@@ -219,7 +229,8 @@ def run_child(request: Mapping[str, Any], *, python: str, timeout_s: float, wher
     argv = [python, str(REAPER), str(status_path), str(os.getpid()), python, str(CHILD), str(req_path), str(res_path)]
     with signals_interrupt(), open(log_path, "wb") as log:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, cwd=str(work), env={**child_env(kv_space_gib), **(extra_env or {})})
+                                start_new_session=True, cwd=str(work),
+                                env={**child_env(kv_space_gib, work), **(extra_env or {})})
         timed_out = False
         try:
             proc.wait(timeout=timeout_s)
@@ -227,6 +238,7 @@ def run_child(request: Mapping[str, Any], *, python: str, timeout_s: float, wher
             timed_out = True
         finally:  # success, failure, deadline, Ctrl-C, SIGTERM, SIGHUP: nothing of vLLM outlives this call
             stop_child(proc)
+            shutil.rmtree(work / "caches", ignore_errors=True)
     result, status = _read_json(res_path), _read_json(status_path)
     ended = how_it_ended(status, proc.returncode)
     if timed_out or ended or result.get("error") or "phases" not in result:

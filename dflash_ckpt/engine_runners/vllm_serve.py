@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -296,7 +297,7 @@ class served:
         argv = [*local_argv(self.printed, port, self.name), *self.extra_args]
         work = Path(tempfile.mkdtemp(prefix="dflash-ckpt-serve-"))
         log_path, status_path = work / "server.log", work / "status.json"
-        env = child_env(self.kv_space_gib)
+        env = child_env(self.kv_space_gib, work)
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
         env.update(split_env(self.printed)[0])
         env.update(self.extra_env or {})
@@ -327,6 +328,7 @@ class served:
     def _stop(self) -> None:
         if self.server is not None:
             stop_child(self.server.proc)
+            shutil.rmtree(self.server.work / "caches", ignore_errors=True)
         if self._interrupt is not None:
             self._interrupt.__exit__(None, None, None)
             self._interrupt = None
